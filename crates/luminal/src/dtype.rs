@@ -1,0 +1,203 @@
+//! Element types: what a tensor holds, and conversions between host data and the dtypes.
+
+use half::{bf16, f16};
+use std::fmt;
+
+/// The element type of a tensor.
+///
+/// `F32, F16, BF16, I32, Bool` are compute types. Block-quantized storage types (GGUF's
+/// `Q8_0`, `Q4_K`, …) will be added as further variants; they only ever appear as weights
+/// consumed by matmul and gather, so every op that does arithmetic checks `is_float()` /
+/// `is_int()` rather than matching exhaustively.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum DType {
+    #[default]
+    F32,
+    F16,
+    BF16,
+    I32,
+    Bool,
+}
+
+impl DType {
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F16 | DType::BF16)
+    }
+    pub fn is_int(self) -> bool {
+        matches!(self, DType::I32)
+    }
+    /// Size of one element in bytes (as stored by a backend).
+    pub fn size_bytes(self) -> usize {
+        match self {
+            DType::F32 | DType::I32 => 4,
+            DType::F16 | DType::BF16 => 2,
+            DType::Bool => 1,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::I32 => "i32",
+            DType::Bool => "bool",
+        }
+    }
+
+    /// Round an exact value to the nearest value this dtype can hold.
+    ///
+    /// This is the reference semantics of storing a result: floats round to nearest even,
+    /// integers truncate toward zero and wrap (NaN becomes 0), bools are `v != 0`.
+    pub fn round(self, v: f64) -> f64 {
+        match self {
+            DType::F32 => v as f32 as f64,
+            DType::F16 => f16::from_f64(v).to_f64(),
+            DType::BF16 => bf16::from_f64(v).to_f64(),
+            DType::I32 => {
+                if v.is_nan() {
+                    0.0
+                } else {
+                    (v.trunc() as i64) as i32 as f64
+                }
+            }
+            DType::Bool => (v != 0.0) as u8 as f64,
+        }
+    }
+
+    /// The smallest value of this dtype (`-inf` for floats); the identity of a max-reduction.
+    pub fn lowest(self) -> f64 {
+        match self {
+            DType::I32 => i32::MIN as f64,
+            DType::Bool => 0.0,
+            _ => f64::NEG_INFINITY,
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Owned host data of one tensor, in its dtype.
+#[derive(Clone, Debug, PartialEq)]
+pub enum HostData {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+    BF16(Vec<bf16>),
+    I32(Vec<i32>),
+    Bool(Vec<bool>),
+}
+
+impl HostData {
+    pub fn dtype(&self) -> DType {
+        match self {
+            HostData::F32(_) => DType::F32,
+            HostData::F16(_) => DType::F16,
+            HostData::BF16(_) => DType::BF16,
+            HostData::I32(_) => DType::I32,
+            HostData::Bool(_) => DType::Bool,
+        }
+    }
+    pub fn len(&self) -> usize {
+        match self {
+            HostData::F32(v) => v.len(),
+            HostData::F16(v) => v.len(),
+            HostData::BF16(v) => v.len(),
+            HostData::I32(v) => v.len(),
+            HostData::Bool(v) => v.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Every element as an exact `f64` (all five dtypes embed exactly).
+    pub fn to_f64(&self) -> Vec<f64> {
+        match self {
+            HostData::F32(v) => v.iter().map(|&x| x as f64).collect(),
+            HostData::F16(v) => v.iter().map(|x| x.to_f64()).collect(),
+            HostData::BF16(v) => v.iter().map(|x| x.to_f64()).collect(),
+            HostData::I32(v) => v.iter().map(|&x| x as f64).collect(),
+            HostData::Bool(v) => v.iter().map(|&x| x as u8 as f64).collect(),
+        }
+    }
+    /// Build host data of `dtype` from values, rounding each with [`DType::round`].
+    pub fn from_f64(dtype: DType, values: &[f64]) -> HostData {
+        match dtype {
+            DType::F32 => HostData::F32(values.iter().map(|&x| x as f32).collect()),
+            DType::F16 => HostData::F16(values.iter().map(|&x| f16::from_f64(x)).collect()),
+            DType::BF16 => HostData::BF16(values.iter().map(|&x| bf16::from_f64(x)).collect()),
+            DType::I32 => {
+                HostData::I32(values.iter().map(|&x| DType::I32.round(x) as i32).collect())
+            }
+            DType::Bool => HostData::Bool(values.iter().map(|&x| x != 0.0).collect()),
+        }
+    }
+    /// Convert to `f32` values whatever the dtype (lossless except for large i32).
+    pub fn to_f32(&self) -> Vec<f32> {
+        match self {
+            HostData::F32(v) => v.clone(),
+            _ => self.to_f64().into_iter().map(|x| x as f32).collect(),
+        }
+    }
+}
+
+/// A Rust element type that maps one-to-one to a [`DType`].
+pub trait Element: Copy + Send + Sync + 'static {
+    const DTYPE: DType;
+    fn to_host(data: &[Self]) -> HostData;
+    /// `None` when `data` holds another dtype.
+    fn from_host(data: HostData) -> Option<Vec<Self>>;
+}
+
+macro_rules! element {
+    ($t:ty, $variant:ident) => {
+        impl Element for $t {
+            const DTYPE: DType = DType::$variant;
+            fn to_host(data: &[Self]) -> HostData {
+                HostData::$variant(data.to_vec())
+            }
+            fn from_host(data: HostData) -> Option<Vec<Self>> {
+                match data {
+                    HostData::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+element!(f32, F32);
+element!(f16, F16);
+element!(bf16, BF16);
+element!(i32, I32);
+element!(bool, Bool);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounding_follows_each_dtype() {
+        assert_eq!(DType::F32.round(0.1), 0.1f32 as f64);
+        // 1 + 2^-11 is a tie between 1 and 1 + 2^-10 in f16: ties go to even (1.0).
+        assert_eq!(DType::F16.round(1.0 + 2f64.powi(-11)), 1.0);
+        assert_eq!(DType::F16.round(70000.0), f64::INFINITY);
+        assert_eq!(DType::BF16.round(1.0 + 2f64.powi(-9)), 1.0);
+        assert_eq!(DType::I32.round(-2.7), -2.0);
+        assert_eq!(DType::I32.round(f64::NAN), 0.0);
+        assert_eq!(DType::I32.round(2147483648.0), -2147483648.0);
+        assert_eq!(DType::Bool.round(-0.5), 1.0);
+        assert_eq!(DType::Bool.round(0.0), 0.0);
+    }
+
+    #[test]
+    fn host_data_round_trips() {
+        let h = HostData::from_f64(DType::BF16, &[1.0, -2.5, 3.0e38]);
+        assert_eq!(h.dtype(), DType::BF16);
+        assert_eq!(h.to_f64()[1], -2.5);
+        let v: Vec<i32> = i32::from_host(HostData::from_f64(DType::I32, &[3.9, -3.9])).unwrap();
+        assert_eq!(v, vec![3, -3]);
+        assert!(f32::from_host(HostData::I32(vec![1])).is_none());
+    }
+}

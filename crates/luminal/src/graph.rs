@@ -1,0 +1,575 @@
+//! The graph: nodes (ops) and edges (data + view), and the `GraphTensor` handle.
+
+use crate::backend::{Backend, CompileOptions};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::op::Op;
+use crate::shape::{Expression, ShapeTracker};
+use std::cell::{Ref, RefCell, RefMut};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub u32);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TensorId(pub u32);
+
+/// An input of a node: which node's output, read through which view.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Edge {
+    pub node: NodeId,
+    pub view: ShapeTracker,
+}
+
+/// One op with its inputs. The node's output is a contiguous row-major buffer of `shape`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Node {
+    pub op: Op,
+    pub inputs: Vec<Edge>,
+    pub dtype: DType,
+    pub shape: Vec<Expression>,
+}
+
+/// What a user handle refers to: a node's output seen through a view.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorEntry {
+    pub node: NodeId,
+    pub view: ShapeTracker,
+    pub dtype: DType,
+    /// Human-readable name for errors (the input name, or `op#id`).
+    pub label: String,
+}
+
+/// The graph proper, as passes and backends see it.
+///
+/// Nodes are never renumbered: a removed node leaves `None`, so `NodeId`s, and the user
+/// handles (`tensors`) that point at them, stay valid across passes.
+#[derive(Clone, Debug, Default)]
+pub struct GraphData {
+    /// Identity of the `Graph` this came from (handles from other graphs are rejected).
+    pub graph_id: u64,
+    pub nodes: Vec<Option<Node>>,
+    pub tensors: Vec<TensorEntry>,
+    /// Nodes whose buffers must be readable after `run()`.
+    pub outputs: BTreeSet<NodeId>,
+}
+
+impl GraphData {
+    pub fn node(&self, id: NodeId) -> &Node {
+        self.nodes[id.0 as usize]
+            .as_ref()
+            .unwrap_or_else(|| panic!("node {} was removed", id.0))
+    }
+    pub fn node_mut(&mut self, id: NodeId) -> &mut Node {
+        self.nodes[id.0 as usize]
+            .as_mut()
+            .unwrap_or_else(|| panic!("node {} was removed", id.0))
+    }
+    pub fn try_node(&self, id: NodeId) -> Option<&Node> {
+        self.nodes.get(id.0 as usize).and_then(|n| n.as_ref())
+    }
+    pub fn add_node(&mut self, node: Node) -> NodeId {
+        let id = NodeId(self.nodes.len() as u32);
+        self.nodes.push(Some(node));
+        id
+    }
+    /// Live node ids in creation order.
+    pub fn node_ids(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.is_some())
+            .map(|(i, _)| NodeId(i as u32))
+    }
+    pub fn remove_node(&mut self, id: NodeId) {
+        self.nodes[id.0 as usize] = None;
+    }
+
+    /// Points every use of `old` (edges, user handles, outputs) at `new`, which must have the
+    /// same shape and dtype, then removes `old`.
+    pub fn replace_node(&mut self, old: NodeId, new: NodeId) {
+        if old == new {
+            return;
+        }
+        for node in self.nodes.iter_mut().flatten() {
+            for edge in &mut node.inputs {
+                if edge.node == old {
+                    edge.node = new;
+                }
+            }
+        }
+        for t in &mut self.tensors {
+            if t.node == old {
+                t.node = new;
+            }
+        }
+        if self.outputs.remove(&old) {
+            self.outputs.insert(new);
+        }
+        self.remove_node(old);
+    }
+
+    /// Number of consumers (edges) of each node.
+    pub fn use_counts(&self) -> Vec<usize> {
+        let mut counts = vec![0; self.nodes.len()];
+        for node in self.nodes.iter().flatten() {
+            for e in &node.inputs {
+                counts[e.node.0 as usize] += 1;
+            }
+        }
+        counts
+    }
+
+    /// Live nodes in an order where every node comes after its inputs.
+    pub fn toposort(&self) -> Vec<NodeId> {
+        // Nodes are only ever added after their inputs, and replacements point to existing
+        // nodes; but a replacement may point an early node's edge at a later node, so do a
+        // real DFS rather than trusting creation order.
+        let n = self.nodes.len();
+        let mut state = vec![0u8; n]; // 0 new, 1 on stack, 2 done
+        let mut order = Vec::with_capacity(n);
+        for start in self.node_ids() {
+            if state[start.0 as usize] != 0 {
+                continue;
+            }
+            let mut stack = vec![(start, 0usize)];
+            state[start.0 as usize] = 1;
+            while let Some((id, i)) = stack.pop() {
+                let node = self.node(id);
+                if i < node.inputs.len() {
+                    stack.push((id, i + 1));
+                    let child = node.inputs[i].node;
+                    match state[child.0 as usize] {
+                        0 => {
+                            state[child.0 as usize] = 1;
+                            stack.push((child, 0));
+                        }
+                        1 => panic!("graph has a cycle through node {}", child.0),
+                        _ => {}
+                    }
+                } else {
+                    state[id.0 as usize] = 2;
+                    order.push(id);
+                }
+            }
+        }
+        order
+    }
+
+    /// Variables (dynamic dim names) used anywhere in the live graph.
+    pub fn dynamic_dims(&self) -> BTreeSet<String> {
+        let mut vars = BTreeSet::new();
+        for node in self.nodes.iter().flatten() {
+            for d in &node.shape {
+                vars.extend(d.variables());
+            }
+            match &node.op {
+                Op::Iota { expr } => vars.extend(expr.variables().into_iter().filter(|v| v != "z")),
+                Op::Constant {
+                    value: crate::op::ConstValue::Expr(e),
+                } => vars.extend(e.variables()),
+                _ => {}
+            }
+            for e in &node.inputs {
+                for d in e.view.dims().iter().chain(e.view.strides().iter()) {
+                    vars.extend(d.variables());
+                }
+                vars.extend(e.view.offset().variables());
+                vars.extend(
+                    e.view
+                        .valid_expression()
+                        .variables()
+                        .into_iter()
+                        .filter(|v| v != "z"),
+                );
+            }
+        }
+        vars
+    }
+}
+
+static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A computation graph under construction. Tensors are recorded, nothing runs until the
+/// graph is compiled with a backend and the runtime's `run()` is called.
+pub struct Graph {
+    data: RefCell<GraphData>,
+}
+
+impl Default for Graph {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for Graph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let d = self.data.borrow();
+        write!(f, "Graph(#{}, {} nodes)", d.graph_id, d.node_ids().count())
+    }
+}
+
+impl Graph {
+    pub fn new() -> Graph {
+        Graph {
+            data: RefCell::new(GraphData {
+                graph_id: NEXT_GRAPH_ID.fetch_add(1, Ordering::Relaxed),
+                ..Default::default()
+            }),
+        }
+    }
+
+    pub(crate) fn data(&self) -> Ref<'_, GraphData> {
+        self.data.borrow()
+    }
+    pub(crate) fn data_mut(&self) -> RefMut<'_, GraphData> {
+        self.data.borrow_mut()
+    }
+    /// A snapshot of the graph as passes and backends see it.
+    pub fn snapshot(&self) -> GraphData {
+        self.data.borrow().clone()
+    }
+
+    /// Adds a node and returns a handle to its (contiguous) output.
+    pub fn add_op(
+        &self,
+        op: Op,
+        inputs: Vec<Edge>,
+        dtype: DType,
+        shape: Vec<Expression>,
+    ) -> GraphTensor<'_> {
+        let mut d = self.data.borrow_mut();
+        let label = match &op {
+            Op::Input { name } => name.clone(),
+            _ => format!("{}#{}", op.name(), d.nodes.len()),
+        };
+        let view = ShapeTracker::new(shape.clone());
+        let node = d.add_node(Node {
+            op,
+            inputs,
+            dtype,
+            shape,
+        });
+        drop(d);
+        self.new_handle(TensorEntry {
+            node,
+            view,
+            dtype,
+            label,
+        })
+    }
+
+    pub(crate) fn new_handle(&self, entry: TensorEntry) -> GraphTensor<'_> {
+        let mut d = self.data.borrow_mut();
+        let id = TensorId(d.tensors.len() as u32);
+        d.tensors.push(entry);
+        GraphTensor { id, graph: self }
+    }
+
+    /// An `f32` input named `name` (a weight or an activation set at run time).
+    pub fn tensor(&self, name: &str, shape: impl ToShape) -> GraphTensor<'_> {
+        self.input(name, shape, DType::F32)
+    }
+
+    /// An input of any dtype. Named dims in `shape` (e.g. `("seq", 64)`) are dynamic and are
+    /// bound at run time with `set_dim`.
+    pub fn input(&self, name: &str, shape: impl ToShape, dtype: DType) -> GraphTensor<'_> {
+        {
+            let d = self.data.borrow();
+            let taken = d
+                .node_ids()
+                .any(|id| matches!(&d.node(id).op, Op::Input { name: n } if n == name));
+            assert!(
+                !taken,
+                "Graph::input: an input named '{name}' already exists"
+            );
+        }
+        self.add_op(
+            Op::Input {
+                name: name.to_string(),
+            },
+            vec![],
+            dtype,
+            shape.to_shape(),
+        )
+    }
+
+    /// Compiles the graph: generic passes (unless disabled), then the backend's lowering.
+    /// Handles made before this call can be used with the returned runtime.
+    pub fn compile<B: Backend>(&self, backend: B, options: CompileOptions) -> Result<B::Runtime> {
+        let mut data = self.snapshot();
+        if options.optimize {
+            use crate::passes::Pass;
+            crate::passes::GenericPasses::default().run(&mut data);
+        }
+        backend.compile(data, &options)
+    }
+
+    /// Graphviz source of the graph as built (op names, shapes, dtypes, non-trivial views).
+    pub fn to_dot(&self) -> String {
+        crate::display::to_dot(&self.data.borrow())
+    }
+}
+
+/// A handle to a tensor in a graph: a node's output seen through a view. Small and `Copy`;
+/// all ops take it by value and return new handles.
+#[derive(Clone, Copy)]
+pub struct GraphTensor<'g> {
+    pub id: TensorId,
+    pub graph: &'g Graph,
+}
+
+impl std::fmt::Debug for GraphTensor<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let e = self.entry();
+        write!(
+            f,
+            "GraphTensor({}, {:?}, {})",
+            e.label,
+            e.view.dims(),
+            e.dtype
+        )
+    }
+}
+
+impl<'g> GraphTensor<'g> {
+    pub fn entry(&self) -> TensorEntry {
+        self.graph.data().tensors[self.id.0 as usize].clone()
+    }
+    pub fn node(&self) -> NodeId {
+        self.graph.data().tensors[self.id.0 as usize].node
+    }
+    pub fn view(&self) -> ShapeTracker {
+        self.graph.data().tensors[self.id.0 as usize].view.clone()
+    }
+    pub fn shape(&self) -> Vec<Expression> {
+        self.view().dims()
+    }
+    pub fn dims(&self) -> Vec<Expression> {
+        self.shape()
+    }
+    pub fn rank(&self) -> usize {
+        self.view().rank()
+    }
+    pub fn dtype(&self) -> DType {
+        self.graph.data().tensors[self.id.0 as usize].dtype
+    }
+    pub fn n_elements(&self) -> Expression {
+        self.view().n_elements()
+    }
+    /// The edge a consumer of this tensor gets.
+    pub(crate) fn edge(&self) -> Edge {
+        let e = self.entry();
+        Edge {
+            node: e.node,
+            view: e.view,
+        }
+    }
+    /// A new handle on the same node with another view.
+    pub(crate) fn with_view(self, view: ShapeTracker) -> GraphTensor<'g> {
+        let e = self.entry();
+        self.graph.new_handle(TensorEntry { view, ..e })
+    }
+    /// Shape as constants, panicking with `op` in the message when a dim is symbolic.
+    pub(crate) fn static_dims(&self, op: &str) -> Vec<usize> {
+        self.shape()
+            .iter()
+            .map(|d| {
+                d.as_constant().unwrap_or_else(|| {
+                    panic!("{op}: needs static dims, got shape {:?}", self.shape())
+                }) as usize
+            })
+            .collect()
+    }
+    /// Checks both handles come from the same graph.
+    pub(crate) fn same_graph(&self, other: &GraphTensor, op: &str) {
+        assert!(
+            std::ptr::eq(self.graph, other.graph),
+            "{op}: tensors belong to different graphs"
+        );
+    }
+
+    /// Marks this tensor as a result to read after `run()`. A non-trivial view is first
+    /// materialised, so use the returned handle with `get`.
+    pub fn output(self) -> GraphTensor<'g> {
+        let e = self.entry();
+        let node_shape = self.graph.data().node(e.node).shape.clone();
+        let t = if e.view.is_contiguous() && e.view.dims() == node_shape {
+            self
+        } else {
+            self.contiguous()
+        };
+        let node = t.node();
+        self.graph.data_mut().outputs.insert(node);
+        t
+    }
+}
+
+/// A dimension given in a shape: a constant, a named dynamic dim, or an expression.
+pub trait IntoDim {
+    fn into_dim(self) -> Expression;
+}
+impl IntoDim for usize {
+    fn into_dim(self) -> Expression {
+        Expression::from(self)
+    }
+}
+impl IntoDim for i32 {
+    fn into_dim(self) -> Expression {
+        assert!(self >= 0, "negative dimension {self}");
+        Expression::from(self)
+    }
+}
+impl IntoDim for i64 {
+    fn into_dim(self) -> Expression {
+        assert!(self >= 0, "negative dimension {self}");
+        Expression::from(self)
+    }
+}
+impl IntoDim for &str {
+    fn into_dim(self) -> Expression {
+        Expression::var(self)
+    }
+}
+impl IntoDim for Expression {
+    fn into_dim(self) -> Expression {
+        self
+    }
+}
+impl IntoDim for &Expression {
+    fn into_dim(self) -> Expression {
+        self.clone()
+    }
+}
+
+/// Anything that describes a shape: `()`, tuples of dims, arrays, vecs and slices.
+pub trait ToShape {
+    fn to_shape(self) -> Vec<Expression>;
+}
+impl ToShape for () {
+    fn to_shape(self) -> Vec<Expression> {
+        vec![]
+    }
+}
+macro_rules! scalar_shape {
+    ($($t:ty),*) => {$(
+        /// A single dim: a 1-D shape.
+        impl ToShape for $t {
+            fn to_shape(self) -> Vec<Expression> {
+                vec![self.into_dim()]
+            }
+        }
+    )*};
+}
+scalar_shape!(usize, i32, i64, &str, Expression, &Expression);
+impl<D: IntoDim> ToShape for Vec<D> {
+    fn to_shape(self) -> Vec<Expression> {
+        self.into_iter().map(IntoDim::into_dim).collect()
+    }
+}
+impl<D: IntoDim + Clone> ToShape for &[D] {
+    fn to_shape(self) -> Vec<Expression> {
+        self.iter().cloned().map(IntoDim::into_dim).collect()
+    }
+}
+impl<D: IntoDim + Clone> ToShape for &Vec<D> {
+    fn to_shape(self) -> Vec<Expression> {
+        self.iter().cloned().map(IntoDim::into_dim).collect()
+    }
+}
+impl<D: IntoDim, const N: usize> ToShape for [D; N] {
+    fn to_shape(self) -> Vec<Expression> {
+        self.into_iter().map(IntoDim::into_dim).collect()
+    }
+}
+macro_rules! tuple_shape {
+    ($($t:ident $v:ident),+) => {
+        impl<$($t: IntoDim),+> ToShape for ($($t,)+) {
+            fn to_shape(self) -> Vec<Expression> {
+                let ($($v,)+) = self;
+                vec![$($v.into_dim()),+]
+            }
+        }
+    };
+}
+tuple_shape!(A a);
+tuple_shape!(A a, B b);
+tuple_shape!(A a, B b, C c);
+tuple_shape!(A a, B b, C c, D d);
+tuple_shape!(A a, B b, C c, D d, E e);
+tuple_shape!(A a, B b, C c, D d, E e, F f);
+
+/// One axis, possibly negative (counted from the end).
+pub trait IntoAxis {
+    fn into_axis(self) -> i64;
+}
+macro_rules! into_axis {
+    ($($t:ty),*) => {$(
+        impl IntoAxis for $t {
+            fn into_axis(self) -> i64 {
+                self as i64
+            }
+        }
+    )*};
+}
+into_axis!(i32, i64, isize, usize, u32);
+
+/// One or several axes, possibly negative.
+pub trait ToAxes {
+    fn to_axes(self) -> Vec<i64>;
+}
+impl<A: IntoAxis> ToAxes for A {
+    fn to_axes(self) -> Vec<i64> {
+        vec![self.into_axis()]
+    }
+}
+impl<A: IntoAxis + Copy, const N: usize> ToAxes for [A; N] {
+    fn to_axes(self) -> Vec<i64> {
+        self.iter().map(|a| a.into_axis()).collect()
+    }
+}
+impl<A: IntoAxis + Copy> ToAxes for &[A] {
+    fn to_axes(self) -> Vec<i64> {
+        self.iter().map(|a| a.into_axis()).collect()
+    }
+}
+impl<A: IntoAxis + Copy> ToAxes for Vec<A> {
+    fn to_axes(self) -> Vec<i64> {
+        self.iter().map(|a| a.into_axis()).collect()
+    }
+}
+
+/// Resolves a possibly negative axis against `rank`, panicking with the op name.
+pub(crate) fn normalize_axis(axis: i64, rank: usize, op: &str, shape: &[Expression]) -> usize {
+    let r = rank as i64;
+    let a = if axis < 0 { axis + r } else { axis };
+    assert!(
+        (0..r).contains(&a),
+        "{op}: axis {axis} is out of range for shape {shape:?} (rank {rank})"
+    );
+    a as usize
+}
+
+/// Resolves, deduplicates and sorts several axes.
+pub(crate) fn normalize_axes(
+    axes: impl ToAxes,
+    rank: usize,
+    op: &str,
+    shape: &[Expression],
+) -> Vec<usize> {
+    let mut v: Vec<usize> = axes
+        .to_axes()
+        .into_iter()
+        .map(|a| normalize_axis(a, rank, op, shape))
+        .collect();
+    v.sort_unstable();
+    let n = v.len();
+    v.dedup();
+    assert_eq!(
+        n,
+        v.len(),
+        "{op}: repeated axis in reduction over shape {shape:?}"
+    );
+    v
+}

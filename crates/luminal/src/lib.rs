@@ -1,0 +1,50 @@
+//! # Luminal core
+//!
+//! Build a lazy, static graph of a dozen primitive ops; compile it with a backend; run it.
+//!
+//! ```
+//! use luminal::prelude::*;
+//! let cx = Graph::new();
+//! let a = cx.tensor("a", (3, 1));
+//! let b = cx.tensor("b", (1, 4));
+//! let c = a.matmul(b).output();
+//! let mut rt = cx.compile(ReferenceBackend, CompileOptions::default()).unwrap();
+//! rt.set(a, &[1., 2., 3.]).unwrap();
+//! rt.set(b, &[1., 2., 3., 4.]).unwrap();
+//! rt.run().unwrap();
+//! let out: Vec<f32> = rt.get(c).unwrap();
+//! assert_eq!(out, vec![1., 2., 3., 4., 2., 4., 6., 8., 3., 6., 9., 12.]);
+//! ```
+
+pub mod backend;
+pub mod display;
+pub mod dtype;
+pub mod error;
+pub mod graph;
+pub mod hl_ops;
+pub mod op;
+pub mod passes;
+pub mod reference;
+pub mod shape;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use half;
+
+pub use backend::{Backend, CompileOptions, Runtime};
+pub use dtype::{DType, Element, HostData};
+pub use error::{LuminalError, Result};
+pub use graph::{Graph, GraphData, GraphTensor, NodeId, TensorId, ToAxes, ToShape};
+pub use reference::{ReferenceBackend, ReferenceRuntime};
+pub use shape::{Expression, ShapeTracker};
+
+pub mod prelude {
+    pub use crate::backend::{Backend, CompileOptions, Runtime};
+    pub use crate::dtype::{DType, Element, HostData};
+    pub use crate::error::{LuminalError, Result};
+    pub use crate::graph::{Graph, GraphTensor, ToAxes, ToShape};
+    pub use crate::hl_ops::Operand;
+    pub use crate::reference::{ReferenceBackend, ReferenceRuntime};
+    pub use crate::shape::{Expression, ShapeTracker};
+    pub use half::{bf16, f16};
+}
