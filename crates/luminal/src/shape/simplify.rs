@@ -502,3 +502,90 @@ fn recombine(mut e: Expression) -> Expression {
     }
     e
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::symbolic::Expression as E;
+
+    fn v(n: &str) -> E {
+        E::var(n)
+    }
+    fn c(x: i64) -> E {
+        E::constant(x)
+    }
+
+    #[test]
+    fn constant_folding() {
+        assert_eq!((c(3) + 4) * 2, c(14));
+        assert_eq!(c(7) / 2, c(3));
+        assert_eq!(c(-7) / 2, c(-4));
+        assert_eq!(c(7) / -2, c(-4));
+        assert_eq!(c(-7) % 3, c(2));
+        assert_eq!(c(7) % -3, c(-2));
+        assert_eq!(E::min(&c(3), 5), c(3));
+        assert_eq!(E::max(&c(3), 5), c(5));
+        assert_eq!(c(3).lt(5), c(1));
+        assert_eq!(c(5).lt(5), c(0));
+        assert_eq!(c(5).equals(5), c(1));
+        assert_eq!(c(5).equals(4), c(0));
+        assert_eq!(c(i64::MAX) + 1, c(i64::MIN)); // wraps, no panic
+        assert_eq!(c(i64::MIN) / -1, c(i64::MIN));
+    }
+
+    #[test]
+    fn identities() {
+        let x = v("x");
+        assert_eq!(&x + 0, x);
+        assert_eq!(&x * 1, x);
+        assert_eq!(&x * c(0), E::zero());
+        assert_eq!(&x - &x, E::zero());
+        assert_eq!(&x / 1, x);
+        assert_eq!(&x % c(1), E::zero());
+        assert_eq!(&x / &x, E::one());
+        assert_eq!(&x % &x, E::zero());
+        assert_eq!(E::min(&x, &x), x);
+        assert_eq!(x.equals(&x), E::one());
+        assert_eq!(x.lt(&x), E::zero());
+    }
+
+    #[test]
+    fn like_terms() {
+        let (x, y) = (v("x"), v("y"));
+        assert_eq!(&x + &x, &x * 2);
+        assert_eq!(&x * &y * 2 + &y * &x * 3, &x * &y * 5);
+        assert_eq!(&x * &y - &y * &x, E::zero());
+        assert_eq!((&x + 1) * (&x - 1), &x * &x - 1);
+        assert_eq!((&x + &y) * 2 - &y * 2, &x * 2);
+        assert_eq!(x.lt(&y) * x.lt(&y), x.lt(&y)); // booleans are idempotent
+    }
+
+    #[test]
+    fn div_mod_recombination() {
+        let (x, n) = (v("x"), v("n"));
+        assert_eq!((&x / 4) * 4 + &x % 4, x);
+        assert_eq!(((&x / 4) * 4 + &x % 4) * 3, &x * 3);
+        assert_eq!((&x / &n) * &n + &x % &n, x);
+        assert_eq!(&x - (&x / 4) * 4, &x % 4);
+        let s = &x + v("y");
+        assert_eq!((&s / 8) * 8 + &s % 8, s);
+        // c*((x/c)%m) + x%c = x%(c*m)
+        assert_eq!(((&x / 4) % 3) * 4 + &x % 4, &x % 12);
+        assert_eq!((((&x / 4) % 3) * 4 + &x % 4) * 2 + 7, (&x % 12) * 2 + 7);
+        // and the full row-major decomposition
+        let z = v("z");
+        let idx = (&z / 12) * 12 + ((&z / 4) % 3) * 4 + &z % 4;
+        assert_eq!(idx, z);
+    }
+
+    #[test]
+    fn substitution_resimplifies() {
+        let (x, n) = (v("x"), v("n"));
+        let e = (&x / &n) * &n + &x % 4;
+        assert_eq!(e.substitute("n", &c(4)), x);
+        let e2 = (&x % &n) / 4;
+        assert_eq!(e2.substitute("n", &c(12)), (&x / 4) % 3);
+        // Re-simplifying a canonical expression is a no-op.
+        let e3 = ((&x / 4) % 3) * 7 + E::min(&x, &n) + x.lt(&n) + 2;
+        assert_eq!(e3.substitute_all(&|_| None), e3);
+    }
+}
