@@ -595,6 +595,10 @@ def cases_binary():
          **EXACT)
     case("mod_bf16", [randn(17, dtype="bf16", scale=4.0), away(0.5, 2.0, 17, dtype="bf16")], fmod,
          **EXACT)
+    case("select_f16", [randbool(3, 17), randn(3, 17, dtype="f16"), randn(3, 17, dtype="f16")],
+         lambda c, a, b: np.where(c, a, b), out="f16", **EXACT)
+    case("select_inf_nan_branches", [randbool(4, 5), arr(np.full((4, 5), np.inf)), arr(np.full((4, 5), np.nan))],
+         lambda c, a, b: np.where(c, a, b), out="f32")
     # --- non-contiguous operands --------------------------------------------------------------
     case("add_permuted_lhs", [randn(17, 3), randn(3, 17)], lambda a, b: a.T + b)
     case("mul_both_permuted", [randn(4, 3, 2), randn(2, 4, 3)],
@@ -825,6 +829,29 @@ def cases_movement():
     case("unfold_of_padded", [randn(2, 7)], lambda x: unfold(pad(x, [(0, 0), (1, 1)], 0.0), 1, 3, 2))
     case("concat_of_views", [randn(3, 4), randn(4, 3)],
          lambda a, b: np.concatenate([sl(a, 1, 1, 3), b.T, pad(a, [(0, 0), (1, 0)], 0.0)], 1))
+    # --- other dtypes through views and copies (element sizes 1, 2, 4) ------------------------
+    case("permute_f16", [randn(3, 5, dtype="f16")], lambda x: x.T, **EXACT)
+    case("slice_bf16", [randn(4, 9, dtype="bf16")], lambda x: sl(x, 1, 2, 7), **EXACT)
+    case("pad_f16_value", [randn(3, 4, dtype="f16")], lambda x: pad(x, [(1, 0), (0, 2)], 1.5), **EXACT)
+    case("pad_i32_value", [randint(-9, 9, 3, 4)], lambda x: pad(x, [(0, 1), (2, 0)], 3))
+    case("transpose_i32", [randint(-9, 9, 2, 3, 4)], lambda x: np.swapaxes(x, 0, 2))
+    case("concat_i32", [randint(-9, 9, 2, 3), randint(-9, 9, 1, 3)], lambda a, b: np.concatenate([a, b]))
+    case("permute_bool", [randbool(3, 17)], lambda x: x.T)
+    case("concat_bool", [randbool(2, 3), randbool(2, 5)], lambda a, b: np.concatenate([a, b], 1))
+    case("expand_bool", [randbool(3)], lambda x: expand(x, 0, 4))
+    case("pad_bool", [randbool(2, 3)], lambda x: pad(x, [(1, 0), (0, 1)], False))
+    case("stack_f16", [randn(3, dtype="f16"), randn(3, dtype="f16")], lambda a, b: np.stack([a, b], 1),
+         **EXACT)
+    case("permute_6d", [randn(2, 1, 3, 1, 2, 2)], lambda x: tr(x, (5, 2, 0, 4, 1, 3)))
+    case("sum_6d_axes", [randn(2, 1, 3, 1, 2, 2)], lambda x: np.sum(x, axis=(1, 2, 5)))
+    # --- outputs: an input, the same tensor twice, an intermediate ------------------------------
+    case("input_as_output", [randn(3, 17)], lambda x: x, **EXACT)
+    case("input_and_result_outputs", [randn(3, 4)], lambda x: [x, x * 2.0], out=["f32", "f32"])
+    case("duplicate_outputs", [randn(3, 4)], lambda x: [np.exp(x), np.exp(x)], out=["f32", "f32"])
+    case("intermediate_output", [randn(3, 4)], lambda x: [x + 1.0, np.exp(x + 1.0)],
+         out=["f32", "f32"])
+    case("view_and_base_outputs", [randn(3, 4)], lambda x: [x.T, sl(x, 1, 1, 3), np.sum(x, 0)],
+         out=["f32", "f32", "f32"])
     case("slice_negative_bounds", [randn(5, 7)], lambda x: x[:, -4:-1])
     case("slice_end_past_dim", [randn(5, 7)], lambda x: x[2:])
 
@@ -1032,6 +1059,7 @@ def cases_index():
     case("embedding_bf16", [randn(10, 4, dtype="bf16"), randint(0, 10, 6)], lambda t, i: t[i], **EXACT)
     case("embedding_i32_table", [randint(-9, 9, 5, 3), randint(0, 5, 4)], lambda t, i: t[i])
     case("embedding_sliced_table", [randn(10, 6), randint(0, 10, 4)], lambda t, i: sl(t, 1, 2, 5)[i])
+    case("embedding_bool_table", [randbool(5, 3), randint(0, 5, 4)], lambda t, i: t[i])
     # --- one_hot --------------------------------------------------------------------------------
     case("one_hot_basic", [arr([0, 3, 1, 1, 2], "i32")], lambda i: np.eye(4)[i], out="f32")
     case("one_hot_2d", [randint(0, 7, 2, 3)], lambda i: np.eye(7)[i], out="f32")
@@ -1052,6 +1080,7 @@ def cases_index():
     case("constant_i32", [], lambda: np.int64(2), out="i32")
     case("constant_of_f16", [], lambda: np.float64(0.1), out="f16", **EXACT)
     case("full_2x3", [], lambda: np.full((2, 3), 0.5), out="f32")
+    case("constant_expr_static", [], lambda: np.int64(7), out="i32")
     case("zeros_3x4", [], lambda: np.zeros((3, 4)), out="f32")
     case("ones_17", [], lambda: np.ones(17), out="f32")
     case("constant_plus_input", [randn(3, 17)], lambda x: 2.0 + x)
@@ -1194,6 +1223,12 @@ def cases_dynamic():
          attention, dims={S: 5}, reruns=[rr({S: 17}, randn(17, 8), randn(17, 8), randn(17, 8)),
                                          rr({S: 1}, randn(1, 8), randn(1, 8), randn(1, 8))],
          rtol=1e-4)
+    case("dyn_constant_expr", [randn(3)], lambda x, dims: x + (2 * dims["n"] + 1), fn_dims=True,
+         dims={"n": 5}, reruns=[rr({"n": 0}, randn(3)), rr({"n": 40}, randn(3))])
+    case("dyn_batched_matmul", [randn(2, 3, 4, decl=["b", 3, 4]), randn(4, 5)], np.matmul, dims={"b": 2},
+         reruns=[rr({"b": 1}, randn(1, 3, 4), randn(4, 5)), rr({"b": 5}, randn(5, 3, 4), randn(4, 5))])
+    case("rerun_static_new_data", [randn(3, 17), randn(17)], lambda a, b: np.exp(a) * b,
+         reruns=[rr({}, randn(3, 17), randn(17)), rr({}, randn(3, 17), randn(17))])
     case("dyn_f16_exp", [randn(17, 3, dtype="f16", decl=[S, 3])], np.exp, dims={S: 17},
          reruns=[rr({S: 2}, randn(2, 3, dtype="f16"))])
 

@@ -118,6 +118,10 @@ pub(super) fn cases() -> Vec<Case> {
         case("mul_bf16", |_, x| vec![x[0] * x[1]]),
         case("maximum_bf16", |_, x| vec![x[0].maximum(x[1])]),
         case("mod_bf16", |_, x| vec![x[0] % x[1]]),
+        case("select_f16", |_, x| vec![x[0].select(x[1], x[2])]),
+        case("select_inf_nan_branches", |_, x| {
+            vec![x[0].select(x[1], x[2])]
+        }),
         // Non-contiguous operands.
         case("add_permuted_lhs", |_, x| {
             vec![x[0].permute(&[1, 0]) + x[1]]

@@ -3,6 +3,7 @@
 //! bindings (including 1), so nothing may be specialised to the first value.
 
 use super::{case, Case};
+use crate::dtype::DType;
 use crate::graph::GraphTensor;
 use crate::shape::Expression;
 
@@ -43,6 +44,12 @@ pub(super) fn cases() -> Vec<Case> {
                 .softmax(-1)
                 .matmul(v)]
         }),
+        case("dyn_constant_expr", |cx, x| {
+            let n = Expression::var("n");
+            vec![x[0] + cx.constant_expr(n * 2 + 1, DType::F32)]
+        }),
+        case("dyn_batched_matmul", |_, x| vec![x[0].matmul(x[1])]),
+        case("rerun_static_new_data", |_, x| vec![x[0].exp() * x[1]]),
         case("dyn_f16_exp", |_, x| vec![x[0].exp()]),
     ]
 }

@@ -51,6 +51,7 @@ pub(super) fn cases() -> Vec<Case> {
         case("embedding_sliced_table", |_, x| {
             vec![x[0].slice(1, 2, 5).embedding(x[1])]
         }),
+        case("embedding_bool_table", |_, x| vec![x[0].embedding(x[1])]),
         // one_hot
         case("one_hot_basic", |_, x| vec![x[0].one_hot(4)]),
         case("one_hot_2d", |_, x| vec![x[0].one_hot(7)]),
@@ -76,6 +77,9 @@ pub(super) fn cases() -> Vec<Case> {
             vec![cx.constant_of(0.1, DType::F16)]
         }),
         case("full_2x3", |cx, _| vec![cx.full((2, 3), 0.5)]),
+        case("constant_expr_static", |cx, _| {
+            vec![cx.constant_expr(7, DType::I32)]
+        }),
         case("zeros_3x4", |cx, _| vec![cx.zeros((3, 4))]),
         case("ones_17", |cx, _| vec![cx.ones([17])]),
         case("constant_plus_input", |cx, x| vec![cx.constant(2.0) + x[0]]),

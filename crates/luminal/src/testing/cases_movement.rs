@@ -50,6 +50,40 @@ pub(super) fn cases() -> Vec<Case> {
         case("slice_both_axes", |_, x| {
             vec![x[0].slice(0, 1, 5).slice(1, 3, 6)]
         }),
+        // other dtypes through views and copies
+        case("permute_f16", |_, x| vec![x[0].permute(&[1, 0])]),
+        case("slice_bf16", |_, x| vec![x[0].slice(1, 2, 7)]),
+        case("pad_f16_value", |_, x| {
+            vec![x[0].pad(&[(1, 0), (0, 2)], 1.5)]
+        }),
+        case("pad_i32_value", |_, x| {
+            vec![x[0].pad(&[(0, 1), (2, 0)], 3.0)]
+        }),
+        case("transpose_i32", |_, x| vec![x[0].transpose(0, 2)]),
+        case("concat_i32", |_, x| vec![x[0].concat_along(x[1], 0)]),
+        case("permute_bool", |_, x| vec![x[0].permute(&[1, 0])]),
+        case("concat_bool", |_, x| vec![x[0].concat_along(x[1], 1)]),
+        case("expand_bool", |_, x| vec![x[0].expand(0, 4)]),
+        case("pad_bool", |_, x| vec![x[0].pad(&[(1, 0), (0, 1)], 0.0)]),
+        case("stack_f16", |_, x| {
+            vec![GraphTensor::stack(&[x[0], x[1]], 1)]
+        }),
+        case("permute_6d", |_, x| vec![x[0].permute(&[5, 2, 0, 4, 1, 3])]),
+        case("sum_6d_axes", |_, x| vec![x[0].sum([1, 2, 5])]),
+        // outputs: an input, the same tensor twice, an intermediate
+        case("input_as_output", |_, x| vec![x[0]]),
+        case("input_and_result_outputs", |_, x| vec![x[0], x[0] * 2.0f32]),
+        case("duplicate_outputs", |_, x| {
+            let e = x[0].exp();
+            vec![e, e]
+        }),
+        case("intermediate_output", |_, x| {
+            let a = x[0] + 1.0f32;
+            vec![a, a.exp()]
+        }),
+        case("view_and_base_outputs", |_, x| {
+            vec![x[0].permute(&[1, 0]), x[0].slice(1, 1, 3), x[0].sum(0)]
+        }),
         case("slice_negative_bounds", |_, x| vec![x[0].slice(1, -4, -1)]),
         case("slice_end_past_dim", |_, x| vec![x[0].slice(0, 2, 100)]),
         case("slice_permuted", |_, x| {

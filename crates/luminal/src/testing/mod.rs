@@ -19,7 +19,10 @@
 //! which expands to one `#[test]` per family (`op_suite::unary`, `op_suite::reduce`, ...) plus
 //! `op_suite::fixture_matches_builders`. A family test runs all its cases and then fails
 //! listing every failing case with its largest error, rather than stopping at the first.
-//! Set `LUMINAL_OP_SUITE_FILTER=substring` to run only the cases whose name contains it, and
+//! Every case is compiled twice, with the generic passes (`CompileOptions::default()`) and
+//! without them (`optimize: false`), so a wrong pass and a wrong lowering are both caught.
+//! Set `LUMINAL_OP_SUITE_FILTER=substring` to run only the cases whose name contains it,
+//! `LUMINAL_OP_SUITE_OPTIMIZED_ONLY=1` to skip the unoptimised compile (slow compilers), and
 //! `LUMINAL_OP_SUITE_VERBOSE=1` to print every case with its timing.
 //!
 //! Comparison: a finite expected float `e` accepts `g` when `|g - e| <= atol + rtol * |e|`
@@ -397,7 +400,12 @@ fn check_shape(
 }
 
 /// Builds, compiles and runs one case on a backend; `Err` says what went wrong.
-pub fn run_case<B: Backend>(backend: B, case: &Case, fx: &FixtureCase) -> Result<(), String> {
+pub fn run_case<B: Backend>(
+    backend: B,
+    options: CompileOptions,
+    case: &Case,
+    fx: &FixtureCase,
+) -> Result<(), String> {
     let cx = Graph::new();
     let inputs: Vec<GraphTensor> = fx
         .input_decls()
@@ -443,7 +451,7 @@ pub fn run_case<B: Backend>(backend: B, case: &Case, fx: &FixtureCase) -> Result
     }
     let outs: Vec<GraphTensor> = outs.into_iter().map(|o| o.output()).collect();
     let mut rt = cx
-        .compile(backend, CompileOptions::default())
+        .compile(backend, options)
         .map_err(|e| format!("compile: {e}"))?;
     for (r, run) in fx.runs.iter().enumerate() {
         let tag = if fx.runs.len() > 1 {
@@ -494,6 +502,8 @@ pub fn run_family<B: Backend>(family: &str, make_backend: impl Fn() -> B) {
     let filter = std::env::var("LUMINAL_OP_SUITE_FILTER")
         .ok()
         .filter(|f| !f.is_empty());
+    let optimized_only =
+        std::env::var("LUMINAL_OP_SUITE_OPTIMIZED_ONLY").is_ok_and(|v| !v.is_empty() && v != "0");
     let verbose =
         std::env::var("LUMINAL_OP_SUITE_VERBOSE").is_ok_and(|v| !v.is_empty() && v != "0");
     let fx = fixture();
@@ -511,8 +521,19 @@ pub fn run_family<B: Backend>(family: &str, make_backend: impl Fn() -> B) {
             continue;
         };
         let t0 = Instant::now();
-        let result = catch_unwind(AssertUnwindSafe(|| run_case(make_backend(), c, f)))
-            .unwrap_or_else(|p| Err(format!("panicked: {}", panic_message(p))));
+        let run = |options: CompileOptions| {
+            catch_unwind(AssertUnwindSafe(|| run_case(make_backend(), options, c, f)))
+                .unwrap_or_else(|p| Err(format!("panicked: {}", panic_message(p))))
+        };
+        let mut result = run(CompileOptions::default());
+        if result.is_ok() && !optimized_only {
+            #[allow(clippy::needless_update)] // robust to new fields
+            let unoptimized = CompileOptions {
+                optimize: false,
+                ..CompileOptions::default()
+            };
+            result = run(unoptimized).map_err(|e| format!("[compiled with optimize: false] {e}"));
+        }
         if verbose {
             eprintln!(
                 "[{family}] {:<40} {:>8.1} ms {}",
