@@ -1,0 +1,203 @@
+//! Layers against numpy references (scripts/gen_nn_fixtures.py → tests/fixtures/layers.json).
+
+use luminal::prelude::*;
+use luminal_nn::*;
+use serde_json::Value;
+
+fn fixture(name: &str) -> Value {
+    let all: Value = serde_json::from_str(include_str!("fixtures/layers.json")).unwrap();
+    all[name].clone()
+}
+
+fn floats(v: &Value) -> Vec<f32> {
+    v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+fn shape(v: &Value) -> Vec<usize> {
+    v["shape"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as usize)
+        .collect()
+}
+
+/// Sets every named input from the case, runs, and compares `out` with the expected values.
+fn check<'g>(
+    cx: &'g Graph,
+    case: &str,
+    tensors: &[GraphTensor<'g>],
+    out: GraphTensor<'g>,
+    extra: &[(GraphTensor<'g>, Vec<i32>)],
+) {
+    let f = fixture(case);
+    let mut rt = cx
+        .compile(ReferenceBackend, CompileOptions::default())
+        .unwrap();
+    for t in tensors {
+        let name = parameter_name(*t);
+        let v = &f["inputs"][&name];
+        assert!(!v.is_null(), "{case}: fixture has no input {name}");
+        assert_eq!(
+            t.shape()
+                .iter()
+                .map(|d| d.as_constant().unwrap() as usize)
+                .collect::<Vec<_>>(),
+            shape(v),
+            "{case}: {name}"
+        );
+        rt.set(*t, &floats(v)).unwrap();
+    }
+    for (t, ids) in extra {
+        rt.set(*t, ids).unwrap();
+    }
+    rt.run().unwrap();
+    let got: Vec<f32> = rt.get(out).unwrap();
+    let want = floats(&f["expected"]);
+    assert_eq!(
+        out.shape()
+            .iter()
+            .map(|d| d.as_constant().unwrap() as usize)
+            .collect::<Vec<_>>(),
+        shape(&f["expected"])
+    );
+    let atol = f["atol"].as_f64().unwrap() as f32;
+    let rtol = f["rtol"].as_f64().unwrap_or(1e-5) as f32;
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!(
+            (g - w).abs() <= atol + rtol * w.abs(),
+            "{case}[{i}]: got {g}, want {w}"
+        );
+    }
+}
+
+#[test]
+fn linear_with_and_without_bias() {
+    for (case, bias) in [("linear_bias", true), ("linear_nobias", false)] {
+        let cx = Graph::new();
+        let x = cx.tensor("x", (2, 3, 17));
+        let fc = Linear::new(&cx, "fc", 17, 5, bias);
+        let names: Vec<String> = fc.parameters().into_iter().map(parameter_name).collect();
+        assert_eq!(
+            names,
+            if bias {
+                vec!["fc.weight", "fc.bias"]
+            } else {
+                vec!["fc.weight"]
+            }
+        );
+        let y = fc.forward(x).output();
+        let mut inputs = fc.parameters();
+        inputs.push(x);
+        check(&cx, case, &inputs, y, &[]);
+    }
+}
+
+#[test]
+fn embedding_lookup() {
+    let cx = Graph::new();
+    let tok = Embedding::new(&cx, "tok", 11, 4);
+    let ids = cx.input("ids", (2, 3), DType::I32);
+    let y = tok.forward(ids).output();
+    let f = fixture("embedding");
+    let id_data: Vec<i32> = f["ids"]["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap() as i32)
+        .collect();
+    check(&cx, "embedding", &tok.parameters(), y, &[(ids, id_data)]);
+}
+
+#[test]
+fn norms() {
+    let cx = Graph::new();
+    let x = cx.tensor("x", (3, 4, 33));
+    let ln = LayerNorm::new(&cx, "ln", 33, true, true, 1e-5);
+    let y = ln.forward(x).output();
+    let mut inputs = ln.parameters();
+    inputs.push(x);
+    check(&cx, "layer_norm", &inputs, y, &[]);
+
+    let cx = Graph::new();
+    let x = cx.tensor("x", (3, 4, 33));
+    let norm = RmsNorm::new(&cx, "norm", 33, 1e-6);
+    let y = norm.forward(x).output();
+    let mut inputs = norm.parameters();
+    inputs.push(x);
+    check(&cx, "rms_norm", &inputs, y, &[]);
+}
+
+#[test]
+fn swiglu_mlp() {
+    let cx = Graph::new();
+    let x = cx.tensor("x", (2, 5, 8));
+    let mlp = SwiGluMlp::new(&cx, "mlp", 8, 12);
+    let y = mlp.forward(x).output();
+    let mut inputs = mlp.parameters();
+    assert_eq!(inputs.len(), 3);
+    inputs.push(x);
+    check(&cx, "swiglu", &inputs, y, &[]);
+}
+
+#[test]
+fn rope_layouts_offsets_and_llama3_scaling() {
+    let neox = Rope {
+        head_dim: 16,
+        theta: 10000.0,
+        layout: RopeLayout::NeoX,
+        scaling: None,
+    };
+    let cx = Graph::new();
+    let x = cx.tensor("x", (2, 3, 7, 16));
+    let y = neox.forward(x, 0).output();
+    check(&cx, "rope_neox", &[x], y, &[]);
+
+    // Interleaved pairs, positions starting at a dynamic offset bound at run time.
+    let inter = Rope {
+        layout: RopeLayout::Interleaved,
+        ..neox
+    };
+    let cx = Graph::new();
+    let x = cx.tensor("x", (2, 3, 7, 16));
+    let y = inter.forward(x, "start").output();
+    let f = fixture("rope_interleaved_start5");
+    let mut rt = cx
+        .compile(ReferenceBackend, CompileOptions::default())
+        .unwrap();
+    rt.set(x, &floats(&f["inputs"]["x"])).unwrap();
+    rt.set_dim("start", 5);
+    rt.run().unwrap();
+    let got: Vec<f32> = rt.get(y).unwrap();
+    for (g, w) in got.iter().zip(floats(&f["expected"])) {
+        assert!(
+            (g - w).abs() <= 2e-5 + 1e-5 * w.abs(),
+            "interleaved: got {g}, want {w}"
+        );
+    }
+
+    let scaling = RopeScaling {
+        factor: 8.0,
+        low_freq_factor: 1.0,
+        high_freq_factor: 4.0,
+        original_max_position_embeddings: 8192.0,
+    };
+    let llama3 = Rope {
+        head_dim: 64,
+        theta: 500000.0,
+        layout: RopeLayout::NeoX,
+        scaling: Some(scaling),
+    };
+    let cx = Graph::new();
+    let inv = llama3.inv_freq(&cx).output();
+    check(&cx, "inv_freq_llama3", &[], inv, &[]);
+    let cx = Graph::new();
+    let x = cx.tensor("x", (1, 2, 5, 64));
+    let y = llama3.forward(x, 100).output();
+    check(&cx, "rope_llama3_start100", &[x], y, &[]);
+}

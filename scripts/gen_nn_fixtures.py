@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Reference values for crates/luminal_nn layers, computed with numpy in float64.
+
+    pip install numpy
+    python3 scripts/gen_nn_fixtures.py   # writes crates/luminal_nn/tests/fixtures/layers.json
+
+Each case: named inputs (parameters use the layer's parameter names) and the expected output.
+RoPE follows Hugging Face's `rotate_half` (NeoX) and the interleaved (GPT-J / Meta) pairing;
+Llama-3 scaling follows transformers' `_compute_llama3_parameters`.
+"""
+import json
+import math
+import os
+
+import numpy as np
+
+rng = np.random.default_rng(20261122)
+cases = {}
+
+
+def arr(x):
+    x = np.asarray(x, dtype=np.float32)
+    return {"shape": list(x.shape), "data": [float(v) for v in x.reshape(-1)]}
+
+
+def randn(*shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def f64(x):
+    return np.asarray(x, dtype=np.float64)
+
+
+def add(name, inputs, expected, atol=1e-5):
+    cases[name] = {"inputs": {k: arr(v) for k, v in inputs.items()}, "expected": arr(expected), "atol": atol}
+
+
+# Linear with and without bias, batched input.
+x = randn(2, 3, 17)
+w = randn(5, 17, scale=0.3)
+b = randn(5)
+add("linear_bias", {"x": x, "fc.weight": w, "fc.bias": b}, f64(x) @ f64(w).T + f64(b))
+add("linear_nobias", {"x": x, "fc.weight": w}, f64(x) @ f64(w).T)
+
+# Embedding.
+table = randn(11, 4)
+ids = np.array([[3, 0, 10], [7, 7, 1]])
+cases["embedding"] = {
+    "inputs": {"tok.weight": arr(table)},
+    "ids": {"shape": [2, 3], "data": ids.reshape(-1).tolist()},
+    "expected": arr(f64(table)[ids]),
+    "atol": 0.0,
+}
+
+# Norms over the last dim.
+x = randn(3, 4, 33, scale=2.0) + 0.5
+g, beta = randn(33) + 1.0, randn(33)
+mu = f64(x).mean(-1, keepdims=True)
+var = ((f64(x) - mu) ** 2).mean(-1, keepdims=True)
+add("layer_norm", {"x": x, "ln.weight": g, "ln.bias": beta}, (f64(x) - mu) / np.sqrt(var + 1e-5) * f64(g) + f64(beta))
+ms = (f64(x) ** 2).mean(-1, keepdims=True)
+add("rms_norm", {"x": x, "norm.weight": g}, f64(x) / np.sqrt(ms + 1e-6) * f64(g))
+
+# SwiGLU MLP.
+x = randn(2, 5, 8)
+wg, wu, wd = randn(12, 8, scale=0.4), randn(12, 8, scale=0.4), randn(8, 12, scale=0.4)
+gate = f64(x) @ f64(wg).T
+silu = gate / (1.0 + np.exp(-gate))
+add("swiglu", {"x": x, "mlp.gate_proj.weight": wg, "mlp.up_proj.weight": wu, "mlp.down_proj.weight": wd},
+    (silu * (f64(x) @ f64(wu).T)) @ f64(wd).T, atol=2e-5)
+
+
+def inv_freq(d, theta, scaling=None):
+    inv = 1.0 / (theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
+    if scaling is None:
+        return inv
+    factor, low, high, old = scaling
+    low_wl, high_wl = old / low, old / high
+    wavelen = 2 * math.pi / inv
+    scaled = np.where(wavelen > low_wl, inv / factor, inv)
+    smooth = (old / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < high_wl) & ~(wavelen > low_wl)
+    return np.where(medium, smoothed, scaled)
+
+
+def rope(x, start, theta, layout, scaling=None):
+    x = f64(x)
+    seq, d = x.shape[-2], x.shape[-1]
+    ang = np.arange(start, start + seq, dtype=np.float64)[:, None] * inv_freq(d, theta, scaling)[None, :]
+    cos, sin = np.cos(ang), np.sin(ang)
+    if layout == "neox":
+        x1, x2 = x[..., : d // 2], x[..., d // 2:]
+        return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+    xe, xo = x[..., 0::2], x[..., 1::2]
+    out = np.empty_like(x)
+    out[..., 0::2] = xe * cos - xo * sin
+    out[..., 1::2] = xo * cos + xe * sin
+    return out
+
+
+x = randn(2, 3, 7, 16)  # [batch, heads, seq, head_dim]
+add("rope_neox", {"x": x}, rope(x, 0, 10000.0, "neox"), atol=2e-5)
+add("rope_interleaved_start5", {"x": x}, rope(x, 5, 10000.0, "interleaved"), atol=2e-5)
+x = randn(1, 2, 5, 64)
+llama3 = (8.0, 1.0, 4.0, 8192.0)
+add("rope_llama3_start100", {"x": x}, rope(x, 100, 500000.0, "neox", llama3), atol=2e-4)
+cases["inv_freq_llama3"] = {"inputs": {}, "expected": arr(inv_freq(64, 500000.0, llama3)), "atol": 0.0, "rtol": 2e-6}
+
+out = os.path.join(os.path.dirname(__file__), "..", "crates", "luminal_nn", "tests", "fixtures", "layers.json")
+with open(out, "w") as f:
+    json.dump(cases, f)
+print(f"wrote {len(cases)} cases to {os.path.normpath(out)}")
