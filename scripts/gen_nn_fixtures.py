@@ -107,6 +107,74 @@ llama3 = (8.0, 1.0, 4.0, 8192.0)
 add("rope_llama3_start100", {"x": x}, rope(x, 100, 500000.0, "neox", llama3), atol=2e-4)
 cases["inv_freq_llama3"] = {"inputs": {}, "expected": arr(inv_freq(64, 500000.0, llama3)), "atol": 0.0, "rtol": 2e-6}
 
+
+
+def attention(q, k, v):
+    """q [b, hq, s, d], k/v [b, hkv, t, d]; query i sits at position t - s + i."""
+    q, k, v = f64(q), f64(k), f64(v)
+    g = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, g, axis=1), np.repeat(v, g, axis=1)
+    s, t, d = q.shape[2], k.shape[2], q.shape[3]
+    scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(d)
+    visible = np.arange(t)[None, :] <= (t - s + np.arange(s))[:, None]
+    scores = np.where(visible, scores, -np.inf)
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    return (p / p.sum(-1, keepdims=True)) @ v
+
+
+q, k, v = randn(2, 4, 3, 8), randn(2, 2, 5, 8), randn(2, 2, 5, 8)
+add("attention_gqa_cached", {"q": q, "k": k, "v": v}, attention(q, k, v), atol=2e-5)
+
+
+def rms(x, w, eps):
+    return x / np.sqrt((x ** 2).mean(-1, keepdims=True) + eps) * f64(w)
+
+
+def block(x, p, pre, heads, kv_heads, head_dim, theta, bias):
+    x = f64(x)
+    b, s, dim = x.shape
+    h = rms(x, p[pre + "input_layernorm.weight"], 1e-5)
+
+    def proj(name, t):
+        y = t @ f64(p[pre + f"self_attn.{name}.weight"]).T
+        if bias and name != "o_proj":
+            y = y + f64(p[pre + f"self_attn.{name}.bias"])
+        return y
+
+    def heads_of(t, n):
+        return t.reshape(b, s, n, head_dim).transpose(0, 2, 1, 3)
+
+    q = rope(heads_of(proj("q_proj", h), heads), 0, theta, "neox")
+    kk = rope(heads_of(proj("k_proj", h), kv_heads), 0, theta, "neox")
+    vv = heads_of(proj("v_proj", h), kv_heads)
+    att = attention(q, kk, vv).transpose(0, 2, 1, 3).reshape(b, s, heads * head_dim)
+    x = x + att @ f64(p[pre + "self_attn.o_proj.weight"]).T
+    h = rms(x, p[pre + "post_attention_layernorm.weight"], 1e-5)
+    gate = h @ f64(p[pre + "mlp.gate_proj.weight"]).T
+    up = h @ f64(p[pre + "mlp.up_proj.weight"]).T
+    return x + (gate / (1 + np.exp(-gate)) * up) @ f64(p[pre + "mlp.down_proj.weight"]).T
+
+
+for bias in (False, True):
+    dim, hidden, heads, kv_heads, head_dim = 16, 24, 4, 2, 4
+    pre = "layers.0."
+    p = {
+        pre + "input_layernorm.weight": randn(dim) * 0.1 + 1.0,
+        pre + "post_attention_layernorm.weight": randn(dim) * 0.1 + 1.0,
+        pre + "self_attn.q_proj.weight": randn(heads * head_dim, dim, scale=0.3),
+        pre + "self_attn.k_proj.weight": randn(kv_heads * head_dim, dim, scale=0.3),
+        pre + "self_attn.v_proj.weight": randn(kv_heads * head_dim, dim, scale=0.3),
+        pre + "self_attn.o_proj.weight": randn(dim, heads * head_dim, scale=0.3),
+        pre + "mlp.gate_proj.weight": randn(hidden, dim, scale=0.3),
+        pre + "mlp.up_proj.weight": randn(hidden, dim, scale=0.3),
+        pre + "mlp.down_proj.weight": randn(dim, hidden, scale=0.3),
+    }
+    if bias:
+        for n, o in (("q_proj", heads), ("k_proj", kv_heads), ("v_proj", kv_heads)):
+            p[pre + f"self_attn.{n}.bias"] = randn(o * head_dim, scale=0.1)
+    x = randn(2, 6, dim)
+    add("block_qkv_bias" if bias else "block", dict(p, x=x), block(x, p, pre, heads, kv_heads, head_dim, 10000.0, bias), atol=5e-5)
+
 out = os.path.join(os.path.dirname(__file__), "..", "crates", "luminal_nn", "tests", "fixtures", "layers.json")
 with open(out, "w") as f:
     json.dump(cases, f)

@@ -4,11 +4,13 @@
 //! `model.layers.0.mlp.up_proj.weight`), in the layouts PyTorch / Hugging Face use, so a
 //! loader maps file tensors to graph inputs in one place: [`Module::parameters`].
 
+mod attention;
 mod linear;
 mod mlp;
 mod norm;
 mod rope;
 
+pub use attention::{causal_attention, Attention, TransformerBlock};
 pub use linear::{Embedding, Linear};
 pub use mlp::{Activation, SwiGluMlp};
 pub use norm::{LayerNorm, RmsNorm};

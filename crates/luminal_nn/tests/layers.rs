@@ -201,3 +201,33 @@ fn rope_layouts_offsets_and_llama3_scaling() {
     let y = llama3.forward(x, 100).output();
     check(&cx, "rope_llama3_start100", &[x], y, &[]);
 }
+
+#[test]
+fn grouped_query_causal_attention_with_cached_keys() {
+    let cx = Graph::new();
+    let q = cx.tensor("q", (2, 4, 3, 8));
+    let k = cx.tensor("k", (2, 2, 5, 8));
+    let v = cx.tensor("v", (2, 2, 5, 8));
+    let y = causal_attention(q, k, v).output();
+    check(&cx, "attention_gqa_cached", &[q, k, v], y, &[]);
+}
+
+#[test]
+fn llama_and_qwen2_blocks() {
+    for (case, bias) in [("block", false), ("block_qkv_bias", true)] {
+        let cx = Graph::new();
+        let rope = Rope {
+            head_dim: 4,
+            theta: 10000.0,
+            layout: RopeLayout::NeoX,
+            scaling: None,
+        };
+        let block = TransformerBlock::new(&cx, "layers.0", 16, 24, 4, 2, bias, rope, 1e-5);
+        let x = cx.tensor("x", (2, 6, 16));
+        let y = block.forward(x).output();
+        let mut inputs = block.parameters();
+        assert_eq!(inputs.len(), if bias { 12 } else { 9 });
+        inputs.push(x);
+        check(&cx, case, &inputs, y, &[]);
+    }
+}

@@ -1,0 +1,215 @@
+//! Grouped-query causal self-attention and the pre-norm Llama transformer block.
+
+use crate::{join, Linear, Module, RmsNorm, Rope, SwiGluMlp};
+use luminal::prelude::*;
+
+/// Scaled dot-product attention with a causal mask.
+///
+/// `q: [b, hq, s, d]`, `k, v: [b, hkv, t, d]` with `hq` a multiple of `hkv` (grouped-query
+/// attention) and `t ≥ s`: query row `i` is position `t − s + i` and sees keys `0..=t−s+i`
+/// (so the same function serves prefill, `t = s`, and decoding with earlier keys cached).
+pub fn causal_attention<'g>(
+    q: GraphTensor<'g>,
+    k: GraphTensor<'g>,
+    v: GraphTensor<'g>,
+) -> GraphTensor<'g> {
+    let (qs, ks) = (q.shape(), k.shape());
+    assert!(
+        qs.len() == 4 && ks.len() == 4 && v.shape() == ks && qs[3] == ks[3] && qs[0] == ks[0],
+        "causal_attention: need q [b, hq, s, d] and k, v [b, hkv, t, d], got {qs:?}, {ks:?}, {:?}",
+        v.shape()
+    );
+    let (hq, hkv) = (qs[1].as_constant().unwrap(), ks[1].as_constant().unwrap());
+    assert!(
+        hq % hkv == 0,
+        "causal_attention: {hq} query heads is not a multiple of {hkv} kv heads"
+    );
+    let head_dim = qs[3].as_constant().unwrap();
+    let groups = hq / hkv;
+    // Share each kv head with its `groups` query heads.
+    let repeat = |t: GraphTensor<'g>| {
+        if groups == 1 {
+            return t;
+        }
+        let s = t.shape();
+        t.expand(2, groups).reshape(vec![
+            s[0].clone(),
+            Expression::from(hq),
+            s[2].clone(),
+            s[3].clone(),
+        ])
+    };
+    let (k, v) = (repeat(k), repeat(v));
+    let scores = q.matmul(k.transpose(-1, -2)) * (1.0 / (head_dim as f32).sqrt()); // [b, hq, s, t]
+    let (s, t) = (qs[2].clone(), ks[2].clone());
+    let z = Expression::var("z");
+    // key index − query index, for the [s, t] score matrix
+    let offset = z.clone() % t.clone() - z / t.clone();
+    let visible = q
+        .graph
+        .iota(offset, s.clone() * t.clone())
+        .reshape(vec![s.clone(), t.clone()])
+        .le(q.graph.constant_expr(t - s, DType::I32));
+    let scores = visible
+        .expand_to(scores.shape())
+        .select(scores, f32::NEG_INFINITY);
+    scores.softmax(-1).matmul(v)
+}
+
+/// Llama-family attention: q/k/v/o projections (optional q/k/v bias, as in Qwen2), RoPE,
+/// grouped-query causal attention.
+pub struct Attention<'g> {
+    pub q_proj: Linear<'g>,
+    pub k_proj: Linear<'g>,
+    pub v_proj: Linear<'g>,
+    pub o_proj: Linear<'g>,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub rope: Rope,
+}
+
+impl<'g> Attention<'g> {
+    pub fn new(
+        cx: &'g Graph,
+        prefix: &str,
+        dim: usize,
+        n_heads: usize,
+        n_kv_heads: usize,
+        qkv_bias: bool,
+        rope: Rope,
+    ) -> Self {
+        let head_dim = rope.head_dim;
+        Attention {
+            q_proj: Linear::new(
+                cx,
+                &join(prefix, "q_proj"),
+                dim,
+                n_heads * head_dim,
+                qkv_bias,
+            ),
+            k_proj: Linear::new(
+                cx,
+                &join(prefix, "k_proj"),
+                dim,
+                n_kv_heads * head_dim,
+                qkv_bias,
+            ),
+            v_proj: Linear::new(
+                cx,
+                &join(prefix, "v_proj"),
+                dim,
+                n_kv_heads * head_dim,
+                qkv_bias,
+            ),
+            o_proj: Linear::new(cx, &join(prefix, "o_proj"), n_heads * head_dim, dim, false),
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            rope,
+        }
+    }
+
+    /// `[b, s, dim]` → `[b, heads, s, head_dim]`.
+    fn split_heads(&self, x: GraphTensor<'g>, heads: usize) -> GraphTensor<'g> {
+        let s = x.shape();
+        x.reshape(vec![
+            s[0].clone(),
+            s[1].clone(),
+            Expression::from(heads),
+            Expression::from(self.head_dim),
+        ])
+        .permute(&[0, 2, 1, 3])
+    }
+
+    /// Self-attention over `x: [b, s, dim]` at positions `0..s`.
+    pub fn forward_at(&self, x: GraphTensor<'g>, start: impl Into<Expression>) -> GraphTensor<'g> {
+        let start = start.into();
+        let q = self.rope.forward(
+            self.split_heads(self.q_proj.forward(x), self.n_heads),
+            start.clone(),
+        );
+        let k = self.rope.forward(
+            self.split_heads(self.k_proj.forward(x), self.n_kv_heads),
+            start,
+        );
+        let v = self.split_heads(self.v_proj.forward(x), self.n_kv_heads);
+        let out = causal_attention(q, k, v); // [b, h, s, d]
+        let s = x.shape();
+        let merged = out.permute(&[0, 2, 1, 3]).reshape(vec![
+            s[0].clone(),
+            s[1].clone(),
+            Expression::from(self.n_heads * self.head_dim),
+        ]);
+        self.o_proj.forward(merged)
+    }
+}
+
+impl<'g> Module<'g> for Attention<'g> {
+    fn forward(&self, x: GraphTensor<'g>) -> GraphTensor<'g> {
+        self.forward_at(x, 0)
+    }
+    fn parameters(&self) -> Vec<GraphTensor<'g>> {
+        [&self.q_proj, &self.k_proj, &self.v_proj, &self.o_proj]
+            .iter()
+            .flat_map(|l| l.parameters())
+            .collect()
+    }
+}
+
+/// Pre-norm transformer block: `x + attn(norm(x))`, then `h + mlp(norm(h))` (HF Llama names).
+pub struct TransformerBlock<'g> {
+    pub input_layernorm: RmsNorm<'g>,
+    pub self_attn: Attention<'g>,
+    pub post_attention_layernorm: RmsNorm<'g>,
+    pub mlp: SwiGluMlp<'g>,
+}
+
+impl<'g> TransformerBlock<'g> {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        cx: &'g Graph,
+        prefix: &str,
+        dim: usize,
+        hidden: usize,
+        n_heads: usize,
+        n_kv_heads: usize,
+        qkv_bias: bool,
+        rope: Rope,
+        eps: f32,
+    ) -> Self {
+        TransformerBlock {
+            input_layernorm: RmsNorm::new(cx, &join(prefix, "input_layernorm"), dim, eps),
+            self_attn: Attention::new(
+                cx,
+                &join(prefix, "self_attn"),
+                dim,
+                n_heads,
+                n_kv_heads,
+                qkv_bias,
+                rope,
+            ),
+            post_attention_layernorm: RmsNorm::new(
+                cx,
+                &join(prefix, "post_attention_layernorm"),
+                dim,
+                eps,
+            ),
+            mlp: SwiGluMlp::new(cx, &join(prefix, "mlp"), dim, hidden),
+        }
+    }
+}
+
+impl<'g> Module<'g> for TransformerBlock<'g> {
+    fn forward(&self, x: GraphTensor<'g>) -> GraphTensor<'g> {
+        let h = x + self.self_attn.forward(self.input_layernorm.forward(x));
+        h + self.mlp.forward(self.post_attention_layernorm.forward(h))
+    }
+    fn parameters(&self) -> Vec<GraphTensor<'g>> {
+        let mut p = self.input_layernorm.parameters();
+        p.extend(self.self_attn.parameters());
+        p.extend(self.post_attention_layernorm.parameters());
+        p.extend(self.mlp.parameters());
+        p
+    }
+}
