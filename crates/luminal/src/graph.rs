@@ -220,6 +220,11 @@ impl Graph {
         }
     }
 
+    /// A process-unique id; a compiled runtime uses it to reject handles of other graphs.
+    pub fn id(&self) -> u64 {
+        self.data.borrow().graph_id
+    }
+
     pub(crate) fn data(&self) -> Ref<'_, GraphData> {
         self.data.borrow()
     }

@@ -106,9 +106,7 @@ impl ReferenceRuntime {
     }
 
     fn entry(&self, t: GraphTensor) -> Result<&TensorEntry> {
-        let d = t.graph.data();
-        let same = d.graph_id == self.graph.graph_id;
-        drop(d);
+        let same = t.graph.id() == self.graph.graph_id;
         self.graph
             .tensors
             .get(t.id.0 as usize)

@@ -1,0 +1,67 @@
+//! # luminal_cpu: the fast CPU backend
+//!
+//! Compiles the (generically optimised) primop graph into a plan of kernels:
+//!
+//! - **fused elementwise** trees (any chain of unary/binary primops, casts, constants and
+//!   views) evaluated by a block interpreter in one pass over the output;
+//! - **reductions** fused with their elementwise producers;
+//! - **matmul** recognised from its broadcast-multiply + sum-reduce pattern and run by
+//!   `gemm` on the operands' own strides;
+//! - a **reference-semantics fallback** for everything else (ints, bools, halves, gather,
+//!   iota), so every graph runs with the reference's results.
+//!
+//! Buffers are planned at compile time and reused by liveness; after the first run for
+//! given dims, `run()` allocates nothing. Threads come from a dedicated rayon pool.
+//!
+//! ```
+//! use luminal::prelude::*;
+//! use luminal_cpu::CpuBackend;
+//! let cx = Graph::new();
+//! let a = cx.tensor("a", (3, 1));
+//! let b = cx.tensor("b", (1, 4));
+//! let c = a.matmul(b).output();
+//! let mut rt = cx.compile(CpuBackend::default(), CompileOptions::default()).unwrap();
+//! rt.set(a, &[1., 2., 3.]).unwrap();
+//! rt.set(b, &[1., 2., 3., 4.]).unwrap();
+//! rt.run().unwrap();
+//! assert_eq!(rt.get::<f32>(c).unwrap(), vec![1., 2., 3., 4., 2., 4., 6., 8., 3., 6., 9., 12.]);
+//! ```
+
+mod fallback;
+mod fused;
+mod matmul;
+mod plan;
+mod profile;
+mod runtime;
+mod storage;
+mod view;
+
+pub use runtime::CpuRuntime;
+
+use luminal::{Backend, CompileOptions, GraphData, Result};
+
+/// The CPU backend. `threads: None` uses every available core.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuBackend {
+    pub threads: Option<usize>,
+}
+
+impl CpuBackend {
+    /// A backend using `n` threads (1 = no parallelism).
+    pub fn with_threads(n: usize) -> CpuBackend {
+        CpuBackend {
+            threads: Some(n.max(1)),
+        }
+    }
+}
+
+impl Backend for CpuBackend {
+    type Runtime = CpuRuntime;
+    fn compile(&self, graph: GraphData, _: &CompileOptions) -> Result<CpuRuntime> {
+        let threads = self
+            .threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .max(1);
+        CpuRuntime::new(graph, threads)
+    }
+}

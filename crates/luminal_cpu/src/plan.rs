@@ -1,0 +1,415 @@
+//! Lowering: the primop graph becomes a list of kernels in launch order.
+//!
+//! - A producer is inlined into its consumer's fused tree when it is an f32 elementwise op
+//!   with a single consumer, is not an output, and the edge reads it through the identity
+//!   view (so element `z` of the consumer needs element `z` of the producer).
+//! - Constants read through an unmasked view become immediate values of the tree.
+//! - `SumReduce(last)` over an inlined `Mul` with the matmul broadcast pattern becomes a
+//!   `gemm` call.
+//! - Everything else that is f32 becomes a fused elementwise or reduce kernel; anything not
+//!   f32 (ints, bools, halves, gathers, iota) runs the reference-semantics fallback.
+
+use crate::fallback::FallbackKernel;
+use crate::fused::{ConstSrc, Instr, Leaf, Program};
+use crate::matmul::MatmulKernel;
+use crate::view::{DimNames, ResolvedView, ViewExprs};
+use luminal::graph::{Edge, GraphData, NodeId};
+use luminal::op::{BinaryOp, ConstValue, Op, ReduceOp};
+use luminal::shape::CompiledExpression;
+use luminal::{DType, Expression, Result, ShapeTracker};
+use std::collections::{HashMap, HashSet};
+
+/// What a kernel computes.
+#[allow(clippy::large_enum_variant)] // a handful per graph; boxing buys nothing
+#[derive(Clone, Debug)]
+pub enum KernelKind {
+    Elementwise(Program),
+    Reduce {
+        op: ReduceOp,
+        prog: Program,
+        /// Reduced length and inner size (outer = numel / inner).
+        len: CompiledExpression,
+        inner: CompiledExpression,
+    },
+    Matmul(MatmulKernel),
+    Fallback(FallbackKernel),
+}
+
+/// One launch: computes node `node` into buffer `out`.
+#[derive(Clone, Debug)]
+pub struct Kernel {
+    pub name: String,
+    pub node: NodeId,
+    pub dtype: DType,
+    /// Buffer (before buffer assignment: the node index) the kernel writes.
+    pub out: usize,
+    /// Buffers the kernel reads (node indices before assignment).
+    pub reads: Vec<usize>,
+    pub numel: CompiledExpression,
+    pub kind: KernelKind,
+}
+
+/// Can this node be evaluated inside an f32 fused tree? Values are f32; `Bool` nodes hold
+/// exact 0/1.
+fn fusable(g: &GraphData, id: NodeId) -> bool {
+    let node = g.node(id);
+    let in_dt = |i: usize| g.node(node.inputs[i].node).dtype;
+    match (&node.op, node.dtype) {
+        (Op::Unary(_), DType::F32) => in_dt(0) == DType::F32,
+        (Op::Binary(BinaryOp::LessThan), DType::Bool) => in_dt(0) == DType::F32,
+        (Op::Binary(b), DType::F32) => *b != BinaryOp::LessThan && in_dt(0) == DType::F32,
+        // Every dtype embeds exactly in f64 and a leaf rounds f64 -> f32 once, which is the
+        // reference cast; bools, halves are exact in f32.
+        (Op::Cast(DType::F32), DType::F32) => true,
+        (Op::Cast(DType::Bool), DType::Bool) => in_dt(0) != DType::I32,
+        (Op::Contiguous, DType::F32) => in_dt(0) == DType::F32,
+        (Op::Contiguous, DType::Bool) => in_dt(0) == DType::Bool,
+        (Op::Constant { .. }, DType::F32) => true,
+        _ => false,
+    }
+}
+
+/// The edge reads its producer's buffer in order: element `z` of the view is element `z`
+/// of the buffer (a contiguous view, possibly reshaped). Leaves unravel `z` over their own
+/// dims, so such a producer inlines as is.
+fn flat_identity_edge(g: &GraphData, e: &Edge) -> bool {
+    e.view.is_contiguous()
+        && e.view.n_elements() == g.node(e.node).shape.iter().product::<Expression>()
+}
+
+fn is_one(d: &Expression) -> bool {
+    d.as_constant() == Some(1)
+}
+
+/// A consumer view that only broadcasts its producer (the `keepdim` + expand pattern of
+/// softmax and norms): consumer dims are the producer's non-1 dims in order, row-major,
+/// plus stride-0 (or size-1) dims. A producer read this way is recomputed per consumer
+/// element by rewriting its leaves' views with the same broadcast.
+#[derive(Clone, Debug)]
+struct Broadcast {
+    p_shape: Vec<Expression>,
+    v_dims: Vec<Expression>,
+    new_dim: Vec<bool>,
+}
+
+impl Broadcast {
+    fn of(v: &ShapeTracker, p_shape: &[Expression]) -> Option<Broadcast> {
+        if v.is_masked() || !v.offset().is_zero() {
+            return None;
+        }
+        let (dims, strides) = (v.dims(), v.strides());
+        let mut row_major = vec![Expression::one(); p_shape.len()];
+        for i in (0..p_shape.len().saturating_sub(1)).rev() {
+            row_major[i] = &row_major[i + 1] * &p_shape[i + 1];
+        }
+        let p_nonone: Vec<usize> = (0..p_shape.len())
+            .filter(|&i| !is_one(&p_shape[i]))
+            .collect();
+        let (mut k, mut new_dim) = (0, vec![]);
+        for j in 0..dims.len() {
+            if strides[j].is_zero() || is_one(&dims[j]) {
+                new_dim.push(true);
+                continue;
+            }
+            let pi = *p_nonone.get(k)?;
+            if dims[j] != p_shape[pi] || strides[j] != row_major[pi] {
+                return None;
+            }
+            new_dim.push(false);
+            k += 1;
+        }
+        (k == p_nonone.len()).then(|| Broadcast {
+            p_shape: p_shape.to_vec(),
+            v_dims: dims,
+            new_dim,
+        })
+    }
+
+    /// A view over the producer's shape, rewritten over the consumer's dims.
+    fn apply(&self, u: &ShapeTracker) -> Option<ShapeTracker> {
+        let mut u = u.clone();
+        if u.dims() != self.p_shape && !u.reshape(self.p_shape.clone()) {
+            return None;
+        }
+        for i in (0..self.p_shape.len()).rev() {
+            if is_one(&self.p_shape[i]) {
+                u.squeeze(i);
+            }
+        }
+        for (j, &new) in self.new_dim.iter().enumerate() {
+            if new {
+                u.expand(j, self.v_dims[j].clone());
+            }
+        }
+        Some(u)
+    }
+}
+
+struct Lowering<'a> {
+    g: &'a GraphData,
+    uses: HashMap<NodeId, usize>,
+    names: &'a DimNames,
+    threads: usize,
+}
+
+impl Lowering<'_> {
+    /// A fusable single-use producer that is not an output.
+    fn private_fusable(&self, e: &Edge) -> bool {
+        let p = self.g.node(e.node);
+        !matches!(p.op, Op::Constant { .. })
+            && fusable(self.g, e.node)
+            && self.uses.get(&e.node) == Some(&1)
+            && !self.g.outputs.contains(&e.node)
+    }
+
+    fn inlinable(&self, e: &Edge) -> bool {
+        self.private_fusable(e) && flat_identity_edge(self.g, e)
+    }
+
+    fn const_leaf(&self, e: &Edge) -> Option<ConstSrc> {
+        let p = self.g.node(e.node);
+        match &p.op {
+            Op::Constant { value } if p.dtype == DType::F32 && !e.view.is_masked() => {
+                Some(match value {
+                    ConstValue::Float(v) => ConstSrc::Value(*v as f32),
+                    ConstValue::Expr(x) => ConstSrc::Expr(self.names.compile(x).ok()?),
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// Emits the value read through `e` into `prog` (views rewritten by the pending
+    /// broadcasts `xfs`, innermost last); returns its instruction, or `None` when a view
+    /// cannot be rewritten.
+    fn emit_edge(
+        &self,
+        e: &Edge,
+        prog: &mut Program,
+        reads: &mut Vec<usize>,
+        xfs: &mut Vec<Broadcast>,
+    ) -> Result<Option<usize>> {
+        if let Some(c) = self.const_leaf(e) {
+            prog.consts.push(c);
+            prog.instrs.push(Instr::Const(prog.consts.len() - 1));
+            return Ok(Some(prog.instrs.len() - 1));
+        }
+        if self.inlinable(e) {
+            return self.emit_node(e.node, prog, reads, xfs);
+        }
+        if self.private_fusable(e) {
+            if let Some(b) = Broadcast::of(&e.view, &self.g.node(e.node).shape) {
+                let mark = (
+                    prog.instrs.len(),
+                    prog.leaves.len(),
+                    prog.consts.len(),
+                    reads.len(),
+                );
+                xfs.push(b);
+                let r = self.emit_node(e.node, prog, reads, xfs)?;
+                xfs.pop();
+                if r.is_some() {
+                    return Ok(r);
+                }
+                prog.instrs.truncate(mark.0);
+                prog.leaves.truncate(mark.1);
+                prog.consts.truncate(mark.2);
+                reads.truncate(mark.3);
+            }
+        }
+        let mut view = e.view.clone();
+        for b in xfs.iter().rev() {
+            match b.apply(&view) {
+                Some(v) => view = v,
+                None => return Ok(None),
+            }
+        }
+        prog.leaves.push(Leaf {
+            buf: e.node.0 as usize,
+            exprs: ViewExprs::new(&view, self.names)?,
+            view: ResolvedView::default(),
+        });
+        reads.push(e.node.0 as usize);
+        prog.instrs.push(Instr::Load(prog.leaves.len() - 1));
+        Ok(Some(prog.instrs.len() - 1))
+    }
+
+    /// Emits a fusable node (and its inlined producers) into `prog`.
+    fn emit_node(
+        &self,
+        id: NodeId,
+        prog: &mut Program,
+        reads: &mut Vec<usize>,
+        xfs: &mut Vec<Broadcast>,
+    ) -> Result<Option<usize>> {
+        let node = self.g.node(id);
+        let mut args = [0usize; 2];
+        for (i, e) in node.inputs.iter().enumerate().take(2) {
+            match self.emit_edge(e, prog, reads, xfs)? {
+                Some(a) => args[i] = a,
+                None => return Ok(None),
+            }
+        }
+        let instr = match &node.op {
+            Op::Unary(u) => Instr::Unary(*u, args[0]),
+            Op::Binary(b) => Instr::Binary(*b, args[0], args[1]),
+            Op::Cast(DType::Bool) => Instr::NotZero(args[0]),
+            Op::Cast(_) | Op::Contiguous => Instr::Copy(args[0]),
+            Op::Constant { .. } => {
+                let e = Edge {
+                    node: id,
+                    view: ShapeTracker::new(node.shape.clone()),
+                };
+                return self.emit_edge(&e, prog, reads, xfs);
+            }
+            other => unreachable!("{} is not fusable", other.name()),
+        };
+        prog.instrs.push(instr);
+        Ok(Some(prog.instrs.len() - 1))
+    }
+
+    fn name_of(prog: &Program, prefix: &str) -> String {
+        let ops: Vec<String> = prog
+            .instrs
+            .iter()
+            .filter_map(|i| match i {
+                Instr::Unary(u, _) => Some(u.name().to_string()),
+                Instr::Binary(b, _, _) => Some(b.name().to_string()),
+                Instr::NotZero(_) => Some("NotZero".into()),
+                _ => None,
+            })
+            .collect();
+        format!("{prefix}[{}]", ops.join(","))
+    }
+
+    fn lower(&self, id: NodeId) -> Result<Kernel> {
+        let node = self.g.node(id);
+        let mut reads = vec![];
+        let numel = self.names.compile(&node.shape.iter().product())?;
+        let kernel = |name: String, kind: KernelKind, reads: Vec<usize>| Kernel {
+            name,
+            node: id,
+            dtype: node.dtype,
+            out: id.0 as usize,
+            reads,
+            numel: numel.clone(),
+            kind,
+        };
+        if fusable(self.g, id) {
+            let mut prog = Program::default();
+            self.emit_node(id, &mut prog, &mut reads, &mut vec![])?
+                .expect("a root has no pending broadcast");
+            let name = Self::name_of(&prog, "elementwise");
+            return Ok(kernel(name, KernelKind::Elementwise(prog), reads));
+        }
+        if let Op::Reduce { op, axis } = node.op {
+            let e = &node.inputs[0];
+            if node.dtype == DType::F32 && self.g.node(e.node).dtype == DType::F32 {
+                if let Some(k) = self.try_matmul(id, op, axis)? {
+                    return Ok(kernel("matmul".into(), KernelKind::Matmul(k.0), k.1));
+                }
+                let mut prog = Program::default();
+                self.emit_edge(e, &mut prog, &mut reads, &mut vec![])?
+                    .expect("a root has no pending broadcast");
+                let dims = e.view.dims();
+                let inner: Expression = dims[axis + 1..].iter().product();
+                let name = Self::name_of(&prog, &format!("{}({axis})", op.name()));
+                let kind = KernelKind::Reduce {
+                    op,
+                    prog,
+                    len: self.names.compile(&dims[axis])?,
+                    inner: self.names.compile(&inner)?,
+                };
+                return Ok(kernel(name, kind, reads));
+            }
+        }
+        let in_bufs: Vec<usize> = node.inputs.iter().map(|e| e.node.0 as usize).collect();
+        let in_dtype = node
+            .inputs
+            .first()
+            .map(|e| self.g.node(e.node).dtype)
+            .unwrap_or(node.dtype);
+        let fb = FallbackKernel::new(node, &in_bufs, in_dtype, self.names)?;
+        let name = format!("fallback[{}:{}]", node.op.name(), node.dtype);
+        Ok(kernel(name, KernelKind::Fallback(fb), in_bufs))
+    }
+
+    /// `SumReduce(last)` of an inlinable `Mul` whose views broadcast `a` along N and `b`
+    /// along M: a gemm over the operands' own buffers and strides.
+    fn try_matmul(
+        &self,
+        id: NodeId,
+        op: ReduceOp,
+        axis: usize,
+    ) -> Result<Option<(MatmulKernel, Vec<usize>)>> {
+        let node = self.g.node(id);
+        let e = &node.inputs[0];
+        let r = e.view.rank();
+        let mul = self.g.node(e.node);
+        if op != ReduceOp::Sum
+            || r < 3
+            || axis != r - 1
+            || mul.op != Op::Binary(BinaryOp::Mul)
+            || mul.dtype != DType::F32
+            || !self.inlinable(e)
+        {
+            return Ok(None);
+        }
+        let dims = e.view.dims();
+        let is_one = |d: &Expression| d.as_constant() == Some(1);
+        let broadcast = |x: &Edge, dim: usize| {
+            !x.view.is_masked() && (x.view.strides()[dim].is_zero() || is_one(&dims[dim]))
+        };
+        let (x, y) = (&mul.inputs[0], &mul.inputs[1]);
+        let (a, b) = if broadcast(x, r - 2) && broadcast(y, r - 3) {
+            (x, y)
+        } else if broadcast(y, r - 2) && broadcast(x, r - 3) {
+            (y, x)
+        } else {
+            return Ok(None);
+        };
+        let k = MatmulKernel::new(
+            a.node.0 as usize,
+            b.node.0 as usize,
+            ViewExprs::new(&a.view, self.names)?,
+            ViewExprs::new(&b.view, self.names)?,
+            self.threads,
+        );
+        Ok(Some((k, vec![a.node.0 as usize, b.node.0 as usize])))
+    }
+}
+
+/// Lowers the live part of `g` (what the outputs need) into kernels in launch order.
+pub fn lower(
+    g: &GraphData,
+    live_order: &[NodeId],
+    names: &DimNames,
+    threads: usize,
+) -> Result<Vec<Kernel>> {
+    let mut uses: HashMap<NodeId, usize> = HashMap::new();
+    for &id in live_order {
+        for e in &g.node(id).inputs {
+            *uses.entry(e.node).or_default() += 1;
+        }
+    }
+    let lw = Lowering {
+        g,
+        uses,
+        names,
+        threads,
+    };
+    // Walk consumers before producers: a node gets a kernel only if some kernel (or the
+    // user) reads its buffer.
+    let mut needed: HashSet<usize> = g.outputs.iter().map(|n| n.0 as usize).collect();
+    let mut kernels = vec![];
+    for &id in live_order.iter().rev() {
+        if !needed.contains(&(id.0 as usize)) || matches!(g.node(id).op, Op::Input { .. }) {
+            continue;
+        }
+        let k = lw.lower(id)?;
+        needed.extend(k.reads.iter().copied());
+        kernels.push(k);
+    }
+    kernels.reverse();
+    Ok(kernels)
+}

@@ -1,0 +1,400 @@
+//! `CpuRuntime`: the kernels, the static buffer plan, and the `Runtime` API with the same
+//! semantics (and typed errors) as the reference runtime.
+
+use crate::fused::{run_elementwise, run_reduce, ReduceShape};
+use crate::plan::{Kernel, KernelKind};
+use crate::storage::{is_f32_stored, Storage};
+use crate::view::{eval, DimNames, DimValues, MAX_DYN_DIMS};
+use luminal::graph::{GraphData, GraphTensor, NodeId, TensorEntry};
+use luminal::op::Op;
+use luminal::passes::live_nodes;
+use luminal::shape::CompiledExpression;
+use luminal::{HostData, LuminalError, Result, Runtime};
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+/// A live input: its node, name, buffer and element count.
+struct InputSlot {
+    node: NodeId,
+    name: String,
+    buf: usize,
+    numel: CompiledExpression,
+    present: bool,
+}
+
+pub struct CpuRuntime {
+    graph: GraphData,
+    names: DimNames,
+    /// Dims the live graph uses (checked bound before a run, like the reference).
+    needed_dims: BTreeSet<String>,
+    dims: HashMap<String, i64>,
+    dim_values: DimValues,
+    kernels: Vec<Kernel>,
+    /// Element count each kernel produced in the last run.
+    kernel_len: Vec<usize>,
+    bufs: Vec<Storage>,
+    inputs: Vec<InputSlot>,
+    /// Buffer and producing kernel of every node whose buffer is readable by `get`.
+    node_buf: HashMap<NodeId, (usize, Option<usize>)>,
+    computed: bool,
+    pool: std::sync::Arc<rayon::ThreadPool>,
+    threads: usize,
+    profile: bool,
+    timings: Vec<Duration>,
+}
+
+impl CpuRuntime {
+    pub(crate) fn new(graph: GraphData, threads: usize) -> Result<CpuRuntime> {
+        let live = live_nodes(&graph);
+        let order: Vec<NodeId> = graph
+            .toposort()
+            .into_iter()
+            .filter(|id| live.contains(id))
+            .collect();
+        let mut sub = graph.clone();
+        for (i, n) in sub.nodes.iter_mut().enumerate() {
+            if !live.contains(&NodeId(i as u32)) {
+                *n = None;
+            }
+        }
+        let needed_dims = sub.dynamic_dims();
+        let all_dims = graph.dynamic_dims();
+        if all_dims.len() > MAX_DYN_DIMS {
+            return Err(LuminalError::Backend(format!(
+                "at most {MAX_DYN_DIMS} dynamic dims are supported, the graph uses {}",
+                all_dims.len()
+            )));
+        }
+        let names = DimNames(all_dims.into_iter().collect());
+        let mut kernels = crate::plan::lower(&graph, &order, &names, threads)?;
+
+        // Static memory plan: inputs own their buffers; each kernel output takes a free
+        // buffer of its storage kind, and buffers return to the pool after their last read.
+        // Outputs are never reused, so they stay readable after the run.
+        let mut bufs: Vec<Storage> = vec![];
+        let mut node_buf: HashMap<usize, usize> = HashMap::new();
+        let mut inputs = vec![];
+        for &id in &order {
+            let node = graph.node(id);
+            if let Op::Input { name } = &node.op {
+                node_buf.insert(id.0 as usize, bufs.len());
+                inputs.push(InputSlot {
+                    node: id,
+                    name: name.clone(),
+                    buf: bufs.len(),
+                    numel: names.compile(&node.shape.iter().product())?,
+                    present: false,
+                });
+                bufs.push(Storage::empty(node.dtype));
+            }
+        }
+        let mut last_read: HashMap<usize, usize> = HashMap::new();
+        for (i, k) in kernels.iter().enumerate() {
+            for &r in &k.reads {
+                last_read.insert(r, i);
+            }
+        }
+        let is_input = |n: usize| matches!(graph.node(NodeId(n as u32)).op, Op::Input { .. });
+        let mut free: Vec<usize> = vec![];
+        for (i, k) in kernels.iter().enumerate() {
+            let f32_kind = is_f32_stored(k.dtype);
+            let slot = if graph.outputs.contains(&k.node) {
+                None
+            } else {
+                free.iter()
+                    .position(|&b| matches!(bufs[b], Storage::F32(_)) == f32_kind)
+            };
+            let buf = match slot {
+                Some(p) => free.swap_remove(p),
+                None => {
+                    bufs.push(Storage::empty(k.dtype));
+                    bufs.len() - 1
+                }
+            };
+            node_buf.insert(k.out, buf);
+            let mut reads = k.reads.clone();
+            reads.sort_unstable();
+            reads.dedup();
+            for r in reads {
+                if last_read.get(&r) == Some(&i)
+                    && !is_input(r)
+                    && !graph.outputs.contains(&NodeId(r as u32))
+                {
+                    free.push(node_buf[&r]);
+                }
+            }
+        }
+        for k in &mut kernels {
+            let map = |n: usize| node_buf[&n];
+            k.out = map(k.out);
+            k.reads.iter_mut().for_each(|r| *r = map(*r));
+            match &mut k.kind {
+                KernelKind::Elementwise(p) | KernelKind::Reduce { prog: p, .. } => {
+                    p.leaves.iter_mut().for_each(|l| l.buf = map(l.buf))
+                }
+                KernelKind::Matmul(m) => {
+                    m.a = map(m.a);
+                    m.b = map(m.b);
+                }
+                KernelKind::Fallback(f) => f.remap_bufs(&map),
+            }
+        }
+        let mut readable = HashMap::new();
+        for (i, k) in kernels.iter().enumerate() {
+            if graph.outputs.contains(&k.node) {
+                readable.insert(k.node, (k.out, Some(i)));
+            }
+        }
+        for s in &inputs {
+            readable.insert(s.node, (s.buf, None));
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .map_err(|e| LuminalError::Backend(format!("thread pool: {e}")))?;
+        let max_instrs = kernels
+            .iter()
+            .map(|k| match &k.kind {
+                KernelKind::Elementwise(p) | KernelKind::Reduce { prog: p, .. } => p.instrs.len(),
+                _ => 0,
+            })
+            .max()
+            .unwrap_or(0);
+        pool.broadcast(|_| crate::fused::reserve_scratch(max_instrs));
+        let pool = std::sync::Arc::new(pool);
+        let n = kernels.len();
+        Ok(CpuRuntime {
+            graph,
+            names,
+            needed_dims,
+            dims: HashMap::new(),
+            dim_values: [0; MAX_DYN_DIMS + 1],
+            kernels,
+            kernel_len: vec![0; n],
+            bufs,
+            inputs,
+            node_buf: readable,
+            computed: false,
+            pool,
+            threads,
+            profile: std::env::var("LUMINAL_PROFILE").is_ok_and(|v| v == "1"),
+            timings: vec![Duration::ZERO; n],
+        })
+    }
+
+    /// The compiled graph (after the generic passes).
+    pub fn graph(&self) -> &GraphData {
+        &self.graph
+    }
+    /// Number of kernels launched per run.
+    pub fn kernel_count(&self) -> usize {
+        self.kernels.len()
+    }
+    /// Kernel names in launch order (e.g. `elementwise[Mul,Exp2]`, `matmul`).
+    pub fn kernel_names(&self) -> Vec<String> {
+        self.kernels.iter().map(|k| k.name.clone()).collect()
+    }
+    /// Number of distinct buffers of the static memory plan (inputs included).
+    pub fn buffer_count(&self) -> usize {
+        self.bufs.len()
+    }
+    /// Threads of the runtime's pool.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+    /// Turns per-kernel timing on or off (also on with `LUMINAL_PROFILE=1`).
+    pub fn set_profile(&mut self, on: bool) {
+        self.profile = on;
+    }
+
+    /// The per-kernel profile of the last run: name, time, bytes moved, FLOPs.
+    pub fn profile(&self) -> String {
+        crate::profile::table(self)
+    }
+
+    pub(crate) fn profile_rows(&self) -> impl Iterator<Item = (&Kernel, Duration, usize)> {
+        self.kernels
+            .iter()
+            .zip(&self.timings)
+            .zip(&self.kernel_len)
+            .map(|((k, &t), &n)| (k, t, n))
+    }
+    pub(crate) fn buf_len(&self, b: usize) -> usize {
+        self.bufs[b].len()
+    }
+
+    fn entry(&self, t: GraphTensor) -> Result<&TensorEntry> {
+        let same = t.graph.id() == self.graph.graph_id;
+        self.graph
+            .tensors
+            .get(t.id.0 as usize)
+            .filter(|_| same)
+            .ok_or(LuminalError::UnknownTensor(t.id.0 as usize))
+    }
+
+    fn numel(&self, e: &CompiledExpression) -> Result<usize> {
+        Ok(eval(e, &self.dim_values)?.max(0) as usize)
+    }
+
+    /// Launches every kernel in order (inside the runtime's thread pool).
+    fn execute(&mut self) -> Result<()> {
+        let dims = self.dim_values;
+        let profile = self.profile;
+        for (i, k) in self.kernels.iter_mut().enumerate() {
+            let start = profile.then(Instant::now);
+            let n = eval(&k.numel, &dims)?.max(0) as usize;
+            self.kernel_len[i] = n;
+            self.bufs[k.out].ensure_len(n);
+            let mut out = std::mem::replace(&mut self.bufs[k.out], Storage::F32(Vec::new()));
+            let res = run_kernel(k, &self.bufs, &mut out, n, &dims);
+            self.bufs[k.out] = out;
+            res?;
+            if let Some(s) = start {
+                self.timings[i] = s.elapsed();
+            }
+        }
+        Ok(())
+    }
+}
+
+fn run_kernel(
+    k: &mut Kernel,
+    bufs: &[Storage],
+    out: &mut Storage,
+    n: usize,
+    dims: &DimValues,
+) -> Result<()> {
+    match &mut k.kind {
+        KernelKind::Elementwise(p) => {
+            p.prepare(dims, bufs)?;
+            run_elementwise(p, bufs, out, n);
+        }
+        KernelKind::Reduce {
+            op,
+            prog,
+            len,
+            inner,
+        } => {
+            prog.prepare(dims, bufs)?;
+            let len = eval(len, dims)?.max(0) as usize;
+            let inner = (eval(inner, dims)?.max(0) as usize).max(1);
+            let Storage::F32(o) = out else {
+                return Err(LuminalError::Backend("reduce needs an f32 output".into()));
+            };
+            let outer = n / inner;
+            run_reduce(*op, prog, bufs, o, ReduceShape { outer, len, inner });
+        }
+        KernelKind::Matmul(m) => {
+            m.prepare(dims, bufs)?;
+            m.run(bufs, out)?;
+        }
+        KernelKind::Fallback(f) => f.run(bufs, out, n, dims)?,
+    }
+    Ok(())
+}
+
+impl Runtime for CpuRuntime {
+    fn set_data(&mut self, tensor: GraphTensor, data: HostData) -> Result<()> {
+        let entry = self.entry(tensor)?.clone();
+        let node = self.graph.node(entry.node);
+        let is_input = matches!(node.op, Op::Input { .. });
+        if !is_input || !entry.view.is_contiguous() || entry.view.dims() != node.shape {
+            return Err(LuminalError::NotAnInput(entry.label));
+        }
+        if data.dtype() != entry.dtype {
+            return Err(LuminalError::WrongDType {
+                tensor: entry.label,
+                expected: entry.dtype,
+                got: data.dtype(),
+            });
+        }
+        // Check the length now when the dims are known; run() checks again after set_dim.
+        let known = node
+            .shape
+            .iter()
+            .try_fold(1usize, |acc, d| {
+                d.eval_with(&|n| self.dims.get(n).copied())
+                    .map(|v| acc * v.max(0) as usize)
+            })
+            .ok();
+        if let Some(n) = known {
+            if n != data.len() {
+                return Err(LuminalError::WrongLength {
+                    tensor: entry.label,
+                    expected: n,
+                    got: data.len(),
+                });
+            }
+        }
+        // An input the outputs do not need has no slot: accept and drop the data.
+        if let Some(slot) = self.inputs.iter_mut().find(|s| s.node == entry.node) {
+            self.bufs[slot.buf] = Storage::from_host(data);
+            slot.present = true;
+        }
+        Ok(())
+    }
+
+    fn set_dim(&mut self, name: &str, value: usize) {
+        self.dims.insert(name.to_string(), value as i64);
+    }
+
+    fn run(&mut self) -> Result<()> {
+        if let Some(d) = self
+            .needed_dims
+            .iter()
+            .find(|d| !self.dims.contains_key(*d))
+        {
+            return Err(LuminalError::UnboundDim(d.clone()));
+        }
+        for (i, name) in self.names.0.iter().enumerate() {
+            self.dim_values[i + 1] = self.dims.get(name).copied().unwrap_or(0);
+        }
+        for s in &self.inputs {
+            if !s.present {
+                return Err(LuminalError::MissingInput(s.name.clone()));
+            }
+            let n = self.numel(&s.numel)?;
+            if self.bufs[s.buf].len() != n {
+                return Err(LuminalError::WrongLength {
+                    tensor: s.name.clone(),
+                    expected: n,
+                    got: self.bufs[s.buf].len(),
+                });
+            }
+        }
+        self.computed = false;
+        // One injection into the pool per run; kernels fork inside it.
+        let pool = std::sync::Arc::clone(&self.pool);
+        pool.install(|| self.execute())?;
+        self.computed = true;
+        if self.profile {
+            eprintln!("{}", self.profile());
+        }
+        Ok(())
+    }
+
+    fn get_data(&self, tensor: GraphTensor) -> Result<HostData> {
+        let entry = self.entry(tensor)?;
+        let node = self.graph.node(entry.node);
+        if !self.graph.outputs.contains(&entry.node)
+            || !entry.view.is_contiguous()
+            || entry.view.dims() != node.shape
+        {
+            return Err(LuminalError::NotAnOutput(entry.label.clone()));
+        }
+        let not_computed = || LuminalError::NotComputed(entry.label.clone());
+        let &(buf, kernel) = self.node_buf.get(&entry.node).ok_or_else(not_computed)?;
+        let len = match kernel {
+            Some(k) if self.computed => self.kernel_len[k],
+            Some(_) => return Err(not_computed()),
+            None => {
+                let slot = self.inputs.iter().find(|s| s.node == entry.node);
+                if !slot.is_some_and(|s| s.present) {
+                    return Err(not_computed());
+                }
+                self.bufs[buf].len()
+            }
+        };
+        Ok(self.bufs[buf].to_host(entry.dtype, len))
+    }
+}

@@ -1,0 +1,278 @@
+//! Views resolved to integers at launch, and the loaders that read a block of logical
+//! elements through them.
+//!
+//! Every expression of a view (dims, strides, offset, mask window, validity factor) is
+//! compiled once at compile time over the graph's dynamic dims, and evaluated into plain
+//! `i64`s before each run, so the per-element work is integer adds only.
+
+use crate::storage::BufRef;
+use luminal::shape::CompiledExpression;
+use luminal::{Expression, LuminalError, Result, ShapeTracker};
+
+/// Most dynamic dims a graph may use (their values live in a fixed array, to keep launches
+/// allocation-free).
+pub const MAX_DYN_DIMS: usize = 31;
+
+/// Values of the dynamic dims, in the order of [`DimNames`].
+pub type DimValues = [i64; MAX_DYN_DIMS + 1];
+
+/// The names of the graph's dynamic dims, in the order their values are passed to compiled
+/// expressions (slot 0 is reserved for the flat index `z`).
+#[derive(Clone, Debug, Default)]
+pub struct DimNames(pub Vec<String>);
+
+impl DimNames {
+    /// Compiles `e` over `[z, dims...]`.
+    pub fn compile(&self, e: &Expression) -> Result<CompiledExpression> {
+        let mut vars: Vec<&str> = vec!["z"];
+        vars.extend(self.0.iter().map(|s| s.as_str()));
+        e.compile(&vars)
+            .map_err(|e| LuminalError::Expression(e.to_string()))
+    }
+}
+
+/// An expression evaluated with the current dim values (z = 0).
+pub fn eval(e: &CompiledExpression, dims: &DimValues) -> Result<i64> {
+    e.eval(dims)
+        .map_err(|e| LuminalError::Expression(e.to_string()))
+}
+
+/// A view's expressions, compiled.
+#[derive(Clone, Debug)]
+pub struct ViewExprs {
+    dims: Vec<CompiledExpression>,
+    strides: Vec<CompiledExpression>,
+    offset: CompiledExpression,
+    lo: Vec<CompiledExpression>,
+    hi: Vec<CompiledExpression>,
+    /// Validity at the window's low corner: captures the view's index-independent factor.
+    valid: CompiledExpression,
+    masked: bool,
+}
+
+/// A view with every expression evaluated.
+#[derive(Clone, Debug, Default)]
+pub struct ResolvedView {
+    pub dims: Vec<i64>,
+    pub strides: Vec<i64>,
+    pub offset: i64,
+    pub lo: Vec<i64>,
+    pub hi: Vec<i64>,
+    /// False when the view reads only padding.
+    pub any_valid: bool,
+    pub masked: bool,
+    /// Identity over the buffer: element z reads buffer element z.
+    pub contiguous: bool,
+}
+
+impl ViewExprs {
+    pub fn new(view: &ShapeTracker, names: &DimNames) -> Result<ViewExprs> {
+        let c = |e: &Expression| names.compile(e);
+        let mask = view.mask();
+        let lo_exprs: Vec<Expression> = mask.iter().map(|(l, _)| l.max(0)).collect();
+        Ok(ViewExprs {
+            dims: view.dims().iter().map(c).collect::<Result<_>>()?,
+            strides: view.strides().iter().map(c).collect::<Result<_>>()?,
+            offset: c(&view.offset())?,
+            lo: mask.iter().map(|(l, _)| c(l)).collect::<Result<_>>()?,
+            hi: mask.iter().map(|(_, h)| c(h)).collect::<Result<_>>()?,
+            valid: c(&view.valid_expression_nd(&lo_exprs))?,
+            masked: view.is_masked(),
+        })
+    }
+
+    pub fn rank(&self) -> usize {
+        self.dims.len()
+    }
+
+    /// Evaluates into `out` (whose vectors already have the view's rank: no allocation).
+    pub fn resolve(&self, dims: &DimValues, out: &mut ResolvedView) -> Result<()> {
+        let r = self.rank();
+        out.dims.resize(r, 0);
+        out.strides.resize(r, 0);
+        out.lo.resize(r, 0);
+        out.hi.resize(r, 0);
+        for i in 0..r {
+            out.dims[i] = eval(&self.dims[i], dims)?;
+            out.strides[i] = eval(&self.strides[i], dims)?;
+            out.lo[i] = eval(&self.lo[i], dims)?.max(0);
+            out.hi[i] = eval(&self.hi[i], dims)?.min(out.dims[i]);
+        }
+        out.offset = eval(&self.offset, dims)?;
+        out.masked = self.masked;
+        let windows_nonempty = (0..r).all(|i| out.lo[i] < out.hi[i]);
+        out.any_valid = !self.masked || (windows_nonempty && eval(&self.valid, dims)? != 0);
+        let mut expected = 1i64;
+        let mut row_major = true;
+        for i in (0..r).rev() {
+            if out.dims[i] != 1 && out.strides[i] != expected {
+                row_major = false;
+            }
+            expected *= out.dims[i];
+        }
+        out.contiguous = !self.masked && out.offset == 0 && row_major;
+        Ok(())
+    }
+}
+
+impl ResolvedView {
+    /// Largest buffer index any valid element reads, or `None` when none is read; used to
+    /// check views against buffer lengths once per launch.
+    pub fn max_index(&self) -> Option<i64> {
+        if !self.any_valid || self.dims.iter().any(|&d| d <= 0) {
+            return None;
+        }
+        let mut m = self.offset;
+        for i in 0..self.dims.len() {
+            let (lo, hi) = if self.masked {
+                (self.lo[i], self.hi[i] - 1)
+            } else {
+                (0, self.dims[i] - 1)
+            };
+            m += if self.strides[i] >= 0 {
+                hi * self.strides[i]
+            } else {
+                lo * self.strides[i]
+            };
+        }
+        Some(m)
+    }
+
+    /// Smallest buffer index a valid element reads.
+    pub fn min_index(&self) -> Option<i64> {
+        if !self.any_valid || self.dims.iter().any(|&d| d <= 0) {
+            return None;
+        }
+        let mut m = self.offset;
+        for i in 0..self.dims.len() {
+            let (lo, hi) = if self.masked {
+                (self.lo[i], self.hi[i] - 1)
+            } else {
+                (0, self.dims[i] - 1)
+            };
+            m += if self.strides[i] >= 0 {
+                lo * self.strides[i]
+            } else {
+                hi * self.strides[i]
+            };
+        }
+        Some(m)
+    }
+
+    /// Checks every valid element lies inside a buffer of `len` elements.
+    pub fn check_bounds(&self, len: usize) -> Result<()> {
+        match (self.min_index(), self.max_index()) {
+            (Some(lo), Some(hi)) if lo < 0 || hi >= len as i64 => Err(LuminalError::Backend(
+                format!("view reads elements {lo}..={hi} of a buffer of {len}"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Loads logical elements `z0 .. z0 + out.len()` into `out` (padding reads 0).
+    pub fn load(&self, buf: BufRef<'_>, z0: usize, out: &mut [f32]) {
+        let n = out.len();
+        if n == 0 {
+            return;
+        }
+        if self.contiguous {
+            buf.copy_to_f32(z0, out);
+            return;
+        }
+        if !self.any_valid {
+            out.fill(0.0);
+            return;
+        }
+        let r = self.dims.len();
+        if r == 0 {
+            out[0] = buf.get_f32(self.offset as usize);
+            return;
+        }
+        // Odometer over the logical index, one run along the last dim at a time.
+        let mut idx = [0i64; 16];
+        if r > idx.len() {
+            // Rare deep views: element-wise path.
+            for (j, o) in out.iter_mut().enumerate() {
+                *o = self.load_one(buf, z0 + j);
+            }
+            return;
+        }
+        let mut rem = z0 as i64;
+        for i in (0..r).rev() {
+            idx[i] = rem % self.dims[i];
+            rem /= self.dims[i];
+        }
+        let last = r - 1;
+        let (s, d) = (self.strides[last], self.dims[last]);
+        let (lo, hi) = (self.lo[last], self.hi[last]);
+        let mut pos = 0usize;
+        while pos < n {
+            let run = ((d - idx[last]) as usize).min(n - pos);
+            let dst = &mut out[pos..pos + run];
+            let mut row_valid = true;
+            let mut base = self.offset;
+            for i in 0..last {
+                base += idx[i] * self.strides[i];
+                if self.masked && (idx[i] < self.lo[i] || idx[i] >= self.hi[i]) {
+                    row_valid = false;
+                }
+            }
+            if !row_valid {
+                dst.fill(0.0);
+            } else {
+                let c0 = idx[last];
+                // The valid part of this run along the last dim.
+                let (vlo, vhi) = if self.masked {
+                    (
+                        (lo - c0).clamp(0, run as i64),
+                        (hi - c0).clamp(0, run as i64),
+                    )
+                } else {
+                    (0, run as i64)
+                };
+                let (vlo, vhi) = (vlo as usize, vhi.max(vlo) as usize);
+                dst[..vlo].fill(0.0);
+                dst[vhi..].fill(0.0);
+                let start = base + (c0 + vlo as i64) * s;
+                let seg = &mut dst[vlo..vhi];
+                if s == 0 {
+                    seg.fill(buf.get_f32(start as usize));
+                } else if s == 1 {
+                    buf.copy_to_f32(start as usize, seg);
+                } else {
+                    for (j, o) in seg.iter_mut().enumerate() {
+                        *o = buf.get_f32((start + j as i64 * s) as usize);
+                    }
+                }
+            }
+            pos += run;
+            idx[last] += run as i64;
+            let mut i = last;
+            while i > 0 && idx[i] >= self.dims[i] {
+                idx[i] = 0;
+                idx[i - 1] += 1;
+                i -= 1;
+            }
+        }
+    }
+
+    /// One logical element (slow path for very deep views).
+    pub fn load_one(&self, buf: BufRef<'_>, z: usize) -> f32 {
+        let mut rem = z as i64;
+        let mut phys = self.offset;
+        let mut valid = self.any_valid;
+        for i in (0..self.dims.len()).rev() {
+            let c = rem % self.dims[i];
+            rem /= self.dims[i];
+            phys += c * self.strides[i];
+            if self.masked && (c < self.lo[i] || c >= self.hi[i]) {
+                valid = false;
+            }
+        }
+        if valid {
+            buf.get_f32(phys as usize)
+        } else {
+            0.0
+        }
+    }
+}

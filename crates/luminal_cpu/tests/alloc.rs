@@ -1,0 +1,87 @@
+//! After the first run for given dims, `run()` makes no heap allocation: buffers are planned
+//! at compile time and reused. A counting global allocator checks it on an MLP graph.
+
+use luminal::prelude::*;
+use luminal_cpu::CpuBackend;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+struct Counting;
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; only counts calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
+        System.alloc(l)
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        System.dealloc(p, l)
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
+        System.realloc(p, l, n)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Allocations during the 2nd and 3rd runs of an MLP (`with_matmul`) or of the same graph
+/// with the matmuls replaced by elementwise products.
+fn count_runs(threads: usize, batch: usize, with_matmul: bool) -> usize {
+    let cx = Graph::new();
+    let x = cx.tensor("x", ("batch", 256));
+    let w1 = cx.tensor("w1", (256, 512));
+    let w2 = cx.tensor("w2", (512, 128));
+    let y = if with_matmul {
+        x.matmul(w1).relu().matmul(w2).softmax(1).output()
+    } else {
+        let h = (x.sum_keepdim(1) * w1.sum(0).expand(0, "batch")).relu();
+        (h.sum_keepdim(1) * w2.max(0).expand(0, "batch"))
+            .softmax(1)
+            .output()
+    };
+    let mut rt = cx
+        .compile(CpuBackend::with_threads(threads), CompileOptions::default())
+        .unwrap();
+    rt.set(w1, &vec![0.01f32; 256 * 512]).unwrap();
+    rt.set(w2, &vec![0.02f32; 512 * 128]).unwrap();
+    rt.set_dim("batch", batch);
+    rt.set(x, &vec![1.0f32; batch * 256]).unwrap();
+    rt.run().unwrap();
+    COUNTING.store(true, Ordering::SeqCst);
+    ALLOCS.store(0, Ordering::SeqCst);
+    rt.run().unwrap();
+    rt.run().unwrap();
+    COUNTING.store(false, Ordering::SeqCst);
+    let n = ALLOCS.load(Ordering::SeqCst);
+    let out = rt.get::<f32>(y).unwrap();
+    assert!((out[..128].iter().sum::<f32>() - 1.0).abs() < 1e-3);
+    n
+}
+
+// One test function: the counter is global, so the cases must not run concurrently.
+#[test]
+fn second_and_third_runs_allocate_nothing() {
+    for (threads, batch) in [(1, 8), (2, 8), (2, 64)] {
+        assert_eq!(
+            count_runs(threads, batch, false),
+            0,
+            "{threads} threads, batch {batch}"
+        );
+        // The runtime allocates nothing, but `gemm` 0.18 allocates small `did_pack_lhs` flag
+        // vectors inside each call (one, plus one per worker thread when parallel):
+        // 2 matmuls x 2 runs x (1 + threads) at most. Anything more is ours.
+        let n = count_runs(threads, batch, true);
+        assert!(
+            n <= 4 * (1 + threads),
+            "{threads} threads, batch {batch}: {n} allocations"
+        );
+    }
+}
