@@ -1,0 +1,246 @@
+//! GGUF v2/v3 reader (the llama.cpp / ggml model format).
+//!
+//! Layout of a file (all little-endian), per the ggml `docs/gguf.md` specification:
+//!
+//! ```text
+//! magic "GGUF" | version: u32 | n_tensors: u64 | n_kv: u64
+//! n_kv × (key: string, value_type: u32, value)          string = u64 length + UTF-8 bytes
+//! n_tensors × (name: string, n_dims: u32, dims: [u64; n_dims], ggml_type: u32, offset: u64)
+//! padding to `general.alignment` (default 32)
+//! tensor data; each tensor at data_start + offset, offset a multiple of the alignment
+//! ```
+//!
+//! `dims` are in ggml order: `dims[0]` is the innermost (contiguous) dimension, so a PyTorch
+//! weight of shape `[out, in]` is stored with `dims = [in, out]`. [`TensorInfo::shape`] gives
+//! the row-major (PyTorch) order.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), luminal_io::IoError> {
+//! let file = luminal_io::GgufFile::open("models/smollm2-135m-q4_1.gguf")?;
+//! let n_layers = file.metadata().get_u32("llama.block_count")?;
+//! let embedding = file.tensor_f32("token_embd.weight")?;
+//! # Ok(()) }
+//! ```
+
+mod metadata;
+mod parse;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+pub use metadata::{Metadata, MetadataArray, MetadataType, MetadataValue};
+pub use parse::{DEFAULT_ALIGNMENT, GGUF_MAGIC, MAX_ARRAY_DEPTH, MAX_DIMS};
+
+use crate::error::{IoError, Result};
+use crate::ggml_type::GgmlType;
+use crate::quant;
+use crate::storage::Storage;
+
+/// One tensor's header entry, validated against the file when it was opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorInfo {
+    name: String,
+    dims: Vec<u64>,
+    ggml_type: GgmlType,
+    offset: u64,
+    n_elements: u64,
+    n_bytes: u64,
+}
+
+impl TensorInfo {
+    /// The tensor's name (`blk.0.attn_q.weight`, …).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Dimensions in ggml order (`dims[0]` varies fastest), as stored in the file.
+    pub fn dims(&self) -> &[u64] {
+        &self.dims
+    }
+
+    /// Dimensions in row-major order (the last one varies fastest), like PyTorch's `shape`.
+    pub fn shape(&self) -> Vec<usize> {
+        // Every dimension is at most the element count, which fits in memory, so the casts
+        // are lossless on 64-bit targets.
+        self.dims.iter().rev().map(|&d| d as usize).collect()
+    }
+
+    /// The stored element type.
+    pub fn ggml_type(&self) -> GgmlType {
+        self.ggml_type
+    }
+
+    /// Offset of the data from the start of the data section.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Number of elements.
+    pub fn n_elements(&self) -> u64 {
+        self.n_elements
+    }
+
+    /// Number of bytes of (possibly quantized) data.
+    pub fn n_bytes(&self) -> u64 {
+        self.n_bytes
+    }
+}
+
+/// A GGUF file, memory-mapped (or held in memory), with its header parsed and validated.
+#[derive(Debug)]
+pub struct GgufFile {
+    storage: Storage,
+    path: Option<PathBuf>,
+    version: u32,
+    metadata: Metadata,
+    tensors: Vec<TensorInfo>,
+    by_name: HashMap<String, usize>,
+    alignment: u64,
+    data_offset: u64,
+}
+
+impl GgufFile {
+    /// Memory-maps and parses the GGUF file at `path`.
+    ///
+    /// All tensor ranges are checked against the file size here, so a truncated download fails
+    /// now, naming the first tensor that does not fit.
+    pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
+        let path = path.as_ref();
+        let storage = Storage::map(path)?;
+        let mut file = Self::from_storage(storage).map_err(|e| e.in_file(path))?;
+        file.path = Some(path.to_path_buf());
+        Ok(file)
+    }
+
+    /// Parses a GGUF file held in memory (same checks as [`GgufFile::open`]).
+    pub fn from_bytes(bytes: impl Into<Vec<u8>>) -> Result<GgufFile> {
+        Self::from_storage(Storage::Owned(bytes.into()))
+    }
+
+    fn from_storage(storage: Storage) -> Result<GgufFile> {
+        if usize::try_from(storage.len() as u64).is_err() {
+            return Err(IoError::TooLargeForPlatform {
+                what: "file size".into(),
+                value: storage.len() as u64,
+            });
+        }
+        let header = parse::parse_header(&storage)?;
+        Ok(GgufFile {
+            storage,
+            path: None,
+            version: header.version,
+            metadata: header.metadata,
+            tensors: header.tensors,
+            by_name: header.by_name,
+            alignment: header.alignment,
+            data_offset: header.data_offset,
+        })
+    }
+
+    /// The path the file was opened from (`None` for [`GgufFile::from_bytes`]).
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// The format version (2 or 3).
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// The metadata, in file order.
+    pub fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+
+    /// Tensor infos, in file order.
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    /// The info of tensor `name`.
+    pub fn tensor_info(&self, name: &str) -> Result<&TensorInfo> {
+        self.by_name
+            .get(name)
+            .map(|&i| &self.tensors[i])
+            .ok_or_else(|| IoError::TensorNotFound {
+                name: name.to_string(),
+            })
+    }
+
+    /// Alignment of the data section and of tensor offsets.
+    pub fn alignment(&self) -> u64 {
+        self.alignment
+    }
+
+    /// Absolute file offset where the data section starts.
+    pub fn data_offset(&self) -> u64 {
+        self.data_offset
+    }
+
+    /// Size of the whole file in bytes.
+    pub fn file_len(&self) -> u64 {
+        self.storage.len() as u64
+    }
+
+    /// The raw (possibly quantized) bytes of tensor `name`, borrowed from the mapping.
+    pub fn tensor_bytes(&self, name: &str) -> Result<&[u8]> {
+        let info = self.tensor_info(name)?;
+        Ok(self.bytes_of(info))
+    }
+
+    fn bytes_of(&self, info: &TensorInfo) -> &[u8] {
+        // `parse_header` checked data_offset + offset + n_bytes <= file length without
+        // overflow, and the file length fits in usize (checked in `from_storage`).
+        let start = (self.data_offset + info.offset) as usize;
+        &self.storage[start..start + info.n_bytes as usize]
+    }
+
+    /// Tensor `name` decoded to f32, row-major in [`TensorInfo::shape`] order.
+    ///
+    /// Large tensors are decoded on rayon's thread pool. Errors with
+    /// [`IoError::UnsupportedDtype`] for types without a decoder (the IQ/TQ families).
+    pub fn tensor_f32(&self, name: &str) -> Result<Vec<f32>> {
+        let info = self.tensor_info(name)?;
+        let n = usize::try_from(info.n_elements).map_err(|_| IoError::TooLargeForPlatform {
+            what: format!("element count of tensor {name}"),
+            value: info.n_elements,
+        })?;
+        // Refuse before allocating: the decoder could not fill the buffer anyway.
+        if !info.ggml_type.can_dequantize() {
+            return Err(IoError::UnsupportedDtype {
+                tensor: name.to_string(),
+                dtype: info.ggml_type.name().to_string(),
+            });
+        }
+        let mut out = vec![0f32; n];
+        quant::dequantize_tensor(name, info.ggml_type, self.bytes_of(info), &mut out, true)?;
+        Ok(out)
+    }
+
+    /// Decodes tensor `name` into `out`, which must hold exactly its element count.
+    pub fn tensor_f32_into(&self, name: &str, out: &mut [f32]) -> Result<()> {
+        let info = self.tensor_info(name)?;
+        if out.len() as u64 != info.n_elements {
+            return Err(IoError::LengthMismatch {
+                tensor: name.to_string(),
+                what: "output buffer".into(),
+                expected: info.n_elements,
+                found: out.len() as u64,
+            });
+        }
+        quant::dequantize_tensor(name, info.ggml_type, self.bytes_of(info), out, true)
+    }
+
+    /// Like [`GgufFile::tensor_f32`], but first checks that the row-major shape is `expected`.
+    pub fn tensor_f32_with_shape(&self, name: &str, expected: &[usize]) -> Result<Vec<f32>> {
+        let found = self.tensor_info(name)?.shape();
+        if found != expected {
+            return Err(IoError::ShapeMismatch {
+                tensor: name.to_string(),
+                expected: expected.to_vec(),
+                found,
+            });
+        }
+        self.tensor_f32(name)
+    }
+}
