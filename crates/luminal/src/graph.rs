@@ -2,11 +2,12 @@
 
 use crate::backend::{Backend, CompileOptions};
 use crate::dtype::DType;
-use crate::error::Result;
+use crate::dtype::HostData;
+use crate::error::{LuminalError, Result};
 use crate::op::Op;
 use crate::shape::{Expression, ShapeTracker};
 use std::cell::{Ref, RefCell, RefMut};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -155,6 +156,66 @@ impl GraphData {
             }
         }
         order
+    }
+
+    /// The entry of a user handle, if it belongs to this graph and existed when compiled.
+    pub fn tensor_entry(&self, t: GraphTensor) -> Result<&TensorEntry> {
+        let same = t.graph.id() == self.graph_id;
+        self.tensors
+            .get(t.id.0 as usize)
+            .filter(|_| same)
+            .ok_or(LuminalError::UnknownTensor(t.id.0 as usize))
+    }
+
+    /// The checks every runtime's `set` makes: the handle is a whole input of this graph, the
+    /// dtype matches, and the length matches when `dims` already bind the shape (runtimes check
+    /// again at `run`). Returns the input node.
+    pub fn check_input(
+        &self,
+        t: GraphTensor,
+        data: &HostData,
+        dims: &HashMap<String, i64>,
+    ) -> Result<NodeId> {
+        let entry = self.tensor_entry(t)?;
+        let node = self.node(entry.node);
+        let is_input = matches!(node.op, Op::Input { .. });
+        if !is_input || !entry.view.is_contiguous() || entry.view.dims() != node.shape {
+            return Err(LuminalError::NotAnInput(entry.label.clone()));
+        }
+        if data.dtype() != entry.dtype {
+            return Err(LuminalError::WrongDType {
+                tensor: entry.label.clone(),
+                expected: entry.dtype,
+                got: data.dtype(),
+            });
+        }
+        let known = node.shape.iter().try_fold(1usize, |acc, d| {
+            d.eval_with(&|n| dims.get(n).copied())
+                .map(|v| acc * v.max(0) as usize)
+        });
+        if let Ok(n) = known {
+            if n != data.len() {
+                return Err(LuminalError::WrongLength {
+                    tensor: entry.label.clone(),
+                    expected: n,
+                    got: data.len(),
+                });
+            }
+        }
+        Ok(entry.node)
+    }
+
+    /// The checks every runtime's `get` makes: the handle is an output read as a whole.
+    pub fn check_output(&self, t: GraphTensor) -> Result<&TensorEntry> {
+        let entry = self.tensor_entry(t)?;
+        let node = self.node(entry.node);
+        if !self.outputs.contains(&entry.node)
+            || !entry.view.is_contiguous()
+            || entry.view.dims() != node.shape
+        {
+            return Err(LuminalError::NotAnOutput(entry.label.clone()));
+        }
+        Ok(entry)
     }
 
     /// Variables (dynamic dim names) used anywhere in the live graph.

@@ -5,7 +5,7 @@
 use crate::backend::{Backend, CompileOptions, Runtime};
 use crate::dtype::HostData;
 use crate::error::{LuminalError, Result};
-use crate::graph::{Edge, GraphData, GraphTensor, NodeId, TensorEntry};
+use crate::graph::{Edge, GraphData, GraphTensor, NodeId};
 use crate::op::{ConstValue, Op};
 use crate::passes::live_nodes;
 use crate::shape::{CompiledExpression, Expression, ShapeTracker};
@@ -103,15 +103,6 @@ impl ReferenceRuntime {
     /// The compiled graph (after the generic passes).
     pub fn graph(&self) -> &GraphData {
         &self.graph
-    }
-
-    fn entry(&self, t: GraphTensor) -> Result<&TensorEntry> {
-        let same = t.graph.id() == self.graph.graph_id;
-        self.graph
-            .tensors
-            .get(t.id.0 as usize)
-            .filter(|_| same)
-            .ok_or(LuminalError::UnknownTensor(t.id.0 as usize))
     }
 
     fn eval_dim(&self, e: &Expression) -> Result<i64> {
@@ -232,30 +223,8 @@ impl ReferenceRuntime {
 
 impl Runtime for ReferenceRuntime {
     fn set_data(&mut self, tensor: GraphTensor, data: HostData) -> Result<()> {
-        let entry = self.entry(tensor)?.clone();
-        let node = self.graph.node(entry.node);
-        let is_input = matches!(node.op, Op::Input { .. });
-        if !is_input || !entry.view.is_contiguous() || entry.view.dims() != node.shape {
-            return Err(LuminalError::NotAnInput(entry.label));
-        }
-        if data.dtype() != entry.dtype {
-            return Err(LuminalError::WrongDType {
-                tensor: entry.label,
-                expected: entry.dtype,
-                got: data.dtype(),
-            });
-        }
-        // Check the length now when the dims are known; run() checks again after set_dim.
-        if let Ok(n) = self.numel(&node.shape) {
-            if n != data.len() {
-                return Err(LuminalError::WrongLength {
-                    tensor: entry.label,
-                    expected: n,
-                    got: data.len(),
-                });
-            }
-        }
-        self.inputs.insert(entry.node, data.to_f64());
+        let node = self.graph.check_input(tensor, &data, &self.dims)?;
+        self.inputs.insert(node, data.to_f64());
         Ok(())
     }
 
@@ -312,14 +281,7 @@ impl Runtime for ReferenceRuntime {
     }
 
     fn get_data(&self, tensor: GraphTensor) -> Result<HostData> {
-        let entry = self.entry(tensor)?;
-        let node_shape = &self.graph.node(entry.node).shape;
-        if !self.graph.outputs.contains(&entry.node)
-            || !entry.view.is_contiguous()
-            || &entry.view.dims() != node_shape
-        {
-            return Err(LuminalError::NotAnOutput(entry.label.clone()));
-        }
+        let entry = self.graph.check_output(tensor)?;
         let buf = self
             .inputs
             .get(&entry.node)

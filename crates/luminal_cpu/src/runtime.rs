@@ -5,7 +5,7 @@ use crate::fused::{run_elementwise, run_reduce, ReduceShape};
 use crate::plan::{Kernel, KernelKind};
 use crate::storage::{is_f32_stored, Storage};
 use crate::view::{eval, DimNames, DimValues, MAX_DYN_DIMS};
-use luminal::graph::{GraphData, GraphTensor, NodeId, TensorEntry};
+use luminal::graph::{GraphData, GraphTensor, NodeId};
 use luminal::op::Op;
 use luminal::passes::live_nodes;
 use luminal::shape::CompiledExpression;
@@ -223,15 +223,6 @@ impl CpuRuntime {
         self.bufs[b].len()
     }
 
-    fn entry(&self, t: GraphTensor) -> Result<&TensorEntry> {
-        let same = t.graph.id() == self.graph.graph_id;
-        self.graph
-            .tensors
-            .get(t.id.0 as usize)
-            .filter(|_| same)
-            .ok_or(LuminalError::UnknownTensor(t.id.0 as usize))
-    }
-
     fn numel(&self, e: &CompiledExpression) -> Result<usize> {
         Ok(eval(e, &self.dim_values)?.max(0) as usize)
     }
@@ -295,39 +286,9 @@ fn run_kernel(
 
 impl Runtime for CpuRuntime {
     fn set_data(&mut self, tensor: GraphTensor, data: HostData) -> Result<()> {
-        let entry = self.entry(tensor)?.clone();
-        let node = self.graph.node(entry.node);
-        let is_input = matches!(node.op, Op::Input { .. });
-        if !is_input || !entry.view.is_contiguous() || entry.view.dims() != node.shape {
-            return Err(LuminalError::NotAnInput(entry.label));
-        }
-        if data.dtype() != entry.dtype {
-            return Err(LuminalError::WrongDType {
-                tensor: entry.label,
-                expected: entry.dtype,
-                got: data.dtype(),
-            });
-        }
-        // Check the length now when the dims are known; run() checks again after set_dim.
-        let known = node
-            .shape
-            .iter()
-            .try_fold(1usize, |acc, d| {
-                d.eval_with(&|n| self.dims.get(n).copied())
-                    .map(|v| acc * v.max(0) as usize)
-            })
-            .ok();
-        if let Some(n) = known {
-            if n != data.len() {
-                return Err(LuminalError::WrongLength {
-                    tensor: entry.label,
-                    expected: n,
-                    got: data.len(),
-                });
-            }
-        }
+        let node = self.graph.check_input(tensor, &data, &self.dims)?;
         // An input the outputs do not need has no slot: accept and drop the data.
-        if let Some(slot) = self.inputs.iter_mut().find(|s| s.node == entry.node) {
+        if let Some(slot) = self.inputs.iter_mut().find(|s| s.node == node) {
             self.bufs[slot.buf] = Storage::from_host(data);
             slot.present = true;
         }
@@ -374,14 +335,7 @@ impl Runtime for CpuRuntime {
     }
 
     fn get_data(&self, tensor: GraphTensor) -> Result<HostData> {
-        let entry = self.entry(tensor)?;
-        let node = self.graph.node(entry.node);
-        if !self.graph.outputs.contains(&entry.node)
-            || !entry.view.is_contiguous()
-            || entry.view.dims() != node.shape
-        {
-            return Err(LuminalError::NotAnOutput(entry.label.clone()));
-        }
+        let entry = self.graph.check_output(tensor)?;
         let not_computed = || LuminalError::NotComputed(entry.label.clone());
         let &(buf, kernel) = self.node_buf.get(&entry.node).ok_or_else(not_computed)?;
         let len = match kernel {
