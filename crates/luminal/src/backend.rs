@@ -3,7 +3,7 @@
 
 use crate::dtype::{Element, HostData};
 use crate::error::{LuminalError, Result};
-use crate::graph::{GraphData, GraphTensor};
+use crate::graph::{GraphData, TensorRef};
 
 /// Options common to every backend.
 #[derive(Clone, Debug)]
@@ -25,38 +25,47 @@ pub trait Backend {
 }
 
 /// A compiled graph with its buffers. Inputs set once stay until set again.
+///
+/// Tensors are named by a `GraphTensor` or its lifetime-free `TensorRef` (`t.handle()`).
 pub trait Runtime {
     /// Sets the data of an input tensor (dtype and length are checked).
-    fn set_data(&mut self, tensor: GraphTensor, data: HostData) -> Result<()>;
+    fn set_data(&mut self, tensor: impl Into<TensorRef>, data: HostData) -> Result<()>;
     /// Binds a dynamic dimension for the following runs.
     fn set_dim(&mut self, name: &str, value: usize);
     /// Executes the graph.
     fn run(&mut self) -> Result<()>;
     /// Reads an output tensor computed by the last `run()`.
-    fn get_data(&self, tensor: GraphTensor) -> Result<HostData>;
+    fn get_data(&self, tensor: impl Into<TensorRef>) -> Result<HostData>;
+    /// The graph the runtime was compiled from (after the generic passes).
+    fn graph_data(&self) -> &GraphData;
 
-    fn set<T: Element>(&mut self, tensor: GraphTensor, data: &[T]) -> Result<()>
+    fn set<T: Element>(&mut self, tensor: impl Into<TensorRef>, data: &[T]) -> Result<()>
     where
         Self: Sized,
     {
         self.set_data(tensor, T::to_host(data))
     }
 
-    fn get<T: Element>(&self, tensor: GraphTensor) -> Result<Vec<T>>
+    fn get<T: Element>(&self, tensor: impl Into<TensorRef>) -> Result<Vec<T>>
     where
         Self: Sized,
     {
+        let tensor: TensorRef = tensor.into();
         let data = self.get_data(tensor)?;
         let got = data.dtype();
         T::from_host(data).ok_or_else(|| LuminalError::WrongDType {
-            tensor: tensor.entry().label,
+            tensor: self
+                .graph_data()
+                .tensor_entry(tensor)
+                .map(|e| e.label.clone())
+                .unwrap_or_default(),
             expected: got,
             got: T::DTYPE,
         })
     }
 
     /// Reads an output as `f32` whatever its dtype.
-    fn get_f32(&self, tensor: GraphTensor) -> Result<Vec<f32>>
+    fn get_f32(&self, tensor: impl Into<TensorRef>) -> Result<Vec<f32>>
     where
         Self: Sized,
     {

@@ -159,8 +159,9 @@ impl GraphData {
     }
 
     /// The entry of a user handle, if it belongs to this graph and existed when compiled.
-    pub fn tensor_entry(&self, t: GraphTensor) -> Result<&TensorEntry> {
-        let same = t.graph.id() == self.graph_id;
+    pub fn tensor_entry(&self, t: impl Into<TensorRef>) -> Result<&TensorEntry> {
+        let t: TensorRef = t.into();
+        let same = t.graph_id == self.graph_id;
         self.tensors
             .get(t.id.0 as usize)
             .filter(|_| same)
@@ -172,7 +173,7 @@ impl GraphData {
     /// again at `run`). Returns the input node.
     pub fn check_input(
         &self,
-        t: GraphTensor,
+        t: impl Into<TensorRef>,
         data: &HostData,
         dims: &HashMap<String, i64>,
     ) -> Result<NodeId> {
@@ -206,7 +207,7 @@ impl GraphData {
     }
 
     /// The checks every runtime's `get` makes: the handle is an output read as a whole.
-    pub fn check_output(&self, t: GraphTensor) -> Result<&TensorEntry> {
+    pub fn check_output(&self, t: impl Into<TensorRef>) -> Result<&TensorEntry> {
         let entry = self.tensor_entry(t)?;
         let node = self.node(entry.node);
         if !self.outputs.contains(&entry.node)
@@ -227,6 +228,7 @@ impl GraphData {
             }
             match &node.op {
                 Op::Iota { expr } => vars.extend(expr.variables().into_iter().filter(|v| v != "z")),
+                Op::WriteSlice { start, .. } => vars.extend(start.variables()),
                 Op::Constant {
                     value: crate::op::ConstValue::Expr(e),
                 } => vars.extend(e.variables()),
@@ -378,6 +380,25 @@ impl Graph {
     }
 }
 
+/// A handle to a tensor that does not borrow the graph: what a runtime needs to `set` or
+/// `get` it. Lets a struct own both a `Graph` and its compiled runtime (a model does).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TensorRef {
+    pub graph_id: u64,
+    pub id: TensorId,
+}
+
+impl From<GraphTensor<'_>> for TensorRef {
+    fn from(t: GraphTensor<'_>) -> TensorRef {
+        t.handle()
+    }
+}
+impl From<&GraphTensor<'_>> for TensorRef {
+    fn from(t: &GraphTensor<'_>) -> TensorRef {
+        t.handle()
+    }
+}
+
 /// A handle to a tensor in a graph: a node's output seen through a view. Small and `Copy`;
 /// all ops take it by value and return new handles.
 #[derive(Clone, Copy)]
@@ -400,6 +421,13 @@ impl std::fmt::Debug for GraphTensor<'_> {
 }
 
 impl<'g> GraphTensor<'g> {
+    /// The lifetime-free handle runtimes accept.
+    pub fn handle(&self) -> TensorRef {
+        TensorRef {
+            graph_id: self.graph.id(),
+            id: self.id,
+        }
+    }
     pub fn entry(&self) -> TensorEntry {
         self.graph.data().tensors[self.id.0 as usize].clone()
     }

@@ -34,7 +34,7 @@ pub use half;
 pub use backend::{Backend, CompileOptions, Runtime};
 pub use dtype::{DType, Element, HostData};
 pub use error::{LuminalError, Result};
-pub use graph::{Graph, GraphData, GraphTensor, NodeId, TensorId, ToAxes, ToShape};
+pub use graph::{Graph, GraphData, GraphTensor, NodeId, TensorId, TensorRef, ToAxes, ToShape};
 pub use reference::{ReferenceBackend, ReferenceRuntime};
 pub use shape::{Expression, ShapeTracker};
 
@@ -42,7 +42,7 @@ pub mod prelude {
     pub use crate::backend::{Backend, CompileOptions, Runtime};
     pub use crate::dtype::{DType, Element, HostData};
     pub use crate::error::{LuminalError, Result};
-    pub use crate::graph::{Graph, GraphTensor, ToAxes, ToShape};
+    pub use crate::graph::{Graph, GraphTensor, TensorRef, ToAxes, ToShape};
     pub use crate::hl_ops::Operand;
     pub use crate::reference::{ReferenceBackend, ReferenceRuntime};
     pub use crate::shape::{Expression, ShapeTracker};

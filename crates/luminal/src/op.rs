@@ -195,6 +195,14 @@ pub enum Op {
     Gather,
     /// Converts to another dtype (floats → ints truncate toward zero; → Bool is `!= 0`).
     Cast(DType),
+    /// Inputs `[dest, src]`: `src` (with `dest`'s shape except `len` along `axis`) written
+    /// into `dest` at `start..start + len` along `axis`. `dest` is an `Input` that holds state
+    /// across runs (a KV cache): the output is the updated tensor, and after the run the
+    /// input holds it too. Backends write in place, so only `src`'s elements move.
+    WriteSlice {
+        axis: usize,
+        start: Expression,
+    },
 }
 
 impl Op {
@@ -210,6 +218,7 @@ impl Op {
             Op::Contiguous => "Contiguous".to_string(),
             Op::Gather => "Gather".to_string(),
             Op::Cast(d) => format!("Cast({d})"),
+            Op::WriteSlice { axis, start } => format!("WriteSlice({axis}, {start})"),
         }
     }
 }

@@ -5,7 +5,7 @@
 use crate::backend::{Backend, CompileOptions, Runtime};
 use crate::dtype::HostData;
 use crate::error::{LuminalError, Result};
-use crate::graph::{Edge, GraphData, GraphTensor, NodeId};
+use crate::graph::{Edge, GraphData, NodeId, TensorRef};
 use crate::op::{ConstValue, Op};
 use crate::passes::live_nodes;
 use crate::shape::{CompiledExpression, Expression, ShapeTracker};
@@ -196,6 +196,29 @@ impl ReferenceRuntime {
                     out.push(dt.round(acc));
                 }
             }
+            Op::WriteSlice { axis, start } => {
+                let dest = self.buffer(node.inputs[0].node);
+                let (rs, src) = input(1)?;
+                let dims = node.inputs[1].view.dims();
+                let len = self.eval_dim(&dims[*axis])?.max(0) as usize;
+                let size = self.eval_dim(&node.shape[*axis])?;
+                let start = self.eval_dim(start)?;
+                if start < 0 || start + len as i64 > size {
+                    return Err(LuminalError::IndexOutOfRange {
+                        op: "WriteSlice".into(),
+                        index: start + len as i64 - 1,
+                        size,
+                    });
+                }
+                let inner = self.numel(&dims[axis + 1..])?;
+                out.extend_from_slice(&dest[..n.min(dest.len())]);
+                let src_n = self.numel(&dims)?;
+                for z in 0..src_n {
+                    let (outer, rest) = (z / (len * inner).max(1), z % (len * inner).max(1));
+                    let at = (outer * size as usize + start as usize) * inner + rest;
+                    out[at] = rs.read(src, z)?;
+                }
+            }
             Op::Gather => {
                 let (rt, table) = input(0)?;
                 let (ri, ids) = input(1)?;
@@ -222,7 +245,7 @@ impl ReferenceRuntime {
 }
 
 impl Runtime for ReferenceRuntime {
-    fn set_data(&mut self, tensor: GraphTensor, data: HostData) -> Result<()> {
+    fn set_data(&mut self, tensor: impl Into<TensorRef>, data: HostData) -> Result<()> {
         let node = self.graph.check_input(tensor, &data, &self.dims)?;
         self.inputs.insert(node, data.to_f64());
         Ok(())
@@ -270,6 +293,11 @@ impl Runtime for ReferenceRuntime {
                 continue;
             }
             let out = self.compute(id)?;
+            if let Op::WriteSlice { .. } = self.graph.node(id).op {
+                // The destination input is state: it keeps the written value.
+                let dest = self.graph.node(id).inputs[0].node;
+                self.inputs.insert(dest, out.clone());
+            }
             self.results.insert(id, out);
             for e in &self.graph.node(id).inputs {
                 if last_use.get(&e.node) == Some(&step) && !self.graph.outputs.contains(&e.node) {
@@ -280,7 +308,11 @@ impl Runtime for ReferenceRuntime {
         Ok(())
     }
 
-    fn get_data(&self, tensor: GraphTensor) -> Result<HostData> {
+    fn graph_data(&self) -> &GraphData {
+        &self.graph
+    }
+
+    fn get_data(&self, tensor: impl Into<TensorRef>) -> Result<HostData> {
         let entry = self.graph.check_output(tensor)?;
         let buf = self
             .inputs

@@ -125,6 +125,7 @@ impl FallbackKernel {
         };
         match &self.op {
             Op::Input { .. } => {}
+            Op::WriteSlice { .. } => unreachable!("WriteSlice has its own kernel"),
             Op::Constant { value } => {
                 let v = match value {
                     ConstValue::Float(v) => *v,

@@ -35,6 +35,7 @@ mod profile;
 mod runtime;
 mod storage;
 mod view;
+mod write;
 
 pub use runtime::CpuRuntime;
 

@@ -13,6 +13,7 @@ use crate::fallback::FallbackKernel;
 use crate::fused::{ConstSrc, Instr, Leaf, Program};
 use crate::matmul::MatmulKernel;
 use crate::view::{DimNames, ResolvedView, ViewExprs};
+use crate::write::WriteSliceKernel;
 use luminal::graph::{Edge, GraphData, NodeId};
 use luminal::op::{BinaryOp, ConstValue, Op, ReduceOp};
 use luminal::shape::CompiledExpression;
@@ -33,6 +34,8 @@ pub enum KernelKind {
     },
     Matmul(MatmulKernel),
     Fallback(FallbackKernel),
+    /// In-place write into a state input's buffer (`out` is that buffer).
+    WriteSlice(WriteSliceKernel),
 }
 
 /// One launch: computes node `node` into buffer `out`.
@@ -295,6 +298,11 @@ impl Lowering<'_> {
             numel: numel.clone(),
             kind,
         };
+        if let Op::WriteSlice { .. } = node.op {
+            let w = WriteSliceKernel::new(self.g, id, self.names)?;
+            let reads = vec![w.src, w.dest];
+            return Ok(kernel("write_slice".into(), KernelKind::WriteSlice(w), reads));
+        }
         if fusable(self.g, id) {
             let mut prog = Program::default();
             self.emit_node(id, &mut prog, &mut reads, &mut vec![])?

@@ -5,7 +5,7 @@ use crate::fused::{run_elementwise, run_reduce, ReduceShape};
 use crate::plan::{Kernel, KernelKind};
 use crate::storage::{is_f32_stored, Storage};
 use crate::view::{eval, DimNames, DimValues, MAX_DYN_DIMS};
-use luminal::graph::{GraphData, GraphTensor, NodeId};
+use luminal::graph::{GraphData, NodeId, TensorRef};
 use luminal::op::Op;
 use luminal::passes::live_nodes;
 use luminal::shape::CompiledExpression;
@@ -97,6 +97,11 @@ impl CpuRuntime {
         let is_input = |n: usize| matches!(graph.node(NodeId(n as u32)).op, Op::Input { .. });
         let mut free: Vec<usize> = vec![];
         for (i, k) in kernels.iter().enumerate() {
+            if let KernelKind::WriteSlice(w) = &k.kind {
+                // Written in place: the result is the state input's own buffer.
+                node_buf.insert(k.out, node_buf[&w.dest]);
+                continue;
+            }
             let f32_kind = is_f32_stored(k.dtype);
             let slot = if graph.outputs.contains(&k.node) {
                 None
@@ -137,6 +142,10 @@ impl CpuRuntime {
                     m.b = map(m.b);
                 }
                 KernelKind::Fallback(f) => f.remap_bufs(&map),
+                KernelKind::WriteSlice(w) => {
+                    w.dest = map(w.dest);
+                    w.src = map(w.src);
+                }
             }
         }
         let mut readable = HashMap::new();
@@ -280,12 +289,13 @@ fn run_kernel(
             m.run(bufs, out)?;
         }
         KernelKind::Fallback(f) => f.run(bufs, out, n, dims)?,
+        KernelKind::WriteSlice(w) => w.run(bufs, out, dims)?,
     }
     Ok(())
 }
 
 impl Runtime for CpuRuntime {
-    fn set_data(&mut self, tensor: GraphTensor, data: HostData) -> Result<()> {
+    fn set_data(&mut self, tensor: impl Into<TensorRef>, data: HostData) -> Result<()> {
         let node = self.graph.check_input(tensor, &data, &self.dims)?;
         // An input the outputs do not need has no slot: accept and drop the data.
         if let Some(slot) = self.inputs.iter_mut().find(|s| s.node == node) {
@@ -334,7 +344,11 @@ impl Runtime for CpuRuntime {
         Ok(())
     }
 
-    fn get_data(&self, tensor: GraphTensor) -> Result<HostData> {
+    fn graph_data(&self) -> &GraphData {
+        &self.graph
+    }
+
+    fn get_data(&self, tensor: impl Into<TensorRef>) -> Result<HostData> {
         let entry = self.graph.check_output(tensor)?;
         let not_computed = || LuminalError::NotComputed(entry.label.clone());
         let &(buf, kernel) = self.node_buf.get(&entry.node).ok_or_else(not_computed)?;

@@ -183,6 +183,26 @@ pub enum IoError {
     /// A value that does not fit in this platform's `usize`.
     #[error("{what} = {value} does not fit in this platform's address space")]
     TooLargeForPlatform { what: String, value: u64 },
+
+    /// A tokenizer could not be built or run: a malformed `tokenizer.json` or
+    /// `tokenizer_config.json`, or an error reported by the `tokenizers` library.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+
+    /// Tokenizer metadata that is present with the right type but inconsistent: arrays of
+    /// different lengths, a merge naming a token that is not in the vocabulary, ….
+    #[error("tokenizer metadata {key}: {reason}")]
+    BadTokenizerMetadata { key: String, reason: String },
+
+    /// `tokenizer.ggml.model` names a tokenizer this crate cannot build.
+    #[error(
+        "unsupported tokenizer model {model:?} in tokenizer.ggml.model (supported: \"gpt2\", \"llama\")"
+    )]
+    UnsupportedTokenizer { model: String },
+
+    /// A token id outside the vocabulary (e.g. passed to `decode`).
+    #[error("token id {id} is out of range for a vocabulary of {vocab_size} tokens")]
+    TokenIdOutOfRange { id: u32, vocab_size: usize },
 }
 
 impl IoError {

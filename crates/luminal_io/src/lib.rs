@@ -9,6 +9,9 @@
 //!   accessors, tensor infos, raw tensor bytes, and tensors decoded to f32 from F32, F16, BF16
 //!   and the block-quantized types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K…Q6_K, Q8_K
 //!   (decoders in [`quant`]).
+//! - [`Tokenizer`]: Hugging Face `tokenizer.json` files and folders, and the byte-level BPE /
+//!   SentencePiece tokenizers embedded in GGUF metadata; `encode`, `decode`, and a
+//!   [`StreamDecoder`] that never splits a UTF-8 character (see [`tokenizer`]).
 //!
 //! Every reader returns a typed [`IoError`] on malformed, truncated or hostile input — it never
 //! panics and never allocates what a header claims before checking it against the file's size.
@@ -36,8 +39,10 @@ pub mod gguf;
 pub mod quant;
 pub mod safetensors;
 mod storage;
+pub mod tokenizer;
 
 pub use error::{IoError, Result};
 pub use ggml_type::GgmlType;
 pub use gguf::{GgufFile, Metadata, MetadataArray, MetadataType, MetadataValue, TensorInfo};
 pub use safetensors::{Dtype, SafetensorInfo, SafetensorsFile, SafetensorsModel};
+pub use tokenizer::{StreamDecoder, TokenType, Tokenizer, TokenizerKind};

@@ -145,6 +145,83 @@ impl<'g> Attention<'g> {
     }
 }
 
+/// One layer's key/value cache for batch 1: state inputs `k`, `v` of shape
+/// `[kv_heads, max_ctx, head_dim]`, written in place at the current position by each run
+/// (see `GraphTensor::write_slice`), never copied or regrown. Set them to zeros once.
+pub struct KvCache<'g> {
+    pub k: GraphTensor<'g>,
+    pub v: GraphTensor<'g>,
+    pub max_ctx: usize,
+}
+
+impl<'g> KvCache<'g> {
+    /// Inputs `{prefix}.k_cache` and `{prefix}.v_cache`.
+    pub fn new(
+        cx: &'g Graph,
+        prefix: &str,
+        n_kv_heads: usize,
+        max_ctx: usize,
+        head_dim: usize,
+    ) -> Self {
+        let shape = (n_kv_heads, max_ctx, head_dim);
+        KvCache {
+            k: cx.tensor(&join(prefix, "k_cache"), shape),
+            v: cx.tensor(&join(prefix, "v_cache"), shape),
+            max_ctx,
+        }
+    }
+
+    /// Writes `k, v: [1, kv_heads, s, head_dim]` at `past..past + s` and returns the cached
+    /// keys and values of positions `0..past + s`, as `[1, kv_heads, past + s, head_dim]`.
+    pub fn append(
+        &self,
+        k: GraphTensor<'g>,
+        v: GraphTensor<'g>,
+        past: Expression,
+    ) -> (GraphTensor<'g>, GraphTensor<'g>) {
+        let s = k.shape()[2].clone();
+        let total = past.clone() + s;
+        let step = |cache: GraphTensor<'g>, new: GraphTensor<'g>| {
+            cache
+                .write_slice(1, past.clone(), new.squeeze(0))
+                .slice(1, 0, total.clone())
+                .unsqueeze(0)
+        };
+        (step(self.k, k), step(self.v, v))
+    }
+}
+
+impl<'g> Attention<'g> {
+    /// Self-attention over `x: [1, s, dim]` at positions `past..past + s`, attending to the
+    /// `past` positions held in `cache` too; the new keys and values are appended to it.
+    pub fn forward_cached(
+        &self,
+        x: GraphTensor<'g>,
+        past: impl Into<Expression>,
+        cache: &KvCache<'g>,
+    ) -> GraphTensor<'g> {
+        let past = past.into();
+        let q = self.rope.forward(
+            self.split_heads(self.q_proj.forward(x), self.n_heads),
+            past.clone(),
+        );
+        let k = self.rope.forward(
+            self.split_heads(self.k_proj.forward(x), self.n_kv_heads),
+            past.clone(),
+        );
+        let v = self.split_heads(self.v_proj.forward(x), self.n_kv_heads);
+        let (k, v) = cache.append(k, v, past);
+        let out = causal_attention(q, k, v);
+        let s = x.shape();
+        let merged = out.permute(&[0, 2, 1, 3]).reshape(vec![
+            s[0].clone(),
+            s[1].clone(),
+            Expression::from(self.n_heads * self.head_dim),
+        ]);
+        self.o_proj.forward(merged)
+    }
+}
+
 impl<'g> Module<'g> for Attention<'g> {
     fn forward(&self, x: GraphTensor<'g>) -> GraphTensor<'g> {
         self.forward_at(x, 0)
@@ -197,6 +274,22 @@ impl<'g> TransformerBlock<'g> {
             ),
             mlp: SwiGluMlp::new(cx, &join(prefix, "mlp"), dim, hidden),
         }
+    }
+}
+
+impl<'g> TransformerBlock<'g> {
+    /// The block over `x: [1, s, dim]` at positions `past..past + s` with a KV cache.
+    pub fn forward_cached(
+        &self,
+        x: GraphTensor<'g>,
+        past: impl Into<Expression>,
+        cache: &KvCache<'g>,
+    ) -> GraphTensor<'g> {
+        let attn = self
+            .self_attn
+            .forward_cached(self.input_layernorm.forward(x), past, cache);
+        let h = x + attn;
+        h + self.mlp.forward(self.post_attention_layernorm.forward(h))
     }
 }
 

@@ -10,7 +10,7 @@ mod mlp;
 mod norm;
 mod rope;
 
-pub use attention::{causal_attention, Attention, TransformerBlock};
+pub use attention::{causal_attention, Attention, KvCache, TransformerBlock};
 pub use linear::{Embedding, Linear};
 pub use mlp::{Activation, SwiGluMlp};
 pub use norm::{LayerNorm, RmsNorm};

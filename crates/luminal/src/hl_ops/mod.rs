@@ -9,6 +9,7 @@ mod indexing;
 mod matmul;
 mod movement;
 mod reduction;
+mod state;
 mod unary;
 
 pub use binary::Operand;

@@ -38,6 +38,8 @@ mod cases_movement;
 mod cases_nn;
 mod cases_reduce;
 mod cases_unary;
+mod state;
+pub use state::check_write_slice;
 
 use crate::backend::{Backend, CompileOptions, Runtime};
 use crate::dtype::{DType, HostData};
@@ -659,6 +661,10 @@ macro_rules! op_suite {
             #[test]
             fn dynamic() {
                 $crate::testing::run_family("dynamic", || $backend);
+            }
+            #[test]
+            fn write_slice_state() {
+                $crate::testing::check_write_slice($backend);
             }
         }
     };

@@ -1,0 +1,16 @@
+//! # luminal_models
+//!
+//! Real models on the Luminal graph: the Llama family (Llama 2/3/3.2, SmolLM/SmolLM2,
+//! Mistral, Qwen2) loaded from a GGUF file or a Hugging Face folder, with sampling and chat
+//! templates.
+
+pub mod chat;
+pub mod sampling;
+pub mod config;
+pub mod error;
+pub mod llama;
+
+pub use config::LlamaConfig;
+pub use error::{ModelError, Result};
+pub use llama::{LlamaModel, LoadOptions};
+pub use luminal_io::Tokenizer;

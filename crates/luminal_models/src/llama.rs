@@ -1,0 +1,377 @@
+//! The Llama family on the Luminal graph: one graph, compiled once, serves prefill and decode.
+//!
+//! Dynamic dims: `s` (tokens in this call), `p` (tokens already in the KV cache) and `n_out`
+//! (how many of the last positions get logits: 1 when generating, `s` when scoring). The
+//! caches are state inputs `[kv_heads, max_ctx, head_dim]` written in place each call.
+
+use crate::config::LlamaConfig;
+use crate::error::{ModelError, Result};
+use luminal::prelude::*;
+use luminal_cpu::{CpuBackend, CpuRuntime};
+use luminal_io::{GgufFile, SafetensorsModel, Tokenizer};
+use luminal_nn::{Embedding, KvCache, Linear, Module, RmsNorm, Rope, TransformerBlock};
+use rayon::prelude::*;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// How to load a model.
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// Threads of the CPU runtime (`None`: every core).
+    pub threads: Option<usize>,
+    /// KV-cache capacity in tokens (capped by the model's context length).
+    pub max_ctx: usize,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            threads: None,
+            max_ctx: 2048,
+        }
+    }
+}
+
+/// Where the weights come from.
+enum WeightSource<'a> {
+    Gguf(&'a GgufFile),
+    Safetensors(&'a SafetensorsModel),
+}
+
+impl WeightSource<'_> {
+    /// Reads the tensor the graph input `name` (HF naming) stands for, as f32.
+    fn read(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+        let weight_err = |what: String| ModelError::Weight {
+            name: name.to_string(),
+            what,
+        };
+        match self {
+            WeightSource::Gguf(f) => {
+                let file_name = gguf_name(name).ok_or_else(|| weight_err("no GGUF name".into()))?;
+                let info = f
+                    .tensor_info(&file_name)
+                    .map_err(|_| weight_err(format!("{file_name} is missing from the file")))?;
+                let found = info.shape();
+                if found != shape {
+                    return Err(weight_err(format!(
+                        "{file_name} has shape {found:?}, expected {shape:?}"
+                    )));
+                }
+                Ok(f.tensor_f32(&file_name)?)
+            }
+            WeightSource::Safetensors(st) => {
+                let info = st
+                    .tensor_info(name)
+                    .map_err(|_| weight_err("missing from the safetensors files".into()))?;
+                if info.shape() != shape {
+                    return Err(weight_err(format!(
+                        "has shape {:?}, expected {shape:?}",
+                        info.shape()
+                    )));
+                }
+                Ok(st.tensor_f32(name)?)
+            }
+        }
+    }
+}
+
+/// The GGUF tensor name of a Hugging Face parameter name.
+pub fn gguf_name(hf: &str) -> Option<String> {
+    let fixed = match hf {
+        "model.embed_tokens.weight" => Some("token_embd.weight"),
+        "model.norm.weight" => Some("output_norm.weight"),
+        "lm_head.weight" => Some("output.weight"),
+        _ => None,
+    };
+    if let Some(f) = fixed {
+        return Some(f.to_string());
+    }
+    let rest = hf.strip_prefix("model.layers.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    let (module, kind) = rest.rsplit_once('.')?;
+    let short = match module {
+        "input_layernorm" => "attn_norm",
+        "self_attn.q_proj" => "attn_q",
+        "self_attn.k_proj" => "attn_k",
+        "self_attn.v_proj" => "attn_v",
+        "self_attn.o_proj" => "attn_output",
+        "post_attention_layernorm" => "ffn_norm",
+        "mlp.gate_proj" => "ffn_gate",
+        "mlp.up_proj" => "ffn_up",
+        "mlp.down_proj" => "ffn_down",
+        _ => return None,
+    };
+    Some(format!("blk.{layer}.{short}.{kind}"))
+}
+
+/// Load-time statistics.
+#[derive(Clone, Debug, Default)]
+pub struct LoadStats {
+    pub load_time: Duration,
+    pub parameters: usize,
+}
+
+/// A compiled Llama-family model with its KV cache.
+pub struct LlamaModel {
+    config: LlamaConfig,
+    runtime: CpuRuntime,
+    tokens: TensorRef,
+    logits: TensorRef,
+    caches: Vec<TensorRef>,
+    max_ctx: usize,
+    pos: usize,
+    pub stats: LoadStats,
+}
+
+impl std::fmt::Debug for LlamaModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlamaModel")
+            .field("config", &self.config)
+            .field("max_ctx", &self.max_ctx)
+            .field("pos", &self.pos)
+            .finish()
+    }
+}
+
+impl LlamaModel {
+    /// Loads a GGUF file or a Hugging Face folder (config.json + safetensors +
+    /// tokenizer.json). `progress(done, total)` is called as weights are read.
+    pub fn load(
+        path: impl AsRef<Path>,
+        opts: &LoadOptions,
+        progress: impl FnMut(usize, usize),
+    ) -> Result<(LlamaModel, Tokenizer)> {
+        let path = path.as_ref();
+        if path.is_dir() {
+            Self::load_hf_dir(path, opts, progress)
+        } else {
+            Self::load_gguf(path, opts, progress)
+        }
+    }
+
+    pub fn load_gguf(
+        path: impl AsRef<Path>,
+        opts: &LoadOptions,
+        progress: impl FnMut(usize, usize),
+    ) -> Result<(LlamaModel, Tokenizer)> {
+        let start = Instant::now();
+        let file = GgufFile::open(path)?;
+        let has_output = file.tensor_info("output.weight").is_ok();
+        let config = LlamaConfig::from_gguf(file.metadata(), has_output)?;
+        let tokenizer = Tokenizer::from_gguf(&file)?;
+        let model = Self::build(config, &WeightSource::Gguf(&file), opts, progress, start)?;
+        Ok((model, tokenizer))
+    }
+
+    pub fn load_hf_dir(
+        dir: impl AsRef<Path>,
+        opts: &LoadOptions,
+        progress: impl FnMut(usize, usize),
+    ) -> Result<(LlamaModel, Tokenizer)> {
+        let start = Instant::now();
+        let dir = dir.as_ref();
+        let cfg_path = dir.join("config.json");
+        let text = std::fs::read_to_string(&cfg_path).map_err(|e| {
+            ModelError::Config(format!("cannot read {}: {e}", cfg_path.display()))
+        })?;
+        let config = LlamaConfig::from_hf_json(&text)?;
+        let st = SafetensorsModel::open(dir)?;
+        let tokenizer = Tokenizer::from_hf_dir(dir)?;
+        let model = Self::build(config, &WeightSource::Safetensors(&st), opts, progress, start)?;
+        Ok((model, tokenizer))
+    }
+
+    fn build(
+        config: LlamaConfig,
+        source: &WeightSource,
+        opts: &LoadOptions,
+        mut progress: impl FnMut(usize, usize),
+        start: Instant,
+    ) -> Result<LlamaModel> {
+        let c = &config;
+        let max_ctx = opts.max_ctx.min(c.context_length).max(1);
+        let cx = Graph::new();
+        let rope = Rope {
+            head_dim: c.head_dim,
+            theta: c.rope_theta,
+            layout: c.rope_layout,
+            scaling: c.rope_scaling,
+        };
+        let embed = Embedding::new(&cx, "model.embed_tokens", c.vocab_size, c.hidden_size);
+        let layers: Vec<TransformerBlock> = (0..c.n_layers)
+            .map(|i| {
+                TransformerBlock::new(
+                    &cx,
+                    &format!("model.layers.{i}"),
+                    c.hidden_size,
+                    c.intermediate_size,
+                    c.n_heads,
+                    c.n_kv_heads,
+                    c.qkv_bias,
+                    rope,
+                    c.rms_norm_eps,
+                )
+            })
+            .collect();
+        let caches: Vec<KvCache> = (0..c.n_layers)
+            .map(|i| {
+                KvCache::new(
+                    &cx,
+                    &format!("model.layers.{i}.self_attn"),
+                    c.n_kv_heads,
+                    max_ctx,
+                    c.head_dim,
+                )
+            })
+            .collect();
+        let norm = RmsNorm::new(&cx, "model.norm", c.hidden_size, c.rms_norm_eps);
+        let lm_head = if c.tie_word_embeddings {
+            Linear {
+                weight: embed.weight,
+                bias: None,
+            }
+        } else {
+            Linear::new(&cx, "lm_head", c.hidden_size, c.vocab_size, false)
+        };
+
+        let tokens = cx.input("tokens", ("s",), DType::I32);
+        let past = Expression::var("p");
+        let mut x = embed.forward(tokens).unsqueeze(0); // [1, s, d]
+        for (layer, cache) in layers.iter().zip(&caches) {
+            x = layer.forward_cached(x, past.clone(), cache);
+        }
+        let s = Expression::var("s");
+        let last = x.slice(1, s.clone() - Expression::var("n_out"), s);
+        let logits = lm_head.forward(norm.forward(last)).squeeze(0).output(); // [n_out, vocab]
+
+        let mut params: Vec<GraphTensor> = embed.parameters();
+        for l in &layers {
+            params.extend(l.parameters());
+        }
+        params.extend(norm.parameters());
+        if !c.tie_word_embeddings {
+            params.extend(lm_head.parameters());
+        }
+        let cache_refs: Vec<TensorRef> =
+            caches.iter().flat_map(|k| [k.k.handle(), k.v.handle()]).collect();
+        let backend = match opts.threads {
+            Some(n) => CpuBackend::with_threads(n),
+            None => CpuBackend::default(),
+        };
+        let mut runtime = cx.compile(backend, CompileOptions::default())?;
+
+        // Read (dequantise) weights in parallel, in chunks so the progress bar moves.
+        let total = params.len();
+        let named: Vec<(TensorRef, String, Vec<usize>)> = params
+            .iter()
+            .map(|t| {
+                let shape = t
+                    .shape()
+                    .iter()
+                    .map(|d| d.as_constant().unwrap_or(0) as usize)
+                    .collect();
+                (t.handle(), luminal_nn::parameter_name(*t), shape)
+            })
+            .collect();
+        let mut parameters = 0;
+        progress(0, total);
+        for (done, chunk) in named.chunks(16).enumerate() {
+            let datas: Vec<Result<Vec<f32>>> = chunk
+                .par_iter()
+                .map(|(_, name, shape)| source.read(name, shape))
+                .collect();
+            for ((handle, _, _), data) in chunk.iter().zip(datas) {
+                let data = data?;
+                parameters += data.len();
+                runtime.set_data(*handle, HostData::F32(data))?;
+            }
+            progress((done * 16 + chunk.len()).min(total), total);
+        }
+        let mut model = LlamaModel {
+            config,
+            runtime,
+            tokens: tokens.handle(),
+            logits: logits.handle(),
+            caches: cache_refs,
+            max_ctx,
+            pos: 0,
+            stats: LoadStats::default(),
+        };
+        model.clear_cache()?;
+        model.stats = LoadStats {
+            load_time: start.elapsed(),
+            parameters,
+        };
+        Ok(model)
+    }
+
+    pub fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+    /// Tokens currently in the KV cache.
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+    /// KV-cache capacity in tokens.
+    pub fn max_ctx(&self) -> usize {
+        self.max_ctx
+    }
+    pub fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+    /// The compiled runtime (kernel counts, profile).
+    pub fn runtime(&self) -> &CpuRuntime {
+        &self.runtime
+    }
+
+    /// Forgets the cached tokens: the next call starts at position 0. (Stale cache rows are
+    /// never read: attention only sees positions `0..pos`.)
+    pub fn reset(&mut self) {
+        self.pos = 0;
+    }
+
+    /// Zeros the cache buffers (done once at load).
+    fn clear_cache(&mut self) -> Result<()> {
+        let c = &self.config;
+        let n = c.n_kv_heads * self.max_ctx * c.head_dim;
+        for &r in &self.caches {
+            self.runtime.set_data(r, HostData::F32(vec![0.0; n]))?;
+        }
+        self.pos = 0;
+        Ok(())
+    }
+
+    /// Runs `tokens` at positions `pos..pos + len` (appending them to the cache) and returns
+    /// the logits of the last `n_out` of them, row-major `[n_out, vocab]`.
+    pub fn forward(&mut self, tokens: &[u32], n_out: usize) -> Result<Vec<f32>> {
+        if tokens.is_empty() {
+            return Err(ModelError::Other("forward needs at least one token".into()));
+        }
+        let vocab = self.config.vocab_size;
+        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= vocab) {
+            return Err(ModelError::BadToken { id, vocab });
+        }
+        let needed = self.pos + tokens.len();
+        if needed > self.max_ctx {
+            return Err(ModelError::ContextFull {
+                needed,
+                max: self.max_ctx,
+            });
+        }
+        let n_out = n_out.clamp(1, tokens.len());
+        let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+        self.runtime.set_dim("s", tokens.len());
+        self.runtime.set_dim("p", self.pos);
+        self.runtime.set_dim("n_out", n_out);
+        self.runtime.set(self.tokens, &ids)?;
+        self.runtime.run()?;
+        self.pos = needed;
+        Ok(self.runtime.get::<f32>(self.logits)?)
+    }
+
+    /// Logits for every position of `tokens` from an empty cache (teacher forcing).
+    pub fn logits_all(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        self.reset();
+        self.forward(tokens, tokens.len())
+    }
+}

@@ -1,0 +1,143 @@
+//! The real SmolLM2-135M-Instruct Q4_1 GGUF (fetched by `scripts/fetch-models.sh`) against
+//! Hugging Face transformers in f32 on the same dequantised weights
+//! (`scripts/gen_llama_fixtures.py` → `fixtures/smollm2_reference.json`).
+//! Skips (with a message) when the model file is absent.
+
+use luminal_models::{LlamaModel, LoadOptions, Tokenizer};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+
+fn model_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+fn reference() -> Value {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/smollm2_reference.json");
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+/// One model shared by the tests (loading takes a second or two).
+fn model() -> Option<&'static Mutex<(LlamaModel, Tokenizer)>> {
+    static MODEL: OnceLock<Option<Mutex<(LlamaModel, Tokenizer)>>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| {
+            let path = model_path();
+            if !path.exists() {
+                eprintln!(
+                    "skipping: {} is absent (run scripts/fetch-models.sh)",
+                    path.display()
+                );
+                return None;
+            }
+            let opts = LoadOptions {
+                threads: None,
+                max_ctx: 256,
+            };
+            Some(Mutex::new(LlamaModel::load(&path, &opts, |_, _| {}).unwrap()))
+        })
+        .as_ref()
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+fn argmax(x: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in x.iter().enumerate() {
+        if v > x[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+#[test]
+fn teacher_forced_logits_match_transformers() {
+    let Some(m) = model() else { return };
+    let mut guard = m.lock().unwrap();
+    let (model, tok) = &mut *guard;
+    let r = reference();
+    let vocab = model.vocab_size();
+    let (mut positions, mut agree, mut max_diff, mut max_lse) = (0, 0, 0f32, 0f64);
+    for p in r["prompts"].as_array().unwrap() {
+        let tokens = ids(&p["ids"]);
+        // Our tokenizer gives the ids transformers used.
+        let text = p["text"].as_str().unwrap();
+        assert_eq!(tok.encode(text, true).unwrap(), tokens, "{text:?}");
+        let logits = model.logits_all(&tokens).unwrap();
+        for (i, row) in logits.chunks(vocab).enumerate() {
+            positions += 1;
+            agree += (argmax(row) as u64 == p["argmax"][i].as_u64().unwrap()) as usize;
+            let top_ids = ids(&p["top_ids"][i]);
+            for (j, &id) in top_ids.iter().enumerate() {
+                let want = p["top_logits"][i][j].as_f64().unwrap() as f32;
+                max_diff = max_diff.max((row[id as usize] - want).abs());
+            }
+            let m = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
+            let lse = m + row.iter().map(|&x| (x as f64 - m).exp()).sum::<f64>().ln();
+            max_lse = max_lse.max((lse - p["logsumexp"][i].as_f64().unwrap()).abs());
+        }
+    }
+    let rate = agree as f64 / positions as f64;
+    println!(
+        "SmolLM2 vs transformers f32: top-1 agreement {agree}/{positions} ({:.2}%), \
+         max |Δlogit| over the reference top-32 = {max_diff:.2e}, max |Δlogsumexp| = {max_lse:.2e}",
+        rate * 100.0
+    );
+    assert!(rate >= 0.99, "top-1 agreement {rate}");
+    assert!(max_diff < 2e-3, "max |Δlogit| {max_diff}");
+    assert!(max_lse < 2e-3, "max |Δlogsumexp| {max_lse}");
+}
+
+#[test]
+fn greedy_generation_matches_transformers() {
+    let Some(m) = model() else { return };
+    let mut guard = m.lock().unwrap();
+    let (model, tok) = &mut *guard;
+    let g = &reference()["generation"];
+    let prompt = ids(&g["prompt_ids"]);
+    let first_eos = g["first_eos_index"].as_u64().unwrap() as usize;
+    let want = &ids(&g["new_ids"])[..=first_eos];
+    model.reset();
+    let mut logits = model.forward(&prompt, 1).unwrap();
+    let mut got = vec![];
+    while got.len() < want.len() {
+        let next = argmax(&logits);
+        got.push(next);
+        logits = model.forward(&[next], 1).unwrap();
+    }
+    assert_eq!(got, want);
+    assert_eq!(
+        tok.decode(&got, true).unwrap(),
+        "The capital of France is Paris."
+    );
+    assert!(tok.stop_ids().contains(&got[first_eos]));
+}
+
+#[test]
+fn kv_cache_decode_equals_full_recompute() {
+    let Some(m) = model() else { return };
+    let mut guard = m.lock().unwrap();
+    let (model, _) = &mut *guard;
+    let tokens = ids(&reference()["prompts"][1]["ids"]);
+    let vocab = model.vocab_size();
+    let full = model.logits_all(&tokens).unwrap();
+    model.reset();
+    let mut stepped = model.forward(&tokens[..10], 10).unwrap();
+    for &t in &tokens[10..] {
+        stepped.extend(model.forward(&[t], 1).unwrap());
+    }
+    let max_diff = full
+        .iter()
+        .zip(&stepped)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert_eq!(stepped.len(), tokens.len() * vocab);
+    assert!(max_diff < 1e-3, "cached vs full: max |Δ| {max_diff}");
+}
