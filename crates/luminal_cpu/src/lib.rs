@@ -30,6 +30,7 @@
 mod fallback;
 mod fused;
 mod matmul;
+mod matvec;
 mod plan;
 mod profile;
 mod runtime;

@@ -122,6 +122,32 @@ impl MatmulKernel {
             }
         };
         let flops_per = m * n * k;
+        if m <= crate::matvec::MAX_ROWS
+            && sa[r - 1] == 1
+            && sb[r - 1] == 1
+            && sa[r - 3] >= 0
+            && sb[r - 2] >= 0
+        {
+            // Skinny product with both operands contiguous along K (decode steps).
+            let parallel = self.threads > 1 && flops_per >= (1 << 15);
+            for (i, d) in dst.chunks_mut(m * n).enumerate() {
+                let (oa, ob) = offsets(i);
+                crate::matvec::skinny(
+                    a,
+                    oa as usize,
+                    sa[r - 3] as usize,
+                    b,
+                    ob as usize,
+                    sb[r - 2] as usize,
+                    d,
+                    m,
+                    n,
+                    k,
+                    parallel,
+                );
+            }
+            return Ok(());
+        }
         if batch >= self.threads && flops_per < (1 << 21) && self.threads > 1 {
             // Many small matrices: one gemm per task, each single-threaded.
             dst.par_chunks_mut(m * n)

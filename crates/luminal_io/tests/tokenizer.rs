@@ -232,6 +232,11 @@ fn spm_gguf_matches_sentencepiece() {
         );
         if let Some(reference) = case.get("llama_cpp_ids") {
             assert_eq!(case_ids, ids(reference), "llama.cpp {input:?}");
+            assert_eq!(
+                tok.encode(input, false).unwrap(),
+                ids(&case["llama_cpp_ids_plain"]),
+                "llama.cpp plain {input:?}"
+            );
         }
         // sentencepiece spells <unk> as " ⁇ "; like transformers, decode drops it.
         if !case_ids.contains(&0) {

@@ -8,9 +8,13 @@ pub mod chat;
 pub mod sampling;
 pub mod config;
 pub mod error;
+pub mod generate;
 pub mod llama;
 
 pub use config::LlamaConfig;
 pub use error::{ModelError, Result};
+pub use generate::{
+    generate, perplexity, GenerateOptions, GenerationStats, PerplexityResult, StopReason,
+};
 pub use llama::{LlamaModel, LoadOptions};
 pub use luminal_io::Tokenizer;

@@ -45,14 +45,17 @@ pub fn causal_attention<'g>(
     let z = Expression::var("z");
     // key index − query index, for the [s, t] score matrix
     let offset = z.clone() % t.clone() - z / t.clone();
+    // Additive mask: log2(1) = 0 where visible, log2(0) = -inf elsewhere. Built in f32 (the
+    // offsets are small integers, exact) so it fuses into the softmax's input kernel; the
+    // [s, t] mask is shared by every head and, through CSE, every layer.
     let visible = q
         .graph
         .iota(offset, s.clone() * t.clone())
+        .cast(DType::F32)
         .reshape(vec![s.clone(), t.clone()])
-        .le(q.graph.constant_expr(t - s, DType::I32));
-    let scores = visible
-        .expand_to(scores.shape())
-        .select(scores, f32::NEG_INFINITY);
+        .le(q.graph.constant_expr(t - s, DType::F32));
+    let bias = visible.cast(DType::F32).log2();
+    let scores = scores + bias.expand_to(scores.shape());
     scores.softmax(-1).matmul(v)
 }
 

@@ -1,0 +1,317 @@
+//! `luminal bench`: prefill and decode speed, as llama-bench measures them.
+//!
+//! - `ppN`: one forward pass of N prompt tokens from an empty cache (logits of the last one);
+//! - `tgN`: N decode steps of one token each, from an empty cache.
+//!
+//! Each test runs once to warm up, then REPS timed times; the table shows the mean ± sample
+//! standard deviation of the per-run tokens per second.
+
+use crate::common::{effective_threads, human_bytes, human_count, load_model, CliError, CliResult};
+use clap::{Args, ValueEnum};
+use luminal_io::{GgmlType, GgufFile, SafetensorsModel};
+use luminal_models::LlamaModel;
+use serde_json::json;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// Markdown table
+    Md,
+    /// JSON array of records
+    Json,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// GGUF file or Hugging Face folder
+    #[arg(short, long)]
+    model: PathBuf,
+    /// Prompt tokens of the prefill test (0 = skip)
+    #[arg(short = 'p', long = "n-prompt", default_value_t = 128)]
+    n_prompt: usize,
+    /// Tokens of the decode test (0 = skip)
+    #[arg(short = 'n', long = "n-gen", default_value_t = 64)]
+    n_gen: usize,
+    /// CPU threads (default: every core)
+    #[arg(short, long)]
+    threads: Option<usize>,
+    /// Timed repetitions of each test
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+    reps: usize,
+    /// Output format
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Md)]
+    output: OutputFormat,
+}
+
+/// What the table says about the model.
+struct ModelDesc {
+    file_name: String,
+    model_type: String,
+    size_bytes: u64,
+}
+
+struct TestResult {
+    name: String,
+    n_prompt: usize,
+    n_gen: usize,
+    samples_ns: Vec<u128>,
+    samples_ts: Vec<f64>,
+}
+
+pub fn run(args: BenchArgs) -> CliResult {
+    if args.reps == 0 {
+        return Err(CliError::msg("-r/--repetitions must be at least 1"));
+    }
+    if args.n_prompt == 0 && args.n_gen == 0 {
+        return Err(CliError::msg("nothing to measure: -p and -n are both 0"));
+    }
+    let max_ctx = args.n_prompt.max(args.n_gen);
+    let (mut model, _tok) = load_model(&args.model, args.threads, max_ctx)?;
+    let desc = describe(&args.model, model.stats.parameters as u64)?;
+    let threads = effective_threads(args.threads);
+    let tokens = bench_tokens(model.vocab_size(), max_ctx);
+
+    let mut results = Vec::new();
+    if args.n_prompt > 0 {
+        let prompt = &tokens[..args.n_prompt];
+        let r = measure(args.reps, args.n_prompt, || {
+            model.reset();
+            model.forward(prompt, 1).map(|_| ())
+        })?;
+        results.push(TestResult {
+            name: format!("pp{}", args.n_prompt),
+            n_prompt: args.n_prompt,
+            n_gen: 0,
+            samples_ns: r.0,
+            samples_ts: r.1,
+        });
+    }
+    if args.n_gen > 0 {
+        let r = measure(args.reps, args.n_gen, || decode(&mut model, &tokens[..args.n_gen]))?;
+        results.push(TestResult {
+            name: format!("tg{}", args.n_gen),
+            n_prompt: 0,
+            n_gen: args.n_gen,
+            samples_ns: r.0,
+            samples_ts: r.1,
+        });
+    }
+    model.reset();
+
+    let params = model.stats.parameters as u64;
+    match args.output {
+        OutputFormat::Md => print_markdown(&desc, params, threads, &results),
+        OutputFormat::Json => print_json(&desc, params, threads, &results)?,
+    }
+    Ok(())
+}
+
+/// `n` decode steps of one token each from an empty cache.
+fn decode(model: &mut LlamaModel, tokens: &[u32]) -> luminal_models::Result<()> {
+    model.reset();
+    for &t in tokens {
+        model.forward(&[t], 1)?;
+    }
+    Ok(())
+}
+
+/// One warm-up run, then `reps` timed runs of `f`, each processing `n_tokens`.
+fn measure(
+    reps: usize,
+    n_tokens: usize,
+    mut f: impl FnMut() -> luminal_models::Result<()>,
+) -> CliResult<(Vec<u128>, Vec<f64>)> {
+    f()?;
+    let (mut ns, mut ts) = (Vec::new(), Vec::new());
+    for _ in 0..reps {
+        let start = Instant::now();
+        f()?;
+        let t = start.elapsed();
+        ns.push(t.as_nanos());
+        ts.push(n_tokens as f64 / t.as_secs_f64().max(1e-12));
+    }
+    Ok((ns, ts))
+}
+
+/// Deterministic pseudo-random token ids (llama-bench also feeds random tokens).
+fn bench_tokens(vocab: usize, n: usize) -> Vec<u32> {
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    (0..n)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 33) % vocab.max(1) as u64) as u32
+        })
+        .collect()
+}
+
+fn mean_std(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len() as f64;
+    let mean = xs.iter().sum::<f64>() / n;
+    if xs.len() < 2 {
+        return (mean, 0.0);
+    }
+    let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    (mean, var.sqrt())
+}
+
+fn print_markdown(desc: &ModelDesc, params: u64, threads: usize, results: &[TestResult]) {
+    let header = ["model", "size", "params", "backend", "threads", "test", "t/s"];
+    let rows: Vec<[String; 7]> = results
+        .iter()
+        .map(|r| {
+            let (mean, std) = mean_std(&r.samples_ts);
+            [
+                desc.model_type.clone(),
+                human_bytes(desc.size_bytes),
+                human_count(params),
+                "CPU".to_string(),
+                threads.to_string(),
+                r.name.clone(),
+                format!("{mean:.2} ± {std:.2}"),
+            ]
+        })
+        .collect();
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].chars().count())
+                .chain([header[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    // Text columns left-aligned, numbers right-aligned (as llama-bench does).
+    let right = [false, true, true, false, true, true, true];
+    let line = |cells: Vec<String>| {
+        let cells: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let pad = widths[i].saturating_sub(c.chars().count());
+                if right[i] {
+                    format!("{}{c}", " ".repeat(pad))
+                } else {
+                    format!("{c}{}", " ".repeat(pad))
+                }
+            })
+            .collect();
+        format!("| {} |", cells.join(" | "))
+    };
+    println!("{}", line(header.iter().map(|s| s.to_string()).collect()));
+    let rule: Vec<String> = widths
+        .iter()
+        .zip(right)
+        .map(|(&w, r)| {
+            if r {
+                format!("{}:", "-".repeat(w + 1))
+            } else {
+                "-".repeat(w + 2)
+            }
+        })
+        .collect();
+    println!("|{}|", rule.join("|"));
+    for r in rows {
+        println!("{}", line(r.to_vec()));
+    }
+}
+
+fn print_json(desc: &ModelDesc, params: u64, threads: usize, results: &[TestResult]) -> CliResult {
+    let records: Vec<serde_json::Value> = results
+        .iter()
+        .map(|r| {
+            let (avg_ts, stddev_ts) = mean_std(&r.samples_ts);
+            let ns: Vec<f64> = r.samples_ns.iter().map(|&x| x as f64).collect();
+            let (avg_ns, stddev_ns) = mean_std(&ns);
+            json!({
+                "model_filename": desc.file_name,
+                "model_type": desc.model_type,
+                "model_size": desc.size_bytes,
+                "model_n_params": params,
+                "backend": "CPU",
+                "n_threads": threads,
+                "n_prompt": r.n_prompt,
+                "n_gen": r.n_gen,
+                "test": r.name,
+                "avg_ns": avg_ns.round() as u64,
+                "stddev_ns": stddev_ns.round() as u64,
+                "avg_ts": avg_ts,
+                "stddev_ts": stddev_ts,
+                "samples_ns": r.samples_ns.iter().map(|&x| x as u64).collect::<Vec<_>>(),
+                "samples_ts": r.samples_ts,
+            })
+        })
+        .collect();
+    println!("{}", serde_json::to_string_pretty(&records)?);
+    Ok(())
+}
+
+/// The model's name for the table (`llama 135M Q4_1`) and its weights' size in bytes.
+fn describe(path: &Path, params: u64) -> CliResult<ModelDesc> {
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string());
+    let size_label = size_label(params);
+    if path.is_dir() {
+        let config: serde_json::Value = std::fs::read_to_string(path.join("config.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
+        let arch = config["model_type"].as_str().unwrap_or("llama").to_string();
+        let dtype = config["torch_dtype"]
+            .as_str()
+            .or_else(|| config["dtype"].as_str())
+            .unwrap_or("")
+            .to_uppercase()
+            .replace("FLOAT", "F")
+            .replace("BFLOAT", "BF");
+        let st = SafetensorsModel::open(path)?;
+        let mut size = 0u64;
+        for name in st.names() {
+            size += st.tensor_bytes(name)?.len() as u64;
+        }
+        let model_type = format!("{arch} {size_label} {dtype}").trim_end().to_string();
+        return Ok(ModelDesc {
+            file_name,
+            model_type,
+            size_bytes: size,
+        });
+    }
+    let file = GgufFile::open(path)?;
+    let arch = file
+        .metadata()
+        .get("general.architecture")
+        .and_then(|v| v.as_str())
+        .unwrap_or("llama")
+        .to_string();
+    // The type that holds most of the weight bytes names the quantisation.
+    let mut bytes_by_type: HashMap<GgmlType, u64> = HashMap::new();
+    for t in file.tensors() {
+        *bytes_by_type.entry(t.ggml_type()).or_default() += t.n_bytes();
+    }
+    let size = bytes_by_type.values().sum();
+    let main_type = bytes_by_type
+        .iter()
+        .max_by_key(|(_, &b)| b)
+        .map(|(t, _)| t.to_string())
+        .unwrap_or_default();
+    Ok(ModelDesc {
+        file_name,
+        model_type: format!("{arch} {size_label} {main_type}"),
+        size_bytes: size,
+    })
+}
+
+/// `135M`, `1B`, `8B`: llama.cpp's rounded parameter count.
+fn size_label(params: u64) -> String {
+    let p = params as f64;
+    if p >= 1e9 {
+        format!("{}B", (p / 1e9).round().max(1.0))
+    } else {
+        format!("{}M", (p / 1e6).round().max(1.0))
+    }
+}

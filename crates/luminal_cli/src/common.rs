@@ -1,0 +1,120 @@
+//! What the subcommands share: the error type, model loading with a progress bar, and
+//! number formatting.
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use luminal_models::{LlamaModel, LoadOptions, Tokenizer};
+use std::fmt;
+use std::path::Path;
+
+/// Any failure of a subcommand; printed as one `error: …` line.
+pub struct CliError(Box<dyn std::error::Error + Send + Sync>);
+
+impl<E: std::error::Error + Send + Sync + 'static> From<E> for CliError {
+    fn from(e: E) -> Self {
+        CliError(Box::new(e))
+    }
+}
+
+impl CliError {
+    /// An error with a plain message.
+    pub fn msg(message: impl Into<String>) -> Self {
+        CliError(message.into().into())
+    }
+
+    /// The message on one line (multi-line messages, such as a chat template's render
+    /// error, are joined with " | ").
+    pub fn one_line(&self) -> String {
+        let text = self.0.to_string();
+        text.lines()
+            .map(str::trim_end)
+            .filter(|l| !l.trim().is_empty())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    }
+
+    /// Whether stdout was closed under us (`luminal generate … | head`): not a failure.
+    pub fn is_broken_pipe(&self) -> bool {
+        self.0
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    }
+}
+
+impl fmt::Debug for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+pub type CliResult<T = ()> = Result<T, CliError>;
+
+/// Loads a GGUF file or a Hugging Face folder, drawing a progress bar on stderr (hidden when
+/// stderr is not a terminal).
+pub fn load_model(
+    path: &Path,
+    threads: Option<usize>,
+    max_ctx: usize,
+) -> CliResult<(LlamaModel, Tokenizer)> {
+    if !path.exists() {
+        return Err(CliError::msg(format!(
+            "model file not found: {}",
+            path.display()
+        )));
+    }
+    if threads == Some(0) {
+        return Err(CliError::msg("--threads must be at least 1"));
+    }
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} loading {msg} [{bar:30}] {pos}/{len} tensors")
+            .expect("valid progress template")
+            .progress_chars("=> "),
+    );
+    bar.set_message(
+        path.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    );
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    let opts = LoadOptions { threads, max_ctx };
+    let loaded = LlamaModel::load(path, &opts, |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    });
+    bar.finish_and_clear();
+    Ok(loaded?)
+}
+
+/// The number of threads a run uses (`--threads`, else every core, as the backend does).
+pub fn effective_threads(threads: Option<usize>) -> usize {
+    threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// `134.52 M`, `1.24 B`, `950 K`.
+pub fn human_count(n: u64) -> String {
+    let x = n as f64;
+    if x >= 1e9 {
+        format!("{:.2} B", x / 1e9)
+    } else if x >= 1e6 {
+        format!("{:.2} M", x / 1e6)
+    } else if x >= 1e3 {
+        format!("{:.2} K", x / 1e3)
+    } else {
+        n.to_string()
+    }
+}
+
+/// `85.82 MiB`, `1.20 GiB`.
+pub fn human_bytes(n: u64) -> String {
+    let x = n as f64;
+    const KIB: f64 = 1024.0;
+    if x >= KIB * KIB * KIB {
+        format!("{:.2} GiB", x / (KIB * KIB * KIB))
+    } else if x >= KIB * KIB {
+        format!("{:.2} MiB", x / (KIB * KIB))
+    } else if x >= KIB {
+        format!("{:.2} KiB", x / KIB)
+    } else {
+        format!("{n} B")
+    }
+}

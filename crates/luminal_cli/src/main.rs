@@ -1,0 +1,60 @@
+//! `luminal`: run Llama-family models (GGUF files or Hugging Face folders) from the command
+//! line.
+//!
+//! - `luminal generate`: stream a completion (or a chat answer with `--chat`);
+//! - `luminal perplexity`: perplexity of a text file over non-overlapping windows;
+//! - `luminal bench`: prefill / decode speed, like llama-bench;
+//! - `luminal inspect`: metadata, tensors and parameter count of a model file.
+//!
+//! Errors print one line, `error: <message>`, on stderr and exit with code 1; command-line
+//! mistakes are reported by clap (exit code 2).
+
+mod bench;
+mod common;
+mod generate;
+mod inspect;
+mod perplexity;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "luminal",
+    version,
+    about = "Run Llama-family models (GGUF or Hugging Face folders) on the Luminal CPU backend"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Generate text from a prompt, streaming it to stdout
+    Generate(generate::GenerateArgs),
+    /// Perplexity of a text file (non-overlapping windows of --ctx tokens)
+    Perplexity(perplexity::PerplexityArgs),
+    /// Prefill (pp) and decode (tg) speed, like llama-bench
+    Bench(bench::BenchArgs),
+    /// Print a model file's metadata, tensors and parameter count
+    Inspect(inspect::InspectArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Generate(args) => generate::run(args),
+        Command::Perplexity(args) => perplexity::run(args),
+        Command::Bench(args) => bench::run(args),
+        Command::Inspect(args) => inspect::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is_broken_pipe() => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", e.one_line());
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! Skinny products (`M ≤ 8` rows, the decode step of a language model): each output is a
+//! dot product of a row of `a` with a row of `b` stored along `K`, so the weights stream from
+//! memory once, split over the threads by output column. `gemm` is slow at this shape (it
+//! packs `b` and runs at a few GFLOP/s for `M = 1`).
+
+use rayon::prelude::*;
+
+/// Most rows of `a` handled by the skinny kernel.
+pub const MAX_ROWS: usize = 8;
+
+/// `Σ a[i]·b[i]` with 64 independent lanes so the compiler keeps vector registers busy.
+#[inline(always)]
+fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
+    const W: usize = 64;
+    let mut acc = [0f32; W];
+    let (ac, bc) = (a.chunks_exact(W), b.chunks_exact(W));
+    let (ar, br) = (ac.remainder(), bc.remainder());
+    for (x, y) in ac.zip(bc) {
+        for l in 0..W {
+            acc[l] = x[l].mul_add(y[l], acc[l]);
+        }
+    }
+    let mut tail = 0f32;
+    for (x, y) in ar.iter().zip(br) {
+        tail = x.mul_add(*y, tail);
+    }
+    // Pairwise sum of the lanes.
+    let mut w = W;
+    while w > 1 {
+        w /= 2;
+        for l in 0..w {
+            acc[l] += acc[l + w];
+        }
+    }
+    acc[0] + tail
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn dot_avx512(a: &[f32], b: &[f32]) -> f32 {
+    dot_lanes(a, b)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
+    dot_lanes(a, b)
+}
+
+#[derive(Clone, Copy)]
+enum Isa {
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    Portable,
+}
+
+fn isa() -> Isa {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("fma") {
+            return Isa::Avx512;
+        }
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            return Isa::Avx2;
+        }
+    }
+    Isa::Portable
+}
+
+#[inline(always)]
+fn dot(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
+    match isa {
+        // SAFETY: the feature was detected at run time.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { dot_avx512(a, b) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { dot_avx2(a, b) },
+        Isa::Portable => dot_lanes(a, b),
+    }
+}
+
+/// The output pointer shared by tasks that write disjoint columns.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: tasks write disjoint elements (their own column range of each row).
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+/// One skinny product: `dst[i·n + j] = Σ_k a[a_off + i·a_row + k] · b[b_off + j·b_row + k]`
+/// for `i < m ≤ MAX_ROWS`, `j < n`. Both operands are contiguous along `K`. Panics (slice
+/// bounds) rather than reading out of bounds; the caller checked the views beforehand.
+/// Allocates nothing.
+#[allow(clippy::too_many_arguments)]
+pub fn skinny(
+    a: &[f32],
+    a_off: usize,
+    a_row: usize,
+    b: &[f32],
+    b_off: usize,
+    b_row: usize,
+    dst: &mut [f32],
+    m: usize,
+    n: usize,
+    k: usize,
+    parallel: bool,
+) {
+    assert!(m <= MAX_ROWS && dst.len() >= m * n);
+    let isa = isa();
+    let mut rows: [&[f32]; MAX_ROWS] = [&[]; MAX_ROWS];
+    for (i, r) in rows.iter_mut().enumerate().take(m) {
+        *r = &a[a_off + i * a_row..a_off + i * a_row + k];
+    }
+    let rows = &rows[..m];
+    let out = OutPtr(dst.as_mut_ptr());
+    let cols = |j0: usize, j1: usize| {
+        let out = out;
+        for j in j0..j1 {
+            let brow = &b[b_off + j * b_row..b_off + j * b_row + k];
+            for (i, row) in rows.iter().enumerate() {
+                let v = dot(isa, row, brow);
+                // SAFETY: i < m, j < n and dst holds m·n elements; no other task writes
+                // column j.
+                unsafe { *out.0.add(i * n + j) = v };
+            }
+        }
+    };
+    // Output columns per task: enough work per task, a few tasks per thread.
+    let threads = rayon::current_num_threads();
+    if parallel && threads > 1 && n >= 32 {
+        let chunk = n.div_ceil(threads * 4).max(16);
+        (0..n.div_ceil(chunk))
+            .into_par_iter()
+            .for_each(|c| cols(c * chunk, ((c + 1) * chunk).min(n)));
+    } else {
+        cols(0, n);
+    }
+}

@@ -1,0 +1,410 @@
+//! Text generation and perplexity on a loaded [`LlamaModel`].
+//!
+//! [`generate`] prefills a prompt, samples token by token and streams the decoded text,
+//! stopping at an end-of-generation token, a stop string, a token budget, or a full context.
+//! [`perplexity`] scores a text the way `luminal perplexity` (and
+//! `scripts/gen_llama_fixtures.py`) does.
+//!
+//! ```no_run
+//! use luminal_models::generate::{generate, GenerateOptions};
+//! use luminal_models::{LlamaModel, LoadOptions};
+//! # fn main() -> luminal_models::Result<()> {
+//! let (mut model, tok) = LlamaModel::load("model.gguf", &LoadOptions::default(), |_, _| {})?;
+//! let prompt = tok.encode("Once upon a time", true)?;
+//! let opts = GenerateOptions { max_new_tokens: 32, ..Default::default() };
+//! let (ids, stats) = generate(&mut model, &tok, &prompt, &opts, |text| print!("{text}"))?;
+//! eprintln!("{} tokens, {:.1} tok/s", ids.len(), stats.gen_tok_per_s());
+//! # Ok(()) }
+//! ```
+
+use crate::error::{ModelError, Result};
+use crate::llama::LlamaModel;
+use crate::sampling::{Sampler, SamplerConfig};
+use luminal_io::Tokenizer;
+use std::time::{Duration, Instant};
+
+/// What [`generate`] does.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GenerateOptions {
+    /// The most tokens to generate (the stop token, if any, is not counted).
+    pub max_new_tokens: usize,
+    /// How each token is picked (default: greedy).
+    pub sampler: SamplerConfig,
+    /// Generation ends when the text contains one of these; the stop string and anything
+    /// after it are not emitted.
+    pub stop_strings: Vec<String>,
+}
+
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        GenerateOptions {
+            max_new_tokens: 128,
+            sampler: SamplerConfig::default(),
+            stop_strings: Vec::new(),
+        }
+    }
+}
+
+/// Why [`generate`] stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// The model produced this end-of-generation id (one of [`Tokenizer::stop_ids`]).
+    StopToken(u32),
+    /// The text reached the stop string with this index in
+    /// [`GenerateOptions::stop_strings`].
+    StopString(usize),
+    /// `max_new_tokens` were generated.
+    MaxTokens,
+    /// The KV cache is full: no further token fits in the context.
+    ContextFull,
+}
+
+/// Counts and timings of one [`generate`] call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GenerationStats {
+    /// Tokens in the prompt (all prefilled in one forward pass).
+    pub prompt_tokens: usize,
+    /// Time of the prefill forward pass.
+    pub prompt_time: Duration,
+    /// Tokens generated (the ids returned; a stop token is not counted).
+    pub generated_tokens: usize,
+    /// Time from the end of the prefill to the end of generation: sampling plus one decode
+    /// step per generated token that was fed back to the model.
+    pub gen_time: Duration,
+    /// Why generation ended.
+    pub stop_reason: StopReason,
+}
+
+impl GenerationStats {
+    /// Prefill speed in tokens per second (0 when nothing was timed).
+    pub fn prompt_tok_per_s(&self) -> f64 {
+        rate(self.prompt_tokens, self.prompt_time)
+    }
+
+    /// Generation speed in tokens per second (0 when nothing was timed).
+    pub fn gen_tok_per_s(&self) -> f64 {
+        rate(self.generated_tokens, self.gen_time)
+    }
+}
+
+fn rate(tokens: usize, time: Duration) -> f64 {
+    let s = time.as_secs_f64();
+    if tokens == 0 || s <= 0.0 {
+        0.0
+    } else {
+        tokens as f64 / s
+    }
+}
+
+/// Holds back streamed text that could be the start of a stop string, so that a stop string
+/// is never emitted, even when it arrives split over several tokens.
+struct StopStringFilter<'a> {
+    stops: &'a [String],
+    pending: String,
+}
+
+impl<'a> StopStringFilter<'a> {
+    fn new(stops: &'a [String]) -> Self {
+        StopStringFilter {
+            stops,
+            pending: String::new(),
+        }
+    }
+
+    /// Adds `text`; returns the text that is now safe to emit, and the index of the stop
+    /// string when one has been reached (the text before it is returned; the rest dropped).
+    fn push(&mut self, text: &str) -> (String, Option<usize>) {
+        self.pending.push_str(text);
+        // The earliest complete stop string wins (the longest one on a tie).
+        let found = self
+            .stops
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !s.is_empty())
+            .filter_map(|(i, s)| self.pending.find(s.as_str()).map(|at| (at, i, s.len())))
+            .min_by_key(|&(at, _, len)| (at, std::cmp::Reverse(len)));
+        if let Some((at, i, _)) = found {
+            let out = self.pending[..at].to_string();
+            self.pending.clear();
+            return (out, Some(i));
+        }
+        // Emit up to the earliest position whose suffix could still grow into a stop string.
+        let hold_from = self
+            .pending
+            .char_indices()
+            .map(|(i, _)| i)
+            .find(|&i| {
+                let tail = &self.pending[i..];
+                self.stops.iter().any(|s| s.starts_with(tail))
+            })
+            .unwrap_or(self.pending.len());
+        let out = self.pending[..hold_from].to_string();
+        self.pending.drain(..hold_from);
+        (out, None)
+    }
+
+    /// The text still held back (no stop string followed it).
+    fn finish(&mut self) -> String {
+        std::mem::take(&mut self.pending)
+    }
+}
+
+/// Generates a continuation of `prompt_ids`, calling `on_text` with each piece of text as
+/// soon as it is certain (whole UTF-8 characters, never part of a stop string).
+///
+/// The model's cache is reset and the whole prompt prefilled in one forward pass (an empty
+/// prompt starts from BOS when the tokenizer has one). Each step samples a token from the
+/// last logits with `opts.sampler` (history = prompt + generated ids, for the repetition
+/// penalty). Generation stops:
+/// - at any of [`Tokenizer::stop_ids`]: the stop token is neither emitted nor returned;
+/// - when the text contains one of `opts.stop_strings`: the text before it is emitted, the
+///   stop string is not; the returned ids include the token that completed it;
+/// - after `opts.max_new_tokens` tokens;
+/// - when the context is full (the prompt fitted but no further token does): not an error.
+///
+/// Special tokens are not printed (`stream_decoder(true)`). Returns the generated ids and
+/// the statistics. A prompt longer than the context gives [`ModelError::ContextFull`].
+pub fn generate(
+    model: &mut LlamaModel,
+    tok: &Tokenizer,
+    prompt_ids: &[u32],
+    opts: &GenerateOptions,
+    mut on_text: impl FnMut(&str),
+) -> Result<(Vec<u32>, GenerationStats)> {
+    opts.sampler
+        .validate()
+        .map_err(|e| ModelError::Other(e.to_string()))?;
+    let prompt: Vec<u32> = match (prompt_ids.is_empty(), tok.bos_id()) {
+        (false, _) => prompt_ids.to_vec(),
+        (true, Some(bos)) => vec![bos],
+        (true, None) => {
+            return Err(ModelError::Other(
+                "the prompt is empty and the tokenizer has no BOS token to start from".into(),
+            ))
+        }
+    };
+    let mut stats = GenerationStats {
+        prompt_tokens: prompt.len(),
+        prompt_time: Duration::ZERO,
+        generated_tokens: 0,
+        gen_time: Duration::ZERO,
+        stop_reason: StopReason::MaxTokens,
+    };
+    model.reset();
+    if opts.max_new_tokens == 0 {
+        return Ok((Vec::new(), stats));
+    }
+
+    let start = Instant::now();
+    let mut logits = model.forward(&prompt, 1)?;
+    stats.prompt_time = start.elapsed();
+
+    let gen_start = Instant::now();
+    let stop_ids = tok.stop_ids();
+    let mut sampler = Sampler::new(opts.sampler);
+    let mut decoder = tok.stream_decoder(true);
+    let mut filter = StopStringFilter::new(&opts.stop_strings);
+    let mut history = prompt;
+    let mut generated = Vec::new();
+    let mut stop_reason = StopReason::MaxTokens;
+    let mut stopped_by_string = false;
+    loop {
+        let next = sampler
+            .sample(&logits, &history)
+            .map_err(|e| ModelError::Other(e.to_string()))?;
+        if stop_ids.contains(&next) {
+            stop_reason = StopReason::StopToken(next);
+            break;
+        }
+        generated.push(next);
+        history.push(next);
+        if let Some(text) = decoder.push(next)? {
+            let (out, hit) = filter.push(&text);
+            if !out.is_empty() {
+                on_text(&out);
+            }
+            if let Some(i) = hit {
+                stop_reason = StopReason::StopString(i);
+                stopped_by_string = true;
+                break;
+            }
+        }
+        if generated.len() >= opts.max_new_tokens {
+            break;
+        }
+        if model.pos() >= model.max_ctx() {
+            stop_reason = StopReason::ContextFull;
+            break;
+        }
+        logits = model.forward(&[next], 1)?;
+    }
+    if !stopped_by_string {
+        let mut rest = String::new();
+        if let Some(text) = decoder.flush()? {
+            let (out, hit) = filter.push(&text);
+            rest.push_str(&out);
+            if let Some(i) = hit {
+                stop_reason = StopReason::StopString(i);
+            } else {
+                rest.push_str(&filter.finish());
+            }
+        } else {
+            rest.push_str(&filter.finish());
+        }
+        if !rest.is_empty() {
+            on_text(&rest);
+        }
+    }
+    stats.gen_time = gen_start.elapsed();
+    stats.generated_tokens = generated.len();
+    stats.stop_reason = stop_reason;
+    Ok((generated, stats))
+}
+
+/// The result of [`perplexity`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct PerplexityResult {
+    /// `exp(mean_nll)`.
+    pub ppl: f64,
+    /// Mean negative log-likelihood (nats) over the scored tokens.
+    pub mean_nll: f64,
+    /// Tokens in the text (tokenized without BOS).
+    pub n_tokens: usize,
+    /// Tokens scored (every token of a window but its first).
+    pub n_scored: usize,
+    /// Windows evaluated.
+    pub n_windows: usize,
+}
+
+/// The perplexity of `text` with windows of `ctx` tokens: see [`perplexity_with_progress`].
+pub fn perplexity(
+    model: &mut LlamaModel,
+    tok: &Tokenizer,
+    text: &str,
+    ctx: usize,
+) -> Result<PerplexityResult> {
+    perplexity_with_progress(model, tok, text, ctx, |_, _, _| {})
+}
+
+/// The perplexity of `text`, by the protocol of `luminal perplexity`:
+/// tokenize the whole text without BOS (`encode(text, false)`), split it into non-overlapping
+/// windows of `ctx` tokens (a last partial window is kept if it has at least 2 tokens), run
+/// each window from an empty cache and score every token after its first given the earlier
+/// tokens of the window (log-softmax in f64); `ppl = exp(mean NLL)` over all scored tokens.
+///
+/// `progress(window, n_windows, running_ppl)` is called after each window (1-based).
+/// Errors if `ctx < 2`, if `ctx` exceeds the model's context, or if nothing can be scored.
+pub fn perplexity_with_progress(
+    model: &mut LlamaModel,
+    tok: &Tokenizer,
+    text: &str,
+    ctx: usize,
+    mut progress: impl FnMut(usize, usize, f64),
+) -> Result<PerplexityResult> {
+    if ctx < 2 {
+        return Err(ModelError::Other(format!(
+            "perplexity needs a context of at least 2 tokens, got {ctx}"
+        )));
+    }
+    if ctx > model.max_ctx() {
+        return Err(ModelError::ContextFull {
+            needed: ctx,
+            max: model.max_ctx(),
+        });
+    }
+    let ids = tok.encode(text, false)?;
+    let windows: Vec<&[u32]> = ids.chunks(ctx).filter(|w| w.len() >= 2).collect();
+    if windows.is_empty() {
+        return Err(ModelError::Other(format!(
+            "the text has {} token(s): at least 2 are needed to compute a perplexity",
+            ids.len()
+        )));
+    }
+    let vocab = model.vocab_size();
+    let (mut nll_sum, mut n_scored) = (0f64, 0usize);
+    for (w, window) in windows.iter().enumerate() {
+        // Logits of every position but the last predict the next token of the window.
+        model.reset();
+        let logits = model.forward(&window[..window.len() - 1], window.len() - 1)?;
+        for (row, &target) in logits.chunks_exact(vocab).zip(&window[1..]) {
+            nll_sum += token_nll(row, target as usize);
+        }
+        n_scored += window.len() - 1;
+        progress(w + 1, windows.len(), (nll_sum / n_scored as f64).exp());
+    }
+    model.reset();
+    let mean_nll = nll_sum / n_scored as f64;
+    Ok(PerplexityResult {
+        ppl: mean_nll.exp(),
+        mean_nll,
+        n_tokens: ids.len(),
+        n_scored,
+        n_windows: windows.len(),
+    })
+}
+
+/// `-log_softmax(row)[target]`, computed in f64.
+pub fn token_nll(row: &[f32], target: usize) -> f64 {
+    let max = row
+        .iter()
+        .fold(f64::NEG_INFINITY, |m, &x| m.max(x as f64));
+    let sum: f64 = row.iter().map(|&x| (x as f64 - max).exp()).sum();
+    max + sum.ln() - row[target] as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(stops: &[&str], chunks: &[&str]) -> (String, Option<usize>) {
+        let stops: Vec<String> = stops.iter().map(|s| s.to_string()).collect();
+        let mut f = StopStringFilter::new(&stops);
+        let mut out = String::new();
+        for c in chunks {
+            let (text, hit) = f.push(c);
+            out.push_str(&text);
+            if hit.is_some() {
+                return (out, hit);
+            }
+        }
+        out.push_str(&f.finish());
+        (out, None)
+    }
+
+    #[test]
+    fn stop_string_split_over_chunks_is_never_emitted() {
+        assert_eq!(run(&["</s>"], &["ab<", "/", "s>cd"]), ("ab".into(), Some(0)));
+        assert_eq!(run(&["STOP"], &["xST", "OP"]), ("x".into(), Some(0)));
+        assert_eq!(run(&["STOP"], &["STOP"]), ("".into(), Some(0)));
+    }
+
+    #[test]
+    fn held_back_prefix_is_released_when_it_does_not_match() {
+        assert_eq!(run(&["</s>"], &["a<", "b"]), ("a<b".into(), None));
+        assert_eq!(run(&["</s>"], &["a</"]), ("a</".into(), None));
+    }
+
+    #[test]
+    fn held_back_text_is_emitted_as_soon_as_it_is_safe() {
+        let stops = vec!["abc".to_string()];
+        let mut f = StopStringFilter::new(&stops);
+        assert_eq!(f.push("xxab"), ("xx".into(), None));
+        assert_eq!(f.push("x"), ("abx".into(), None));
+    }
+
+    #[test]
+    fn earliest_stop_string_wins_and_multibyte_text_is_not_split() {
+        assert_eq!(
+            run(&["world", "lo"], &["héllo world"]),
+            ("hél".into(), Some(1))
+        );
+        assert_eq!(run(&["é!"], &["café", "?"]), ("café?".into(), None));
+    }
+
+    #[test]
+    fn token_nll_is_log_softmax() {
+        let row = [1.0f32, 2.0, 3.0];
+        let z: f64 = row.iter().map(|&x| (x as f64).exp()).sum();
+        assert!((token_nll(&row, 0) - (z.ln() - 1.0)).abs() < 1e-12);
+    }
+}
