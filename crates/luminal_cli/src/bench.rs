@@ -89,7 +89,9 @@ pub fn run(args: BenchArgs) -> CliResult {
         });
     }
     if args.n_gen > 0 {
-        let r = measure(args.reps, args.n_gen, || decode(&mut model, &tokens[..args.n_gen]))?;
+        let r = measure(args.reps, args.n_gen, || {
+            decode(&mut model, &tokens[..args.n_gen])
+        })?;
         results.push(TestResult {
             name: format!("tg{}", args.n_gen),
             n_prompt: 0,
@@ -159,7 +161,9 @@ fn mean_std(xs: &[f64]) -> (f64, f64) {
 }
 
 fn print_markdown(desc: &ModelDesc, params: u64, threads: usize, results: &[TestResult]) {
-    let header = ["model", "size", "params", "backend", "threads", "test", "t/s"];
+    let header = [
+        "model", "size", "params", "backend", "threads", "test", "t/s",
+    ];
     let rows: Vec<[String; 7]> = results
         .iter()
         .map(|r| {
@@ -274,7 +278,9 @@ fn describe(path: &Path, params: u64) -> CliResult<ModelDesc> {
         for name in st.names() {
             size += st.tensor_bytes(name)?.len() as u64;
         }
-        let model_type = format!("{arch} {size_label} {dtype}").trim_end().to_string();
+        let model_type = format!("{arch} {size_label} {dtype}")
+            .trim_end()
+            .to_string();
         return Ok(ModelDesc {
             file_name,
             model_type,
@@ -310,8 +316,10 @@ fn describe(path: &Path, params: u64) -> CliResult<ModelDesc> {
 fn size_label(params: u64) -> String {
     let p = params as f64;
     if p >= 1e9 {
-        format!("{}B", (p / 1e9).round().max(1.0))
+        format!("{}B", (p / 1e9).round())
+    } else if p >= 1e6 {
+        format!("{}M", (p / 1e6).round())
     } else {
-        format!("{}M", (p / 1e6).round().max(1.0))
+        format!("{}K", (p / 1e3).round())
     }
 }

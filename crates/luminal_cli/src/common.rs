@@ -2,7 +2,8 @@
 //! number formatting.
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use luminal_models::{LlamaModel, LoadOptions, Tokenizer};
+use luminal_io::IoError;
+use luminal_models::{LlamaModel, LoadOptions, ModelError, Tokenizer};
 use std::fmt;
 use std::path::Path;
 
@@ -25,11 +26,28 @@ impl CliError {
     /// error, are joined with " | ").
     pub fn one_line(&self) -> String {
         let text = self.0.to_string();
-        text.lines()
+        let mut line = text
+            .lines()
             .map(str::trim_end)
             .filter(|l| !l.trim().is_empty())
             .collect::<Vec<_>>()
-            .join(" | ")
+            .join(" | ");
+        if let Some(hint) = self.hint() {
+            line.push_str(hint);
+        }
+        line
+    }
+
+    /// What a reader error most likely means, when its message does not say.
+    fn hint(&self) -> Option<&'static str> {
+        let io = match self.0.downcast_ref::<ModelError>() {
+            Some(ModelError::Io(io)) => io,
+            _ => self.0.downcast_ref::<IoError>()?,
+        };
+        // A count in the header that the rest of the file cannot hold: the file was cut
+        // short inside its header (or is corrupt).
+        matches!(io.root(), IoError::ImplausibleCount { .. })
+            .then_some(" (the file is truncated or corrupt)")
     }
 
     /// Whether stdout was closed under us (`luminal generate … | head`): not a failure.

@@ -21,19 +21,19 @@ pub struct GenerateArgs {
     #[arg(short = 'n', long = "n-predict", default_value_t = 128)]
     n_predict: usize,
     /// Sampling temperature; 0 = greedy
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     temperature: f32,
     /// Keep the K most likely tokens; 0 = off
     #[arg(long, default_value_t = 0)]
     top_k: usize,
     /// Nucleus sampling threshold; 1 = off
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     top_p: f32,
     /// Drop tokens below min-p × the top probability; 0 = off
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     min_p: f32,
     /// Repetition penalty; 1 = off
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     repeat_penalty: f32,
     /// How many recent tokens the repetition penalty looks at
     #[arg(long, default_value_t = 64)]
@@ -96,6 +96,13 @@ pub fn run(args: GenerateArgs) -> CliResult {
         args.prompt.clone()
     };
     let prompt_ids = encode_prompt(&tok, &text)?;
+    if prompt_ids.len() > model.max_ctx() {
+        return Err(luminal_models::ModelError::ContextFull {
+            needed: prompt_ids.len(),
+            max: model.max_ctx(),
+        }
+        .into());
+    }
 
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
@@ -139,10 +146,7 @@ pub fn run(args: GenerateArgs) -> CliResult {
 /// The tokenizer's chat template (ChatML when it has none) and the end-of-turn text the
 /// template writes.
 fn chat_template(tok: &Tokenizer) -> CliResult<(ChatTemplate, String)> {
-    let token_text = |id: Option<u32>| {
-        id.and_then(|id| tok.id_to_token(id))
-            .unwrap_or_default()
-    };
+    let token_text = |id: Option<u32>| id.and_then(|id| tok.id_to_token(id)).unwrap_or_default();
     match tok.chat_template() {
         Some(src) => {
             let eos = token_text(tok.eos_id());

@@ -37,7 +37,11 @@ pub fn run(args: InspectArgs) -> CliResult {
     }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    if path.is_dir() || path.extension().is_some_and(|e| e == "safetensors" || e == "json") {
+    if path.is_dir()
+        || path
+            .extension()
+            .is_some_and(|e| e == "safetensors" || e == "json")
+    {
         inspect_safetensors(path, &mut out)
     } else {
         inspect_gguf(path, args.full, &mut out)
@@ -86,7 +90,13 @@ fn inspect_gguf(path: &Path, full: bool, out: &mut impl Write) -> CliResult {
 }
 
 fn inspect_safetensors(path: &Path, out: &mut impl Write) -> CliResult {
-    writeln!(out, "{}: {}", if path.is_dir() { "folder" } else { "file" }, path.display())?;
+    let st = SafetensorsModel::open(path)?;
+    writeln!(
+        out,
+        "{}: {}",
+        if path.is_dir() { "folder" } else { "file" },
+        path.display()
+    )?;
     if path.is_dir() {
         let config_path = path.join("config.json");
         match std::fs::read_to_string(&config_path) {
@@ -104,7 +114,6 @@ fn inspect_safetensors(path: &Path, out: &mut impl Write) -> CliResult {
             Err(e) => writeln!(out, "config.json: cannot read it ({e})")?,
         }
     }
-    let st = SafetensorsModel::open(path)?;
     let names = st.names();
     writeln!(out)?;
     writeln!(
@@ -153,8 +162,8 @@ fn format_value(value: &MetadataValue, full: bool) -> String {
         V::I32(x) => x.to_string(),
         V::U64(x) => x.to_string(),
         V::I64(x) => x.to_string(),
-        V::F32(x) => x.to_string(),
-        V::F64(x) => x.to_string(),
+        V::F32(x) => format!("{x:?}"),
+        V::F64(x) => format!("{x:?}"),
         V::Bool(x) => x.to_string(),
         V::String(s) => format_string(s, full),
         V::Array(a) => format_array(a, full),

@@ -31,6 +31,7 @@ mod fallback;
 mod fused;
 mod matmul;
 mod matvec;
+mod packed;
 mod plan;
 mod profile;
 mod runtime;
@@ -38,6 +39,7 @@ mod storage;
 mod view;
 mod write;
 
+pub use packed::{PackedFormat, PackedMatrix};
 pub use runtime::CpuRuntime;
 
 use luminal::{Backend, CompileOptions, GraphData, Result};

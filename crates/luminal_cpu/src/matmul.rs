@@ -5,6 +5,7 @@
 //! takes row and column strides, so the operands are read in place whatever their layout
 //! (transposed weights, sliced batches, broadcast batch dims): no copies.
 
+use crate::packed::{skinny_packed, PackedMatrix};
 use crate::storage::Storage;
 use crate::view::{DimValues, ResolvedView, ViewExprs};
 use gemm::Parallelism;
@@ -61,7 +62,12 @@ impl MatmulKernel {
         mnk(&self.a_view.dims)
     }
 
-    pub fn run(&self, bufs: &[Storage], out: &mut Storage) -> Result<()> {
+    pub fn run(
+        &self,
+        bufs: &[Storage],
+        packed: &[Option<std::sync::Arc<PackedMatrix>>],
+        out: &mut Storage,
+    ) -> Result<()> {
         let (Storage::F32(a), Storage::F32(b), Storage::F32(dst)) =
             (&bufs[self.a], &bufs[self.b], out)
         else {
@@ -122,6 +128,21 @@ impl MatmulKernel {
             }
         };
         let flops_per = m * n * k;
+        if let Some(w) = packed.get(self.b).and_then(|p| p.as_deref()) {
+            // The weight's block-quantized copy, when `b` reads it as the plain `Wᵀ`.
+            let plain_wt = batch == 1
+                && self.b_view.offset == 0
+                && (sb[r - 3] == 0 || m == 1)
+                && sb[r - 2] == k as i64
+                && sb[r - 1] == 1
+                && (w.rows(), w.cols()) == (n, k);
+            if plain_wt && m <= crate::matvec::MAX_ROWS && sa[r - 1] == 1 && sa[r - 3] >= 0 {
+                let (oa, _) = offsets(0);
+                let parallel = self.threads > 1 && flops_per >= (1 << 15);
+                skinny_packed(a, oa as usize, sa[r - 3] as usize, w, dst, m, parallel);
+                return Ok(());
+            }
+        }
         if m <= crate::matvec::MAX_ROWS
             && sa[r - 1] == 1
             && sb[r - 1] == 1

@@ -301,7 +301,11 @@ impl Lowering<'_> {
         if let Op::WriteSlice { .. } = node.op {
             let w = WriteSliceKernel::new(self.g, id, self.names)?;
             let reads = vec![w.src, w.dest];
-            return Ok(kernel("write_slice".into(), KernelKind::WriteSlice(w), reads));
+            return Ok(kernel(
+                "write_slice".into(),
+                KernelKind::WriteSlice(w),
+                reads,
+            ));
         }
         if fusable(self.g, id) {
             let mut prog = Program::default();

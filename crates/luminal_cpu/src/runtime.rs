@@ -2,6 +2,7 @@
 //! semantics (and typed errors) as the reference runtime.
 
 use crate::fused::{run_elementwise, run_reduce, ReduceShape};
+use crate::packed::PackedMatrix;
 use crate::plan::{Kernel, KernelKind};
 use crate::storage::{is_f32_stored, Storage};
 use crate::view::{eval, DimNames, DimValues, MAX_DYN_DIMS};
@@ -11,6 +12,7 @@ use luminal::passes::live_nodes;
 use luminal::shape::CompiledExpression;
 use luminal::{HostData, LuminalError, Result, Runtime};
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A live input: its node, name, buffer and element count.
@@ -33,6 +35,8 @@ pub struct CpuRuntime {
     /// Element count each kernel produced in the last run.
     kernel_len: Vec<usize>,
     bufs: Vec<Storage>,
+    /// Block-quantized copies of weight inputs, by buffer (see `set_packed`).
+    packed: Vec<Option<Arc<PackedMatrix>>>,
     inputs: Vec<InputSlot>,
     /// Buffer and producing kernel of every node whose buffer is readable by `get`.
     node_buf: HashMap<NodeId, (usize, Option<usize>)>,
@@ -172,7 +176,9 @@ impl CpuRuntime {
         pool.broadcast(|_| crate::fused::reserve_scratch(max_instrs));
         let pool = std::sync::Arc::new(pool);
         let n = kernels.len();
+        let packed = vec![None; bufs.len()];
         Ok(CpuRuntime {
+            packed,
             graph,
             names,
             needed_dims,
@@ -211,6 +217,31 @@ impl CpuRuntime {
     pub fn threads(&self) -> usize {
         self.threads
     }
+    /// Attaches a block-quantized copy of the f32 weight input `tensor` (`[rows, cols]`):
+    /// skinny products (`M ≤ 8` rows, decode steps) that read it as `Wᵀ` stream the blocks
+    /// instead of the f32 data; every other kernel keeps reading the f32 data, which must be
+    /// the exact dequantization of `packed` (set both from the same file tensor). Setting
+    /// the input's f32 data again drops the packed copy.
+    pub fn set_packed(&mut self, tensor: impl Into<TensorRef>, packed: PackedMatrix) -> Result<()> {
+        let entry = self.graph.tensor_entry(tensor)?;
+        let node = self.graph.node(entry.node);
+        let dims: Vec<Option<i64>> = node.shape.iter().map(|d| d.as_constant()).collect();
+        let shape_ok = dims == [Some(packed.rows() as i64), Some(packed.cols() as i64)];
+        if !matches!(node.op, Op::Input { .. }) || node.dtype != luminal::DType::F32 || !shape_ok {
+            return Err(LuminalError::Backend(format!(
+                "set_packed: {} must be an f32 input of shape [{}, {}]",
+                entry.label,
+                packed.rows(),
+                packed.cols()
+            )));
+        }
+        let node_id = entry.node;
+        if let Some(slot) = self.inputs.iter().find(|s| s.node == node_id) {
+            self.packed[slot.buf] = Some(Arc::new(packed));
+        }
+        Ok(())
+    }
+
     /// Turns per-kernel timing on or off (also on with `LUMINAL_PROFILE=1`).
     pub fn set_profile(&mut self, on: bool) {
         self.profile = on;
@@ -246,7 +277,7 @@ impl CpuRuntime {
             self.kernel_len[i] = n;
             self.bufs[k.out].ensure_len(n);
             let mut out = std::mem::replace(&mut self.bufs[k.out], Storage::F32(Vec::new()));
-            let res = run_kernel(k, &self.bufs, &mut out, n, &dims);
+            let res = run_kernel(k, &self.bufs, &self.packed, &mut out, n, &dims);
             self.bufs[k.out] = out;
             res?;
             if let Some(s) = start {
@@ -260,6 +291,7 @@ impl CpuRuntime {
 fn run_kernel(
     k: &mut Kernel,
     bufs: &[Storage],
+    packed: &[Option<Arc<PackedMatrix>>],
     out: &mut Storage,
     n: usize,
     dims: &DimValues,
@@ -286,7 +318,7 @@ fn run_kernel(
         }
         KernelKind::Matmul(m) => {
             m.prepare(dims, bufs)?;
-            m.run(bufs, out)?;
+            m.run(bufs, packed, out)?;
         }
         KernelKind::Fallback(f) => f.run(bufs, out, n, dims)?,
         KernelKind::WriteSlice(w) => w.run(bufs, out, dims)?,
@@ -300,6 +332,7 @@ impl Runtime for CpuRuntime {
         // An input the outputs do not need has no slot: accept and drop the data.
         if let Some(slot) = self.inputs.iter_mut().find(|s| s.node == node) {
             self.bufs[slot.buf] = Storage::from_host(data);
+            self.packed[slot.buf] = None;
             slot.present = true;
         }
         Ok(())

@@ -74,19 +74,34 @@ impl WriteSliceKernel {
         }
         let start = start as usize;
         let block = len * inner;
-        fn copy<T: Copy>(src: &[T], dst: &mut [T], outer: usize, block: usize, at: usize, row: usize) {
+        fn copy<T: Copy>(
+            src: &[T],
+            dst: &mut [T],
+            outer: usize,
+            block: usize,
+            at: usize,
+            row: usize,
+        ) {
             for o in 0..outer {
                 dst[o * row + at..o * row + at + block]
                     .copy_from_slice(&src[o * block..(o + 1) * block]);
             }
         }
         let (at, row) = (start * inner, size * inner);
-        let need_dst = if outer == 0 { 0 } else { (outer - 1) * row + at + block };
+        let need_dst = if outer == 0 {
+            0
+        } else {
+            (outer - 1) * row + at + block
+        };
         match (&bufs[self.src], out) {
-            (Storage::F32(s), Storage::F32(d)) if s.len() >= outer * block && d.len() >= need_dst => {
+            (Storage::F32(s), Storage::F32(d))
+                if s.len() >= outer * block && d.len() >= need_dst =>
+            {
                 copy(s, d, outer, block, at, row)
             }
-            (Storage::F64(s), Storage::F64(d)) if s.len() >= outer * block && d.len() >= need_dst => {
+            (Storage::F64(s), Storage::F64(d))
+                if s.len() >= outer * block && d.len() >= need_dst =>
+            {
                 copy(s, d, outer, block, at, row)
             }
             _ => {

@@ -145,7 +145,11 @@ impl LlamaConfig {
         };
         let rope_scaling = match rope_params {
             Value::Null => None,
-            s if matches!(s["rope_type"].as_str().or(s["type"].as_str()), Some("default") | None) => {
+            s if matches!(
+                s["rope_type"].as_str().or(s["type"].as_str()),
+                Some("default") | None
+            ) =>
+            {
                 None
             }
             s => {
@@ -156,9 +160,9 @@ impl LlamaConfig {
                     )));
                 }
                 let f = |k: &str| {
-                    s[k].as_f64().map(|x| x as f32).ok_or_else(|| {
-                        cfg_err(format!("config.json: rope_scaling.{k} is missing"))
-                    })
+                    s[k].as_f64()
+                        .map(|x| x as f32)
+                        .ok_or_else(|| cfg_err(format!("config.json: rope_scaling.{k} is missing")))
                 };
                 Some(RopeScaling {
                     factor: f("factor")?,

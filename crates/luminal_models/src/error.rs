@@ -24,7 +24,9 @@ pub enum ModelError {
     #[error("weight {name}: {what}")]
     Weight { name: String, what: String },
     /// The tokens would not fit in the context the model was loaded with.
-    #[error("context is full: {needed} tokens needed but the context holds {max} (use a larger --ctx)")]
+    #[error(
+        "context is full: {needed} tokens needed but the context holds {max} (use a larger --ctx)"
+    )]
     ContextFull { needed: usize, max: usize },
     /// A token id is not in the vocabulary.
     #[error("token id {id} is outside the vocabulary of {vocab}")]

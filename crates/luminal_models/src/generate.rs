@@ -345,9 +345,7 @@ pub fn perplexity_with_progress(
 
 /// `-log_softmax(row)[target]`, computed in f64.
 pub fn token_nll(row: &[f32], target: usize) -> f64 {
-    let max = row
-        .iter()
-        .fold(f64::NEG_INFINITY, |m, &x| m.max(x as f64));
+    let max = row.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(x as f64));
     let sum: f64 = row.iter().map(|&x| (x as f64 - max).exp()).sum();
     max + sum.ln() - row[target] as f64
 }
@@ -373,7 +371,10 @@ mod tests {
 
     #[test]
     fn stop_string_split_over_chunks_is_never_emitted() {
-        assert_eq!(run(&["</s>"], &["ab<", "/", "s>cd"]), ("ab".into(), Some(0)));
+        assert_eq!(
+            run(&["</s>"], &["ab<", "/", "s>cd"]),
+            ("ab".into(), Some(0))
+        );
         assert_eq!(run(&["STOP"], &["xST", "OP"]), ("x".into(), Some(0)));
         assert_eq!(run(&["STOP"], &["STOP"]), ("".into(), Some(0)));
     }

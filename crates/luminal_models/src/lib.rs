@@ -5,11 +5,11 @@
 //! templates.
 
 pub mod chat;
-pub mod sampling;
 pub mod config;
 pub mod error;
 pub mod generate;
 pub mod llama;
+pub mod sampling;
 
 pub use config::LlamaConfig;
 pub use error::{ModelError, Result};

@@ -7,8 +7,8 @@
 use crate::config::LlamaConfig;
 use crate::error::{ModelError, Result};
 use luminal::prelude::*;
-use luminal_cpu::{CpuBackend, CpuRuntime};
-use luminal_io::{GgufFile, SafetensorsModel, Tokenizer};
+use luminal_cpu::{CpuBackend, CpuRuntime, PackedFormat, PackedMatrix};
+use luminal_io::{GgmlType, GgufFile, SafetensorsModel, Tokenizer};
 use luminal_nn::{Embedding, KvCache, Linear, Module, RmsNorm, Rope, TransformerBlock};
 use rayon::prelude::*;
 use std::path::Path;
@@ -72,6 +72,31 @@ impl WeightSource<'_> {
                 Ok(st.tensor_f32(name)?)
             }
         }
+    }
+}
+
+impl WeightSource<'_> {
+    /// The block-quantized copy of a 2-D weight whose file type the CPU's decode kernels
+    /// read directly (Q4_0, Q4_1, Q8_0), for `CpuRuntime::set_packed`.
+    fn packed(&self, name: &str, shape: &[usize]) -> Result<Option<PackedMatrix>> {
+        let WeightSource::Gguf(f) = self else {
+            return Ok(None);
+        };
+        let Some(file_name) = gguf_name(name) else {
+            return Ok(None);
+        };
+        let info = f.tensor_info(&file_name)?;
+        let format = match info.ggml_type() {
+            GgmlType::Q4_0 => PackedFormat::Q4_0,
+            GgmlType::Q4_1 => PackedFormat::Q4_1,
+            GgmlType::Q8_0 => PackedFormat::Q8_0,
+            _ => return Ok(None),
+        };
+        if shape.len() != 2 || shape[1] % 32 != 0 {
+            return Ok(None);
+        }
+        let bytes = f.tensor_bytes(&file_name)?.to_vec();
+        Ok(Some(PackedMatrix::new(format, shape[0], shape[1], bytes)?))
     }
 }
 
@@ -171,13 +196,18 @@ impl LlamaModel {
         let start = Instant::now();
         let dir = dir.as_ref();
         let cfg_path = dir.join("config.json");
-        let text = std::fs::read_to_string(&cfg_path).map_err(|e| {
-            ModelError::Config(format!("cannot read {}: {e}", cfg_path.display()))
-        })?;
+        let text = std::fs::read_to_string(&cfg_path)
+            .map_err(|e| ModelError::Config(format!("cannot read {}: {e}", cfg_path.display())))?;
         let config = LlamaConfig::from_hf_json(&text)?;
         let st = SafetensorsModel::open(dir)?;
         let tokenizer = Tokenizer::from_hf_dir(dir)?;
-        let model = Self::build(config, &WeightSource::Safetensors(&st), opts, progress, start)?;
+        let model = Self::build(
+            config,
+            &WeightSource::Safetensors(&st),
+            opts,
+            progress,
+            start,
+        )?;
         Ok((model, tokenizer))
     }
 
@@ -252,8 +282,10 @@ impl LlamaModel {
         if !c.tie_word_embeddings {
             params.extend(lm_head.parameters());
         }
-        let cache_refs: Vec<TensorRef> =
-            caches.iter().flat_map(|k| [k.k.handle(), k.v.handle()]).collect();
+        let cache_refs: Vec<TensorRef> = caches
+            .iter()
+            .flat_map(|k| [k.k.handle(), k.v.handle()])
+            .collect();
         let backend = match opts.threads {
             Some(n) => CpuBackend::with_threads(n),
             None => CpuBackend::default(),
@@ -276,14 +308,20 @@ impl LlamaModel {
         let mut parameters = 0;
         progress(0, total);
         for (done, chunk) in named.chunks(16).enumerate() {
-            let datas: Vec<Result<Vec<f32>>> = chunk
+            type Loaded = (Vec<f32>, Option<PackedMatrix>);
+            let datas: Vec<Result<Loaded>> = chunk
                 .par_iter()
-                .map(|(_, name, shape)| source.read(name, shape))
+                .map(|(_, name, shape)| {
+                    Ok((source.read(name, shape)?, source.packed(name, shape)?))
+                })
                 .collect();
             for ((handle, _, _), data) in chunk.iter().zip(datas) {
-                let data = data?;
+                let (data, packed) = data?;
                 parameters += data.len();
                 runtime.set_data(*handle, HostData::F32(data))?;
+                if let Some(p) = packed {
+                    runtime.set_packed(*handle, p)?;
+                }
             }
             progress((done * 16 + chunk.len()).min(total), total);
         }

@@ -106,7 +106,10 @@ fn tiny_llama_stop_strings_are_never_emitted() {
             assert!(want.starts_with(&got), "{stop:?}");
             let text_of_ids = tok.decode(&got, true).unwrap();
             assert!(text_of_ids.contains(&stop), "{stop:?}");
-            assert!(!tok.decode(&got[..got.len() - 1], true).unwrap().contains(&stop));
+            assert!(!tok
+                .decode(&got[..got.len() - 1], true)
+                .unwrap()
+                .contains(&stop));
             checked += 1;
         }
     }
@@ -235,7 +238,9 @@ fn smollm2() -> Option<&'static Mutex<(LlamaModel, Tokenizer)>> {
                 threads: None,
                 max_ctx: 256,
             };
-            Some(Mutex::new(LlamaModel::load(&path, &opts, |_, _| {}).unwrap()))
+            Some(Mutex::new(
+                LlamaModel::load(&path, &opts, |_, _| {}).unwrap(),
+            ))
         })
         .as_ref()
 }
@@ -259,6 +264,8 @@ fn smollm2_perplexity_matches_transformers() {
         "SmolLM2 perplexity (ctx {ctx}): luminal {:.6}, transformers {want:.6}, relative difference {rel:.2e}",
         got.ppl
     );
+    // Measured 1.6e-7 (f32 kernels vs transformers' f32); the bound leaves room for
+    // kernels that reorder sums or quantise activations.
     assert!(rel < 1e-3, "{} vs {want}", got.ppl);
 }
 

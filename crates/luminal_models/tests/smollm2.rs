@@ -34,7 +34,9 @@ fn model() -> Option<&'static Mutex<(LlamaModel, Tokenizer)>> {
                 threads: None,
                 max_ctx: 256,
             };
-            Some(Mutex::new(LlamaModel::load(&path, &opts, |_, _| {}).unwrap()))
+            Some(Mutex::new(
+                LlamaModel::load(&path, &opts, |_, _| {}).unwrap(),
+            ))
         })
         .as_ref()
 }

@@ -7,7 +7,9 @@ use serde_json::Value;
 use std::path::PathBuf;
 
 fn fixture_dir(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 fn reference(name: &str) -> Value {
@@ -44,7 +46,12 @@ fn check_logits(name: &str) {
             .as_array()
             .unwrap()
             .iter()
-            .flat_map(|row| row.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32))
+            .flat_map(|row| {
+                row.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap() as f32)
+            })
             .collect();
         assert_eq!(got.len(), tokens.len() * vocab);
         assert_eq!(got.len(), want.len());
@@ -87,7 +94,10 @@ fn check_cache(name: &str) {
         .fold(0f32, f32::max);
     assert_eq!(full.len(), stepped.len());
     assert_eq!(full.len(), tokens.len() * vocab);
-    assert!(max_diff < 1e-5, "{name}: cached vs full max diff {max_diff}");
+    assert!(
+        max_diff < 1e-5,
+        "{name}: cached vs full max diff {max_diff}"
+    );
 }
 
 #[test]
@@ -106,12 +116,17 @@ fn check_tokenizer_and_greedy(name: &str) {
     let (mut model, tok) = load(name);
     for case in r["tokenizer"].as_array().unwrap() {
         let text = case["text"].as_str().unwrap();
-        assert_eq!(tok.encode(text, true).unwrap(), ids(&case["ids"]), "{text:?}");
+        assert_eq!(
+            tok.encode(text, true).unwrap(),
+            ids(&case["ids"]),
+            "{text:?}"
+        );
     }
     let g = &r["generation"];
     let prompt = ids(&g["prompt_ids"]);
     assert_eq!(
-        tok.encode(g["prompt_text"].as_str().unwrap(), true).unwrap(),
+        tok.encode(g["prompt_text"].as_str().unwrap(), true)
+            .unwrap(),
         prompt
     );
     let want = ids(&g["new_ids"]);

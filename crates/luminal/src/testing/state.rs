@@ -34,7 +34,11 @@ pub fn check_write_slice<B: Backend>(backend: B) {
             }
         }
         assert_eq!(rt.get::<f32>(updated).unwrap(), want, "step {step}: result");
-        assert_eq!(rt.get::<f32>(cache).unwrap(), want, "step {step}: state kept");
+        assert_eq!(
+            rt.get::<f32>(cache).unwrap(),
+            want,
+            "step {step}: state kept"
+        );
         let mut sums = vec![0f32; 6];
         for h in 0..2 {
             for r in 0..p + s {
@@ -43,7 +47,11 @@ pub fn check_write_slice<B: Backend>(backend: B) {
                 }
             }
         }
-        assert_eq!(rt.get::<f32>(seen).unwrap(), sums, "step {step}: slice read");
+        assert_eq!(
+            rt.get::<f32>(seen).unwrap(),
+            sums,
+            "step {step}: slice read"
+        );
     }
     // Writing past the end is a typed error, not a panic.
     rt.set_dim("p", 4);
