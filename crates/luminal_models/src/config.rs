@@ -21,6 +21,9 @@ pub struct LlamaConfig {
     pub rope_theta: f32,
     pub rope_layout: RopeLayout,
     pub rope_scaling: Option<RopeScaling>,
+    /// The GGUF carries `rope_freqs.weight`: per-frequency divisors `[head_dim / 2]` of the
+    /// inverse frequencies (how llama.cpp stores Llama 3.1+ RoPE scaling).
+    pub rope_freq_factors: bool,
     /// Qwen2 has biases on the q/k/v projections.
     pub qkv_bias: bool,
     /// The output projection is the token embedding (no `lm_head` weight).
@@ -37,8 +40,9 @@ fn cfg_err(msg: impl Into<String>) -> ModelError {
 
 impl LlamaConfig {
     /// From GGUF metadata (`{arch}.embedding_length` etc.). `has_output` tells whether the
-    /// file has a separate `output.weight` (otherwise the embedding is tied).
-    pub fn from_gguf(md: &Metadata, has_output: bool) -> Result<LlamaConfig> {
+    /// file has a separate `output.weight` (otherwise the embedding is tied);
+    /// `has_rope_freqs` whether it has `rope_freqs.weight` (Llama 3.1+ RoPE factors).
+    pub fn from_gguf(md: &Metadata, has_output: bool, has_rope_freqs: bool) -> Result<LlamaConfig> {
         let arch = md.get_str("general.architecture")?.to_string();
         if !ARCHS.contains(&arch.as_str()) {
             return Err(ModelError::Unsupported(format!(
@@ -88,6 +92,7 @@ impl LlamaConfig {
                 RopeLayout::Interleaved
             },
             rope_scaling: None,
+            rope_freq_factors: has_rope_freqs,
             qkv_bias: arch == "qwen2",
             tie_word_embeddings: !has_output,
             context_length: usize_of("context_length").unwrap_or(2048),
@@ -184,6 +189,7 @@ impl LlamaConfig {
             rope_theta,
             rope_layout: RopeLayout::NeoX,
             rope_scaling,
+            rope_freq_factors: false,
             qkv_bias: model_type == "qwen2" || v["attention_bias"].as_bool() == Some(true),
             tie_word_embeddings: v["tie_word_embeddings"].as_bool().unwrap_or(false),
             context_length: int("max_position_embeddings").unwrap_or(2048),
@@ -206,13 +212,13 @@ impl LlamaConfig {
         if let Some((what, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(cfg_err(format!("{what} is 0")));
         }
-        if self.n_heads % self.n_kv_heads != 0 {
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return Err(cfg_err(format!(
                 "{} heads is not a multiple of {} kv heads",
                 self.n_heads, self.n_kv_heads
             )));
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             return Err(cfg_err(format!("head dim {} is odd", self.head_dim)));
         }
         // Guard against absurd headers before allocating caches and weights.

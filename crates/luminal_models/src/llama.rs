@@ -92,7 +92,7 @@ impl WeightSource<'_> {
             GgmlType::Q8_0 => PackedFormat::Q8_0,
             _ => return Ok(None),
         };
-        if shape.len() != 2 || shape[1] % 32 != 0 {
+        if shape.len() != 2 || !shape[1].is_multiple_of(32) {
             return Ok(None);
         }
         let bytes = f.tensor_bytes(&file_name)?.to_vec();
@@ -100,12 +100,17 @@ impl WeightSource<'_> {
     }
 }
 
+/// The graph input (and GGUF tensor) of Llama 3.1+ RoPE frequency factors `[head_dim / 2]`:
+/// each inverse frequency is divided by its factor, as in llama.cpp.
+const ROPE_FREQS: &str = "rope_freqs.weight";
+
 /// The GGUF tensor name of a Hugging Face parameter name.
 pub fn gguf_name(hf: &str) -> Option<String> {
     let fixed = match hf {
         "model.embed_tokens.weight" => Some("token_embd.weight"),
         "model.norm.weight" => Some("output_norm.weight"),
         "lm_head.weight" => Some("output.weight"),
+        ROPE_FREQS => Some(ROPE_FREQS),
         _ => None,
     };
     if let Some(f) = fixed {
@@ -182,7 +187,9 @@ impl LlamaModel {
         let start = Instant::now();
         let file = GgufFile::open(path)?;
         let has_output = file.tensor_info("output.weight").is_ok();
-        let config = LlamaConfig::from_gguf(file.metadata(), has_output)?;
+        // Llama 3.1+ GGUFs carry their RoPE scaling as per-frequency factors.
+        let has_rope_freqs = file.tensor_info(ROPE_FREQS).is_ok();
+        let config = LlamaConfig::from_gguf(file.metadata(), has_output, has_rope_freqs)?;
         let tokenizer = Tokenizer::from_gguf(&file)?;
         let model = Self::build(config, &WeightSource::Gguf(&file), opts, progress, start)?;
         Ok((model, tokenizer))
@@ -221,12 +228,16 @@ impl LlamaModel {
         let c = &config;
         let max_ctx = opts.max_ctx.min(c.context_length).max(1);
         let cx = Graph::new();
-        let rope = Rope {
+        let mut rope = Rope {
             head_dim: c.head_dim,
             theta: c.rope_theta,
             layout: c.rope_layout,
             scaling: c.rope_scaling,
+            freq_factors: None,
         };
+        if c.rope_freq_factors {
+            rope = rope.with_freq_factors(&cx, ROPE_FREQS);
+        }
         let embed = Embedding::new(&cx, "model.embed_tokens", c.vocab_size, c.hidden_size);
         let layers: Vec<TransformerBlock> = (0..c.n_layers)
             .map(|i| {
@@ -275,6 +286,7 @@ impl LlamaModel {
         let logits = lm_head.forward(norm.forward(last)).squeeze(0).output(); // [n_out, vocab]
 
         let mut params: Vec<GraphTensor> = embed.parameters();
+        params.extend(rope.parameters());
         for l in &layers {
             params.extend(l.parameters());
         }
@@ -315,8 +327,14 @@ impl LlamaModel {
                     Ok((source.read(name, shape)?, source.packed(name, shape)?))
                 })
                 .collect();
-            for ((handle, _, _), data) in chunk.iter().zip(datas) {
+            for ((handle, name, _), data) in chunk.iter().zip(datas) {
                 let (data, packed) = data?;
+                if name == ROPE_FREQS && data.iter().any(|f| !(f.is_finite() && *f > 0.0)) {
+                    return Err(ModelError::Weight {
+                        name: name.clone(),
+                        what: "RoPE frequency factors must be finite and positive".into(),
+                    });
+                }
                 parameters += data.len();
                 runtime.set_data(*handle, HostData::F32(data))?;
                 if let Some(p) = packed {

@@ -69,7 +69,7 @@ pub struct Attention<'g> {
     pub n_heads: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
-    pub rope: Rope,
+    pub rope: Rope<'g>,
 }
 
 impl<'g> Attention<'g> {
@@ -80,7 +80,7 @@ impl<'g> Attention<'g> {
         n_heads: usize,
         n_kv_heads: usize,
         qkv_bias: bool,
-        rope: Rope,
+        rope: Rope<'g>,
     ) -> Self {
         let head_dim = rope.head_dim;
         Attention {
@@ -229,6 +229,8 @@ impl<'g> Module<'g> for Attention<'g> {
     fn forward(&self, x: GraphTensor<'g>) -> GraphTensor<'g> {
         self.forward_at(x, 0)
     }
+    /// The projections' parameters. The `rope`'s own inputs (frequency factors) are shared
+    /// across layers and listed once by its owner ([`Rope::parameters`]).
     fn parameters(&self) -> Vec<GraphTensor<'g>> {
         [&self.q_proj, &self.k_proj, &self.v_proj, &self.o_proj]
             .iter()
@@ -255,7 +257,7 @@ impl<'g> TransformerBlock<'g> {
         n_heads: usize,
         n_kv_heads: usize,
         qkv_bias: bool,
-        rope: Rope,
+        rope: Rope<'g>,
         eps: f32,
     ) -> Self {
         TransformerBlock {

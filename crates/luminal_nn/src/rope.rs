@@ -1,5 +1,7 @@
 //! Rotary position embeddings: NeoX (rotate-half, Hugging Face) and interleaved (GPT-J,
-//! Meta/GGUF) layouts, with optional Llama-3 frequency scaling.
+//! Meta/GGUF) layouts, with optional Llama-3 frequency scaling — either computed from the
+//! `rope_scaling` parameters (Hugging Face `config.json`) or read as per-frequency factors
+//! (GGUF `rope_freqs.weight`, Llama 3.1+).
 
 use luminal::prelude::*;
 use std::f32::consts::PI;
@@ -22,17 +24,73 @@ pub struct RopeScaling {
     pub original_max_position_embeddings: f32,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Rope {
+/// Rotary embedding of `head_dim` channels with base `theta`.
+///
+/// The inverse frequencies are `theta^(-2i/head_dim)` for `i < head_dim / 2`, then
+/// rescaled by `scaling` (if any), then divided element-wise by `freq_factors` (if any).
+/// A loader sets one of the two: `scaling` from a Hugging Face `rope_scaling`, or
+/// `freq_factors` from a GGUF `rope_freqs.weight` (as llama.cpp does).
+#[derive(Clone, Copy, Debug)]
+pub struct Rope<'g> {
     pub head_dim: usize,
     pub theta: f32,
     pub layout: RopeLayout,
     pub scaling: Option<RopeScaling>,
+    /// Per-frequency divisors `[head_dim / 2]` of the inverse frequencies: a graph input
+    /// (see [`Rope::with_freq_factors`]), shared by every layer.
+    pub freq_factors: Option<GraphTensor<'g>>,
 }
 
-impl Rope {
+impl<'g> Rope<'g> {
+    /// Plain RoPE (no scaling, no frequency factors).
+    pub fn new(head_dim: usize, theta: f32, layout: RopeLayout) -> Self {
+        assert!(
+            head_dim > 0 && head_dim.is_multiple_of(2),
+            "rope: head_dim must be even and positive, got {head_dim}"
+        );
+        Rope {
+            head_dim,
+            theta,
+            layout,
+            scaling: None,
+            freq_factors: None,
+        }
+    }
+
+    /// Adds per-frequency factors as a new f32 graph input `name` of shape
+    /// `[head_dim / 2]` (GGUF: `rope_freqs.weight`); the loader sets its data.
+    pub fn with_freq_factors(self, cx: &'g Graph, name: &str) -> Self {
+        Rope {
+            freq_factors: Some(cx.tensor(name, self.head_dim / 2)),
+            ..self
+        }
+    }
+
+    /// The graph inputs this rotary embedding reads (the frequency factors, if any). They
+    /// are shared by every layer using this `Rope`, so layers do not list them: the owner of
+    /// the `Rope` does, once.
+    pub fn parameters(&self) -> Vec<GraphTensor<'g>> {
+        self.freq_factors.into_iter().collect()
+    }
+
     /// Inverse frequencies `[head_dim / 2]` (f32, computed in the graph).
-    pub fn inv_freq<'g>(&self, cx: &'g Graph) -> GraphTensor<'g> {
+    pub fn inv_freq(&self, cx: &'g Graph) -> GraphTensor<'g> {
+        let inv = self.scaled_inv_freq(cx);
+        let Some(f) = self.freq_factors else {
+            return inv;
+        };
+        assert_eq!(
+            f.shape(),
+            vec![Expression::from(self.head_dim / 2)],
+            "rope: freq_factors must have shape [head_dim / 2 = {}], got {:?}",
+            self.head_dim / 2,
+            f.shape()
+        );
+        inv / f
+    }
+
+    /// `theta^(-2i/d)`, with the Llama-3 `scaling` applied if set.
+    fn scaled_inv_freq(&self, cx: &'g Graph) -> GraphTensor<'g> {
         let half = self.head_dim / 2;
         let i = cx.arange(half);
         // theta^(-2i/d) = 2^(-(2i/d)·log2 theta)
@@ -54,7 +112,7 @@ impl Rope {
 
     /// Rotates `x: [..., seq, head_dim]` for positions `start, start+1, …` (`start` may be
     /// a dynamic dim such as the KV-cache length).
-    pub fn forward<'g>(&self, x: GraphTensor<'g>, start: impl Into<Expression>) -> GraphTensor<'g> {
+    pub fn forward(&self, x: GraphTensor<'g>, start: impl Into<Expression>) -> GraphTensor<'g> {
         let shape = x.shape();
         let rank = shape.len();
         assert!(

@@ -152,6 +152,7 @@ fn rope_layouts_offsets_and_llama3_scaling() {
         theta: 10000.0,
         layout: RopeLayout::NeoX,
         scaling: None,
+        freq_factors: None,
     };
     let cx = Graph::new();
     let x = cx.tensor("x", (2, 3, 7, 16));
@@ -192,6 +193,7 @@ fn rope_layouts_offsets_and_llama3_scaling() {
         theta: 500000.0,
         layout: RopeLayout::NeoX,
         scaling: Some(scaling),
+        freq_factors: None,
     };
     let cx = Graph::new();
     let inv = llama3.inv_freq(&cx).output();
@@ -200,6 +202,59 @@ fn rope_layouts_offsets_and_llama3_scaling() {
     let x = cx.tensor("x", (1, 2, 5, 64));
     let y = llama3.forward(x, 100).output();
     check(&cx, "rope_llama3_start100", &[x], y, &[]);
+}
+
+/// GGUF (Llama 3.1+) form of the same Llama-3 scaling: per-frequency factors as a graph
+/// input, `inv_freq = theta^(-2i/d) / factor_i`. With the factors llama.cpp's converter
+/// writes (`base / scaled`, here from the numpy reference's scaled inverse frequencies) the
+/// rotation equals the `rope_scaling` one's numpy reference.
+#[test]
+fn rope_gguf_freq_factors_equal_llama3_scaling() {
+    let (head_dim, theta) = (64usize, 500000.0f64);
+    let scaled = floats(&fixture("inv_freq_llama3")["expected"]);
+    assert_eq!(scaled.len(), head_dim / 2);
+    let factors: Vec<f32> = scaled
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| (theta.powf(-2.0 * i as f64 / head_dim as f64) / s as f64) as f32)
+        .collect();
+    // Factors are 1 (high frequencies), 8 (low) and in between.
+    assert!(factors.iter().any(|&f| (f - 1.0).abs() < 1e-5));
+    assert!(factors.iter().any(|&f| (f - 8.0).abs() < 1e-3));
+    assert!(factors.iter().any(|&f| f > 1.01 && f < 7.99));
+
+    let cx = Graph::new();
+    let rope =
+        Rope::new(head_dim, theta as f32, RopeLayout::NeoX).with_freq_factors(&cx, "rope_freqs");
+    assert_eq!(rope.parameters().len(), 1);
+    assert_eq!(parameter_name(rope.parameters()[0]), "rope_freqs");
+    let inv = rope.inv_freq(&cx).output();
+    let x = cx.tensor("x", (1, 2, 5, head_dim));
+    let y = rope.forward(x, 100).output();
+    let mut rt = cx
+        .compile(ReferenceBackend, CompileOptions::default())
+        .unwrap();
+    rt.set(rope.freq_factors.unwrap(), &factors).unwrap();
+    let f = fixture("rope_llama3_start100");
+    rt.set(x, &floats(&f["inputs"]["x"])).unwrap();
+    rt.run().unwrap();
+    let got_inv: Vec<f32> = rt.get(inv).unwrap();
+    for (g, w) in got_inv.iter().zip(&scaled) {
+        assert!(
+            (g - w).abs() <= 1e-5 * w.abs() + 1e-12,
+            "inv_freq: got {g}, want {w}"
+        );
+    }
+    let got: Vec<f32> = rt.get(y).unwrap();
+    let want = floats(&f["expected"]);
+    assert_eq!(got.len(), want.len());
+    let atol = f["atol"].as_f64().unwrap() as f32;
+    for (g, w) in got.iter().zip(&want) {
+        assert!(
+            (g - w).abs() <= atol + 1e-5 * w.abs(),
+            "rope with freq factors: got {g}, want {w}"
+        );
+    }
 }
 
 #[test]
@@ -221,6 +276,7 @@ fn llama_and_qwen2_blocks() {
             theta: 10000.0,
             layout: RopeLayout::NeoX,
             scaling: None,
+            freq_factors: None,
         };
         let block = TransformerBlock::new(&cx, "layers.0", 16, 24, 4, 2, bias, rope, 1e-5);
         let x = cx.tensor("x", (2, 6, 16));

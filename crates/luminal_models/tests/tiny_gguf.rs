@@ -1,0 +1,272 @@
+//! The GGUF path on files written by llama.cpp's own converter (`convert_hf_to_gguf.py`, via
+//! `scripts/gen_tiny_gguf_fixtures.py`) from the tiny Hugging Face checkpoints of
+//! `tests/fixtures/tiny-{llama,qwen2}`, against transformers' logits for those checkpoints:
+//!
+//! - `tiny-llama.gguf` (f32): q/k rows permuted for llama.cpp's interleaved RoPE, and the
+//!   llama3 `rope_scaling` stored as the tensor `rope_freqs.weight` (Llama 3.1+/3.2 layout).
+//!   Without the factors the logits would be off by up to 2.5 (measured with transformers),
+//!   so the 1e-4 bound below checks they are applied.
+//! - `tiny-llama.q8_0.gguf`: the same with Q8_0 weights, against transformers run on the
+//!   gguf-py-dequantized Q8_0 weights (`tiny-llama.q8_0.reference.json`).
+//! - `tiny-qwen2.gguf` (f32): qkv bias, tied embeddings, NeoX RoPE (no permutation).
+
+use luminal_models::{LlamaModel, LoadOptions, Tokenizer};
+use luminal_nn::RopeLayout;
+use serde_json::Value;
+use std::path::PathBuf;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn json(path: PathBuf) -> Value {
+    let text = std::fs::read_to_string(&path).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// transformers' reference for the HF folder `model` (`tiny-llama`, `tiny-qwen2`).
+fn reference(model: &str) -> Value {
+    json(fixture(model).join("reference.json"))
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+fn logits(case: &Value) -> Vec<f32> {
+    case["logits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|row| {
+            row.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+        })
+        .collect()
+}
+
+fn load(file: &str) -> (LlamaModel, Tokenizer) {
+    let opts = LoadOptions {
+        threads: Some(2),
+        max_ctx: 64,
+    };
+    LlamaModel::load(fixture(file), &opts, |_, _| {}).unwrap()
+}
+
+fn argmax(x: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in x.iter().enumerate() {
+        if v > x[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Teacher-forced logits at every position of every case in `want`; returns
+/// (max |Δlogit|, fraction of positions whose argmax agrees).
+fn compare_logits(model: &mut LlamaModel, want: &Value) -> (f32, f64) {
+    let vocab = model.vocab_size();
+    let (mut max_diff, mut agree, mut positions) = (0f32, 0usize, 0usize);
+    for case in want["cases"].as_array().unwrap() {
+        let tokens = ids(&case["ids"]);
+        let got = model.logits_all(&tokens).unwrap();
+        let want = logits(case);
+        assert_eq!(got.len(), tokens.len() * vocab);
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(&want) {
+            max_diff = max_diff.max((g - w).abs());
+        }
+        for (g, w) in got.chunks(vocab).zip(want.chunks(vocab)) {
+            agree += (argmax(g) == argmax(w)) as usize;
+            positions += 1;
+        }
+    }
+    (max_diff, agree as f64 / positions as f64)
+}
+
+#[test]
+fn configs_come_from_the_converted_metadata() {
+    let (llama, _) = load("tiny-llama.gguf");
+    let c = llama.config();
+    assert_eq!(c.architecture, "llama");
+    assert!(c.rope_freq_factors, "tiny-llama.gguf has rope_freqs.weight");
+    assert_eq!(c.rope_scaling, None);
+    assert_eq!(c.rope_layout, RopeLayout::Interleaved);
+    assert_eq!((c.n_heads, c.n_kv_heads, c.head_dim), (4, 2, 16));
+    assert!(!c.tie_word_embeddings);
+
+    let (qwen, _) = load("tiny-qwen2.gguf");
+    let c = qwen.config();
+    assert_eq!(c.architecture, "qwen2");
+    assert!(!c.rope_freq_factors);
+    assert_eq!(c.rope_layout, RopeLayout::NeoX);
+    assert!(c.qkv_bias && c.tie_word_embeddings);
+    assert_eq!(c.rope_theta, 1e6);
+}
+
+#[test]
+fn tiny_llama_f32_gguf_logits_match_transformers() {
+    let (mut model, _) = load("tiny-llama.gguf");
+    let (max_diff, top1) = compare_logits(&mut model, &reference("tiny-llama"));
+    println!("tiny-llama.gguf (f32): max |Δlogit| vs transformers = {max_diff:e}, top-1 {top1}");
+    assert!(max_diff < 1e-4, "tiny-llama.gguf: max |Δlogit| {max_diff}");
+    assert_eq!(top1, 1.0);
+}
+
+#[test]
+fn tiny_qwen2_f32_gguf_logits_match_transformers() {
+    let (mut model, _) = load("tiny-qwen2.gguf");
+    let (max_diff, top1) = compare_logits(&mut model, &reference("tiny-qwen2"));
+    println!("tiny-qwen2.gguf (f32): max |Δlogit| vs transformers = {max_diff:e}, top-1 {top1}");
+    assert!(max_diff < 1e-4, "tiny-qwen2.gguf: max |Δlogit| {max_diff}");
+    assert_eq!(top1, 1.0);
+}
+
+/// Q8_0 weights against transformers on the same weights dequantized by gguf-py. The loader
+/// decodes every block to f32 (and gives the CPU backend the blocks for its decode kernels,
+/// which dequantize them in registers against f32 activations), so the model is the same
+/// function as the reference and the f32 bound applies (measured: ~5e-6). A backend that
+/// rounds activations to 8 bits as llama.cpp's q8 dot products do would need a looser
+/// bound here. The distance to the f32 model (Q8_0 rounding of the weights, ~0.19) is
+/// printed for information.
+#[test]
+fn tiny_llama_q8_0_gguf_logits_match_transformers_on_dequantized_weights() {
+    let (mut model, _) = load("tiny-llama.q8_0.gguf");
+    let want = json(fixture("tiny-llama.q8_0.reference.json"));
+    let (max_diff, top1) = compare_logits(&mut model, &want);
+    let (vs_f32, top1_f32) = compare_logits(&mut model, &reference("tiny-llama"));
+    println!(
+        "tiny-llama.q8_0.gguf: max |Δlogit| vs transformers on dequantized Q8_0 = {max_diff:e} \
+         (top-1 {top1}); vs the f32 model = {vs_f32:e} (top-1 {top1_f32})"
+    );
+    assert!(max_diff < Q8_TOLERANCE, "q8_0: max |Δlogit| {max_diff}");
+    assert_eq!(top1, 1.0);
+}
+
+/// See the Q8_0 logits test's comment.
+const Q8_TOLERANCE: f32 = 1e-4;
+
+/// Decoding one token at a time through the KV cache gives the logits of a full recompute.
+fn check_cache(file: &str, model_name: &str, tolerance: f32) {
+    let r = reference(model_name);
+    let (mut model, _) = load(file);
+    let vocab = model.vocab_size();
+    let tokens = ids(&r["cases"][2]["ids"]);
+    let full = model.logits_all(&tokens).unwrap();
+    model.reset();
+    // A prefill of 5, then one token at a time.
+    let mut stepped = model.forward(&tokens[..5], 5).unwrap();
+    for &t in &tokens[5..] {
+        stepped.extend(model.forward(&[t], 1).unwrap());
+    }
+    assert_eq!(model.pos(), tokens.len());
+    assert_eq!(full.len(), stepped.len());
+    assert_eq!(full.len(), tokens.len() * vocab);
+    let max_diff = full
+        .iter()
+        .zip(&stepped)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    println!("{file}: cached vs full recompute max |Δlogit| = {max_diff:e}");
+    assert!(
+        max_diff < tolerance,
+        "{file}: cached vs full max diff {max_diff}"
+    );
+}
+
+#[test]
+fn tiny_llama_gguf_kv_cache_decode_equals_full_recompute() {
+    check_cache("tiny-llama.gguf", "tiny-llama", 1e-5);
+}
+
+#[test]
+fn tiny_qwen2_gguf_kv_cache_decode_equals_full_recompute() {
+    check_cache("tiny-qwen2.gguf", "tiny-qwen2", 1e-5);
+}
+
+/// Prefill (the f32 copy of the weights) and decode (the Q8_0 blocks) take different matmul
+/// kernels here.
+#[test]
+fn tiny_llama_q8_0_gguf_kv_cache_decode_equals_full_recompute() {
+    check_cache("tiny-llama.q8_0.gguf", "tiny-llama", Q8_TOLERANCE);
+}
+
+/// The tokenizer llama.cpp's converter embedded (`tokenizer.ggml.*`, read by
+/// `Tokenizer::from_gguf`) gives transformers' ids for the reference strings (special tokens,
+/// BOS rule, digits, whitespace runs, tabs, unicode, emoji), and greedy decoding from the GGUF
+/// model reproduces transformers' generation.
+fn check_tokenizer_and_greedy(file: &str, model_name: &str) {
+    let r = reference(model_name);
+    let (mut model, tok) = load(file);
+    for case in r["tokenizer"].as_array().unwrap() {
+        let text = case["text"].as_str().unwrap();
+        let want = ids(&case["ids"]);
+        assert_eq!(tok.encode(text, true).unwrap(), want, "{file}: {text:?}");
+        let plain = tok.encode(text, false).unwrap();
+        assert_eq!(tok.decode(&plain, false).unwrap(), text, "{file}: decode");
+    }
+    let g = &r["generation"];
+    let prompt = ids(&g["prompt_ids"]);
+    assert_eq!(
+        tok.encode(g["prompt_text"].as_str().unwrap(), true)
+            .unwrap(),
+        prompt
+    );
+    let want = ids(&g["new_ids"]);
+    model.reset();
+    let mut logits = model.forward(&prompt, 1).unwrap();
+    let mut got = vec![];
+    for _ in 0..want.len() {
+        let next = argmax(&logits);
+        got.push(next);
+        logits = model.forward(&[next], 1).unwrap();
+    }
+    assert_eq!(got, want, "{file}: greedy generation");
+}
+
+#[test]
+fn tiny_llama_gguf_tokenizer_and_greedy_match_transformers() {
+    check_tokenizer_and_greedy("tiny-llama.gguf", "tiny-llama");
+}
+
+#[test]
+fn tiny_qwen2_gguf_tokenizer_and_greedy_match_transformers() {
+    check_tokenizer_and_greedy("tiny-qwen2.gguf", "tiny-qwen2");
+}
+
+/// A `rope_freqs.weight` holding a zero (here: the converter's factors overwritten in a copy
+/// of tiny-llama.gguf) is a typed load error, not NaN logits.
+#[test]
+fn zero_rope_freq_factor_is_a_load_error() {
+    let mut bytes = std::fs::read(fixture("tiny-llama.gguf")).unwrap();
+    // The converter's factors for tiny-llama: 1, smoothed, smoothed, then 4 (the factor).
+    let file = luminal_io::GgufFile::open(fixture("tiny-llama.gguf")).unwrap();
+    let factors = file.tensor_f32("rope_freqs.weight").unwrap();
+    assert_eq!(factors.len(), 8);
+    assert_eq!((factors[0], factors[7]), (1.0, 4.0));
+    let pattern: Vec<u8> = factors.iter().flat_map(|f| f.to_le_bytes()).collect();
+    let at = bytes
+        .windows(pattern.len())
+        .position(|w| w == pattern.as_slice())
+        .expect("rope_freqs.weight data in the file");
+    bytes[at..at + 4].copy_from_slice(&0f32.to_le_bytes());
+    let path = std::env::temp_dir().join(format!("luminal-zero-rope-{}.gguf", std::process::id()));
+    std::fs::write(&path, &bytes).unwrap();
+    let opts = LoadOptions {
+        threads: Some(1),
+        max_ctx: 8,
+    };
+    let err = LlamaModel::load(&path, &opts, |_, _| {}).unwrap_err();
+    std::fs::remove_file(&path).unwrap();
+    let msg = err.to_string();
+    assert!(msg.contains("rope_freqs.weight"), "{msg}");
+}
