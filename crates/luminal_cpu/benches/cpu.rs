@@ -1,20 +1,35 @@
 //! `cargo bench -p luminal_cpu`: one markdown table, every row measured in this run, each
 //! against a baseline measured on the same buffers (gemm called directly; a plain memcpy of
-//! the same bytes), at 1 and 2 threads. Best of several runs (after a warm-up).
+//! the same bytes), at 1 and 2 threads.
+//!
+//! Timing: after a warm-up, ours and the baseline run alternately (so load from other
+//! processes on a shared machine hits both alike) and each keeps its best time.
+//! `LUMINAL_BENCH_REPS=<n>` multiplies the repetitions (default 1).
 
 use luminal::prelude::*;
 use luminal_cpu::{CpuBackend, CpuRuntime};
 use std::time::Instant;
 
-fn best_of(reps: usize, mut f: impl FnMut()) -> f64 {
+fn time(f: &mut impl FnMut()) -> f64 {
+    let t = Instant::now();
     f();
-    (0..reps)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64()
-        })
-        .fold(f64::INFINITY, f64::min)
+    t.elapsed().as_secs_f64()
+}
+
+/// Best times of `ours` and `base`, run alternately `reps` times after a warm-up.
+fn compare(reps: usize, mut ours: impl FnMut(), mut base: impl FnMut()) -> (f64, f64) {
+    let scale: usize = std::env::var("LUMINAL_BENCH_REPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    ours();
+    base();
+    let (mut a, mut b) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..reps * scale.max(1) {
+        a = a.min(time(&mut ours));
+        b = b.min(time(&mut base));
+    }
+    (a, b)
 }
 
 fn data(n: usize) -> Vec<f32> {
@@ -28,82 +43,105 @@ fn compile(cx: &Graph, threads: usize) -> CpuRuntime {
         .unwrap()
 }
 
+/// Runs baselines like the runtime runs kernels: on the caller for one thread, inside a
+/// pool of `threads` otherwise.
+struct Pool(Option<rayon::ThreadPool>);
+
+impl Pool {
+    fn new(threads: usize) -> Pool {
+        Pool((threads > 1).then(|| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap()
+        }))
+    }
+    fn install(&self, f: impl FnOnce() + Send) {
+        match &self.0 {
+            Some(p) => p.install(f),
+            None => f(),
+        }
+    }
+}
+
 /// Seconds per matmul through luminal, and through `gemm` directly on the same buffers.
-fn matmul(m: usize, n: usize, k: usize, threads: usize, reps: usize) -> (f64, f64) {
+/// `b_transposed`: the weight is stored `[n, k]` and used as `w.permute([1, 0])` (how
+/// `Linear` keeps it).
+fn matmul(
+    (m, n, k): (usize, usize, usize),
+    b_transposed: bool,
+    threads: usize,
+    reps: usize,
+) -> (f64, f64) {
     let cx = Graph::new();
     let a = cx.tensor("a", (m, k));
-    let b = cx.tensor("b", (k, n));
-    let _ = a.matmul(b).output();
+    let (b, bv) = if b_transposed {
+        let b = cx.tensor("b", (n, k));
+        (b, b.permute(&[1, 0]))
+    } else {
+        let b = cx.tensor("b", (k, n));
+        (b, b)
+    };
+    let _ = a.matmul(bv).output();
     let mut rt = compile(&cx, threads);
     let (ad, bd) = (data(m * k), data(k * n));
     rt.set(a, &ad).unwrap();
     rt.set(b, &bd).unwrap();
-    let ours = best_of(reps, || rt.run().unwrap());
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .unwrap();
+    let pool = Pool::new(threads);
     let mut dst = vec![0f32; m * n];
     let par = if threads > 1 {
         gemm::Parallelism::Rayon(threads)
     } else {
         gemm::Parallelism::None
     };
-    let direct = pool.install(|| {
-        best_of(reps, || {
-            // SAFETY: row-major m×k, k×n and m×n buffers of exactly those sizes.
-            unsafe {
-                gemm::gemm(
-                    m,
-                    n,
-                    k,
-                    dst.as_mut_ptr(),
-                    1,
-                    n as isize,
-                    false,
-                    ad.as_ptr(),
-                    1,
-                    k as isize,
-                    bd.as_ptr(),
-                    1,
-                    n as isize,
-                    0.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    par,
-                )
-            }
-        })
-    });
-    (ours, direct)
+    // b's (column stride, row stride): along N, along K.
+    let (cs_b, rs_b) = if b_transposed {
+        (k as isize, 1)
+    } else {
+        (1, n as isize)
+    };
+    compare(
+        reps,
+        || rt.run().unwrap(),
+        || {
+            pool.install(|| {
+                // SAFETY: row-major m×k and m×n buffers of exactly those sizes; b holds
+                // k×n elements addressed by (cs_b, rs_b).
+                unsafe {
+                    gemm::gemm(
+                        m,
+                        n,
+                        k,
+                        dst.as_mut_ptr(),
+                        1,
+                        n as isize,
+                        false,
+                        ad.as_ptr(),
+                        1,
+                        k as isize,
+                        bd.as_ptr(),
+                        cs_b,
+                        rs_b,
+                        0.0,
+                        1.0,
+                        false,
+                        false,
+                        false,
+                        par,
+                    )
+                }
+            })
+        },
+    )
 }
 
-/// Seconds to copy `bytes` bytes (read + write counted by the caller).
-fn memcpy(bytes: usize, threads: usize, reps: usize) -> f64 {
-    let n = bytes / 4;
-    let src = data(n);
-    let mut dst = vec![0f32; n];
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .unwrap();
-    use rayon::prelude::*;
-    pool.install(|| {
-        best_of(reps, || {
-            dst.par_chunks_mut(1 << 16)
-                .zip(src.par_chunks(1 << 16))
-                .for_each(|(d, s)| d.copy_from_slice(s))
-        })
-    })
-}
-
-fn graph_secs(
+/// Seconds of a graph run, and of a plain rayon-chunked memcpy of `copy_bytes` bytes.
+fn graph_vs_memcpy(
     build: for<'g> fn(&'g Graph) -> Vec<GraphTensor<'g>>,
+    copy_bytes: usize,
     threads: usize,
     reps: usize,
-) -> f64 {
+) -> (f64, f64) {
     let cx = Graph::new();
     let ins = build(&cx);
     let mut rt = compile(&cx, threads);
@@ -115,7 +153,28 @@ fn graph_secs(
             .product();
         rt.set(t, &data(n)).unwrap();
     }
-    best_of(reps, || rt.run().unwrap())
+    let n = copy_bytes / 4;
+    let src = data(n);
+    let mut dst = vec![0f32; n];
+    let pool = Pool::new(threads);
+    use rayon::prelude::*;
+    compare(
+        reps,
+        || rt.run().unwrap(),
+        || {
+            if threads == 1 {
+                for (d, s) in dst.chunks_mut(1 << 16).zip(src.chunks(1 << 16)) {
+                    d.copy_from_slice(s)
+                }
+            } else {
+                pool.install(|| {
+                    dst.par_chunks_mut(1 << 16)
+                        .zip(src.par_chunks(1 << 16))
+                        .for_each(|(d, s)| d.copy_from_slice(s))
+                })
+            }
+        },
+    )
 }
 
 const N: usize = 16 << 20;
@@ -142,16 +201,31 @@ fn rms(cx: &Graph) -> Vec<GraphTensor<'_>> {
 fn main() {
     let mut rows: Vec<String> = vec![];
     let gb = |bytes: f64, s: f64| bytes / s / 1e9;
-    for &(m, n, k, reps) in &[
-        (256, 256, 256, 50),
-        (1024, 1024, 1024, 5),
-        (2048, 2048, 512, 3),
-        (1, 1536, 576, 200),
+    for &(m, n, k, transposed, reps) in &[
+        (256, 256, 256, false, 50),
+        (1024, 1024, 1024, false, 5),
+        (2048, 2048, 512, false, 4),
+        (1, 1536, 576, false, 300),
+        (1, 1536, 576, true, 300),
+        (1, 49152, 576, true, 20),
     ] {
         let flops = 2.0 * (m * n * k) as f64;
-        let r: Vec<(f64, f64)> = [1, 2].iter().map(|&t| matmul(m, n, k, t, reps)).collect();
+        let r: Vec<(f64, f64)> = [1, 2]
+            .iter()
+            .map(|&t| matmul((m, n, k), transposed, t, reps))
+            .collect();
+        let name = if m == 1 {
+            let layout = if transposed {
+                "[N,K] weight"
+            } else {
+                "[K,N] weight"
+            };
+            format!("matvec {m}×{k}·{k}×{n} ({layout})")
+        } else {
+            format!("matmul {m}×{n}×{k}")
+        };
         rows.push(format!(
-            "| matmul {m}×{n}×{k} | {:.1} GFLOP/s | {:.1} GFLOP/s | {:.2}× gemm | {:.2}× gemm | {:.2}× |",
+            "| {name} | {:.1} GFLOP/s | {:.1} GFLOP/s | {:.2}× gemm | {:.2}× gemm | {:.2}× |",
             flops / r[0].0 / 1e9,
             flops / r[1].0 / 1e9,
             r[0].1 / r[0].0,
@@ -159,26 +233,26 @@ fn main() {
             r[0].0 / r[1].0
         ));
     }
-    let (n, rows_, cols) = (N, ROWS, COLS);
     type Build = for<'g> fn(&'g Graph) -> Vec<GraphTensor<'g>>;
-    let cases: [(&str, Build, f64); 3] = [
-        ("elementwise chain (6 ops) 16M", chain, (3 * n * 4) as f64),
-        ("softmax 4096×2048", softmax, (2 * rows_ * cols * 4) as f64),
-        ("rms_norm 4096×2048", rms, (2 * rows_ * cols * 4) as f64),
+    // Bytes = inputs read + output written; the memcpy copies half that many bytes (so it
+    // reads and writes the same total).
+    let cases: [(&str, Build, usize); 3] = [
+        ("elementwise chain (6 ops) 16M", chain, 3 * N * 4),
+        ("softmax 4096×2048", softmax, 2 * ROWS * COLS * 4),
+        ("rms_norm 4096×2048", rms, 2 * ROWS * COLS * 4),
     ];
     for (name, build, bytes) in cases {
-        let t: Vec<f64> = [1, 2].iter().map(|&th| graph_secs(build, th, 5)).collect();
-        let c: Vec<f64> = [1, 2]
+        let r: Vec<(f64, f64)> = [1, 2]
             .iter()
-            .map(|&th| memcpy(bytes as usize / 2, th, 5))
+            .map(|&th| graph_vs_memcpy(build, bytes / 2, th, 8))
             .collect();
         rows.push(format!(
             "| {name} | {:.1} GB/s | {:.1} GB/s | {:.2}× memcpy | {:.2}× memcpy | {:.2}× |",
-            gb(bytes, t[0]),
-            gb(bytes, t[1]),
-            c[0] / t[0],
-            c[1] / t[1],
-            t[0] / t[1]
+            gb(bytes as f64, r[0].0),
+            gb(bytes as f64, r[1].0),
+            r[0].1 / r[0].0,
+            r[1].1 / r[1].0,
+            r[0].0 / r[1].0
         ));
     }
     println!("| benchmark | 1 thread | 2 threads | ratio (1 thread) | ratio (2 threads) | 2-thread speedup |");

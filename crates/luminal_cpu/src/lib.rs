@@ -4,7 +4,9 @@
 //!
 //! - **fused elementwise** trees (any chain of unary/binary primops, casts, constants and
 //!   views) evaluated by a block interpreter in one pass over the output;
-//! - **reductions** fused with their elementwise producers;
+//! - **reductions** fused with their elementwise producers, and last-axis reductions fused
+//!   with their producers and consumers into one *row kernel* (softmax, norms: one pass
+//!   over memory in, one out; see `rows.rs`);
 //! - **matmul** recognised from its broadcast-multiply + sum-reduce pattern and run by
 //!   `gemm` on the operands' own strides;
 //! - a **reference-semantics fallback** for everything else (ints, bools, halves, gather,
@@ -27,20 +29,25 @@
 //! assert_eq!(rt.get::<f32>(c).unwrap(), vec![1., 2., 3., 4., 2., 4., 6., 8., 3., 6., 9., 12.]);
 //! ```
 
+mod compile;
 mod fallback;
 mod fused;
 mod matmul;
 mod matvec;
 mod packed;
+mod par;
 mod plan;
 mod profile;
+mod rows;
 mod runtime;
+mod simd;
 mod storage;
 mod view;
 mod write;
 
 pub use packed::{PackedFormat, PackedMatrix};
 pub use runtime::CpuRuntime;
+pub use simd::{detected_isa, set_max_isa, Isa};
 
 use luminal::{Backend, CompileOptions, GraphData, Result};
 

@@ -36,6 +36,8 @@ pub enum KernelKind {
     Fallback(FallbackKernel),
     /// In-place write into a state input's buffer (`out` is that buffer).
     WriteSlice(WriteSliceKernel),
+    /// Row-wise fused reduce group (see `rows.rs`).
+    Rows(crate::rows::RowKernel),
 }
 
 /// One launch: computes node `node` into buffer `out`.
@@ -423,5 +425,5 @@ pub fn lower(
         kernels.push(k);
     }
     kernels.reverse();
-    Ok(kernels)
+    crate::rows::fuse_rows(g, kernels, names)
 }

@@ -150,6 +150,9 @@ impl CpuRuntime {
                     w.dest = map(w.dest);
                     w.src = map(w.src);
                 }
+                KernelKind::Rows(r) => r
+                    .programs_mut()
+                    .for_each(|p| p.leaves.iter_mut().for_each(|l| l.buf = map(l.buf))),
             }
         }
         let mut readable = HashMap::new();
@@ -322,6 +325,10 @@ fn run_kernel(
         }
         KernelKind::Fallback(f) => f.run(bufs, out, n, dims)?,
         KernelKind::WriteSlice(w) => w.run(bufs, out, dims)?,
+        KernelKind::Rows(r) => {
+            r.prepare(dims, bufs)?;
+            r.run(bufs, out, n, dims)?;
+        }
     }
     Ok(())
 }
@@ -367,9 +374,14 @@ impl Runtime for CpuRuntime {
             }
         }
         self.computed = false;
-        // One injection into the pool per run; kernels fork inside it.
+        // One injection into the pool per run; kernels fork inside it. One thread: run on
+        // the caller (no hand-off), kernels sequential (`par`).
         let pool = std::sync::Arc::clone(&self.pool);
-        pool.install(|| self.execute())?;
+        if self.threads == 1 {
+            crate::par::sequential(|| self.execute())?;
+        } else {
+            pool.install(|| self.execute())?;
+        }
         self.computed = true;
         if self.profile {
             eprintln!("{}", self.profile());

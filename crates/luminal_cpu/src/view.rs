@@ -37,17 +37,44 @@ pub fn eval(e: &CompiledExpression, dims: &DimValues) -> Result<i64> {
         .map_err(|e| LuminalError::Expression(e.to_string()))
 }
 
+/// An expression evaluated at every launch: most are constants, which skip the
+/// interpreter (a decode step resolves thousands of view expressions).
+#[derive(Clone, Debug)]
+pub enum LaunchExpr {
+    Const(i64),
+    Compiled(CompiledExpression),
+}
+
+impl LaunchExpr {
+    pub fn new(e: &Expression, names: &DimNames) -> Result<LaunchExpr> {
+        Ok(match e.as_constant() {
+            Some(c) => LaunchExpr::Const(c),
+            None => LaunchExpr::Compiled(names.compile(e)?),
+        })
+    }
+
+    #[inline]
+    pub fn eval(&self, dims: &DimValues) -> Result<i64> {
+        match self {
+            LaunchExpr::Const(c) => Ok(*c),
+            LaunchExpr::Compiled(e) => eval(e, dims),
+        }
+    }
+}
+
 /// A view's expressions, compiled.
 #[derive(Clone, Debug)]
 pub struct ViewExprs {
-    dims: Vec<CompiledExpression>,
-    strides: Vec<CompiledExpression>,
-    offset: CompiledExpression,
-    lo: Vec<CompiledExpression>,
-    hi: Vec<CompiledExpression>,
+    dims: Vec<LaunchExpr>,
+    strides: Vec<LaunchExpr>,
+    offset: LaunchExpr,
+    lo: Vec<LaunchExpr>,
+    hi: Vec<LaunchExpr>,
     /// Validity at the window's low corner: captures the view's index-independent factor.
-    valid: CompiledExpression,
+    valid: LaunchExpr,
     masked: bool,
+    /// The symbolic view itself (fusion passes match patterns on it).
+    pub view: ShapeTracker,
 }
 
 /// A view with every expression evaluated.
@@ -63,11 +90,13 @@ pub struct ResolvedView {
     pub masked: bool,
     /// Identity over the buffer: element z reads buffer element z.
     pub contiguous: bool,
+    /// Unmasked row-major: element z reads buffer element `offset + z`.
+    pub linear: bool,
 }
 
 impl ViewExprs {
     pub fn new(view: &ShapeTracker, names: &DimNames) -> Result<ViewExprs> {
-        let c = |e: &Expression| names.compile(e);
+        let c = |e: &Expression| LaunchExpr::new(e, names);
         let mask = view.mask();
         let lo_exprs: Vec<Expression> = mask.iter().map(|(l, _)| l.max(0)).collect();
         Ok(ViewExprs {
@@ -78,6 +107,7 @@ impl ViewExprs {
             hi: mask.iter().map(|(_, h)| c(h)).collect::<Result<_>>()?,
             valid: c(&view.valid_expression_nd(&lo_exprs))?,
             masked: view.is_masked(),
+            view: view.clone(),
         })
     }
 
@@ -93,15 +123,15 @@ impl ViewExprs {
         out.lo.resize(r, 0);
         out.hi.resize(r, 0);
         for i in 0..r {
-            out.dims[i] = eval(&self.dims[i], dims)?;
-            out.strides[i] = eval(&self.strides[i], dims)?;
-            out.lo[i] = eval(&self.lo[i], dims)?.max(0);
-            out.hi[i] = eval(&self.hi[i], dims)?.min(out.dims[i]);
+            out.dims[i] = self.dims[i].eval(dims)?;
+            out.strides[i] = self.strides[i].eval(dims)?;
+            out.lo[i] = self.lo[i].eval(dims)?.max(0);
+            out.hi[i] = self.hi[i].eval(dims)?.min(out.dims[i]);
         }
-        out.offset = eval(&self.offset, dims)?;
+        out.offset = self.offset.eval(dims)?;
         out.masked = self.masked;
         let windows_nonempty = (0..r).all(|i| out.lo[i] < out.hi[i]);
-        out.any_valid = !self.masked || (windows_nonempty && eval(&self.valid, dims)? != 0);
+        out.any_valid = !self.masked || (windows_nonempty && self.valid.eval(dims)? != 0);
         let mut expected = 1i64;
         let mut row_major = true;
         for i in (0..r).rev() {
@@ -110,7 +140,8 @@ impl ViewExprs {
             }
             expected *= out.dims[i];
         }
-        out.contiguous = !self.masked && out.offset == 0 && row_major;
+        out.linear = !self.masked && row_major;
+        out.contiguous = out.linear && out.offset == 0;
         Ok(())
     }
 }
@@ -167,6 +198,34 @@ impl ResolvedView {
             )),
             _ => Ok(()),
         }
+    }
+
+    /// Where logical elements `z0 .. z0 + n` lie in the buffer when they are one contiguous
+    /// run (so a kernel can read them in place): a linear view, or an unmasked view with a
+    /// unit last stride whose block does not cross the last dim. `check_bounds` must have
+    /// passed for the buffer.
+    #[inline]
+    pub fn direct_start(&self, z0: usize, n: usize) -> Option<usize> {
+        if self.linear {
+            return Some((self.offset + z0 as i64) as usize);
+        }
+        let r = self.dims.len();
+        if self.masked || r == 0 || self.strides[r - 1] != 1 || n == 0 {
+            return None;
+        }
+        let d = self.dims[r - 1];
+        let mut rem = z0 as i64;
+        let c0 = rem % d;
+        if c0 + n as i64 > d {
+            return None;
+        }
+        let mut base = self.offset + c0;
+        rem /= d;
+        for i in (0..r - 1).rev() {
+            base += (rem % self.dims[i]) * self.strides[i];
+            rem /= self.dims[i];
+        }
+        Some(base as usize)
     }
 
     /// Loads logical elements `z0 .. z0 + out.len()` into `out` (padding reads 0).
