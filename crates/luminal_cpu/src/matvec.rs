@@ -3,6 +3,7 @@
 //! memory once, split over the threads by output column. `gemm` is slow at this shape (it
 //! packs `b` and runs at a few GFLOP/s for `M = 1`).
 
+use crate::simd::{isa, Isa};
 use rayon::prelude::*;
 
 /// Most rows of `a` handled by the skinny kernel.
@@ -47,28 +48,6 @@ unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
     dot_lanes(a, b)
 }
 
-#[derive(Clone, Copy)]
-enum Isa {
-    #[cfg(target_arch = "x86_64")]
-    Avx512,
-    #[cfg(target_arch = "x86_64")]
-    Avx2,
-    Portable,
-}
-
-fn isa() -> Isa {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("fma") {
-            return Isa::Avx512;
-        }
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            return Isa::Avx2;
-        }
-    }
-    Isa::Portable
-}
-
 #[inline(always)]
 fn dot(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
     match isa {
@@ -77,7 +56,7 @@ fn dot(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
         Isa::Avx512 => unsafe { dot_avx512(a, b) },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => unsafe { dot_avx2(a, b) },
-        Isa::Portable => dot_lanes(a, b),
+        _ => dot_lanes(a, b),
     }
 }
 
@@ -87,6 +66,39 @@ struct OutPtr(*mut f32);
 // SAFETY: tasks write disjoint elements (their own column range of each row).
 unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
+
+/// Fills `dst[i·n + j] = value(i, j)` for `i < m`, `j < n`, splitting the columns over the
+/// threads (a few tasks per thread) when `parallel`. Allocates nothing.
+pub(crate) fn fill_columns(
+    dst: &mut [f32],
+    m: usize,
+    n: usize,
+    parallel: bool,
+    value: impl Fn(usize, usize) -> f32 + Sync,
+) {
+    assert!(dst.len() >= m * n);
+    let out = OutPtr(dst.as_mut_ptr());
+    let cols = |j0: usize, j1: usize| {
+        let out = out;
+        for j in j0..j1 {
+            for i in 0..m {
+                let v = value(i, j);
+                // SAFETY: i < m, j < n and dst holds m·n elements; no other task writes
+                // column j.
+                unsafe { *out.0.add(i * n + j) = v };
+            }
+        }
+    };
+    let threads = rayon::current_num_threads();
+    if parallel && threads > 1 && n >= 32 {
+        let chunk = n.div_ceil(threads * 4).max(16);
+        (0..n.div_ceil(chunk))
+            .into_par_iter()
+            .for_each(|c| cols(c * chunk, ((c + 1) * chunk).min(n)));
+    } else {
+        cols(0, n);
+    }
+}
 
 /// One skinny product: `dst[i·n + j] = Σ_k a[a_off + i·a_row + k] · b[b_off + j·b_row + k]`
 /// for `i < m ≤ MAX_ROWS`, `j < n`. Both operands are contiguous along `K`. Panics (slice
@@ -106,34 +118,13 @@ pub fn skinny(
     k: usize,
     parallel: bool,
 ) {
-    assert!(m <= MAX_ROWS && dst.len() >= m * n);
+    assert!(m <= MAX_ROWS);
     let isa = isa();
     let mut rows: [&[f32]; MAX_ROWS] = [&[]; MAX_ROWS];
     for (i, r) in rows.iter_mut().enumerate().take(m) {
         *r = &a[a_off + i * a_row..a_off + i * a_row + k];
     }
-    let rows = &rows[..m];
-    let out = OutPtr(dst.as_mut_ptr());
-    let cols = |j0: usize, j1: usize| {
-        let out = out;
-        for j in j0..j1 {
-            let brow = &b[b_off + j * b_row..b_off + j * b_row + k];
-            for (i, row) in rows.iter().enumerate() {
-                let v = dot(isa, row, brow);
-                // SAFETY: i < m, j < n and dst holds m·n elements; no other task writes
-                // column j.
-                unsafe { *out.0.add(i * n + j) = v };
-            }
-        }
-    };
-    // Output columns per task: enough work per task, a few tasks per thread.
-    let threads = rayon::current_num_threads();
-    if parallel && threads > 1 && n >= 32 {
-        let chunk = n.div_ceil(threads * 4).max(16);
-        (0..n.div_ceil(chunk))
-            .into_par_iter()
-            .for_each(|c| cols(c * chunk, ((c + 1) * chunk).min(n)));
-    } else {
-        cols(0, n);
-    }
+    fill_columns(dst, m, n, parallel, |i, j| {
+        dot(isa, rows[i], &b[b_off + j * b_row..b_off + j * b_row + k])
+    });
 }

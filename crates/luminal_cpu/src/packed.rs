@@ -6,7 +6,8 @@
 
 use half::f16;
 use luminal::{LuminalError, Result};
-use rayon::prelude::*;
+use crate::matvec::fill_columns;
+use crate::simd::{isa, Isa};
 
 /// A ggml block format with 32 values per block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,7 +166,7 @@ fn dot_row(format: PackedFormat, x: &[f32], row: Row) -> f32 {
 /// AVX-512 version of [`dot_row`], written with intrinsics: two blocks per iteration into
 /// four independent accumulators (the auto-vectorised loop kept its accumulator in memory).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,fma,f16c")]
+#[target_feature(enable = "avx512f,fma")]
 unsafe fn dot_row_avx512(format: PackedFormat, x: &[f32], row: Row) -> f32 {
     use std::arch::x86_64::*;
     let nb = row.d.len();
@@ -233,7 +234,7 @@ unsafe fn dot_row_avx512(format: PackedFormat, x: &[f32], row: Row) -> f32 {
 /// AVX2 + FMA version of [`dot_row`] with intrinsics: a block is four vectors of 8, each
 /// with its own accumulator.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
+#[target_feature(enable = "avx2,fma")]
 unsafe fn dot_row_avx2(format: PackedFormat, x: &[f32], row: Row) -> f32 {
     use std::arch::x86_64::*;
     let nb = row.d.len();
@@ -298,36 +299,6 @@ unsafe fn dot_row_avx2(format: PackedFormat, x: &[f32], row: Row) -> f32 {
     _mm_cvtss_f32(s1)
 }
 
-#[derive(Clone, Copy)]
-enum Isa {
-    #[cfg(target_arch = "x86_64")]
-    Avx512,
-    #[cfg(target_arch = "x86_64")]
-    Avx2,
-    Portable,
-}
-
-fn isa() -> Isa {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let fma = is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
-        if fma && is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") {
-            return Isa::Avx512;
-        }
-        if fma && is_x86_feature_detected!("avx2") {
-            return Isa::Avx2;
-        }
-    }
-    Isa::Portable
-}
-
-/// The output pointer shared by tasks writing disjoint columns.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: every task writes its own columns only.
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
-
 /// `dst[i·n + j] = Σ_k a[a_off + i·a_row + k] · W[j, k]` for `i < m`, `j < n = W.rows`,
 /// `k < W.cols`. Allocates nothing.
 #[allow(clippy::too_many_arguments)]
@@ -341,54 +312,32 @@ pub fn skinny_packed(
     parallel: bool,
 ) {
     let (n, k) = (w.rows, w.cols);
-    assert!(m <= crate::matvec::MAX_ROWS && dst.len() >= m * n);
+    assert!(m <= crate::matvec::MAX_ROWS);
     let isa = isa();
     let nb = k / 32;
-    let q_len = if w.format == PackedFormat::Q8_0 {
-        32
-    } else {
-        16
-    };
+    let q_len = if w.format == PackedFormat::Q8_0 { 32 } else { 16 };
     let mut rows: [&[f32]; crate::matvec::MAX_ROWS] = [&[]; crate::matvec::MAX_ROWS];
     for (i, r) in rows.iter_mut().enumerate().take(m) {
         *r = &a[a_off + i * a_row..a_off + i * a_row + k];
     }
-    let rows = &rows[..m];
-    let out = OutPtr(dst.as_mut_ptr());
     let format = w.format;
-    let cols = |j0: usize, j1: usize| {
-        let out = out;
-        for j in j0..j1 {
-            let wrow = Row {
-                qs: &w.qs[j * nb * q_len..(j + 1) * nb * q_len],
-                d: &w.d[j * nb..(j + 1) * nb],
-                m: if w.m.is_empty() {
-                    &[]
-                } else {
-                    &w.m[j * nb..(j + 1) * nb]
-                },
-            };
-            for (i, x) in rows.iter().enumerate() {
-                let v = match isa {
-                    // SAFETY: the features were detected at run time.
-                    #[cfg(target_arch = "x86_64")]
-                    Isa::Avx512 => unsafe { dot_row_avx512(format, x, wrow) },
-                    #[cfg(target_arch = "x86_64")]
-                    Isa::Avx2 => unsafe { dot_row_avx2(format, x, wrow) },
-                    Isa::Portable => dot_row(format, x, wrow),
-                };
-                // SAFETY: i < m, j < n, dst holds m·n values; column j is this task's.
-                unsafe { *out.0.add(i * n + j) = v };
-            }
+    fill_columns(dst, m, n, parallel, |i, j| {
+        let row = Row {
+            qs: &w.qs[j * nb * q_len..(j + 1) * nb * q_len],
+            d: &w.d[j * nb..(j + 1) * nb],
+            m: if w.m.is_empty() {
+                &[]
+            } else {
+                &w.m[j * nb..(j + 1) * nb]
+            },
+        };
+        match isa {
+            // SAFETY: the features were detected at run time.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => unsafe { dot_row_avx512(format, rows[i], row) },
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => unsafe { dot_row_avx2(format, rows[i], row) },
+            _ => dot_row(format, rows[i], row),
         }
-    };
-    let threads = rayon::current_num_threads();
-    if parallel && threads > 1 && n >= 32 {
-        let chunk = n.div_ceil(threads * 4).max(16);
-        (0..n.div_ceil(chunk))
-            .into_par_iter()
-            .for_each(|c| cols(c * chunk, ((c + 1) * chunk).min(n)));
-    } else {
-        cols(0, n);
-    }
+    });
 }
