@@ -4,10 +4,10 @@
 //! everything else (prefill's gemm, gathers); the packed copy must hold exactly the values the
 //! f32 data was decoded from (a loader sets both from one file tensor).
 
-use half::f16;
-use luminal::{LuminalError, Result};
 use crate::matvec::fill_columns;
 use crate::simd::{isa, Isa};
+use half::f16;
+use luminal::{LuminalError, Result};
 
 /// A ggml block format with 32 values per block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -315,7 +315,11 @@ pub fn skinny_packed(
     assert!(m <= crate::matvec::MAX_ROWS);
     let isa = isa();
     let nb = k / 32;
-    let q_len = if w.format == PackedFormat::Q8_0 { 32 } else { 16 };
+    let q_len = if w.format == PackedFormat::Q8_0 {
+        32
+    } else {
+        16
+    };
     let mut rows: [&[f32]; crate::matvec::MAX_ROWS] = [&[]; crate::matvec::MAX_ROWS];
     for (i, r) in rows.iter_mut().enumerate().take(m) {
         *r = &a[a_off + i * a_row..a_off + i * a_row + k];

@@ -3,6 +3,9 @@
 //! (`scripts/gen_llama_fixtures.py` → `fixtures/smollm2_reference.json`).
 //! Skips (with a message) when the model file is absent.
 
+mod common;
+
+use common::{argmax, ids};
 use luminal_models::{LlamaModel, LoadOptions, Tokenizer};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -39,24 +42,6 @@ fn model() -> Option<&'static Mutex<(LlamaModel, Tokenizer)>> {
             ))
         })
         .as_ref()
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
-
-fn argmax(x: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in x.iter().enumerate() {
-        if v > x[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 #[test]

@@ -10,88 +10,11 @@
 //!   gguf-py-dequantized Q8_0 weights (`tiny-llama.q8_0.reference.json`).
 //! - `tiny-qwen2.gguf` (f32): qkv bias, tied embeddings, NeoX RoPE (no permutation).
 
-use luminal_models::{LlamaModel, LoadOptions, Tokenizer};
+mod common;
+
+use common::*;
+use luminal_models::{LlamaModel, LoadOptions};
 use luminal_nn::RopeLayout;
-use serde_json::Value;
-use std::path::PathBuf;
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
-
-fn json(path: PathBuf) -> Value {
-    let text = std::fs::read_to_string(&path).unwrap();
-    serde_json::from_str(&text).unwrap()
-}
-
-/// transformers' reference for the HF folder `model` (`tiny-llama`, `tiny-qwen2`).
-fn reference(model: &str) -> Value {
-    json(fixture(model).join("reference.json"))
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
-
-fn logits(case: &Value) -> Vec<f32> {
-    case["logits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|row| {
-            row.as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_f64().unwrap() as f32)
-        })
-        .collect()
-}
-
-fn load(file: &str) -> (LlamaModel, Tokenizer) {
-    let opts = LoadOptions {
-        threads: Some(2),
-        max_ctx: 64,
-    };
-    LlamaModel::load(fixture(file), &opts, |_, _| {}).unwrap()
-}
-
-fn argmax(x: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in x.iter().enumerate() {
-        if v > x[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
-
-/// Teacher-forced logits at every position of every case in `want`; returns
-/// (max |Δlogit|, fraction of positions whose argmax agrees).
-fn compare_logits(model: &mut LlamaModel, want: &Value) -> (f32, f64) {
-    let vocab = model.vocab_size();
-    let (mut max_diff, mut agree, mut positions) = (0f32, 0usize, 0usize);
-    for case in want["cases"].as_array().unwrap() {
-        let tokens = ids(&case["ids"]);
-        let got = model.logits_all(&tokens).unwrap();
-        let want = logits(case);
-        assert_eq!(got.len(), tokens.len() * vocab);
-        assert_eq!(got.len(), want.len());
-        for (g, w) in got.iter().zip(&want) {
-            max_diff = max_diff.max((g - w).abs());
-        }
-        for (g, w) in got.chunks(vocab).zip(want.chunks(vocab)) {
-            agree += (argmax(g) == argmax(w)) as usize;
-            positions += 1;
-        }
-    }
-    (max_diff, agree as f64 / positions as f64)
-}
 
 #[test]
 fn configs_come_from_the_converted_metadata() {
@@ -155,34 +78,6 @@ fn tiny_llama_q8_0_gguf_logits_match_transformers_on_dequantized_weights() {
 /// See the Q8_0 logits test's comment.
 const Q8_TOLERANCE: f32 = 1e-4;
 
-/// Decoding one token at a time through the KV cache gives the logits of a full recompute.
-fn check_cache(file: &str, model_name: &str, tolerance: f32) {
-    let r = reference(model_name);
-    let (mut model, _) = load(file);
-    let vocab = model.vocab_size();
-    let tokens = ids(&r["cases"][2]["ids"]);
-    let full = model.logits_all(&tokens).unwrap();
-    model.reset();
-    // A prefill of 5, then one token at a time.
-    let mut stepped = model.forward(&tokens[..5], 5).unwrap();
-    for &t in &tokens[5..] {
-        stepped.extend(model.forward(&[t], 1).unwrap());
-    }
-    assert_eq!(model.pos(), tokens.len());
-    assert_eq!(full.len(), stepped.len());
-    assert_eq!(full.len(), tokens.len() * vocab);
-    let max_diff = full
-        .iter()
-        .zip(&stepped)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
-    println!("{file}: cached vs full recompute max |Δlogit| = {max_diff:e}");
-    assert!(
-        max_diff < tolerance,
-        "{file}: cached vs full max diff {max_diff}"
-    );
-}
-
 #[test]
 fn tiny_llama_gguf_kv_cache_decode_equals_full_recompute() {
     check_cache("tiny-llama.gguf", "tiny-llama", 1e-5);
@@ -198,39 +93,6 @@ fn tiny_qwen2_gguf_kv_cache_decode_equals_full_recompute() {
 #[test]
 fn tiny_llama_q8_0_gguf_kv_cache_decode_equals_full_recompute() {
     check_cache("tiny-llama.q8_0.gguf", "tiny-llama", Q8_TOLERANCE);
-}
-
-/// The tokenizer llama.cpp's converter embedded (`tokenizer.ggml.*`, read by
-/// `Tokenizer::from_gguf`) gives transformers' ids for the reference strings (special tokens,
-/// BOS rule, digits, whitespace runs, tabs, unicode, emoji), and greedy decoding from the GGUF
-/// model reproduces transformers' generation.
-fn check_tokenizer_and_greedy(file: &str, model_name: &str) {
-    let r = reference(model_name);
-    let (mut model, tok) = load(file);
-    for case in r["tokenizer"].as_array().unwrap() {
-        let text = case["text"].as_str().unwrap();
-        let want = ids(&case["ids"]);
-        assert_eq!(tok.encode(text, true).unwrap(), want, "{file}: {text:?}");
-        let plain = tok.encode(text, false).unwrap();
-        assert_eq!(tok.decode(&plain, false).unwrap(), text, "{file}: decode");
-    }
-    let g = &r["generation"];
-    let prompt = ids(&g["prompt_ids"]);
-    assert_eq!(
-        tok.encode(g["prompt_text"].as_str().unwrap(), true)
-            .unwrap(),
-        prompt
-    );
-    let want = ids(&g["new_ids"]);
-    model.reset();
-    let mut logits = model.forward(&prompt, 1).unwrap();
-    let mut got = vec![];
-    for _ in 0..want.len() {
-        let next = argmax(&logits);
-        got.push(next);
-        logits = model.forward(&[next], 1).unwrap();
-    }
-    assert_eq!(got, want, "{file}: greedy generation");
 }
 
 #[test]
