@@ -3,27 +3,16 @@
 //! (against transformers' perplexity and generation in `fixtures/smollm2_reference.json`;
 //! skipped when the model file is absent).
 
+mod common;
+
+use common::{fixture, ids, json, smollm2};
 use luminal_models::generate::{generate, perplexity, token_nll, GenerateOptions, StopReason};
 use luminal_models::sampling::SamplerConfig;
 use luminal_models::{LlamaModel, LoadOptions, ModelError, Tokenizer};
-use serde_json::Value;
 use std::path::PathBuf;
-use std::sync::{Mutex, OnceLock};
 
 fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
-
-fn read_json(path: PathBuf) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
+    fixture("")
 }
 
 fn load_tiny(max_ctx: usize) -> (LlamaModel, Tokenizer) {
@@ -50,7 +39,7 @@ fn run(
 
 #[test]
 fn tiny_llama_greedy_generate_matches_transformers() {
-    let r = read_json(fixtures().join("tiny-llama/reference.json"));
+    let r = json(fixtures().join("tiny-llama/reference.json"));
     let g = &r["generation"];
     let (mut model, tok) = load_tiny(256);
     let prompt = ids(&g["prompt_ids"]);
@@ -72,7 +61,7 @@ fn tiny_llama_greedy_generate_matches_transformers() {
 
 #[test]
 fn tiny_llama_stop_strings_are_never_emitted() {
-    let r = read_json(fixtures().join("tiny-llama/reference.json"));
+    let r = json(fixtures().join("tiny-llama/reference.json"));
     let g = &r["generation"];
     let (mut model, tok) = load_tiny(256);
     let prompt = ids(&g["prompt_ids"]);
@@ -118,7 +107,7 @@ fn tiny_llama_stop_strings_are_never_emitted() {
 
 #[test]
 fn tiny_llama_stops_cleanly_when_the_context_is_full() {
-    let r = read_json(fixtures().join("tiny-llama/reference.json"));
+    let r = json(fixtures().join("tiny-llama/reference.json"));
     let g = &r["generation"];
     let prompt = ids(&g["prompt_ids"]);
     let want = ids(&g["new_ids"]);
@@ -157,7 +146,7 @@ fn tiny_llama_stops_cleanly_when_the_context_is_full() {
 
 #[test]
 fn tiny_llama_sampling_is_seeded() {
-    let r = read_json(fixtures().join("tiny-llama/reference.json"));
+    let r = json(fixtures().join("tiny-llama/reference.json"));
     let prompt = ids(&r["generation"]["prompt_ids"]);
     let (mut model, tok) = load_tiny(256);
     let opts = |seed| GenerateOptions {
@@ -221,36 +210,12 @@ fn tiny_llama_perplexity_equals_direct_computation() {
 
 // ---- the real SmolLM2 file -------------------------------------------------------------
 
-fn smollm2() -> Option<&'static Mutex<(LlamaModel, Tokenizer)>> {
-    static MODEL: OnceLock<Option<Mutex<(LlamaModel, Tokenizer)>>> = OnceLock::new();
-    MODEL
-        .get_or_init(|| {
-            let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
-            if !path.exists() {
-                eprintln!(
-                    "skipping: {} is absent (run scripts/fetch-models.sh)",
-                    path.display()
-                );
-                return None;
-            }
-            let opts = LoadOptions {
-                threads: None,
-                max_ctx: 256,
-            };
-            Some(Mutex::new(
-                LlamaModel::load(&path, &opts, |_, _| {}).unwrap(),
-            ))
-        })
-        .as_ref()
-}
-
 #[test]
 fn smollm2_perplexity_matches_transformers() {
     let Some(m) = smollm2() else { return };
     let mut guard = m.lock().unwrap();
     let (model, tok) = &mut *guard;
-    let r = read_json(fixtures().join("smollm2_reference.json"));
+    let r = json(fixtures().join("smollm2_reference.json"));
     let p = &r["perplexity"];
     let ctx = p["ctx"].as_u64().unwrap() as usize;
     let text = std::fs::read_to_string(fixtures().join(p["file"].as_str().unwrap())).unwrap();
@@ -274,7 +239,7 @@ fn smollm2_chat_generation_matches_transformers_and_stops_at_eos() {
     let Some(m) = smollm2() else { return };
     let mut guard = m.lock().unwrap();
     let (model, tok) = &mut *guard;
-    let r = read_json(fixtures().join("smollm2_reference.json"));
+    let r = json(fixtures().join("smollm2_reference.json"));
     let g = &r["generation"];
     let prompt = ids(&g["prompt_ids"]);
     let new_ids = ids(&g["new_ids"]);

@@ -5,48 +5,16 @@
 
 mod common;
 
-use common::{argmax, ids};
-use luminal_models::{LlamaModel, LoadOptions, Tokenizer};
+use common::{argmax, fixture, ids, json, smollm2};
 use serde_json::Value;
-use std::path::PathBuf;
-use std::sync::{Mutex, OnceLock};
-
-fn model_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf")
-}
 
 fn reference() -> Value {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/smollm2_reference.json");
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
-}
-
-/// One model shared by the tests (loading takes a second or two).
-fn model() -> Option<&'static Mutex<(LlamaModel, Tokenizer)>> {
-    static MODEL: OnceLock<Option<Mutex<(LlamaModel, Tokenizer)>>> = OnceLock::new();
-    MODEL
-        .get_or_init(|| {
-            let path = model_path();
-            if !path.exists() {
-                eprintln!(
-                    "skipping: {} is absent (run scripts/fetch-models.sh)",
-                    path.display()
-                );
-                return None;
-            }
-            let opts = LoadOptions {
-                threads: None,
-                max_ctx: 256,
-            };
-            Some(Mutex::new(
-                LlamaModel::load(&path, &opts, |_, _| {}).unwrap(),
-            ))
-        })
-        .as_ref()
+    json(fixture("smollm2_reference.json"))
 }
 
 #[test]
 fn teacher_forced_logits_match_transformers() {
-    let Some(m) = model() else { return };
+    let Some(m) = smollm2() else { return };
     let mut guard = m.lock().unwrap();
     let (model, tok) = &mut *guard;
     let r = reference();
@@ -84,7 +52,7 @@ fn teacher_forced_logits_match_transformers() {
 
 #[test]
 fn greedy_generation_matches_transformers() {
-    let Some(m) = model() else { return };
+    let Some(m) = smollm2() else { return };
     let mut guard = m.lock().unwrap();
     let (model, tok) = &mut *guard;
     let g = &reference()["generation"];
@@ -109,7 +77,7 @@ fn greedy_generation_matches_transformers() {
 
 #[test]
 fn kv_cache_decode_equals_full_recompute() {
-    let Some(m) = model() else { return };
+    let Some(m) = smollm2() else { return };
     let mut guard = m.lock().unwrap();
     let (model, _) = &mut *guard;
     let tokens = ids(&reference()["prompts"][1]["ids"]);

@@ -5,6 +5,7 @@
 use luminal_models::{LlamaModel, LoadOptions, Tokenizer};
 use serde_json::Value;
 use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
 
 pub fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -142,4 +143,30 @@ pub fn check_tokenizer_and_greedy(file: &str, model_name: &str) {
         logits = model.forward(&[next], 1).unwrap();
     }
     assert_eq!(got, want, "{file}: greedy generation");
+}
+
+/// The real SmolLM2 GGUF (fetched by `scripts/fetch-models.sh`), loaded once per test binary
+/// and shared; `None` (with a message) when the file is absent.
+pub fn smollm2() -> Option<&'static Mutex<(LlamaModel, Tokenizer)>> {
+    static MODEL: OnceLock<Option<Mutex<(LlamaModel, Tokenizer)>>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| {
+            let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+            if !path.exists() {
+                eprintln!(
+                    "skipping: {} is absent (run scripts/fetch-models.sh)",
+                    path.display()
+                );
+                return None;
+            }
+            let opts = LoadOptions {
+                threads: None,
+                max_ctx: 256,
+            };
+            Some(Mutex::new(
+                LlamaModel::load(&path, &opts, |_, _| {}).unwrap(),
+            ))
+        })
+        .as_ref()
 }
