@@ -51,6 +51,16 @@ pub(crate) enum Step {
         a: u32,
         out: u32,
     },
+    SMax {
+        a: u32,
+        b: u32,
+        out: u32,
+    },
+    Max {
+        a: Src,
+        b: Src,
+        out: u32,
+    },
     Unary {
         op: UnaryOp,
         a: Src,
@@ -198,7 +208,7 @@ impl<'p> Compiler<'p> {
         for ins in instrs {
             match *ins {
                 Instr::Unary(_, a) | Instr::NotZero(a) => uses[value[a]] += 1,
-                Instr::Binary(_, a, b) => {
+                Instr::Binary(_, a, b) | Instr::Max(a, b) => {
                     uses[value[a]] += 1;
                     uses[value[b]] += 1;
                 }
@@ -237,6 +247,7 @@ impl<'p> Compiler<'p> {
                         Step::Unary { out, .. }
                         | Step::Binary { out, .. }
                         | Step::NotZero { out, .. }
+                        | Step::Max { out, .. }
                         | Step::Map { out, .. },
                     ),
                 ) if *out == r => {
@@ -405,6 +416,25 @@ impl<'p> Compiler<'p> {
                     let a = self.mat(va);
                     self.vector_step(i, |out| Step::NotZero { a, out }, &[va]);
                 }
+            }
+            Instr::Max(a, b) => {
+                let (va, vb) = (val(a), val(b));
+                if let (Some(a), Some(b)) = (self.scalar_of(va), self.scalar_of(vb)) {
+                    let out = self.slot();
+                    self.steps.push(Step::SMax { a, b, out });
+                    self.src[i] = Some(Src::Scalar(out));
+                    return;
+                }
+                let mut reads = vec![];
+                let mut operand = |c: &mut Self, v: usize| match c.scalar_of(v) {
+                    Some(k) => Src::Scalar(k),
+                    None => {
+                        reads.push(v);
+                        c.mat(v)
+                    }
+                };
+                let (x, y) = (operand(self, va), operand(self, vb));
+                self.vector_step(i, |out| Step::Max { a: x, b: y, out }, &reads);
             }
             Instr::Binary(op, a, b) => {
                 let (va, vb) = (val(a), val(b));

@@ -44,6 +44,8 @@ pub enum Instr {
     Binary(BinaryOp, usize, usize),
     /// `x != 0` as 0/1 (a cast to Bool).
     NotZero(usize),
+    /// NaN-propagating maximum (`maximum`'s pair `MaxReduce`, lowered elementwise).
+    Max(usize, usize),
     /// The same value (Contiguous, and casts that are exact in f32).
     Copy(usize),
     /// Row kernels: the current row's result of reduce stage `i` (same for the whole row).
@@ -174,7 +176,7 @@ impl Program {
     pub fn flops_per_element(&self) -> usize {
         self.instrs
             .iter()
-            .filter(|i| matches!(i, Instr::Unary(..) | Instr::Binary(..)))
+            .filter(|i| matches!(i, Instr::Unary(..) | Instr::Binary(..) | Instr::Max(..)))
             .count()
     }
 
@@ -278,6 +280,9 @@ impl Program {
                 Step::SBinary { op, a, b, out } => {
                     slots[out as usize] = simd::binary_one(op, slots[a as usize], slots[b as usize])
                 }
+                Step::SMax { a, b, out } => {
+                    slots[out as usize] = simd::max_one(slots[a as usize], slots[b as usize])
+                }
                 Step::SNotZero { a, out } => {
                     slots[out as usize] = (slots[a as usize] != 0.0) as u8 as f32
                 }
@@ -323,6 +328,20 @@ impl Program {
                         post.map(|(b, x)| (b, get(x))),
                         o,
                     );
+                }
+                Step::Max { a, b, out } => {
+                    let (o, ctx) = split_out(&mut *rg, out, &mut *dst, n);
+                    match (a, b) {
+                        (Src::Scalar(s), x) | (x, Src::Scalar(s)) => {
+                            let x = ctx.get(self, bufs, &row, &direct, slots, x, z0, n);
+                            simd::max_scalar(x, slots[s as usize], o);
+                        }
+                        _ => {
+                            let a = ctx.get(self, bufs, &row, &direct, slots, a, z0, n);
+                            let b = ctx.get(self, bufs, &row, &direct, slots, b, z0, n);
+                            simd::max(a, b, o);
+                        }
+                    }
                 }
                 Step::Binary { op, a, b, out } => {
                     let (o, ctx) = split_out(&mut *rg, out, &mut *dst, n);
@@ -572,6 +591,64 @@ pub fn run_elementwise(prog: &Program, bufs: &[Storage], out: &mut Storage, n: u
                 })
             })
         }),
+    }
+}
+
+/// Runs `prog` in place over `data`: element `z` of the program's row register 0 is
+/// `data[z]` before the call, and `data[z]` becomes the program's value at `z` (a fused
+/// epilogue of the kernel that produced `data`). Each block is copied aside first, so the
+/// program may read its input anywhere in the block while the block is overwritten.
+pub fn run_epilogue(prog: &Program, bufs: &[Storage], data: &mut [f32]) {
+    let chunk = task_len(data.len(), 1).next_multiple_of(BLOCK);
+    crate::par::for_each_chunk(data, chunk, |t, c| {
+        prog.with_regs(|mut regs| {
+            simd::run(EpilogueTask {
+                prog,
+                bufs,
+                z0: t * chunk,
+                data: c,
+                regs: &mut regs,
+            })
+        })
+    })
+}
+
+struct EpilogueTask<'a, 'o, 'r, 's> {
+    prog: &'a Program,
+    bufs: &'a [Storage],
+    z0: usize,
+    data: &'o mut [f32],
+    regs: &'r mut Regs<'s>,
+}
+
+impl Task for EpilogueTask<'_, '_, '_, '_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<const F: bool>(self) {
+        let EpilogueTask {
+            prog,
+            bufs,
+            z0,
+            data,
+            regs,
+        } = self;
+        let mut input = [0f32; BLOCK];
+        let mut start = 0;
+        while start < data.len() {
+            let n = BLOCK.min(data.len() - start);
+            let dst = &mut data[start..start + n];
+            input[..n].copy_from_slice(dst);
+            let row = RowEnv {
+                scalars: &[],
+                regs: &input[..n],
+                len: n,
+                base: z0 + start,
+            };
+            if let Some(v) = prog.eval(bufs, row, z0 + start, n, regs, dst) {
+                dst.copy_from_slice(v);
+            }
+            start += n;
+        }
     }
 }
 

@@ -12,6 +12,7 @@ use gemm::Parallelism;
 use luminal::{LuminalError, Result};
 use rayon::prelude::*;
 
+use crate::fused::{run_epilogue, Program};
 use crate::simd::{self, Task};
 
 #[derive(Clone, Debug)]
@@ -24,6 +25,9 @@ pub struct MatmulKernel {
     b_view: ResolvedView,
     /// Threads gemm may use (the runtime's pool size).
     pub threads: usize,
+    /// An elementwise consumer fused as an epilogue: run in place over the product, which
+    /// it reads as row register 0 (`Instr::RowReg(0)`); the kernel's output is its result.
+    pub epilogue: Option<Program>,
 }
 
 /// Batch count, M, N, K of the resolved product shape.
@@ -48,6 +52,7 @@ impl MatmulKernel {
             a_view: ResolvedView::default(),
             b_view: ResolvedView::default(),
             threads,
+            epilogue: None,
         }
     }
 
@@ -56,6 +61,9 @@ impl MatmulKernel {
         self.b_exprs.resolve(dims, &mut self.b_view)?;
         self.a_view.check_bounds(bufs[self.a].len())?;
         self.b_view.check_bounds(bufs[self.b].len())?;
+        if let Some(e) = &mut self.epilogue {
+            e.prepare(dims, bufs)?;
+        }
         Ok(())
     }
 
@@ -64,7 +72,22 @@ impl MatmulKernel {
         mnk(&self.a_view.dims)
     }
 
+    /// The product into `out`, then the epilogue (if any) over it, in place.
     pub fn run(
+        &self,
+        bufs: &[Storage],
+        packed: &[Option<std::sync::Arc<PackedMatrix>>],
+        out: &mut Storage,
+    ) -> Result<()> {
+        self.product(bufs, packed, out)?;
+        if let (Some(e), Storage::F32(dst)) = (&self.epilogue, out) {
+            let (batch, m, n, _) = self.shape();
+            run_epilogue(e, bufs, &mut dst[..batch * m * n]);
+        }
+        Ok(())
+    }
+
+    fn product(
         &self,
         bufs: &[Storage],
         packed: &[Option<std::sync::Arc<PackedMatrix>>],

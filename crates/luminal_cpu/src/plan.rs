@@ -18,6 +18,7 @@ use luminal::graph::{Edge, GraphData, NodeId};
 use luminal::op::{BinaryOp, ConstValue, Op, ReduceOp};
 use luminal::shape::CompiledExpression;
 use luminal::{DType, Expression, Result, ShapeTracker};
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 
 /// What a kernel computes.
@@ -150,19 +151,90 @@ impl Broadcast {
     }
 }
 
+/// `maximum(x, y)` as the core builds it: `MaxReduce` over a last axis of length 2 of a
+/// private `Add` of `x` and `y`, each unsqueezed and padded into one of the two slots.
+/// Returns the operand edges re-viewed over the reduce's output shape (slot 0 first), so
+/// the pair lowers to one elementwise `Max` and its operands fuse like any others.
+fn pair_max(g: &GraphData, id: NodeId, uses: &HashMap<NodeId, usize>) -> Option<[Edge; 2]> {
+    let node = g.node(id);
+    let Op::Reduce {
+        op: ReduceOp::Max,
+        axis,
+    } = node.op
+    else {
+        return None;
+    };
+    let e = &node.inputs[0];
+    let pair = g.node(e.node);
+    let dims = e.view.dims();
+    if node.dtype != DType::F32
+        || pair.dtype != DType::F32
+        || pair.op != Op::Binary(BinaryOp::Add)
+        || axis + 1 != dims.len()
+        || dims[axis].as_constant() != Some(2)
+        || !e.view.is_contiguous()
+        || dims != pair.shape
+        || uses.get(&e.node) != Some(&1)
+        || g.outputs.contains(&e.node)
+        || pair
+            .inputs
+            .iter()
+            .any(|x| g.node(x.node).dtype != DType::F32)
+    {
+        return None;
+    }
+    // Operand `x` restricted to slot `j` of the pair axis, that axis dropped.
+    let slot = |x: &Edge, j: i64| {
+        let mut v = x.view.clone();
+        v.slice(axis, Expression::constant(j), Expression::constant(j + 1));
+        let empty =
+            v.mask()[axis].1.as_constant() == Some(0) || v.mask()[axis].0.as_constant() == Some(1);
+        v.squeeze(axis);
+        (v, empty)
+    };
+    let mut out: [Option<Edge>; 2] = [None, None];
+    for x in &pair.inputs {
+        let ((v0, e0), (v1, e1)) = (slot(x, 0), slot(x, 1));
+        let (j, v) = match (e0, e1) {
+            (false, true) => (0, v0),
+            (true, false) => (1, v1),
+            _ => return None,
+        };
+        if out[j].is_some() {
+            return None;
+        }
+        out[j] = Some(Edge {
+            node: x.node,
+            view: v,
+        });
+    }
+    let [a, b] = out;
+    Some([a?, b?])
+}
+
 struct Lowering<'a> {
     g: &'a GraphData,
     uses: HashMap<NodeId, usize>,
+    /// `maximum` pairs lowered as elementwise `Max` (see [`pair_max`]).
+    pair_max: HashMap<NodeId, [Edge; 2]>,
+    /// While lowering an f32 elementwise root: whether it may absorb a matmul producer as
+    /// its epilogue, and the matmul (with its reads) once it did.
+    epilogue_ok: Cell<bool>,
+    epilogue: RefCell<Option<(MatmulKernel, Vec<usize>)>>,
     names: &'a DimNames,
     threads: usize,
 }
 
 impl Lowering<'_> {
+    fn fusable(&self, id: NodeId) -> bool {
+        fusable(self.g, id) || self.pair_max.contains_key(&id)
+    }
+
     /// A fusable single-use producer that is not an output.
     fn private_fusable(&self, e: &Edge) -> bool {
         let p = self.g.node(e.node);
         !matches!(p.op, Op::Constant { .. })
-            && fusable(self.g, e.node)
+            && self.fusable(e.node)
             && self.uses.get(&e.node) == Some(&1)
             && !self.g.outputs.contains(&e.node)
     }
@@ -198,6 +270,15 @@ impl Lowering<'_> {
             prog.consts.push(c);
             prog.instrs.push(Instr::Const(prog.consts.len() - 1));
             return Ok(Some(prog.instrs.len() - 1));
+        }
+        if xfs.is_empty() && self.epilogue_ok.get() && self.epilogue.borrow().is_none() {
+            if let Some(mm) = self.epilogue_matmul(e)? {
+                // The product's element `z` is the tree's element `z` (identity edges from
+                // the root down): it arrives as row register 0 (see `run_epilogue`).
+                *self.epilogue.borrow_mut() = Some(mm);
+                prog.instrs.push(Instr::RowReg(0));
+                return Ok(Some(prog.instrs.len() - 1));
+            }
         }
         if self.inlinable(e) {
             return self.emit_node(e.node, prog, reads, xfs);
@@ -249,6 +330,16 @@ impl Lowering<'_> {
     ) -> Result<Option<usize>> {
         let node = self.g.node(id);
         let mut args = [0usize; 2];
+        if let Some(pair) = self.pair_max.get(&id) {
+            for (i, e) in pair.iter().enumerate() {
+                match self.emit_edge(e, prog, reads, xfs)? {
+                    Some(a) => args[i] = a,
+                    None => return Ok(None),
+                }
+            }
+            prog.instrs.push(Instr::Max(args[0], args[1]));
+            return Ok(Some(prog.instrs.len() - 1));
+        }
         for (i, e) in node.inputs.iter().enumerate().take(2) {
             match self.emit_edge(e, prog, reads, xfs)? {
                 Some(a) => args[i] = a,
@@ -281,6 +372,7 @@ impl Lowering<'_> {
                 Instr::Unary(u, _) => Some(u.name().to_string()),
                 Instr::Binary(b, _, _) => Some(b.name().to_string()),
                 Instr::NotZero(_) => Some("NotZero".into()),
+                Instr::Max(..) => Some("Max".into()),
                 _ => None,
             })
             .collect();
@@ -309,10 +401,18 @@ impl Lowering<'_> {
                 reads,
             ));
         }
-        if fusable(self.g, id) {
+        if self.fusable(id) {
             let mut prog = Program::default();
-            self.emit_node(id, &mut prog, &mut reads, &mut vec![])?
-                .expect("a root has no pending broadcast");
+            self.epilogue_ok.set(node.dtype == DType::F32);
+            let r = self.emit_node(id, &mut prog, &mut reads, &mut vec![]);
+            self.epilogue_ok.set(false);
+            r?.expect("a root has no pending broadcast");
+            if let Some((mut mm, mut mm_reads)) = self.epilogue.borrow_mut().take() {
+                let name = Self::name_of(&prog, "matmul+");
+                mm.epilogue = Some(prog);
+                mm_reads.extend(reads);
+                return Ok(kernel(name, KernelKind::Matmul(mm), mm_reads));
+            }
             let name = Self::name_of(&prog, "elementwise");
             return Ok(kernel(name, KernelKind::Elementwise(prog), reads));
         }
@@ -346,6 +446,22 @@ impl Lowering<'_> {
         let fb = FallbackKernel::new(node, &in_bufs, in_dtype, self.names)?;
         let name = format!("fallback[{}:{}]", node.op.name(), node.dtype);
         Ok(kernel(name, KernelKind::Fallback(fb), in_bufs))
+    }
+
+    /// A private f32 matmul read through the identity: the consumer can be its epilogue.
+    fn epilogue_matmul(&self, e: &Edge) -> Result<Option<(MatmulKernel, Vec<usize>)>> {
+        let p = self.g.node(e.node);
+        let Op::Reduce { op, axis } = p.op else {
+            return Ok(None);
+        };
+        if p.dtype != DType::F32
+            || self.uses.get(&e.node) != Some(&1)
+            || self.g.outputs.contains(&e.node)
+            || !flat_identity_edge(self.g, e)
+        {
+            return Ok(None);
+        }
+        self.try_matmul(e.node, op, axis)
     }
 
     /// `SumReduce(last)` of an inlinable `Mul` whose views broadcast `a` along N and `b`
@@ -406,9 +522,16 @@ pub fn lower(
             *uses.entry(e.node).or_default() += 1;
         }
     }
+    let pair_max = live_order
+        .iter()
+        .filter_map(|&id| Some((id, pair_max(g, id, &uses)?)))
+        .collect();
     let lw = Lowering {
         g,
         uses,
+        pair_max,
+        epilogue_ok: Cell::new(false),
+        epilogue: RefCell::new(None),
         names,
         threads,
     };

@@ -30,7 +30,8 @@ pub fn table(rt: &CpuRuntime) -> String {
             }
             KernelKind::Matmul(m) => {
                 let (b, mm, nn, kk) = m.shape();
-                2 * b * mm * nn * kk
+                let epi = m.epilogue.as_ref().map_or(0, |p| p.flops_per_element());
+                b * mm * nn * (2 * kk + epi)
             }
             KernelKind::Fallback(_) => n,
             KernelKind::Rows(r) => r.flops(),

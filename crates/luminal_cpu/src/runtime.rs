@@ -144,6 +144,9 @@ impl CpuRuntime {
                 KernelKind::Matmul(m) => {
                     m.a = map(m.a);
                     m.b = map(m.b);
+                    if let Some(e) = &mut m.epilogue {
+                        e.leaves.iter_mut().for_each(|l| l.buf = map(l.buf));
+                    }
                 }
                 KernelKind::Fallback(f) => f.remap_bufs(&map),
                 KernelKind::WriteSlice(w) => {
@@ -172,6 +175,7 @@ impl CpuRuntime {
             .iter()
             .map(|k| match &k.kind {
                 KernelKind::Elementwise(p) | KernelKind::Reduce { prog: p, .. } => p.instrs.len(),
+                KernelKind::Matmul(m) => m.epilogue.as_ref().map_or(0, |p| p.instrs.len()),
                 _ => 0,
             })
             .max()

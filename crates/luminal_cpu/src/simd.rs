@@ -449,6 +449,33 @@ pub fn binary(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32]) {
     }
 }
 
+/// NaN-propagating maximum (the reference's `MaxReduce` combine of two values; which zero
+/// `max(-0, +0)` gives is unspecified there too).
+#[inline(always)]
+pub fn max_one(x: f32, y: f32) -> f32 {
+    if x > y || x.is_nan() {
+        x
+    } else {
+        y
+    }
+}
+
+/// `out = max(a, b)`, elementwise ([`max_one`]).
+#[inline(always)]
+pub fn max(a: &[f32], b: &[f32], out: &mut [f32]) {
+    zip2!(out, a, b, |x, y| max_one(x, y))
+}
+
+/// `out = max(a, s)`, elementwise ([`max_one`]).
+#[inline(always)]
+pub fn max_scalar(a: &[f32], s: f32, out: &mut [f32]) {
+    let n = out.len();
+    let a = &a[..n];
+    for i in 0..n {
+        out[i] = max_one(a[i], s);
+    }
+}
+
 macro_rules! map1 {
     ($out:ident, $a:ident, |$x:ident| $e:expr) => {{
         let n = $out.len();
