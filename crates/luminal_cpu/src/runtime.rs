@@ -146,6 +146,7 @@ impl CpuRuntime {
                     m.b = map(m.b);
                 }
                 KernelKind::Fallback(f) => f.remap_bufs(&map),
+                KernelKind::Direct(d) => d.remap_bufs(&map),
                 KernelKind::WriteSlice(w) => {
                     w.dest = map(w.dest);
                     w.src = map(w.src);
@@ -324,6 +325,7 @@ fn run_kernel(
             m.run(bufs, packed, out)?;
         }
         KernelKind::Fallback(f) => f.run(bufs, out, n, dims)?,
+        KernelKind::Direct(d) => d.run(bufs, out, n, dims)?,
         KernelKind::WriteSlice(w) => w.run(bufs, out, dims)?,
         KernelKind::Rows(r) => {
             r.prepare(dims, bufs)?;
