@@ -4,7 +4,8 @@
 //!
 //! Timing: after a warm-up, ours and the baseline run alternately (so load from other
 //! processes on a shared machine hits both alike) and each keeps its best time.
-//! `LUMINAL_BENCH_REPS=<n>` multiplies the repetitions (default 1).
+//! `LUMINAL_BENCH_REPS=<n>` multiplies the repetitions (default 1);
+//! `LUMINAL_BENCH_FILTER=<substring>` runs only the rows whose name contains it.
 
 use luminal::prelude::*;
 use luminal_cpu::{CpuBackend, CpuRuntime};
@@ -135,6 +136,42 @@ fn matmul(
     )
 }
 
+/// A plain memcpy of `bytes` bytes, run like the runtime runs kernels: rayon-chunked inside
+/// a pool of `threads`, or on the caller for one thread.
+struct Memcpy {
+    src: Vec<f32>,
+    dst: Vec<f32>,
+    pool: Pool,
+}
+
+impl Memcpy {
+    fn new(bytes: usize, threads: usize) -> Memcpy {
+        let n = bytes / 4;
+        Memcpy {
+            src: data(n),
+            dst: vec![0f32; n],
+            pool: Pool::new(threads),
+        }
+    }
+    fn run(&mut self) {
+        use rayon::prelude::*;
+        let (src, dst) = (&self.src, &mut self.dst);
+        match &self.pool.0 {
+            None => {
+                for (d, s) in dst.chunks_mut(1 << 16).zip(src.chunks(1 << 16)) {
+                    d.copy_from_slice(s)
+                }
+            }
+            Some(p) => p.install(|| {
+                dst.par_chunks_mut(1 << 16)
+                    .zip(src.par_chunks(1 << 16))
+                    .for_each(|(d, s)| d.copy_from_slice(s))
+            }),
+        }
+        std::hint::black_box(&mut self.dst);
+    }
+}
+
 /// Seconds of a graph run, and of a plain rayon-chunked memcpy of `copy_bytes` bytes.
 fn graph_vs_memcpy(
     build: for<'g> fn(&'g Graph) -> Vec<GraphTensor<'g>>,
@@ -153,28 +190,8 @@ fn graph_vs_memcpy(
             .product();
         rt.set(t, &data(n)).unwrap();
     }
-    let n = copy_bytes / 4;
-    let src = data(n);
-    let mut dst = vec![0f32; n];
-    let pool = Pool::new(threads);
-    use rayon::prelude::*;
-    compare(
-        reps,
-        || rt.run().unwrap(),
-        || {
-            if threads == 1 {
-                for (d, s) in dst.chunks_mut(1 << 16).zip(src.chunks(1 << 16)) {
-                    d.copy_from_slice(s)
-                }
-            } else {
-                pool.install(|| {
-                    dst.par_chunks_mut(1 << 16)
-                        .zip(src.par_chunks(1 << 16))
-                        .for_each(|(d, s)| d.copy_from_slice(s))
-                })
-            }
-        },
-    )
+    let mut copy = Memcpy::new(copy_bytes, threads);
+    compare(reps, || rt.run().unwrap(), || copy.run())
 }
 
 const N: usize = 16 << 20;
@@ -197,8 +214,39 @@ fn rms(cx: &Graph) -> Vec<GraphTensor<'_>> {
     let _ = x.rms_norm(1, 1e-5).output();
     vec![x]
 }
+const CONCAT_ROWS: usize = 4096;
+const CONCAT_COLS: usize = 1024;
+fn concat_last(cx: &Graph) -> Vec<GraphTensor<'_>> {
+    let a = cx.tensor("a", (CONCAT_ROWS, CONCAT_COLS));
+    let b = cx.tensor("b", (CONCAT_ROWS, CONCAT_COLS));
+    let _ = GraphTensor::concat(&[a, b], 1).output();
+    vec![a, b]
+}
+
+const VOCAB: usize = 49152;
+const EMBED: usize = 576;
+const GATHERED: usize = 128;
+
+/// Seconds of an embedding lookup (`GATHERED` spread-out rows of a `VOCAB×EMBED` f32
+/// table), and of a plain memcpy of the gathered bytes.
+fn gather_vs_memcpy(threads: usize, reps: usize) -> (f64, f64) {
+    let cx = Graph::new();
+    let table = cx.tensor("table", (VOCAB, EMBED));
+    let ids = cx.input("ids", GATHERED, DType::I32);
+    let _ = table.embedding(ids).output();
+    let mut rt = compile(&cx, threads);
+    rt.set(table, &data(VOCAB * EMBED)).unwrap();
+    let picks: Vec<i32> = (0..GATHERED)
+        .map(|i| ((i * 7919 + 13) % VOCAB) as i32)
+        .collect();
+    rt.set(ids, &picks).unwrap();
+    let mut copy = Memcpy::new(GATHERED * EMBED * 4, threads);
+    compare(reps, || rt.run().unwrap(), || copy.run())
+}
 
 fn main() {
+    let filter = std::env::var("LUMINAL_BENCH_FILTER").unwrap_or_default();
+    let wanted = |name: &str| name.contains(filter.as_str());
     let mut rows: Vec<String> = vec![];
     let gb = |bytes: f64, s: f64| bytes / s / 1e9;
     for &(m, n, k, transposed, reps) in &[
@@ -210,10 +258,6 @@ fn main() {
         (1, 49152, 576, true, 20),
     ] {
         let flops = 2.0 * (m * n * k) as f64;
-        let r: Vec<(f64, f64)> = [1, 2]
-            .iter()
-            .map(|&t| matmul((m, n, k), transposed, t, reps))
-            .collect();
         let name = if m == 1 {
             let layout = if transposed {
                 "[N,K] weight"
@@ -224,6 +268,13 @@ fn main() {
         } else {
             format!("matmul {m}×{n}×{k}")
         };
+        if !wanted(&name) {
+            continue;
+        }
+        let r: Vec<(f64, f64)> = [1, 2]
+            .iter()
+            .map(|&t| matmul((m, n, k), transposed, t, reps))
+            .collect();
         rows.push(format!(
             "| {name} | {:.1} GFLOP/s | {:.1} GFLOP/s | {:.2}× gemm | {:.2}× gemm | {:.2}× |",
             flops / r[0].0 / 1e9,
@@ -236,16 +287,35 @@ fn main() {
     type Build = for<'g> fn(&'g Graph) -> Vec<GraphTensor<'g>>;
     // Bytes = inputs read + output written; the memcpy copies half that many bytes (so it
     // reads and writes the same total).
-    let cases: [(&str, Build, usize); 3] = [
+    let concat_bytes = 4 * CONCAT_ROWS * CONCAT_COLS * 4;
+    let cases: [(&str, Build, usize); 4] = [
         ("elementwise chain (6 ops) 16M", chain, 3 * N * 4),
         ("softmax 4096×2048", softmax, 2 * ROWS * COLS * 4),
         ("rms_norm 4096×2048", rms, 2 * ROWS * COLS * 4),
+        ("concat 2×[4096,1024] last axis", concat_last, concat_bytes),
     ];
     for (name, build, bytes) in cases {
+        if !wanted(name) {
+            continue;
+        }
         let r: Vec<(f64, f64)> = [1, 2]
             .iter()
             .map(|&th| graph_vs_memcpy(build, bytes / 2, th, 8))
             .collect();
+        rows.push(format!(
+            "| {name} | {:.1} GB/s | {:.1} GB/s | {:.2}× memcpy | {:.2}× memcpy | {:.2}× |",
+            gb(bytes as f64, r[0].0),
+            gb(bytes as f64, r[1].0),
+            r[0].1 / r[0].0,
+            r[1].1 / r[1].0,
+            r[0].0 / r[1].0
+        ));
+    }
+    let name = format!("embedding gather {GATHERED} rows of {VOCAB}×{EMBED}");
+    if wanted(&name) {
+        // Bytes = rows read + output written; the baseline copies the gathered bytes once.
+        let bytes = 2 * GATHERED * EMBED * 4;
+        let r: Vec<(f64, f64)> = [1, 2].iter().map(|&t| gather_vs_memcpy(t, 200)).collect();
         rows.push(format!(
             "| {name} | {:.1} GB/s | {:.1} GB/s | {:.2}× memcpy | {:.2}× memcpy | {:.2}× |",
             gb(bytes as f64, r[0].0),

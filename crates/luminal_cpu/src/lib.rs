@@ -9,8 +9,10 @@
 //!   over memory in, one out; see `rows.rs`);
 //! - **matmul** recognised from its broadcast-multiply + sum-reduce pattern and run by
 //!   `gemm` on the operands' own strides;
-//! - a **reference-semantics fallback** for everything else (ints, bools, halves, gather,
-//!   iota), so every graph runs with the reference's results.
+//! - **direct kernels** for data movement: gather (embedding rows copied whole), iota, and
+//!   concatenation (the pad + add pattern, copied piece by piece), any dtype (see `direct.rs`);
+//! - a **reference-semantics fallback** for everything else (ints, bools, halves), so every
+//!   graph runs with the reference's results.
 //!
 //! Buffers are planned at compile time and reused by liveness; after the first run for
 //! given dims, `run()` allocates nothing. Threads come from a dedicated rayon pool.
@@ -30,6 +32,7 @@
 //! ```
 
 mod compile;
+mod direct;
 mod fallback;
 mod fused;
 mod matmul;

@@ -6,8 +6,9 @@
 //! - Constants read through an unmasked view become immediate values of the tree.
 //! - `SumReduce(last)` over an inlined `Mul` with the matmul broadcast pattern becomes a
 //!   `gemm` call.
-//! - Everything else that is f32 becomes a fused elementwise or reduce kernel; anything not
-//!   f32 (ints, bools, halves, gathers, iota) runs the reference-semantics fallback.
+//! - Everything else that is f32 becomes a fused elementwise or reduce kernel; gathers, iota
+//!   and concatenations (pad + add trees) become direct data-movement kernels (`direct.rs`);
+//!   anything else not f32 (ints, bools, halves) runs the reference-semantics fallback.
 
 use crate::fallback::FallbackKernel;
 use crate::fused::{ConstSrc, Instr, Leaf, Program};
@@ -39,6 +40,8 @@ pub enum KernelKind {
     WriteSlice(WriteSliceKernel),
     /// Row-wise fused reduce group (see `rows.rs`).
     Rows(crate::rows::RowKernel),
+    /// Gather, iota or concat as data movement (see `direct.rs`).
+    Direct(crate::direct::DirectKernel),
 }
 
 /// One launch: computes node `node` into buffer `out`.
@@ -437,6 +440,9 @@ impl Lowering<'_> {
                 return Ok(kernel(name, kind, reads));
             }
         }
+        if let Some((name, k, reads)) = crate::direct::lower(self.g, id, &self.uses, self.names)? {
+            return Ok(kernel(name, KernelKind::Direct(k), reads));
+        }
         let in_bufs: Vec<usize> = node.inputs.iter().map(|e| e.node.0 as usize).collect();
         let in_dtype = node
             .inputs
@@ -548,5 +554,6 @@ pub fn lower(
         kernels.push(k);
     }
     kernels.reverse();
-    crate::rows::fuse_rows(g, kernels, names)
+    let kernels = crate::rows::fuse_rows(g, kernels, names)?;
+    crate::direct::replace_concats(g, kernels, &lw.uses, names)
 }

@@ -17,7 +17,7 @@ pub fn table(rt: &CpuRuntime) -> String {
         let read: usize = k.reads.iter().map(|&b| rt.buf_len(b) * 4).sum();
         let bytes = n * elem + read;
         let flops = match &k.kind {
-            KernelKind::WriteSlice(_) => 0,
+            KernelKind::WriteSlice(_) | KernelKind::Direct(_) => 0,
             KernelKind::Elementwise(p) => n * p.flops_per_element(),
             KernelKind::Reduce { prog, .. } => {
                 // Every reduced element passes the tree once and is combined once.

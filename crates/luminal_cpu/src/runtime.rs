@@ -149,6 +149,7 @@ impl CpuRuntime {
                     }
                 }
                 KernelKind::Fallback(f) => f.remap_bufs(&map),
+                KernelKind::Direct(d) => d.remap_bufs(&map),
                 KernelKind::WriteSlice(w) => {
                     w.dest = map(w.dest);
                     w.src = map(w.src);
@@ -328,6 +329,7 @@ fn run_kernel(
             m.run(bufs, packed, out)?;
         }
         KernelKind::Fallback(f) => f.run(bufs, out, n, dims)?,
+        KernelKind::Direct(d) => d.run(bufs, out, n, dims)?,
         KernelKind::WriteSlice(w) => w.run(bufs, out, dims)?,
         KernelKind::Rows(r) => {
             r.prepare(dims, bufs)?;

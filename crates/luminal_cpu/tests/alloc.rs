@@ -66,9 +66,60 @@ fn count_runs(threads: usize, batch: usize, with_matmul: bool) -> usize {
     n
 }
 
+/// Allocations during the 2nd and 3rd runs of a graph of direct kernels: an embedding
+/// gather of concatenated I32 ids (dynamic count), plus an `arange` iota, concatenated
+/// with another f32 tensor.
+fn count_direct_runs(threads: usize, n: usize) -> usize {
+    let cx = Graph::new();
+    let table = cx.tensor("table", (64, 32));
+    let ids = cx.input("ids", "n", DType::I32);
+    let more = cx.input("more", 3, DType::I32);
+    let extra = cx.tensor("extra", (5, 32));
+    let all_ids = GraphTensor::concat(&[ids, more], 0);
+    let rows = table.embedding(all_ids);
+    let pos = cx.arange(Expression::var("n") + 3).expand(1, 32);
+    let y = GraphTensor::concat(&[rows + pos, extra], 0).output();
+    let mut rt = cx
+        .compile(CpuBackend::with_threads(threads), CompileOptions::default())
+        .unwrap();
+    let names = rt.kernel_names();
+    for k in ["gather", "iota(affine)", "concat(0)"] {
+        assert!(names.iter().any(|n| n == k), "no {k} kernel: {names:?}");
+    }
+    assert!(
+        names.iter().all(|n| !n.starts_with("fallback")),
+        "{names:?}"
+    );
+    rt.set(table, &vec![0.5f32; 64 * 32]).unwrap();
+    rt.set(extra, &vec![2.0f32; 5 * 32]).unwrap();
+    rt.set_dim("n", n);
+    let picks: Vec<i32> = (0..n as i32).map(|i| i % 64).collect();
+    rt.set(ids, &picks).unwrap();
+    rt.set(more, &[63i32, 0, 1]).unwrap();
+    rt.run().unwrap();
+    COUNTING.store(true, Ordering::SeqCst);
+    ALLOCS.store(0, Ordering::SeqCst);
+    rt.run().unwrap();
+    rt.run().unwrap();
+    COUNTING.store(false, Ordering::SeqCst);
+    let allocs = ALLOCS.load(Ordering::SeqCst);
+    let out = rt.get::<f32>(y).unwrap();
+    assert_eq!(out.len(), (n + 3 + 5) * 32);
+    assert_eq!(out[32 * (n + 1)], 0.5 + (n + 1) as f32);
+    assert_eq!(out[32 * (n + 3)], 2.0);
+    allocs
+}
+
 // One test function: the counter is global, so the cases must not run concurrently.
 #[test]
 fn second_and_third_runs_allocate_nothing() {
+    for (threads, n) in [(1, 7), (2, 7), (2, 5000)] {
+        assert_eq!(
+            count_direct_runs(threads, n),
+            0,
+            "gather/iota/concat, {threads} threads, n = {n}"
+        );
+    }
     // Batch 1: the matmuls are matvecs (our axpy kernel on two threads, gemm's gemv on
     // one, which allocates nothing either), so nothing at all.
     for threads in [1, 2] {
