@@ -8,9 +8,11 @@
 //!   with their producers and consumers into one *row kernel* (softmax, norms: one pass
 //!   over memory in, one out; see `rows.rs`);
 //! - **matmul** recognised from its broadcast-multiply + sum-reduce pattern and run by
-//!   `gemm` on the operands' own strides;
-//! - a **reference-semantics fallback** for everything else (ints, bools, halves, gather,
-//!   iota), so every graph runs with the reference's results.
+//!   `gemm` on the operands' own strides (f32; f16 and bf16 widened to f32 scratch and
+//!   rounded once, see `halves.rs`);
+//! - **casts** between f32, f16 and bf16 as direct conversion kernels (F16C where present);
+//! - a **reference-semantics fallback** for everything else (ints, bools, other ops on
+//!   halves, gather, iota), so every graph runs with the reference's results.
 //!
 //! Buffers are planned at compile time and reused by liveness; after the first run for
 //! given dims, `run()` allocates nothing. Threads come from a dedicated rayon pool.
@@ -32,6 +34,7 @@
 mod compile;
 mod fallback;
 mod fused;
+mod halves;
 mod matmul;
 mod matvec;
 mod packed;

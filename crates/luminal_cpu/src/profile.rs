@@ -33,6 +33,7 @@ pub fn table(rt: &CpuRuntime) -> String {
                 2 * b * mm * nn * kk
             }
             KernelKind::Fallback(_) => n,
+            KernelKind::Cast(_) => 0,
             KernelKind::Rows(r) => r.flops(),
         };
         let secs = t.as_secs_f64();
