@@ -51,8 +51,8 @@ impl DType {
     pub fn round(self, v: f64) -> f64 {
         match self {
             DType::F32 => v as f32 as f64,
-            DType::F16 => f16::from_f64(v).to_f64(),
-            DType::BF16 => bf16::from_f64(v).to_f64(),
+            DType::F16 => f16_from_f64(v).to_f64(),
+            DType::BF16 => bf16_from_f64(v).to_f64(),
             DType::I32 => {
                 if v.is_nan() {
                     0.0
@@ -72,6 +72,37 @@ impl DType {
             _ => f64::NEG_INFINITY,
         }
     }
+}
+
+/// `v` rounded to the nearest `f32` with round-to-odd: truncated toward zero, and the last
+/// mantissa bit set when anything was cut off. Rounding that once more to a format with at
+/// least two fewer significand bits (f16: 11, bf16: 8, vs f32's 24) gives exactly the
+/// round-to-nearest-even of `v` itself: no double-rounding error.
+fn f32_round_to_odd(v: f64) -> f32 {
+    let r = v as f32;
+    if r.is_nan() || r as f64 == v {
+        return r;
+    }
+    let mut bits = r.to_bits();
+    if (r as f64).abs() > v.abs() {
+        // Rounded away from zero (possibly to infinity): step back one ulp toward zero.
+        bits -= 1;
+    }
+    f32::from_bits(bits | 1)
+}
+
+/// `v` rounded to the nearest `f16`, ties to even (overflow to ±inf, NaN stays NaN).
+///
+/// `half`'s own `f16::from_f64` is not correctly rounded: it drops the low 32 bits of the
+/// `f64` before rounding (and with F16C goes through an `f32` rounding first), so a value
+/// just above a tie can round down. This is the single rounding every backend must match.
+pub fn f16_from_f64(v: f64) -> f16 {
+    f16::from_f32(f32_round_to_odd(v))
+}
+
+/// `v` rounded to the nearest `bf16`, ties to even (see [`f16_from_f64`]).
+pub fn bf16_from_f64(v: f64) -> bf16 {
+    bf16::from_f32(f32_round_to_odd(v))
 }
 
 impl fmt::Display for DType {
@@ -126,8 +157,8 @@ impl HostData {
     pub fn from_f64(dtype: DType, values: &[f64]) -> HostData {
         match dtype {
             DType::F32 => HostData::F32(values.iter().map(|&x| x as f32).collect()),
-            DType::F16 => HostData::F16(values.iter().map(|&x| f16::from_f64(x)).collect()),
-            DType::BF16 => HostData::BF16(values.iter().map(|&x| bf16::from_f64(x)).collect()),
+            DType::F16 => HostData::F16(values.iter().map(|&x| f16_from_f64(x)).collect()),
+            DType::BF16 => HostData::BF16(values.iter().map(|&x| bf16_from_f64(x)).collect()),
             DType::I32 => {
                 HostData::I32(values.iter().map(|&x| DType::I32.round(x) as i32).collect())
             }
@@ -189,6 +220,30 @@ mod tests {
         assert_eq!(DType::I32.round(2147483648.0), -2147483648.0);
         assert_eq!(DType::Bool.round(-0.5), 1.0);
         assert_eq!(DType::Bool.round(0.0), 0.0);
+    }
+
+    #[test]
+    fn half_rounding_is_single_and_to_nearest_even() {
+        // Just above the f16 tie between 1 and 1 + 2^-10 (the excess lies below f32
+        // precision, so rounding through f32 or dropping low bits would see a tie).
+        let above = 1.0 + 2f64.powi(-11) + 2f64.powi(-40);
+        assert_eq!(DType::F16.round(above), 1.0 + 2f64.powi(-10));
+        assert_eq!(DType::F16.round(1.0 + 2f64.powi(-11) - 2f64.powi(-40)), 1.0);
+        let above = 1.0 + 2f64.powi(-8) + 2f64.powi(-40);
+        assert_eq!(DType::BF16.round(above), 1.0 + 2f64.powi(-7));
+        // An f32 just above a bf16 tie by its last mantissa bit.
+        let x = f32::from_bits(0x3F80_8001) as f64;
+        assert_eq!(DType::BF16.round(x), 1.0 + 2f64.powi(-7));
+        // 1.5 * 2^-25 (between f16's zero and its smallest subnormal 2^-24, above the tie).
+        assert_eq!(DType::F16.round(1.5 * 2f64.powi(-25)), 2f64.powi(-24));
+        assert_eq!(DType::F16.round(2f64.powi(-25)), 0.0);
+        assert_eq!(DType::F16.round(65520.0), f64::INFINITY);
+        assert_eq!(DType::F16.round(65519.99), 65504.0);
+        assert_eq!(DType::BF16.round(f64::MAX), f64::INFINITY);
+        assert_eq!(DType::BF16.round(-1e300), f64::NEG_INFINITY);
+        assert_eq!(DType::BF16.round(1e-300), 0.0);
+        assert!(DType::F16.round(f64::NAN).is_nan());
+        assert_eq!(DType::F16.round(-0.0).to_bits(), (-0.0f64).to_bits());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `cargo bench -p luminal_cpu`: one markdown table, every row measured in this run, each
-//! against a baseline measured on the same buffers (gemm called directly; a plain memcpy of
-//! the same bytes), at 1 and 2 threads.
+//! against a baseline measured on the same buffers (gemm called directly, on f16 data for
+//! the f16 row and on the widened f32 data for the bf16 row, which gemm lacks; a plain
+//! memcpy of the same bytes), at 1 and 2 threads.
 //!
 //! Timing: after a warm-up, ours and the baseline run alternately (so load from other
 //! processes on a shared machine hits both alike) and each keeps its best time.
@@ -172,6 +173,110 @@ impl Memcpy {
     }
 }
 
+/// Seconds per `[m, k] · [k, n]` matmul in f16 or bf16 through luminal, and of the
+/// baseline on the same data: `gemm` called directly on the f16 buffers; for bf16 (which
+/// gemm lacks) the f32 gemm on the data widened beforehand (conversion not timed).
+fn half_matmul(
+    dtype: DType,
+    (m, n, k): (usize, usize, usize),
+    threads: usize,
+    reps: usize,
+) -> (f64, f64) {
+    use half::slice::HalfFloatSliceExt;
+    let cx = Graph::new();
+    let a = cx.input("a", (m, k), dtype);
+    let b = cx.input("b", (k, n), dtype);
+    let _ = a.matmul(b).output();
+    let mut rt = compile(&cx, threads);
+    let (ad, bd) = (data(m * k), data(k * n));
+    let (a16, b16) = (
+        ad.iter()
+            .map(|&x| half::f16::from_f32(x))
+            .collect::<Vec<_>>(),
+        bd.iter()
+            .map(|&x| half::f16::from_f32(x))
+            .collect::<Vec<_>>(),
+    );
+    let (mut aw, mut bw) = (vec![0f32; m * k], vec![0f32; k * n]);
+    if dtype == DType::F16 {
+        rt.set(a, &a16).unwrap();
+        rt.set(b, &b16).unwrap();
+    } else {
+        let (mut a_bf, mut b_bf) = (vec![half::bf16::ZERO; m * k], vec![half::bf16::ZERO; k * n]);
+        a_bf.convert_from_f32_slice(&ad);
+        b_bf.convert_from_f32_slice(&bd);
+        a_bf.convert_to_f32_slice(&mut aw);
+        b_bf.convert_to_f32_slice(&mut bw);
+        rt.set(a, &a_bf).unwrap();
+        rt.set(b, &b_bf).unwrap();
+    }
+    let pool = Pool::new(threads);
+    let par = if threads > 1 {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    };
+    let mut d16 = vec![half::f16::ZERO; m * n];
+    let mut d32 = vec![0f32; m * n];
+    compare(
+        reps,
+        || rt.run().unwrap(),
+        || {
+            pool.install(|| {
+                // SAFETY: row-major m×k, k×n and m×n buffers of exactly those sizes, with
+                // the matching strides.
+                unsafe {
+                    if dtype == DType::F16 {
+                        gemm::gemm(
+                            m,
+                            n,
+                            k,
+                            d16.as_mut_ptr(),
+                            1,
+                            n as isize,
+                            false,
+                            a16.as_ptr(),
+                            1,
+                            k as isize,
+                            b16.as_ptr(),
+                            1,
+                            n as isize,
+                            half::f16::ZERO,
+                            half::f16::ONE,
+                            false,
+                            false,
+                            false,
+                            par,
+                        )
+                    } else {
+                        gemm::gemm(
+                            m,
+                            n,
+                            k,
+                            d32.as_mut_ptr(),
+                            1,
+                            n as isize,
+                            false,
+                            aw.as_ptr(),
+                            1,
+                            k as isize,
+                            bw.as_ptr(),
+                            1,
+                            n as isize,
+                            0.0,
+                            1.0,
+                            false,
+                            false,
+                            false,
+                            par,
+                        )
+                    }
+                }
+            })
+        },
+    )
+}
+
 /// Seconds of a graph run, and of a plain rayon-chunked memcpy of `copy_bytes` bytes.
 fn graph_vs_memcpy(
     build: for<'g> fn(&'g Graph) -> Vec<GraphTensor<'g>>,
@@ -277,6 +382,22 @@ fn main() {
             .collect();
         rows.push(format!(
             "| {name} | {:.1} GFLOP/s | {:.1} GFLOP/s | {:.2}× gemm | {:.2}× gemm | {:.2}× |",
+            flops / r[0].0 / 1e9,
+            flops / r[1].0 / 1e9,
+            r[0].1 / r[0].0,
+            r[1].1 / r[1].0,
+            r[0].0 / r[1].0
+        ));
+    }
+    for (dtype, baseline) in [(DType::F16, "gemm f16"), (DType::BF16, "gemm f32")] {
+        let (m, n, k) = (1024, 1024, 1024);
+        let flops = 2.0 * (m * n * k) as f64;
+        let r: Vec<(f64, f64)> = [1, 2]
+            .iter()
+            .map(|&t| half_matmul(dtype, (m, n, k), t, 5))
+            .collect();
+        rows.push(format!(
+            "| matmul {dtype} {m}×{n}×{k} | {:.1} GFLOP/s | {:.1} GFLOP/s | {:.2}× {baseline} | {:.2}× {baseline} | {:.2}× |",
             flops / r[0].0 / 1e9,
             flops / r[1].0 / 1e9,
             r[0].1 / r[0].0,

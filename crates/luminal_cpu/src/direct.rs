@@ -82,12 +82,49 @@ impl Elem for f64 {
     }
 }
 
+macro_rules! half_elem {
+    ($t:ty, $variant:ident, $round:path) => {
+        impl Elem for $t {
+            const ZERO: $t = <$t>::ZERO;
+            fn of(s: &Storage) -> Option<&[$t]> {
+                match s {
+                    Storage::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            #[inline]
+            fn from_f64(v: f64) -> $t {
+                // One correct rounding, as the reference's `DType::round`.
+                $round(v)
+            }
+            #[inline]
+            fn to_f64(self) -> f64 {
+                self.to_f64()
+            }
+            #[inline]
+            fn plus_zero(self) -> $t {
+                // Exact in the half type: only `-0.0` changes (to `+0.0`).
+                if self == <$t>::ZERO {
+                    <$t>::ZERO
+                } else {
+                    self
+                }
+            }
+        }
+    };
+}
+
+half_elem!(half::f16, F16, luminal::dtype::f16_from_f64);
+half_elem!(half::bf16, BF16, luminal::dtype::bf16_from_f64);
+
 /// Runs `$body` with `$o` bound to the output storage's data (a `&mut Vec<T>` of its element
 /// type); the body calls generic code. The one place a new storage variant adds an arm.
 macro_rules! with_elem {
     ($out:expr, |$o:ident| $body:expr) => {
         match $out {
             Storage::F32($o) => $body,
+            Storage::F16($o) => $body,
+            Storage::BF16($o) => $body,
             Storage::F64($o) => $body,
         }
     };

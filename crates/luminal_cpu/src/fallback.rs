@@ -119,10 +119,7 @@ impl FallbackKernel {
                     ))
                 })
         };
-        let mut write = |z: usize, v: f64| match out {
-            Storage::F32(o) => o[z] = v as f32,
-            Storage::F64(o) => o[z] = v,
-        };
+        let mut write = |z: usize, v: f64| out.set_f64(z, v);
         match &self.op {
             Op::Input { .. } => {}
             Op::WriteSlice { .. } => unreachable!("WriteSlice has its own kernel"),

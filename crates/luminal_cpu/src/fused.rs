@@ -462,7 +462,7 @@ impl<'r> Others<'r> {
                 if d != usize::MAX {
                     match &bufs[prog.leaves[l as usize].buf] {
                         Storage::F32(v) => &v[d..d + n],
-                        Storage::F64(_) => unreachable!("direct leaves are f32"),
+                        _ => unreachable!("direct leaves are f32"),
                     }
                 } else {
                     reg(prog.leaf_reg[l as usize])
@@ -591,6 +591,7 @@ pub fn run_elementwise(prog: &Program, bufs: &[Storage], out: &mut Storage, n: u
                 })
             })
         }),
+        Storage::F16(_) | Storage::BF16(_) => unreachable!("fused programs produce f32 or bool"),
     }
 }
 

@@ -8,11 +8,13 @@
 //!   with their producers and consumers into one *row kernel* (softmax, norms: one pass
 //!   over memory in, one out; see `rows.rs`);
 //! - **matmul** recognised from its broadcast-multiply + sum-reduce pattern and run by
-//!   `gemm` on the operands' own strides;
+//!   `gemm` on the operands' own strides (f32; f16 and bf16 widened to f32 scratch and
+//!   rounded once, see `halves.rs`), with an f32 elementwise consumer fused as an epilogue;
+//! - **casts** between f32, f16 and bf16 as direct conversion kernels (F16C where present);
 //! - **direct kernels** for data movement: gather (embedding rows copied whole), iota, and
 //!   concatenation (the pad + add pattern, copied piece by piece), any dtype (see `direct.rs`);
-//! - a **reference-semantics fallback** for everything else (ints, bools, halves), so every
-//!   graph runs with the reference's results.
+//! - a **reference-semantics fallback** for everything else (ints, bools, other ops on
+//!   halves), so every graph runs with the reference's results.
 //!
 //! Buffers are planned at compile time and reused by liveness; after the first run for
 //! given dims, `run()` allocates nothing. Threads come from a dedicated rayon pool.
@@ -35,6 +37,7 @@ mod compile;
 mod direct;
 mod fallback;
 mod fused;
+mod halves;
 mod matmul;
 mod matvec;
 mod packed;

@@ -9,7 +9,7 @@ use crate::packed::{skinny_packed, PackedMatrix};
 use crate::storage::Storage;
 use crate::view::{DimValues, ResolvedView, ViewExprs};
 use gemm::Parallelism;
-use luminal::{LuminalError, Result};
+use luminal::Result;
 use rayon::prelude::*;
 
 use crate::fused::{run_epilogue, Program};
@@ -72,32 +72,45 @@ impl MatmulKernel {
         mnk(&self.a_view.dims)
     }
 
-    /// The product into `out`, then the epilogue (if any) over it, in place.
+    /// The resolved views of `a` and `b`.
+    pub fn views(&self) -> (&ResolvedView, &ResolvedView) {
+        (&self.a_view, &self.b_view)
+    }
+
+    /// Runs the product into `out` (f32 directly, f16 and bf16 through `scratch`, see
+    /// `halves.rs`), then the epilogue (if any) over it, in place.
     pub fn run(
         &self,
         bufs: &[Storage],
         packed: &[Option<std::sync::Arc<PackedMatrix>>],
         out: &mut Storage,
+        scratch: &mut crate::halves::HalfScratch,
     ) -> Result<()> {
-        self.product(bufs, packed, out)?;
-        if let (Some(e), Storage::F32(dst)) = (&self.epilogue, out) {
-            let (batch, m, n, _) = self.shape();
-            run_epilogue(e, bufs, &mut dst[..batch * m * n]);
+        match (&bufs[self.a], &bufs[self.b], out) {
+            (Storage::F32(a), Storage::F32(b), Storage::F32(dst)) => {
+                self.run_f32(a, b, (0, 0), packed, dst)?;
+                if let Some(e) = &self.epilogue {
+                    let (batch, m, n, _) = self.shape();
+                    run_epilogue(e, bufs, &mut dst[..batch * m * n]);
+                }
+                Ok(())
+            }
+            // Epilogues are only fused into f32 products (see `Lowering::epilogue_matmul`).
+            (_, _, out) => crate::halves::run_half_matmul(self, bufs, out, scratch),
         }
-        Ok(())
     }
 
-    fn product(
+    /// The product over f32 data: `a` and `b` hold the operands' buffers from element
+    /// `shift.0` / `shift.1` on (the views' offsets are taken relative to those).
+    pub fn run_f32(
         &self,
-        bufs: &[Storage],
+        a: &[f32],
+        b: &[f32],
+        shift: (i64, i64),
         packed: &[Option<std::sync::Arc<PackedMatrix>>],
-        out: &mut Storage,
+        dst: &mut [f32],
     ) -> Result<()> {
-        let (Storage::F32(a), Storage::F32(b), Storage::F32(dst)) =
-            (&bufs[self.a], &bufs[self.b], out)
-        else {
-            return Err(LuminalError::Backend("matmul needs f32 buffers".into()));
-        };
+        let (a_offset, b_offset) = (self.a_view.offset - shift.0, self.b_view.offset - shift.1);
         let (batch, m, n, k) = self.shape();
         let dst = &mut dst[..batch * m * n];
         if dst.is_empty() {
@@ -111,7 +124,7 @@ impl MatmulKernel {
         let (sa, sb) = (&self.a_view.strides, &self.b_view.strides);
         // Operand offsets of batch `i`: unravel it over the batch dims.
         let offsets = |i: usize| {
-            let (mut oa, mut ob) = (self.a_view.offset, self.b_view.offset);
+            let (mut oa, mut ob) = (a_offset, b_offset);
             let mut rem = i as i64;
             for d in (0..r - 3).rev() {
                 let c = rem % self.a_view.dims[d];
@@ -156,7 +169,7 @@ impl MatmulKernel {
         if let Some(w) = packed.get(self.b).and_then(|p| p.as_deref()) {
             // The weight's block-quantized copy, when `b` reads it as the plain `Wᵀ`.
             let plain_wt = batch == 1
-                && self.b_view.offset == 0
+                && b_offset == 0
                 && (sb[r - 3] == 0 || m == 1)
                 && sb[r - 2] == k as i64
                 && sb[r - 1] == 1

@@ -89,7 +89,9 @@ pub(crate) fn fill_columns(
             }
         }
     };
-    let threads = rayon::current_num_threads();
+    // Not `rayon::current_num_threads()`: on the caller of a one-thread runtime that would
+    // start rayon's global pool.
+    let threads = crate::par::threads();
     if parallel && threads > 1 && n >= 32 {
         let chunk = n.div_ceil(threads * 4).max(16);
         (0..n.div_ceil(chunk))

@@ -6,9 +6,14 @@
 //! - Constants read through an unmasked view become immediate values of the tree.
 //! - `SumReduce(last)` over an inlined `Mul` with the matmul broadcast pattern becomes a
 //!   `gemm` call.
+//!   The same pattern in f16 or bf16 runs on the f32 paths through scratch (`halves.rs`).
+//!   An f32 elementwise consumer of a private product runs as its in-place epilogue.
+//! - Casts to f16 / bf16 (from f32, f16, bf16) are direct conversion kernels; casts to f32
+//!   are fused (a leaf widens the half data as it loads it).
 //! - Everything else that is f32 becomes a fused elementwise or reduce kernel; gathers, iota
 //!   and concatenations (pad + add trees) become direct data-movement kernels (`direct.rs`);
-//!   anything else not f32 (ints, bools, halves) runs the reference-semantics fallback.
+//!   anything else not f32 (ints, bools, other half ops) runs the reference-semantics
+//!   fallback.
 
 use crate::fallback::FallbackKernel;
 use crate::fused::{ConstSrc, Instr, Leaf, Program};
@@ -42,6 +47,8 @@ pub enum KernelKind {
     Rows(crate::rows::RowKernel),
     /// Gather, iota or concat as data movement (see `direct.rs`).
     Direct(crate::direct::DirectKernel),
+    /// Conversion between f32, f16 and bf16 (see `halves.rs`).
+    Cast(crate::halves::CastKernel),
 }
 
 /// One launch: computes node `node` into buffer `out`.
@@ -242,6 +249,13 @@ impl Lowering<'_> {
             && !self.g.outputs.contains(&e.node)
     }
 
+    /// A single-use producer that is not an output, read through the identity view.
+    fn private_identity(&self, e: &Edge) -> bool {
+        self.uses.get(&e.node) == Some(&1)
+            && !self.g.outputs.contains(&e.node)
+            && flat_identity_edge(self.g, e)
+    }
+
     fn inlinable(&self, e: &Edge) -> bool {
         self.private_fusable(e) && flat_identity_edge(self.g, e)
     }
@@ -419,12 +433,23 @@ impl Lowering<'_> {
             let name = Self::name_of(&prog, "elementwise");
             return Ok(kernel(name, KernelKind::Elementwise(prog), reads));
         }
+        // Casts to f32 are fused above (their consumers and row kernels read the half data
+        // directly); casts to f16 / bf16 convert in a kernel of their own.
+        if let Some(c) = crate::halves::CastKernel::try_new(self.g, id, self.names)? {
+            let from = self.g.node(node.inputs[0].node).dtype;
+            let reads = vec![c.input];
+            return Ok(kernel(
+                format!("cast[{from}->{}]", node.dtype),
+                KernelKind::Cast(c),
+                reads,
+            ));
+        }
         if let Op::Reduce { op, axis } = node.op {
             let e = &node.inputs[0];
+            if let Some(k) = self.try_matmul(id, op, axis)? {
+                return Ok(kernel("matmul".into(), KernelKind::Matmul(k.0), k.1));
+            }
             if node.dtype == DType::F32 && self.g.node(e.node).dtype == DType::F32 {
-                if let Some(k) = self.try_matmul(id, op, axis)? {
-                    return Ok(kernel("matmul".into(), KernelKind::Matmul(k.0), k.1));
-                }
                 let mut prog = Program::default();
                 self.emit_edge(e, &mut prog, &mut reads, &mut vec![])?
                     .expect("a root has no pending broadcast");
@@ -471,7 +496,10 @@ impl Lowering<'_> {
     }
 
     /// `SumReduce(last)` of an inlinable `Mul` whose views broadcast `a` along N and `b`
-    /// along M: a gemm over the operands' own buffers and strides.
+    /// along M: a gemm over the operands' own buffers and strides. f32, or f16 / bf16
+    /// throughout (the half `Mul` is single-use and read through the identity view, like an
+    /// inlined f32 one; its per-product rounding is skipped: products of halves are exact in
+    /// the f32 accumulation).
     fn try_matmul(
         &self,
         id: NodeId,
@@ -482,12 +510,16 @@ impl Lowering<'_> {
         let e = &node.inputs[0];
         let r = e.view.rank();
         let mul = self.g.node(e.node);
+        let dt = node.dtype;
+        let half = matches!(dt, DType::F16 | DType::BF16);
         if op != ReduceOp::Sum
             || r < 3
             || axis != r - 1
             || mul.op != Op::Binary(BinaryOp::Mul)
-            || mul.dtype != DType::F32
-            || !self.inlinable(e)
+            || !(dt == DType::F32 || half)
+            || mul.dtype != dt
+            || mul.inputs.iter().any(|x| self.g.node(x.node).dtype != dt)
+            || !(self.inlinable(e) || half && self.private_identity(e))
         {
             return Ok(None);
         }

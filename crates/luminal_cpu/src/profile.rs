@@ -34,6 +34,7 @@ pub fn table(rt: &CpuRuntime) -> String {
                 b * mm * nn * (2 * kk + epi)
             }
             KernelKind::Fallback(_) => n,
+            KernelKind::Cast(_) => 0,
             KernelKind::Rows(r) => r.flops(),
         };
         let secs = t.as_secs_f64();

@@ -2,9 +2,10 @@
 //! semantics (and typed errors) as the reference runtime.
 
 use crate::fused::{run_elementwise, run_reduce, ReduceShape};
+use crate::halves::HalfScratch;
 use crate::packed::PackedMatrix;
 use crate::plan::{Kernel, KernelKind};
-use crate::storage::{is_f32_stored, Storage};
+use crate::storage::{Storage, StorageKind};
 use crate::view::{eval, DimNames, DimValues, MAX_DYN_DIMS};
 use luminal::graph::{GraphData, NodeId, TensorRef};
 use luminal::op::Op;
@@ -45,6 +46,8 @@ pub struct CpuRuntime {
     threads: usize,
     profile: bool,
     timings: Vec<Duration>,
+    /// f32 scratch of the f16 / bf16 matmuls, shared by all of them.
+    half_scratch: HalfScratch,
 }
 
 impl CpuRuntime {
@@ -106,12 +109,11 @@ impl CpuRuntime {
                 node_buf.insert(k.out, node_buf[&w.dest]);
                 continue;
             }
-            let f32_kind = is_f32_stored(k.dtype);
+            let kind = StorageKind::of(k.dtype);
             let slot = if graph.outputs.contains(&k.node) {
                 None
             } else {
-                free.iter()
-                    .position(|&b| matches!(bufs[b], Storage::F32(_)) == f32_kind)
+                free.iter().position(|&b| bufs[b].kind() == kind)
             };
             let buf = match slot {
                 Some(p) => free.swap_remove(p),
@@ -150,6 +152,7 @@ impl CpuRuntime {
                 }
                 KernelKind::Fallback(f) => f.remap_bufs(&map),
                 KernelKind::Direct(d) => d.remap_bufs(&map),
+                KernelKind::Cast(c) => c.input = map(c.input),
                 KernelKind::WriteSlice(w) => {
                     w.dest = map(w.dest);
                     w.src = map(w.src);
@@ -202,6 +205,7 @@ impl CpuRuntime {
             threads,
             profile: std::env::var("LUMINAL_PROFILE").is_ok_and(|v| v == "1"),
             timings: vec![Duration::ZERO; n],
+            half_scratch: HalfScratch::default(),
         })
     }
 
@@ -285,7 +289,8 @@ impl CpuRuntime {
             self.kernel_len[i] = n;
             self.bufs[k.out].ensure_len(n);
             let mut out = std::mem::replace(&mut self.bufs[k.out], Storage::F32(Vec::new()));
-            let res = run_kernel(k, &self.bufs, &self.packed, &mut out, n, &dims);
+            let scratch = &mut self.half_scratch;
+            let res = run_kernel(k, &self.bufs, &self.packed, &mut out, n, &dims, scratch);
             self.bufs[k.out] = out;
             res?;
             if let Some(s) = start {
@@ -303,6 +308,7 @@ fn run_kernel(
     out: &mut Storage,
     n: usize,
     dims: &DimValues,
+    half_scratch: &mut HalfScratch,
 ) -> Result<()> {
     match &mut k.kind {
         KernelKind::Elementwise(p) => {
@@ -326,7 +332,11 @@ fn run_kernel(
         }
         KernelKind::Matmul(m) => {
             m.prepare(dims, bufs)?;
-            m.run(bufs, packed, out)?;
+            m.run(bufs, packed, out, half_scratch)?;
+        }
+        KernelKind::Cast(c) => {
+            c.prepare(dims, bufs)?;
+            c.run(bufs, out, n)?;
         }
         KernelKind::Fallback(f) => f.run(bufs, out, n, dims)?,
         KernelKind::Direct(d) => d.run(bufs, out, n, dims)?,

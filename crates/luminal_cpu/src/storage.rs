@@ -1,32 +1,64 @@
-//! Buffers. `f32` tensors are stored as `f32` (the fast paths work on them); every other
-//! dtype is stored as exact `f64` values (all five dtypes embed exactly), which the
-//! reference-semantics fallback kernels read and write.
+//! Buffers. `f32`, `f16` and `bf16` tensors are stored in their own type (the fast paths
+//! work on them); `i32` and `bool` are stored as exact `f64` values (both embed exactly),
+//! which the reference-semantics fallback kernels read and write.
 
+use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
 use luminal::{DType, HostData};
 
 #[derive(Clone, Debug)]
 pub enum Storage {
     F32(Vec<f32>),
+    F16(Vec<f16>),
+    BF16(Vec<bf16>),
     F64(Vec<f64>),
 }
 
-/// Which storage a dtype uses.
-pub fn is_f32_stored(dtype: DType) -> bool {
-    dtype == DType::F32
+/// Which element type a buffer holds. Buffers are reused only within one kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StorageKind {
+    F32,
+    F16,
+    BF16,
+    F64,
+}
+
+impl StorageKind {
+    /// The storage of a dtype.
+    pub fn of(dtype: DType) -> StorageKind {
+        match dtype {
+            DType::F32 => StorageKind::F32,
+            DType::F16 => StorageKind::F16,
+            DType::BF16 => StorageKind::BF16,
+            DType::I32 | DType::Bool => StorageKind::F64,
+        }
+    }
 }
 
 impl Storage {
     pub fn empty(dtype: DType) -> Storage {
-        if is_f32_stored(dtype) {
-            Storage::F32(Vec::new())
-        } else {
-            Storage::F64(Vec::new())
+        match StorageKind::of(dtype) {
+            StorageKind::F32 => Storage::F32(Vec::new()),
+            StorageKind::F16 => Storage::F16(Vec::new()),
+            StorageKind::BF16 => Storage::BF16(Vec::new()),
+            StorageKind::F64 => Storage::F64(Vec::new()),
+        }
+    }
+
+    pub fn kind(&self) -> StorageKind {
+        match self {
+            Storage::F32(_) => StorageKind::F32,
+            Storage::F16(_) => StorageKind::F16,
+            Storage::BF16(_) => StorageKind::BF16,
+            Storage::F64(_) => StorageKind::F64,
         }
     }
 
     pub fn from_host(data: HostData) -> Storage {
         match data {
             HostData::F32(v) => Storage::F32(v),
+            HostData::F16(v) => Storage::F16(v),
+            HostData::BF16(v) => Storage::BF16(v),
             other => Storage::F64(other.to_f64()),
         }
     }
@@ -34,22 +66,23 @@ impl Storage {
     pub fn to_host(&self, dtype: DType, len: usize) -> HostData {
         match self {
             Storage::F32(v) => HostData::F32(v[..len].to_vec()),
+            Storage::F16(v) => HostData::F16(v[..len].to_vec()),
+            Storage::BF16(v) => HostData::BF16(v[..len].to_vec()),
             Storage::F64(v) => HostData::from_f64(dtype, &v[..len]),
         }
     }
 
     #[allow(clippy::len_without_is_empty)]
     pub fn len(&self) -> usize {
-        match self {
-            Storage::F32(v) => v.len(),
-            Storage::F64(v) => v.len(),
-        }
+        self.as_ref().len()
     }
 
     /// Grows to at least `n` elements; never shrinks, so the same dims never reallocate.
     pub fn ensure_len(&mut self, n: usize) {
         match self {
             Storage::F32(v) if v.len() < n => v.resize(n, 0.0),
+            Storage::F16(v) if v.len() < n => v.resize(n, f16::ZERO),
+            Storage::BF16(v) if v.len() < n => v.resize(n, bf16::ZERO),
             Storage::F64(v) if v.len() < n => v.resize(n, 0.0),
             _ => {}
         }
@@ -58,15 +91,30 @@ impl Storage {
     pub fn as_ref(&self) -> BufRef<'_> {
         match self {
             Storage::F32(v) => BufRef::F32(v),
+            Storage::F16(v) => BufRef::F16(v),
+            Storage::BF16(v) => BufRef::BF16(v),
             Storage::F64(v) => BufRef::F64(v),
+        }
+    }
+
+    /// Stores `v` at `i`, rounded to the buffer's type (the reference's single rounding).
+    #[inline]
+    pub fn set_f64(&mut self, i: usize, v: f64) {
+        match self {
+            Storage::F32(o) => o[i] = v as f32,
+            Storage::F16(o) => o[i] = luminal::dtype::f16_from_f64(v),
+            Storage::BF16(o) => o[i] = luminal::dtype::bf16_from_f64(v),
+            Storage::F64(o) => o[i] = v,
         }
     }
 }
 
-/// A read-only buffer of either storage.
+/// A read-only buffer of any storage.
 #[derive(Clone, Copy, Debug)]
 pub enum BufRef<'a> {
     F32(&'a [f32]),
+    F16(&'a [f16]),
+    BF16(&'a [bf16]),
     F64(&'a [f64]),
 }
 
@@ -75,13 +123,18 @@ impl<'a> BufRef<'a> {
     pub fn len(&self) -> usize {
         match self {
             BufRef::F32(v) => v.len(),
+            BufRef::F16(v) => v.len(),
+            BufRef::BF16(v) => v.len(),
             BufRef::F64(v) => v.len(),
         }
     }
+    /// Element `i` as `f32` (exact for the half types; `f64` values round once).
     #[inline]
     pub fn get_f32(&self, i: usize) -> f32 {
         match self {
             BufRef::F32(v) => v[i],
+            BufRef::F16(v) => v[i].to_f32(),
+            BufRef::BF16(v) => v[i].to_f32(),
             BufRef::F64(v) => v[i] as f32,
         }
     }
@@ -89,16 +142,22 @@ impl<'a> BufRef<'a> {
     pub fn get_f64(&self, i: usize) -> f64 {
         match self {
             BufRef::F32(v) => v[i] as f64,
+            BufRef::F16(v) => v[i].to_f64(),
+            BufRef::BF16(v) => v[i].to_f64(),
             BufRef::F64(v) => v[i],
         }
     }
+    /// Elements `start .. start + out.len()` as `f32` (halves widen exactly, vectorised:
+    /// F16C where the CPU has it).
     #[inline]
     pub fn copy_to_f32(&self, start: usize, out: &mut [f32]) {
+        let range = start..start + out.len();
         match self {
-            BufRef::F32(v) => out.copy_from_slice(&v[start..start + out.len()]),
+            BufRef::F32(v) => out.copy_from_slice(&v[range]),
+            BufRef::F16(v) => v[range].convert_to_f32_slice(out),
+            BufRef::BF16(v) => v[range].convert_to_f32_slice(out),
             BufRef::F64(v) => {
-                let n = out.len();
-                for (o, &x) in out.iter_mut().zip(&v[start..start + n]) {
+                for (o, &x) in out.iter_mut().zip(&v[range]) {
                     *o = x as f32;
                 }
             }

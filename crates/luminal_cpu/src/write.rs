@@ -104,6 +104,16 @@ impl WriteSliceKernel {
             {
                 copy(s, d, outer, block, at, row)
             }
+            (Storage::F16(s), Storage::F16(d))
+                if s.len() >= outer * block && d.len() >= need_dst =>
+            {
+                copy(s, d, outer, block, at, row)
+            }
+            (Storage::BF16(s), Storage::BF16(d))
+                if s.len() >= outer * block && d.len() >= need_dst =>
+            {
+                copy(s, d, outer, block, at, row)
+            }
             _ => {
                 return Err(LuminalError::Backend(
                     "WriteSlice: source or destination buffer has the wrong size or kind".into(),

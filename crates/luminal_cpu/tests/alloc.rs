@@ -2,7 +2,7 @@
 //! at compile time and reused. A counting global allocator checks it on an MLP graph.
 
 use luminal::prelude::*;
-use luminal_cpu::CpuBackend;
+use luminal_cpu::{CpuBackend, CpuRuntime};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -34,7 +34,12 @@ static GLOBAL: Counting = Counting;
 
 /// Allocations during the 2nd and 3rd runs of an MLP (`with_matmul`) or of the same graph
 /// with the matmuls replaced by elementwise products.
-fn count_runs(threads: usize, batch: usize, with_matmul: bool) -> usize {
+fn count_runs(
+    keep: &mut Vec<CpuRuntime>,
+    threads: usize,
+    batch: usize,
+    with_matmul: bool,
+) -> usize {
     let cx = Graph::new();
     let x = cx.tensor("x", ("batch", 256));
     let w1 = cx.tensor("w1", (256, 512));
@@ -63,13 +68,14 @@ fn count_runs(threads: usize, batch: usize, with_matmul: bool) -> usize {
     let n = ALLOCS.load(Ordering::SeqCst);
     let out = rt.get::<f32>(y).unwrap();
     assert!((out[..128].iter().sum::<f32>() - 1.0).abs() < 1e-3);
+    keep.push(rt);
     n
 }
 
 /// Allocations during the 2nd and 3rd runs of a graph of direct kernels: an embedding
 /// gather of concatenated I32 ids (dynamic count), plus an `arange` iota, concatenated
 /// with another f32 tensor.
-fn count_direct_runs(threads: usize, n: usize) -> usize {
+fn count_direct_runs(keep: &mut Vec<CpuRuntime>, threads: usize, n: usize) -> usize {
     let cx = Graph::new();
     let table = cx.tensor("table", (64, 32));
     let ids = cx.input("ids", "n", DType::I32);
@@ -107,15 +113,56 @@ fn count_direct_runs(threads: usize, n: usize) -> usize {
     assert_eq!(out.len(), (n + 3 + 5) * 32);
     assert_eq!(out[32 * (n + 1)], 0.5 + (n + 1) as f32);
     assert_eq!(out[32 * (n + 3)], 2.0);
+    keep.push(rt);
     allocs
 }
 
-// One test function: the counter is global, so the cases must not run concurrently.
+/// Allocations during the 2nd and 3rd runs of a half-precision layer: a matmul in `dtype`
+/// (widened into the runtime's f32 scratch), a cast to f32, an f32 epilogue, a cast back.
+fn count_half_runs(
+    keep: &mut Vec<CpuRuntime>,
+    threads: usize,
+    batch: usize,
+    dtype: DType,
+) -> usize {
+    let cx = Graph::new();
+    let x = cx.input("x", ("batch", 256), dtype);
+    let w = cx.input("w", (128, 256), dtype);
+    let y = x
+        .matmul(w.permute(&[1, 0]))
+        .cast(DType::F32)
+        .relu()
+        .cast(dtype)
+        .output();
+    let mut rt = cx
+        .compile(CpuBackend::with_threads(threads), CompileOptions::default())
+        .unwrap();
+    let half = |v: f64, n: usize| HostData::from_f64(dtype, &vec![v; n]);
+    rt.set_data(w, half(0.01, 128 * 256)).unwrap();
+    rt.set_dim("batch", batch);
+    rt.set_data(x, half(1.0, batch * 256)).unwrap();
+    rt.run().unwrap();
+    COUNTING.store(true, Ordering::SeqCst);
+    ALLOCS.store(0, Ordering::SeqCst);
+    rt.run().unwrap();
+    rt.run().unwrap();
+    COUNTING.store(false, Ordering::SeqCst);
+    let n = ALLOCS.load(Ordering::SeqCst);
+    let out = rt.get_f32(y).unwrap();
+    assert!((out[0] - 2.56).abs() < 0.02, "{}", out[0]);
+    keep.push(rt);
+    n
+}
+
+// One test function: the counter is global, so the cases must not run concurrently. Every
+// runtime is kept alive to the end: a dropped runtime's pool threads exit in the background
+// (allocating as they go) while the next case counts.
 #[test]
 fn second_and_third_runs_allocate_nothing() {
+    let mut keep = vec![];
     for (threads, n) in [(1, 7), (2, 7), (2, 5000)] {
         assert_eq!(
-            count_direct_runs(threads, n),
+            count_direct_runs(&mut keep, threads, n),
             0,
             "gather/iota/concat, {threads} threads, n = {n}"
         );
@@ -123,21 +170,35 @@ fn second_and_third_runs_allocate_nothing() {
     // Batch 1: the matmuls are matvecs (our axpy kernel on two threads, gemm's gemv on
     // one, which allocates nothing either), so nothing at all.
     for threads in [1, 2] {
-        assert_eq!(count_runs(threads, 1, true), 0, "{threads} threads, matvec");
+        assert_eq!(
+            count_runs(&mut keep, threads, 1, true),
+            0,
+            "{threads} threads, matvec"
+        );
     }
     for (threads, batch) in [(1, 8), (2, 8), (2, 64)] {
         assert_eq!(
-            count_runs(threads, batch, false),
+            count_runs(&mut keep, threads, batch, false),
             0,
             "{threads} threads, batch {batch}"
         );
         // The runtime allocates nothing, but `gemm` 0.18 allocates small `did_pack_lhs` flag
         // vectors inside each call (one, plus one per worker thread when parallel):
         // 2 matmuls x 2 runs x (1 + threads) at most. Anything more is ours.
-        let n = count_runs(threads, batch, true);
+        let n = count_runs(&mut keep, threads, batch, true);
         assert!(
             n <= 4 * (1 + threads),
             "{threads} threads, batch {batch}: {n} allocations"
         );
+    }
+    // Half matmuls: the scratch is kept, so again nothing at batch 1, and at most gemm's
+    // own flag vectors (1 matmul x 2 runs) otherwise.
+    for dtype in [DType::F16, DType::BF16] {
+        for threads in [1, 2] {
+            let n = count_half_runs(&mut keep, threads, 1, dtype);
+            assert_eq!(n, 0, "{dtype}, {threads} threads, matvec");
+            let n = count_half_runs(&mut keep, threads, 16, dtype);
+            assert!(n <= 2 * (1 + threads), "{dtype}, {threads} threads: {n}");
+        }
     }
 }

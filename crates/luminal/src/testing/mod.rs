@@ -42,10 +42,9 @@ mod state;
 pub use state::check_write_slice;
 
 use crate::backend::{Backend, CompileOptions, Runtime};
-use crate::dtype::{DType, HostData};
+use crate::dtype::{bf16_from_f64, f16_from_f64, DType, HostData};
 use crate::graph::{Graph, GraphTensor};
 use crate::shape::Expression;
-use half::{bf16, f16};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -192,8 +191,8 @@ fn parse_tensor(v: &Value) -> Result<FixtureTensor, String> {
     };
     let data = match dtype {
         DType::F32 => HostData::F32(floats()?.into_iter().map(|x| x as f32).collect()),
-        DType::F16 => HostData::F16(floats()?.into_iter().map(f16::from_f64).collect()),
-        DType::BF16 => HostData::BF16(floats()?.into_iter().map(bf16::from_f64).collect()),
+        DType::F16 => HostData::F16(floats()?.into_iter().map(f16_from_f64).collect()),
+        DType::BF16 => HostData::BF16(floats()?.into_iter().map(bf16_from_f64).collect()),
         DType::I32 => HostData::I32(
             raw.iter()
                 .map(|x| x.as_i64().map(|i| i as i32).ok_or(format!("bad i32 {x}")))

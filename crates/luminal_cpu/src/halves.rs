@@ -1,0 +1,219 @@
+//! Half precision (`f16`, `bf16`): casts between the float types as direct kernels, and
+//! half matmuls run on the f32 matmul paths.
+//!
+//! **Casts** (f32, f16, bf16 in any direction, through any view) convert blocks with
+//! `half`'s slice conversions (F16C where the CPU has it). Every conversion is one
+//! round-to-nearest-even from the exact input value: the reference's `DType::round`.
+//!
+//! **Matmul.** The operands' addressed spans are widened (exactly) into `f32` scratch, the
+//! product runs through the f32 dispatch of [`MatmulKernel`] (gemm, or the skinny and matvec
+//! kernels) on the same strides, and the `f32` result is rounded once to the half type.
+//! Products of halves are exact in `f32`, so the only errors are `f32` accumulation and the
+//! final rounding. We do not call `gemm`'s own f16 entry point: gemm-f16 0.18 accumulates in
+//! `f32` but stores partial sums to the `f16` output between depth blocks, and its gemv paths
+//! (M = 1 with `b` contiguous along N, or N = 1 with `a` contiguous along M) round the
+//! running sum to `f16` after every term of K; it also allocates its packing buffers on every
+//! call, and on a 1024³ product it is slower than widening plus the f32 gemm (see the bench).
+//! The scratch is shared by every half matmul of a runtime and grows to the largest one, so
+//! runs after the first allocate nothing. The cost is one pass over each operand per run,
+//! which shows on skinny products (decode-style M ≤ 8), where it is most of the time.
+
+use crate::fused::BLOCK;
+use crate::matmul::MatmulKernel;
+use crate::storage::{BufRef, Storage, StorageKind};
+use crate::view::{DimNames, DimValues, ResolvedView, ViewExprs};
+use half::slice::HalfFloatSliceExt;
+use luminal::graph::{GraphData, NodeId};
+use luminal::op::Op;
+use luminal::{DType, LuminalError, Result};
+
+/// Elements per parallel task of the conversion loops.
+const CHUNK: usize = 1 << 16;
+
+fn is_float(dtype: DType) -> bool {
+    matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
+}
+
+/// `Cast` between two of f32, f16 and bf16, reading its input through any view.
+#[derive(Clone, Debug)]
+pub struct CastKernel {
+    /// The input's buffer.
+    pub input: usize,
+    exprs: ViewExprs,
+    view: ResolvedView,
+}
+
+impl CastKernel {
+    /// The kernel for node `id` when it is a cast between float types; `None` otherwise.
+    pub fn try_new(g: &GraphData, id: NodeId, names: &DimNames) -> Result<Option<CastKernel>> {
+        let node = g.node(id);
+        let Op::Cast(to) = node.op else {
+            return Ok(None);
+        };
+        let e = &node.inputs[0];
+        let from = g.node(e.node).dtype;
+        if from == to || !is_float(from) || !is_float(to) {
+            return Ok(None);
+        }
+        Ok(Some(CastKernel {
+            input: e.node.0 as usize,
+            exprs: ViewExprs::new(&e.view, names)?,
+            view: ResolvedView::default(),
+        }))
+    }
+
+    pub fn prepare(&mut self, dims: &DimValues, bufs: &[Storage]) -> Result<()> {
+        self.exprs.resolve(dims, &mut self.view)?;
+        self.view.check_bounds(bufs[self.input].len())
+    }
+
+    /// Writes the `n` converted elements into `out`.
+    pub fn run(&self, bufs: &[Storage], out: &mut Storage, n: usize) -> Result<()> {
+        let src = bufs[self.input].as_ref();
+        if matches!(src, BufRef::F64(_)) {
+            return Err(LuminalError::Backend(
+                "cast kernel reads a float buffer".into(),
+            ));
+        }
+        let view = &self.view;
+        match out {
+            Storage::F32(o) => crate::par::for_each_chunk(&mut o[..n], CHUNK, |t, c| {
+                for (j, blk) in c.chunks_mut(BLOCK).enumerate() {
+                    view.load(src, t * CHUNK + j * BLOCK, blk);
+                }
+            }),
+            Storage::F16(o) => crate::par::for_each_chunk(&mut o[..n], CHUNK, |t, c| {
+                narrow_view(src, view, t * CHUNK, c)
+            }),
+            Storage::BF16(o) => crate::par::for_each_chunk(&mut o[..n], CHUNK, |t, c| {
+                narrow_view(src, view, t * CHUNK, c)
+            }),
+            Storage::F64(_) => {
+                return Err(LuminalError::Backend(
+                    "cast kernel writes a float buffer".into(),
+                ))
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A half type that `f32` slices round into.
+trait Half: Copy {
+    fn narrow(src: &[f32], dst: &mut [Self]);
+}
+impl Half for half::f16 {
+    #[inline]
+    fn narrow(src: &[f32], dst: &mut [Self]) {
+        dst.convert_from_f32_slice(src)
+    }
+}
+impl Half for half::bf16 {
+    #[inline]
+    fn narrow(src: &[f32], dst: &mut [Self]) {
+        dst.convert_from_f32_slice(src)
+    }
+}
+
+/// Logical elements `z0 .. z0 + out.len()` of `view` over `src`, rounded into `out`.
+fn narrow_view<H: Half>(src: BufRef<'_>, view: &ResolvedView, z0: usize, out: &mut [H]) {
+    let mut tmp = [0f32; BLOCK];
+    for (j, blk) in out.chunks_mut(BLOCK).enumerate() {
+        let (z, len) = (z0 + j * BLOCK, blk.len());
+        match (src, view.direct_start(z, len)) {
+            // An f32 run read in place: one conversion pass, no staging copy.
+            (BufRef::F32(v), Some(s)) => H::narrow(&v[s..s + len], blk),
+            _ => {
+                view.load(src, z, &mut tmp[..len]);
+                H::narrow(&tmp[..len], blk);
+            }
+        }
+    }
+}
+
+/// `f32` scratch of the half matmuls: widened operands and the unrounded product.
+#[derive(Debug, Default)]
+pub struct HalfScratch {
+    a: Vec<f32>,
+    b: Vec<f32>,
+    out: Vec<f32>,
+}
+
+/// The first `n` elements of `v`, grown (never shrunk: the same dims never reallocate).
+fn grown(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+    &mut v[..n]
+}
+
+/// First index and length of the buffer span a view addresses (`(0, 0)` when none).
+fn span(view: &ResolvedView) -> (i64, usize) {
+    match (view.min_index(), view.max_index()) {
+        (Some(lo), Some(hi)) => (lo, (hi - lo + 1) as usize),
+        _ => (0, 0),
+    }
+}
+
+/// Buffer elements `lo .. lo + dst.len()` of `src`, exactly, as `f32`.
+fn widen(src: BufRef<'_>, lo: usize, dst: &mut [f32]) {
+    crate::par::for_each_chunk(dst, CHUNK, |t, c| src.copy_to_f32(lo + t * CHUNK, c));
+}
+
+/// Rounds `src` into the first `src.len()` elements of `out`.
+fn narrow_into(src: &[f32], out: &mut Storage) -> Result<()> {
+    fn go<H: Half + Send>(src: &[f32], o: &mut [H]) {
+        crate::par::for_each_chunk(&mut o[..src.len()], CHUNK, |t, c| {
+            H::narrow(&src[t * CHUNK..t * CHUNK + c.len()], c)
+        })
+    }
+    match out {
+        Storage::F16(o) => go(src, o),
+        Storage::BF16(o) => go(src, o),
+        _ => {
+            return Err(LuminalError::Backend(
+                "half matmul writes an f16 or bf16 buffer".into(),
+            ))
+        }
+    }
+    Ok(())
+}
+
+/// A matmul whose operands and output are all f16 or all bf16 (see the module docs).
+pub fn run_half_matmul(
+    k: &MatmulKernel,
+    bufs: &[Storage],
+    out: &mut Storage,
+    scratch: &mut HalfScratch,
+) -> Result<()> {
+    let (a, b) = (bufs[k.a].as_ref(), bufs[k.b].as_ref());
+    let kind = out.kind();
+    if !matches!(kind, StorageKind::F16 | StorageKind::BF16)
+        || bufs[k.a].kind() != kind
+        || bufs[k.b].kind() != kind
+    {
+        return Err(LuminalError::Backend(format!(
+            "matmul needs f32, f16 or bf16 operands and output of one type, got {:?} x {:?} -> {:?}",
+            bufs[k.a].kind(),
+            bufs[k.b].kind(),
+            kind
+        )));
+    }
+    let (batch, m, n, _) = k.shape();
+    let total = batch * m * n;
+    if total == 0 {
+        return Ok(());
+    }
+    let (a_view, b_view) = k.views();
+    let ((a_lo, a_len), (b_lo, b_len)) = (span(a_view), span(b_view));
+    let HalfScratch {
+        a: wa,
+        b: wb,
+        out: wo,
+    } = scratch;
+    let (wa, wb, wo) = (grown(wa, a_len), grown(wb, b_len), grown(wo, total));
+    widen(a, a_lo as usize, wa);
+    widen(b, b_lo as usize, wb);
+    k.run_f32(wa, wb, (a_lo, b_lo), &[], wo)?;
+    narrow_into(wo, out)
+}
