@@ -225,7 +225,7 @@ pub fn replace_concats(
             if matches!(k.kind, KernelKind::Elementwise(_))
                 && g.node(k.node).op == Op::Binary(BinaryOp::Add)
             {
-                if let Some(c) = concat_kernel(g, k.node, uses, names)? {
+                if let Some(c) = concat_kernel(g, k.node, uses, names)?.filter(|c| !c.short_runs) {
                     k.name = format!("concat({})", c.axis);
                     k.reads = c.pieces.iter().map(|p| p.buf).collect();
                     k.kind = KernelKind::Direct(DirectKernel::Concat(c));
@@ -602,7 +602,15 @@ pub struct ConcatKernel {
     tree: Vec<TreeOp>,
     /// Evaluation stack of the exact path (sized at compile time).
     stack: Vec<f64>,
+    /// Some piece's runs (its window along the axis times the inner size) are known to be
+    /// shorter than `SHORT_RUN` elements.
+    short_runs: bool,
 }
+
+/// Concatenations with runs shorter than this (interleaves such as RoPE's pairs) stay in
+/// the fused elementwise kernel, whose loader handles short rows with O(1) work per row;
+/// the copy kernel's per-run setup would dominate.
+const SHORT_RUN: i64 = 16;
 
 /// Collects the pieces of the `Add` tree rooted at `id` (through single-use, identity-read
 /// `Add`s of the same dtype) in postfix order.
@@ -695,7 +703,15 @@ fn concat_kernel(
     if seen != k {
         return Ok(None);
     }
+    let inner: Expression = node.shape[axis + 1..].iter().product();
+    let short_runs = windows.iter().any(|(lo, hi)| {
+        let width = clamped(hi, dim) - clamped(lo, dim);
+        (width * inner.clone())
+            .as_constant()
+            .is_some_and(|w| w < SHORT_RUN)
+    });
     Ok(Some(ConcatKernel {
+        short_runs,
         axis,
         dtype: node.dtype,
         pieces: pieces

@@ -325,7 +325,8 @@ fn concat_is_one_kernel_along_every_axis() {
             let mut inputs = vec![];
             let mut tensors = vec![];
             for p in 0..pieces {
-                let mut shape = vec![4usize, 5, 6];
+                // Runs of at least 16 elements (shorter ones stay fused, see below).
+                let mut shape = vec![4usize, 5, 17];
                 shape[axis] += p; // different sizes along the axis
                 let t = cx.tensor(&format!("t{p}"), shape.clone());
                 inputs.push((
@@ -349,9 +350,9 @@ fn concat_is_one_kernel_along_every_axis() {
 fn concat_of_views_dynamic_sizes_and_ints() {
     let cx = Graph::new();
     // Strided pieces: a transposed input and a sliced one.
-    let a = cx.tensor("a", (6, 4));
-    let b = cx.tensor("b", (4, 9));
-    let strided = GraphTensor::concat(&[a.permute(&[1, 0]), b.slice(1, 2, 9)], 1).output();
+    let a = cx.tensor("a", (18, 4));
+    let b = cx.tensor("b", (4, 20));
+    let strided = GraphTensor::concat(&[a.permute(&[1, 0]), b.slice(1, 2, 20)], 1).output();
     // Dynamic sizes along the axis.
     let c = cx.tensor("c", ("p", 3));
     let d = cx.tensor("d", ("q", 3));
@@ -363,8 +364,8 @@ fn concat_of_views_dynamic_sizes_and_ints() {
     let names = check(
         &cx,
         &[
-            (a, f32s(random(24, 20))),
-            (b, f32s(random(36, 21))),
+            (a, f32s(random(72, 20))),
+            (b, f32s(random(80, 21))),
             (c, f32s(random(15, 22))),
             (d, f32s(random(6, 23))),
             (i, i32s(vec![1, -2, 3, i32::MAX, i32::MIN, 0])),
@@ -378,6 +379,38 @@ fn concat_of_views_dynamic_sizes_and_ints() {
         3,
         "{names:?}"
     );
+    no_fallback(&names);
+}
+
+#[test]
+fn short_run_concats_stay_fused_and_match() {
+    // RoPE-style interleave: pairs stacked along a new last axis (runs of 1 element), read
+    // through permuted and sliced views; and a last-axis concat of 3 + 5. Both stay one
+    // fused kernel (short rows load with O(1) work per row) and match the reference.
+    let cx = Graph::new();
+    let x = cx.tensor("x", (3, 7, 10, 2));
+    let (x0, x1) = (x.slice(3, 0, 1).squeeze(3), x.slice(3, 1, 2).squeeze(3));
+    let c = cx.tensor("c", (7, 10));
+    let cs = c.expand(0, 3);
+    let rot = GraphTensor::stack(&[x0 * cs - x1 * cs.sin(), x0 * cs.sin() + x1 * cs], 3)
+        .permute(&[1, 0, 2, 3])
+        .output();
+    let a = cx.tensor("a", (9, 3));
+    let b = cx.tensor("b", (5, 9));
+    let cat = GraphTensor::concat(&[a, b.permute(&[1, 0])], 1).output();
+    let names = check_tol(
+        &cx,
+        &[
+            (x, f32s(random(420, 50))),
+            (c, f32s(random(70, 51))),
+            (a, f32s(random(27, 52))),
+            (b, f32s(random(45, 53))),
+        ],
+        &[],
+        &[rot, cat],
+        1e-6,
+    );
+    assert!(names.iter().all(|n| !n.starts_with("concat")), "{names:?}");
     no_fallback(&names);
 }
 
@@ -403,20 +436,16 @@ fn concat_dynamic_sizes_change_between_runs() {
 #[test]
 fn concat_keeps_reference_zero_sign_and_fuses_into_consumers() {
     let cx = Graph::new();
-    let a = cx.tensor("a", 3);
-    let b = cx.tensor("b", 2);
+    let a = cx.tensor("a", 19);
+    let b = cx.tensor("b", 18);
     let cat = GraphTensor::concat(&[a, b], 0);
     let out = cat.output();
     // The adds compute `-0.0 + 0.0 = +0.0`; the direct copy does the same.
-    let names = check(
-        &cx,
-        &[
-            (a, f32s(vec![-0.0, 1.0, f32::NEG_INFINITY])),
-            (b, f32s(vec![f32::NAN, -0.0])),
-        ],
-        &[],
-        &[out],
-    );
+    let mut ad = vec![-0.0, 1.0, f32::NEG_INFINITY];
+    ad.extend(random(16, 40));
+    let mut bd = vec![f32::NAN, -0.0];
+    bd.extend(random(16, 41));
+    let names = check(&cx, &[(a, f32s(ad)), (b, f32s(bd))], &[], &[out]);
     assert_eq!(names, vec!["concat(0)".to_string()]);
 
     // Consumed once by an elementwise op: stays inside that one fused kernel.
