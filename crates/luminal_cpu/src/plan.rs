@@ -72,7 +72,14 @@ fn fusable(g: &GraphData, id: NodeId) -> bool {
     let in_dt = |i: usize| g.node(node.inputs[i].node).dtype;
     match (&node.op, node.dtype) {
         (Op::Unary(_), DType::F32) => in_dt(0) == DType::F32,
-        (Op::Binary(BinaryOp::LessThan), DType::Bool) => in_dt(0) == DType::F32,
+        // Bools are exact 0/1 in f32: comparisons of floats or bools, AND (`Mul`) and OR
+        // (`Add`, then `!= 0`) of bools.
+        (Op::Binary(BinaryOp::LessThan), DType::Bool) => {
+            matches!(in_dt(0), DType::F32 | DType::Bool)
+        }
+        (Op::Binary(BinaryOp::Add | BinaryOp::Mul), DType::Bool) => {
+            in_dt(0) == DType::Bool && in_dt(1) == DType::Bool
+        }
         (Op::Binary(b), DType::F32) => *b != BinaryOp::LessThan && in_dt(0) == DType::F32,
         // Every dtype embeds exactly in f64 and a leaf rounds f64 -> f32 once, which is the
         // reference cast; bools, halves are exact in f32.
@@ -269,6 +276,11 @@ impl Lowering<'_> {
                     ConstValue::Expr(x) => ConstSrc::Expr(self.names.compile(x).ok()?),
                 })
             }
+            Op::Constant {
+                value: ConstValue::Float(v),
+            } if p.dtype == DType::Bool && !e.view.is_masked() => {
+                Some(ConstSrc::Value((*v != 0.0) as u8 as f32))
+            }
             _ => None,
         }
     }
@@ -362,6 +374,13 @@ impl Lowering<'_> {
                 Some(a) => args[i] = a,
                 None => return Ok(None),
             }
+        }
+        if node.op == Op::Binary(BinaryOp::Add) && node.dtype == DType::Bool {
+            // OR: 0/1 + 0/1, then `!= 0`.
+            prog.instrs
+                .push(Instr::Binary(BinaryOp::Add, args[0], args[1]));
+            prog.instrs.push(Instr::NotZero(prog.instrs.len() - 1));
+            return Ok(Some(prog.instrs.len() - 1));
         }
         let instr = match &node.op {
             Op::Unary(u) => Instr::Unary(*u, args[0]),

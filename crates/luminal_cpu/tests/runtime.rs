@@ -257,6 +257,24 @@ fn shared_or_output_products_are_not_epilogues() {
 }
 
 #[test]
+fn bool_logic_fuses_into_one_kernel() {
+    // Comparisons of floats and of bools, not / and / or (Mul, Add then != 0), a bool
+    // constant, and the mask applied in f32: one fused kernel, no reference fallback.
+    let cx = Graph::new();
+    let a = cx.tensor("a", (7, 300));
+    let b = cx.tensor("b", (7, 300));
+    let m = a
+        .lt(b)
+        .and(b.lt(0.25).not())
+        .or(a.gt(0.5))
+        .or(a.lt(-0.5).and(b.gt(-0.5)));
+    let y = (m.cast(DType::F32) * a + b).output();
+    let rt = compile(&cx);
+    assert_eq!(rt.kernel_count(), 1, "{:?}", rt.kernel_names());
+    check_against_reference(&cx, &[(a, noise(2100, 21)), (b, noise(2100, 22))], y);
+}
+
+#[test]
 fn elementwise_chain_is_one_kernel() {
     let cx = Graph::new();
     let a = cx.tensor("a", (3, 5));

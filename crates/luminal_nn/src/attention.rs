@@ -42,18 +42,14 @@ pub fn causal_attention<'g>(
     let (k, v) = (repeat(k), repeat(v));
     let scores = q.matmul(k.transpose(-1, -2)) * (1.0 / (head_dim as f32).sqrt()); // [b, hq, s, t]
     let (s, t) = (qs[2].clone(), ks[2].clone());
-    let z = Expression::var("z");
-    // key index − query index, for the [s, t] score matrix
-    let offset = z.clone() % t.clone() - z / t.clone();
-    // Additive mask: log2(1) = 0 where visible, log2(0) = -inf elsewhere. Built in f32 (the
-    // offsets are small integers, exact) so it fuses into the softmax's input kernel; the
-    // [s, t] mask is shared by every head and, through CSE, every layer.
-    let visible = q
-        .graph
-        .iota(offset, s.clone() * t.clone())
-        .cast(DType::F32)
-        .reshape(vec![s.clone(), t.clone()])
-        .le(q.graph.constant_expr(t - s, DType::F32));
+    // Additive mask: log2(1) = 0 where visible, log2(0) = -inf elsewhere, visible where
+    // key index − query index ≤ t − s. Built in f32 from two aranges (the indices are small
+    // integers, exact) so backends fuse it into one kernel over the [s, t] grid; the mask is
+    // shared by every head and, through CSE, every layer.
+    let cx = q.graph;
+    let key = cx.arange(t.clone()).expand(0, s.clone());
+    let query = cx.arange(s.clone()).expand(1, t.clone());
+    let visible = (key - query).le(cx.constant_expr(t - s, DType::F32));
     let bias = visible.cast(DType::F32).log2();
     let scores = scores + bias.expand_to(scores.shape());
     scores.softmax(-1).matmul(v)
