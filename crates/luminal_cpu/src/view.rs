@@ -449,9 +449,9 @@ impl ResolvedView {
     #[inline]
     fn outer_base(&self, idx: &[i64; 16], k: usize) -> (i64, bool) {
         let (mut base, mut ok) = (self.offset, true);
-        for i in 0..k {
-            base += idx[i] * self.strides[i];
-            ok &= !self.masked || (idx[i] >= self.lo[i] && idx[i] < self.hi[i]);
+        for (i, &c) in idx.iter().enumerate().take(k) {
+            base += c * self.strides[i];
+            ok &= !self.masked || (c >= self.lo[i] && c < self.hi[i]);
         }
         (base, ok)
     }
