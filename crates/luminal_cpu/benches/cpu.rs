@@ -291,6 +291,41 @@ fn half_matmul(
     )
 }
 
+/// Seconds per `[m, k] · [k, n]` product in f16 or bf16 through luminal (the weight stored
+/// `[n, k]` and permuted when `b_transposed`, as `Linear` keeps it), and of the same graph
+/// in f32 on the widened values (what the half product computes, with twice the bytes).
+fn half_skinny(
+    dtype: DType,
+    (m, n, k): (usize, usize, usize),
+    b_transposed: bool,
+    threads: usize,
+    reps: usize,
+) -> (f64, f64) {
+    let build = |dt: DType| {
+        let cx = Graph::new();
+        let a = cx.input("a", (m, k), dt);
+        let b_shape = if b_transposed { (n, k) } else { (k, n) };
+        let b = cx.input("b", b_shape, dt);
+        let bv = if b_transposed { b.permute(&[1, 0]) } else { b };
+        let _ = a.matmul(bv).output();
+        let mut rt = compile(&cx, threads);
+        let (ad, bd) = (data(m * k), data(k * n));
+        let round =
+            |v: &[f32]| HostData::from_f64(dtype, &v.iter().map(|&x| x as f64).collect::<Vec<_>>());
+        let (ah, bh) = (round(&ad), round(&bd));
+        if dt == DType::F32 {
+            rt.set(a, &ah.to_f32()).unwrap();
+            rt.set(b, &bh.to_f32()).unwrap();
+        } else {
+            rt.set_data(a, ah).unwrap();
+            rt.set_data(b, bh).unwrap();
+        }
+        rt
+    };
+    let (mut half_rt, mut f32_rt) = (build(dtype), build(DType::F32));
+    compare(reps, || half_rt.run().unwrap(), || f32_rt.run().unwrap())
+}
+
 /// Seconds of a graph run, and of a plain rayon-chunked memcpy of `copy_bytes` bytes.
 fn graph_vs_memcpy(
     build: for<'g> fn(&'g Graph) -> Vec<GraphTensor<'g>>,
@@ -405,6 +440,9 @@ fn main() {
     }
     for (dtype, baseline) in [(DType::F16, "gemm f16"), (DType::BF16, "gemm f32")] {
         let (m, n, k) = (1024, 1024, 1024);
+        if !wanted(&format!("matmul {dtype} {m}×{n}×{k}")) {
+            continue;
+        }
         let flops = 2.0 * (m * n * k) as f64;
         let r: Vec<(f64, f64)> = [1, 2]
             .iter()
@@ -412,6 +450,32 @@ fn main() {
             .collect();
         rows.push(format!(
             "| matmul {dtype} {m}×{n}×{k} | {:.1} GFLOP/s | {:.1} GFLOP/s | {:.2}× {baseline} | {:.2}× {baseline} | {:.2}× |",
+            flops / r[0].0 / 1e9,
+            flops / r[1].0 / 1e9,
+            r[0].1 / r[0].0,
+            r[1].1 / r[1].0,
+            r[0].0 / r[1].0
+        ));
+    }
+    for (dtype, transposed) in [
+        (DType::F16, true),
+        (DType::BF16, true),
+        (DType::F16, false),
+        (DType::BF16, false),
+    ] {
+        let (m, n, k) = (1, 1536, 576);
+        let layout = if transposed { "[N,K]" } else { "[K,N]" };
+        let name = format!("matvec {dtype} {m}×{k}·{k}×{n} ({layout} weight)");
+        if !wanted(&name) {
+            continue;
+        }
+        let flops = 2.0 * (m * n * k) as f64;
+        let r: Vec<(f64, f64)> = [1, 2]
+            .iter()
+            .map(|&t| half_skinny(dtype, (m, n, k), transposed, t, 300))
+            .collect();
+        rows.push(format!(
+            "| {name} | {:.1} GFLOP/s | {:.1} GFLOP/s | {:.2}× f32 matvec | {:.2}× f32 matvec | {:.2}× |",
             flops / r[0].0 / 1e9,
             flops / r[1].0 / 1e9,
             r[0].1 / r[0].0,
