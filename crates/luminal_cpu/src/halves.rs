@@ -19,6 +19,7 @@
 //! which shows on skinny products (decode-style M ≤ 8), where it is most of the time.
 
 use crate::fused::BLOCK;
+use crate::halfvec::HalfElem;
 use crate::matmul::MatmulKernel;
 use crate::storage::{BufRef, Storage, StorageKind};
 use crate::view::{DimNames, DimValues, ResolvedView, ViewExprs};
@@ -210,10 +211,87 @@ pub fn run_half_matmul(
         a: wa,
         b: wb,
         out: wo,
+        ..
     } = scratch;
+    if let Some(path) = SkinnyPath::of(k) {
+        // The weight is read in place; only `a` (a few rows) is widened.
+        let (wa, wo) = (grown(wa, a_len), grown(wo, total));
+        widen(a, a_lo as usize, wa);
+        match b {
+            BufRef::F16(b) => path.run(k, wa, a_lo, b, wo),
+            BufRef::BF16(b) => path.run(k, wa, a_lo, b, wo),
+            _ => unreachable!("operand kinds checked above"),
+        }
+        return narrow_into(wo, out);
+    }
     let (wa, wb, wo) = (grown(wa, a_len), grown(wb, b_len), grown(wo, total));
     widen(a, a_lo as usize, wa);
     widen(b, b_lo as usize, wb);
     k.run_f32(wa, wb, (a_lo, b_lo), &[], wo)?;
     narrow_into(wo, out)
+}
+
+/// The half kernels that read the weight `b` in place (see `half_matvec.rs`), mirroring the
+/// f32 dispatch of [`MatmulKernel::run_f32`].
+#[derive(Clone, Copy, Debug)]
+enum SkinnyPath {
+    /// `M ≤ 8`, both operands contiguous along K.
+    Dots,
+    /// `M = 1`, `a` contiguous along K and `b` along N.
+    Axpy,
+}
+
+impl SkinnyPath {
+    fn of(k: &MatmulKernel) -> Option<SkinnyPath> {
+        let (_, m, n, depth) = k.shape();
+        let (av, bv) = k.views();
+        let r = av.dims.len();
+        let (sa, sb) = (&av.strides, &bv.strides);
+        if depth == 0 || sa[r - 1] != 1 || sa[r - 3] < 0 {
+            return None;
+        }
+        if m <= crate::matvec::MAX_ROWS && sb[r - 1] == 1 && sb[r - 2] >= 0 {
+            Some(SkinnyPath::Dots)
+        } else if m == 1 && sb[r - 2] == 1 && sb[r - 1] >= 0 && n > 1 {
+            Some(SkinnyPath::Axpy)
+        } else {
+            None
+        }
+    }
+
+    /// The product into `dst` (`batch · M · N` floats): `a` is the widened span of `a`'s
+    /// buffer from element `a_lo` on, `b` the weight's own buffer.
+    fn run<H: HalfElem>(self, k: &MatmulKernel, a: &[f32], a_lo: i64, b: &[H], dst: &mut [f32]) {
+        let (batch, m, n, depth) = k.shape();
+        let (av, bv) = k.views();
+        let r = av.dims.len();
+        let (sa, sb) = (&av.strides, &bv.strides);
+        let parallel = k.threads > 1 && m * n * depth >= (1 << 15);
+        for (i, d) in dst[..batch * m * n].chunks_mut(m * n).enumerate() {
+            // Operand offsets of batch `i`: unravel it over the batch dims.
+            let (mut oa, mut ob) = (av.offset - a_lo, bv.offset);
+            let mut rem = i as i64;
+            for dim in (0..r - 3).rev() {
+                let c = rem % av.dims[dim];
+                rem /= av.dims[dim];
+                oa += c * sa[dim];
+                ob += c * sb[dim];
+            }
+            let (oa, ob) = (oa as usize, ob as usize);
+            match self {
+                SkinnyPath::Dots => crate::half_matvec::skinny(
+                    a,
+                    (oa, sa[r - 3] as usize),
+                    b,
+                    (ob, sb[r - 2] as usize),
+                    d,
+                    (m, n, depth),
+                    parallel,
+                ),
+                SkinnyPath::Axpy => {
+                    crate::half_matvec::axpy(a, oa, b, (ob, sb[r - 1] as usize), d, depth, parallel)
+                }
+            }
+        }
+    }
 }

@@ -37,6 +37,8 @@ mod compile;
 mod direct;
 mod fallback;
 mod fused;
+mod half_matvec;
+mod halfvec;
 mod halves;
 mod matmul;
 mod matvec;
