@@ -18,14 +18,15 @@
 //! runs after the first allocate nothing. The cost is one pass over each operand per run,
 //! which shows on skinny products (decode-style M ≤ 8), where it is most of the time.
 
-use crate::fused::BLOCK;
-use crate::halfvec::HalfElem;
+use crate::fused::{task_len, Program, ReduceShape, Regs, RowEnv, BLOCK};
+use crate::halfvec::{HalfElem, HalfKind};
 use crate::matmul::MatmulKernel;
+use crate::simd::{self, Task};
 use crate::storage::{BufRef, Storage, StorageKind};
 use crate::view::{DimNames, DimValues, ResolvedView, ViewExprs};
 use half::slice::HalfFloatSliceExt;
 use luminal::graph::{GraphData, NodeId};
-use luminal::op::Op;
+use luminal::op::{BinaryOp, Op, ReduceOp};
 use luminal::{DType, LuminalError, Result};
 
 /// Elements per parallel task of the conversion loops.
@@ -138,6 +139,8 @@ pub struct HalfScratch {
     a: Vec<f32>,
     b: Vec<f32>,
     out: Vec<f32>,
+    /// Accumulators of the half reductions.
+    acc: Vec<f64>,
 }
 
 /// The first `n` elements of `v`, grown (never shrunk: the same dims never reallocate).
@@ -292,6 +295,212 @@ impl SkinnyPath {
                     crate::half_matvec::axpy(a, oa, b, (ob, sb[r - 1] as usize), d, depth, parallel)
                 }
             }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- elementwise and reduce
+
+/// Whether node `id` is a half op the fused interpreter evaluates: a unary or binary op,
+/// `Contiguous` or a constant in f16 / bf16, `LessThan` of two halves, or a cast to a half
+/// type from f32, f16, bf16 or bool (exact in f32, so the one rounding is the reference's).
+/// Values are computed in f32 and each op's result is rounded to its half type (see
+/// [`rounds_to`] and the module docs).
+pub fn fusable(g: &GraphData, id: NodeId) -> bool {
+    let node = g.node(id);
+    let in_dt = |i: usize| g.node(node.inputs[i].node).dtype;
+    let half = HalfKind::of(node.dtype).is_some();
+    match &node.op {
+        Op::Unary(_) | Op::Contiguous => half && in_dt(0) == node.dtype,
+        Op::Binary(BinaryOp::LessThan) => {
+            node.dtype == DType::Bool && HalfKind::of(in_dt(0)).is_some() && in_dt(1) == in_dt(0)
+        }
+        Op::Binary(_) => half && in_dt(0) == node.dtype && in_dt(1) == node.dtype,
+        Op::Cast(_) => {
+            half && matches!(
+                in_dt(0),
+                DType::F32 | DType::F16 | DType::BF16 | DType::Bool
+            )
+        }
+        Op::Constant { .. } => half,
+        _ => false,
+    }
+}
+
+/// The half type a fused node's f32 result must be rounded to before anything reads it:
+/// unary and binary half ops, and casts into a half type. `None` for ops whose result is
+/// already a value of their type (`Contiguous`, `LessThan`, constants, f32 ops).
+pub fn rounds_to(g: &GraphData, id: NodeId) -> Option<HalfKind> {
+    let node = g.node(id);
+    let kind = HalfKind::of(node.dtype)?;
+    match &node.op {
+        Op::Unary(_) | Op::Binary(_) => Some(kind),
+        Op::Cast(_) if g.node(node.inputs[0].node).dtype != node.dtype => Some(kind),
+        _ => None,
+    }
+}
+
+/// Most elements of an f16 sum whose every partial sum is exact in f64, whatever the
+/// order: f16 values are multiples of 2^-24 below 2^16 in magnitude, so any partial sum of
+/// at most 2^13 of them is a multiple of 2^-24 below 2^29, which f64's 53 bits hold.
+const EXACT_F16_SUM: usize = 1 << 13;
+
+/// `acc` combined with every value of `vals`, in order, with the reference's semantics
+/// ([`ReduceOp::combine`] in f64). `any_order`: every partial sum is exact, so a sum may
+/// use several lanes (same result).
+#[inline(always)]
+fn fold(op: ReduceOp, any_order: bool, acc: f64, vals: &[f32]) -> f64 {
+    match op {
+        ReduceOp::Sum if any_order => {
+            let mut lanes = [0f64; 4];
+            let chunks = vals.chunks_exact(4);
+            let rest = chunks.remainder();
+            for c in chunks {
+                for l in 0..4 {
+                    lanes[l] += c[l] as f64;
+                }
+            }
+            let mut s = acc + ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3]));
+            for &v in rest {
+                s += v as f64;
+            }
+            s
+        }
+        ReduceOp::Sum => vals.iter().fold(acc, |a, &v| a + v as f64),
+        ReduceOp::Max => vals.iter().fold(acc, |a, &v| op.combine(a, v as f64)),
+    }
+}
+
+/// A reduction with an f16 / bf16 output, with the reference's semantics exactly: the
+/// program's values (half values, exact in f32) are combined in f64 in the reference's
+/// order and rounded once. An f32 accumulation would not do: a sum of halves is not exact
+/// in f32, and its rounding would differ from the reference's single one. The f64
+/// accumulators live in `scratch` (no allocation after the first run).
+pub fn run_half_reduce(
+    op: ReduceOp,
+    prog: &Program,
+    bufs: &[Storage],
+    out: &mut Storage,
+    s: ReduceShape,
+    scratch: &mut HalfScratch,
+) -> Result<()> {
+    let dtype = match out {
+        Storage::F16(_) => DType::F16,
+        Storage::BF16(_) => DType::BF16,
+        _ => {
+            return Err(LuminalError::Backend(
+                "half reduce writes an f16 or bf16 buffer".into(),
+            ))
+        }
+    };
+    let n_out = s.outer * s.inner;
+    if scratch.acc.len() < n_out {
+        scratch.acc.resize(n_out, 0.0);
+    }
+    let acc = &mut scratch.acc[..n_out];
+    acc.fill(op.identity(dtype));
+    let any_order = dtype == DType::F16 && s.len <= EXACT_F16_SUM;
+    if s.len > 0 && n_out > 0 {
+        // Whole rows per task (`inner` outputs each), a few tasks per thread.
+        let chunk = task_len(s.outer, s.len * s.inner) * s.inner;
+        crate::par::for_each_chunk(acc, chunk, |t, c| {
+            prog.with_regs(|mut regs| {
+                simd::run(HalfReduceTask {
+                    op,
+                    any_order,
+                    prog,
+                    bufs,
+                    q0: t * chunk,
+                    acc: c,
+                    s,
+                    regs: &mut regs,
+                })
+            })
+        });
+    }
+    match out {
+        Storage::F16(o) => {
+            for (d, &v) in o[..n_out].iter_mut().zip(acc.iter()) {
+                *d = luminal::dtype::f16_from_f64(v);
+            }
+        }
+        Storage::BF16(o) => {
+            for (d, &v) in o[..n_out].iter_mut().zip(acc.iter()) {
+                *d = luminal::dtype::bf16_from_f64(v);
+            }
+        }
+        _ => unreachable!("checked above"),
+    }
+    Ok(())
+}
+
+/// Outputs `q0 .. q0 + acc.len()` of a half reduction (whole outer rows when `inner > 1`),
+/// combined into `acc`.
+struct HalfReduceTask<'a, 'r, 's> {
+    op: ReduceOp,
+    any_order: bool,
+    prog: &'a Program,
+    bufs: &'a [Storage],
+    q0: usize,
+    acc: &'a mut [f64],
+    s: ReduceShape,
+    regs: &'r mut Regs<'s>,
+}
+
+impl Task for HalfReduceTask<'_, '_, '_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<const F: bool>(self) {
+        let HalfReduceTask {
+            op,
+            any_order,
+            prog,
+            bufs,
+            q0,
+            acc,
+            s,
+            regs,
+        } = self;
+        // Logical elements `z_start .. z_end` feed these outputs: element `z` is
+        // (outer, k, inner) = (z / (len·inner), z / inner % len, z % inner).
+        let p0 = q0 / s.inner;
+        let rows = acc.len() / s.inner;
+        let (z_start, z_end) = (p0 * s.len * s.inner, (p0 + rows) * s.len * s.inner);
+        let mut tmp = [0f32; BLOCK];
+        let mut z = z_start;
+        while z < z_end {
+            let n = BLOCK.min(z_end - z);
+            let vals = match prog.eval(bufs, RowEnv::NONE, z, n, regs, &mut tmp) {
+                Some(v) => v,
+                None => &tmp[..n],
+            };
+            let mut p = 0;
+            while p < n {
+                let zz = z + p;
+                if s.inner == 1 {
+                    // A run of one row.
+                    let row = zz / s.len;
+                    let take = ((row + 1) * s.len - zz).min(n - p);
+                    let a = &mut acc[row - q0];
+                    *a = fold(op, any_order, *a, &vals[p..p + take]);
+                    p += take;
+                } else {
+                    // A run along `inner` at one (outer, k): one value per output.
+                    let (outer, inner) = (zz / (s.len * s.inner), zz % s.inner);
+                    let take = (s.inner - inner).min(n - p);
+                    let base = (outer - p0) * s.inner + inner;
+                    let (a, v) = (&mut acc[base..base + take], &vals[p..p + take]);
+                    match op {
+                        ReduceOp::Sum => a.iter_mut().zip(v).for_each(|(a, &v)| *a += v as f64),
+                        ReduceOp::Max => a
+                            .iter_mut()
+                            .zip(v)
+                            .for_each(|(a, &v)| *a = op.combine(*a, v as f64)),
+                    }
+                    p += take;
+                }
+            }
+            z += n;
         }
     }
 }
