@@ -348,6 +348,43 @@ fn graph_vs_memcpy(
     compare(reps, || rt.run().unwrap(), || copy.run())
 }
 
+/// Seconds of a half-precision graph run (inputs of `dtype`), and of a plain memcpy of
+/// `copy_bytes` bytes.
+fn half_graph_vs_memcpy(
+    dtype: DType,
+    build: for<'g> fn(&'g Graph, DType) -> Vec<GraphTensor<'g>>,
+    copy_bytes: usize,
+    threads: usize,
+    reps: usize,
+) -> (f64, f64) {
+    let cx = Graph::new();
+    let ins = build(&cx, dtype);
+    let mut rt = compile(&cx, threads);
+    for t in ins {
+        let n: usize = t
+            .shape()
+            .iter()
+            .map(|d| d.as_constant().unwrap() as usize)
+            .product();
+        let v: Vec<f64> = data(n).iter().map(|&x| x as f64).collect();
+        rt.set_data(t, HostData::from_f64(dtype, &v)).unwrap();
+    }
+    let mut copy = Memcpy::new(copy_bytes, threads);
+    compare(reps, || rt.run().unwrap(), || copy.run())
+}
+
+fn half_chain(cx: &Graph, dtype: DType) -> Vec<GraphTensor<'_>> {
+    let x = cx.input("x", N, dtype);
+    let y = cx.input("y", N, dtype);
+    let _ = ((((x * 1.5 + 0.5) * y + x) * 0.25) + y).output();
+    vec![x, y]
+}
+fn half_row_sums(cx: &Graph, dtype: DType) -> Vec<GraphTensor<'_>> {
+    let x = cx.input("x", (ROWS, COLS), dtype);
+    let _ = x.sum(1).output();
+    vec![x]
+}
+
 const N: usize = 16 << 20;
 const ROWS: usize = 4096;
 const COLS: usize = 2048;
@@ -509,6 +546,39 @@ fn main() {
             r[1].1 / r[1].0,
             r[0].0 / r[1].0
         ));
+    }
+    type HalfBuild = for<'g> fn(&'g Graph, DType) -> Vec<GraphTensor<'g>>;
+    for dtype in [DType::F16, DType::BF16] {
+        // Bytes = inputs read + output written (2 bytes an element).
+        let half_cases: [(String, HalfBuild, usize); 2] = [
+            (
+                format!("elementwise chain (6 ops) {dtype} 16M"),
+                half_chain,
+                3 * N * 2,
+            ),
+            (
+                format!("sum rows {dtype} 4096×2048"),
+                half_row_sums,
+                (ROWS * COLS + ROWS) * 2,
+            ),
+        ];
+        for (name, build, bytes) in half_cases {
+            if !wanted(&name) {
+                continue;
+            }
+            let r: Vec<(f64, f64)> = [1, 2]
+                .iter()
+                .map(|&th| half_graph_vs_memcpy(dtype, build, bytes / 2, th, 8))
+                .collect();
+            rows.push(format!(
+                "| {name} | {:.1} GB/s | {:.1} GB/s | {:.2}× memcpy | {:.2}× memcpy | {:.2}× |",
+                gb(bytes as f64, r[0].0),
+                gb(bytes as f64, r[1].0),
+                r[0].1 / r[0].0,
+                r[1].1 / r[1].0,
+                r[0].0 / r[1].0
+            ));
+        }
     }
     let name = format!("embedding gather {GATHERED} rows of {VOCAB}×{EMBED}");
     if wanted(&name) {

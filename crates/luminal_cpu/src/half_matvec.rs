@@ -62,6 +62,8 @@ pub fn skinny<H: HalfElem>(
     let out = OutPtr(dst.as_mut_ptr());
     let use_fast = fast();
     let cols = |j0: usize, j1: usize| {
+        // The whole `OutPtr` (Send), not its raw pointer field, is captured.
+        #[allow(clippy::redundant_locals)]
         let out = out;
         let w = |j: usize| &b[b_off + j * b_row..b_off + j * b_row + k];
         #[cfg(target_arch = "x86_64")]
@@ -177,6 +179,7 @@ unsafe fn skinny_cols_avx2<'w, H: HalfElem>(
 /// The CPU supports AVX2, FMA and F16C; `rows[..R]` point at `k` readable floats each;
 /// `w(j)` has `k` elements for every `j` in `js`; `out` holds `R · n` floats, `js.end <= n`,
 /// and no other thread writes these columns.
+#[allow(clippy::needless_range_loop)] // fixed-size register tiles, indexed on purpose
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn skinny_cols_avx2_r<'w, H: HalfElem, const R: usize, const U: usize>(

@@ -1,5 +1,6 @@
-//! Half precision (`f16`, `bf16`): casts between the float types as direct kernels, and
-//! half matmuls run on the f32 matmul paths.
+//! Half precision (`f16`, `bf16`): casts between the float types as direct kernels, half
+//! matmuls on the f32 matmul paths (or, when skinny, on the half weights in place), and the
+//! rules by which half elementwise ops and reductions run in the fused kernels.
 //!
 //! **Casts** (f32, f16, bf16 in any direction, through any view) convert blocks with
 //! `half`'s slice conversions (F16C where the CPU has it). Every conversion is one
@@ -15,8 +16,27 @@
 //! running sum to `f16` after every term of K; it also allocates its packing buffers on every
 //! call, and on a 1024³ product it is slower than widening plus the f32 gemm (see the bench).
 //! The scratch is shared by every half matmul of a runtime and grows to the largest one, so
-//! runs after the first allocate nothing. The cost is one pass over each operand per run,
-//! which shows on skinny products (decode-style M ≤ 8), where it is most of the time.
+//! runs after the first allocate nothing. Skinny products (decode steps: `M ≤ 8` against a
+//! weight contiguous along K, `M = 1` against one contiguous along N) do not widen the
+//! weight: only `a`'s rows are widened, and the kernels of `half_matvec.rs` convert the
+//! weight as it streams past, with the same exact products and f32 accumulation.
+//!
+//! **Elementwise.** A half op is computed in f32 on the exact (widened) half values and its
+//! result rounded to the half type before anything reads it (`Instr::Round`; a half output
+//! rounds as it is stored). For `+`, `×`, `%`, `sqrt` and `1/x` this is exactly the
+//! reference's result (the f64 result rounded once): f32 is correctly rounded and carries
+//! at least `2p + 2` bits of a `p`-bit half type (f16: p = 11, bf16: p = 8), so rounding
+//! first to f32 and then to the half type is innocuous; products and remainders of halves
+//! are even exact in f32. Subnormal and overflowing half results round on the same grid as
+//! the reference's. `exp2`, `log2` and `sin` are the f32 polynomials (within 2 f32 ulps), so
+//! their half results differ from the reference's only next to a rounding tie (by one half
+//! ulp). Comparisons and `maximum` are exact.
+//!
+//! **Reductions** over halves accumulate in f64 in the reference's order and round once,
+//! matching the reference bit for bit: an f32 accumulation would round partial sums, which
+//! the reference does not. f16 sums of at most 2^13 terms are exact in f64 whatever the
+//! order (multiples of 2^-24 below 2^29), so they use several lanes; longer f16 rows and
+//! bf16 (whose exponent range no f64 sum holds exactly) are summed in order.
 
 use crate::fused::{task_len, Program, ReduceShape, Regs, RowEnv, BLOCK};
 use crate::halfvec::{HalfElem, HalfKind};

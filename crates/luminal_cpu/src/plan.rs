@@ -10,10 +10,12 @@
 //!   An f32 elementwise consumer of a private product runs as its in-place epilogue.
 //! - Casts to f16 / bf16 (from f32, f16, bf16) are direct conversion kernels; casts to f32
 //!   are fused (a leaf widens the half data as it loads it).
-//! - Everything else that is f32 becomes a fused elementwise or reduce kernel; gathers, iota
-//!   and concatenations (pad + add trees) become direct data-movement kernels (`direct.rs`);
-//!   anything else not f32 (ints, bools, other half ops) runs the reference-semantics
-//!   fallback.
+//! - Everything else that is f32 becomes a fused elementwise or reduce kernel; so do f16 /
+//!   bf16 ops (computed in f32, each result rounded to its half type by an `Instr::Round`;
+//!   half reductions accumulate in f64, see `halves.rs`), and a cast to a half type fuses
+//!   into the trees that read it. Gathers, iota and concatenations (pad + add trees) become
+//!   direct data-movement kernels (`direct.rs`); anything else not float (ints, bools, casts
+//!   between halves and ints) runs the reference-semantics fallback.
 
 use crate::fallback::FallbackKernel;
 use crate::fused::{ConstSrc, Instr, Leaf, Program};
