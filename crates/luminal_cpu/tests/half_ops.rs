@@ -208,6 +208,17 @@ fn half_reductions_match_the_reference_bit_for_bit() {
             let (g, w) = (rt.get_data(o).unwrap(), want.get_data(o).unwrap());
             assert_close(dtype, &g, &w, 0.0, &format!("{dtype} {name}"));
         }
+        // Finite moderate values, so the sums themselves (of products each rounded to the
+        // half type, as the reference rounds its `Mul`) are compared.
+        let (xd, yd) = (
+            random(dtype, rows * len * inner, 32),
+            random(dtype, rows * len * inner, 33),
+        );
+        let want = run_both(&cx, &mut rt, &[(x, xd), (y, yd)]);
+        for (name, o) in outs {
+            let (g, w) = (rt.get_data(o).unwrap(), want.get_data(o).unwrap());
+            assert_close(dtype, &g, &w, 0.0, &format!("{dtype} {name}, finite"));
+        }
     }
 }
 
