@@ -291,6 +291,41 @@ fn half_matmul(
     )
 }
 
+/// Seconds per `[m, k] · [k, n]` product in f16 or bf16 through luminal (the weight stored
+/// `[n, k]` and permuted when `b_transposed`, as `Linear` keeps it), and of the same graph
+/// in f32 on the widened values (what the half product computes, with twice the bytes).
+fn half_skinny(
+    dtype: DType,
+    (m, n, k): (usize, usize, usize),
+    b_transposed: bool,
+    threads: usize,
+    reps: usize,
+) -> (f64, f64) {
+    let build = |dt: DType| {
+        let cx = Graph::new();
+        let a = cx.input("a", (m, k), dt);
+        let b_shape = if b_transposed { (n, k) } else { (k, n) };
+        let b = cx.input("b", b_shape, dt);
+        let bv = if b_transposed { b.permute(&[1, 0]) } else { b };
+        let _ = a.matmul(bv).output();
+        let mut rt = compile(&cx, threads);
+        let (ad, bd) = (data(m * k), data(k * n));
+        let round =
+            |v: &[f32]| HostData::from_f64(dtype, &v.iter().map(|&x| x as f64).collect::<Vec<_>>());
+        let (ah, bh) = (round(&ad), round(&bd));
+        if dt == DType::F32 {
+            rt.set(a, &ah.to_f32()).unwrap();
+            rt.set(b, &bh.to_f32()).unwrap();
+        } else {
+            rt.set_data(a, ah).unwrap();
+            rt.set_data(b, bh).unwrap();
+        }
+        rt
+    };
+    let (mut half_rt, mut f32_rt) = (build(dtype), build(DType::F32));
+    compare(reps, || half_rt.run().unwrap(), || f32_rt.run().unwrap())
+}
+
 /// Seconds of a graph run, and of a plain rayon-chunked memcpy of `copy_bytes` bytes.
 fn graph_vs_memcpy(
     build: for<'g> fn(&'g Graph) -> Vec<GraphTensor<'g>>,
@@ -311,6 +346,43 @@ fn graph_vs_memcpy(
     }
     let mut copy = Memcpy::new(copy_bytes, threads);
     compare(reps, || rt.run().unwrap(), || copy.run())
+}
+
+/// Seconds of a half-precision graph run (inputs of `dtype`), and of a plain memcpy of
+/// `copy_bytes` bytes.
+fn half_graph_vs_memcpy(
+    dtype: DType,
+    build: for<'g> fn(&'g Graph, DType) -> Vec<GraphTensor<'g>>,
+    copy_bytes: usize,
+    threads: usize,
+    reps: usize,
+) -> (f64, f64) {
+    let cx = Graph::new();
+    let ins = build(&cx, dtype);
+    let mut rt = compile(&cx, threads);
+    for t in ins {
+        let n: usize = t
+            .shape()
+            .iter()
+            .map(|d| d.as_constant().unwrap() as usize)
+            .product();
+        let v: Vec<f64> = data(n).iter().map(|&x| x as f64).collect();
+        rt.set_data(t, HostData::from_f64(dtype, &v)).unwrap();
+    }
+    let mut copy = Memcpy::new(copy_bytes, threads);
+    compare(reps, || rt.run().unwrap(), || copy.run())
+}
+
+fn half_chain(cx: &Graph, dtype: DType) -> Vec<GraphTensor<'_>> {
+    let x = cx.input("x", N, dtype);
+    let y = cx.input("y", N, dtype);
+    let _ = ((((x * 1.5 + 0.5) * y + x) * 0.25) + y).output();
+    vec![x, y]
+}
+fn half_row_sums(cx: &Graph, dtype: DType) -> Vec<GraphTensor<'_>> {
+    let x = cx.input("x", (ROWS, COLS), dtype);
+    let _ = x.sum(1).output();
+    vec![x]
 }
 
 const N: usize = 16 << 20;
@@ -405,6 +477,9 @@ fn main() {
     }
     for (dtype, baseline) in [(DType::F16, "gemm f16"), (DType::BF16, "gemm f32")] {
         let (m, n, k) = (1024, 1024, 1024);
+        if !wanted(&format!("matmul {dtype} {m}×{n}×{k}")) {
+            continue;
+        }
         let flops = 2.0 * (m * n * k) as f64;
         let r: Vec<(f64, f64)> = [1, 2]
             .iter()
@@ -412,6 +487,32 @@ fn main() {
             .collect();
         rows.push(format!(
             "| matmul {dtype} {m}×{n}×{k} | {:.1} GFLOP/s | {:.1} GFLOP/s | {:.2}× {baseline} | {:.2}× {baseline} | {:.2}× |",
+            flops / r[0].0 / 1e9,
+            flops / r[1].0 / 1e9,
+            r[0].1 / r[0].0,
+            r[1].1 / r[1].0,
+            r[0].0 / r[1].0
+        ));
+    }
+    for (dtype, transposed) in [
+        (DType::F16, true),
+        (DType::BF16, true),
+        (DType::F16, false),
+        (DType::BF16, false),
+    ] {
+        let (m, n, k) = (1, 1536, 576);
+        let layout = if transposed { "[N,K]" } else { "[K,N]" };
+        let name = format!("matvec {dtype} {m}×{k}·{k}×{n} ({layout} weight)");
+        if !wanted(&name) {
+            continue;
+        }
+        let flops = 2.0 * (m * n * k) as f64;
+        let r: Vec<(f64, f64)> = [1, 2]
+            .iter()
+            .map(|&t| half_skinny(dtype, (m, n, k), transposed, t, 300))
+            .collect();
+        rows.push(format!(
+            "| {name} | {:.1} GFLOP/s | {:.1} GFLOP/s | {:.2}× f32 matvec | {:.2}× f32 matvec | {:.2}× |",
             flops / r[0].0 / 1e9,
             flops / r[1].0 / 1e9,
             r[0].1 / r[0].0,
@@ -445,6 +546,39 @@ fn main() {
             r[1].1 / r[1].0,
             r[0].0 / r[1].0
         ));
+    }
+    type HalfBuild = for<'g> fn(&'g Graph, DType) -> Vec<GraphTensor<'g>>;
+    for dtype in [DType::F16, DType::BF16] {
+        // Bytes = inputs read + output written (2 bytes an element).
+        let half_cases: [(String, HalfBuild, usize); 2] = [
+            (
+                format!("elementwise chain (6 ops) {dtype} 16M"),
+                half_chain,
+                3 * N * 2,
+            ),
+            (
+                format!("sum rows {dtype} 4096×2048"),
+                half_row_sums,
+                (ROWS * COLS + ROWS) * 2,
+            ),
+        ];
+        for (name, build, bytes) in half_cases {
+            if !wanted(&name) {
+                continue;
+            }
+            let r: Vec<(f64, f64)> = [1, 2]
+                .iter()
+                .map(|&th| half_graph_vs_memcpy(dtype, build, bytes / 2, th, 8))
+                .collect();
+            rows.push(format!(
+                "| {name} | {:.1} GB/s | {:.1} GB/s | {:.2}× memcpy | {:.2}× memcpy | {:.2}× |",
+                gb(bytes as f64, r[0].0),
+                gb(bytes as f64, r[1].0),
+                r[0].1 / r[0].0,
+                r[1].1 / r[1].0,
+                r[0].0 / r[1].0
+            ));
+        }
     }
     let name = format!("embedding gather {GATHERED} rows of {VOCAB}×{EMBED}");
     if wanted(&name) {

@@ -2,6 +2,7 @@
 //! (see [`Compiler`]).
 
 use crate::fused::Instr;
+use crate::halfvec::HalfKind;
 use crate::simd::MapBin;
 use luminal::op::{BinaryOp, UnaryOp};
 
@@ -54,6 +55,18 @@ pub(crate) enum Step {
     SMax {
         a: u32,
         b: u32,
+        out: u32,
+    },
+    /// A scalar rounded to half precision.
+    SRound {
+        kind: HalfKind,
+        a: u32,
+        out: u32,
+    },
+    /// A block rounded to half precision (the value a half op stores).
+    Round {
+        kind: HalfKind,
+        a: Src,
         out: u32,
     },
     Max {
@@ -207,7 +220,7 @@ impl<'p> Compiler<'p> {
         let mut uses = vec![0usize; n];
         for ins in instrs {
             match *ins {
-                Instr::Unary(_, a) | Instr::NotZero(a) => uses[value[a]] += 1,
+                Instr::Unary(_, a) | Instr::NotZero(a) | Instr::Round(_, a) => uses[value[a]] += 1,
                 Instr::Binary(_, a, b) | Instr::Max(a, b) => {
                     uses[value[a]] += 1;
                     uses[value[b]] += 1;
@@ -248,6 +261,7 @@ impl<'p> Compiler<'p> {
                         | Step::Binary { out, .. }
                         | Step::NotZero { out, .. }
                         | Step::Max { out, .. }
+                        | Step::Round { out, .. }
                         | Step::Map { out, .. },
                     ),
                 ) if *out == r => {
@@ -404,6 +418,17 @@ impl<'p> Compiler<'p> {
                     self.src[i] = Some(Src::Scalar(out));
                 } else {
                     self.extend_with(i, va, |l| l.unary(op));
+                }
+            }
+            Instr::Round(kind, a) => {
+                let va = val(a);
+                if let Some(a) = self.scalar_of(va) {
+                    let out = self.slot();
+                    self.steps.push(Step::SRound { kind, a, out });
+                    self.src[i] = Some(Src::Scalar(out));
+                } else {
+                    let a = self.mat(va);
+                    self.vector_step(i, |out| Step::Round { kind, a, out }, &[va]);
                 }
             }
             Instr::NotZero(a) => {

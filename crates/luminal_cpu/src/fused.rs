@@ -16,12 +16,13 @@
 //! Evaluation and the kernel loops are compiled per instruction set (`simd::run`).
 
 use crate::compile::{Compiler, Src, Step, DST, NO_SLOT};
+use crate::halfvec::{HalfElem, HalfKind};
 use crate::simd::{self, reduce_identity, Acc, Affine, Task};
 use crate::storage::{BufRef, Storage};
 use crate::view::{eval, DimValues, ResolvedView, ViewExprs};
 use luminal::op::{BinaryOp, ReduceOp, UnaryOp};
 use luminal::shape::CompiledExpression;
-use luminal::Result;
+use luminal::{DType, Result};
 use std::cell::RefCell;
 
 /// Elements per interpreter block: registers of all tree ops stay in L1/L2, and blocks are
@@ -48,6 +49,9 @@ pub enum Instr {
     Max(usize, usize),
     /// The same value (Contiguous, and casts that are exact in f32).
     Copy(usize),
+    /// The value rounded to f16 / bf16 precision: what a half op (or a cast to a half type)
+    /// stores, kept as f32 (see `halves.rs`).
+    Round(HalfKind, usize),
     /// Row kernels: the current row's result of reduce stage `i` (same for the whole row).
     RowScalar(usize),
     /// Row kernels: the current row's values of row register `i` (an earlier stage).
@@ -67,6 +71,8 @@ pub struct Leaf {
 pub enum ConstSrc {
     Value(f32),
     Expr(CompiledExpression),
+    /// An expression's value rounded once to a half type (a half constant).
+    HalfExpr(CompiledExpression, DType),
 }
 
 /// A fused tree over the logical index space of its root.
@@ -164,6 +170,7 @@ impl Program {
             *v = match c {
                 ConstSrc::Value(x) => *x,
                 ConstSrc::Expr(e) => eval(e, dims)? as f32,
+                ConstSrc::HalfExpr(e, dt) => dt.round(eval(e, dims)? as f64) as f32,
             };
         }
         if self.root.is_none() {
@@ -285,6 +292,14 @@ impl Program {
                 }
                 Step::SNotZero { a, out } => {
                     slots[out as usize] = (slots[a as usize] != 0.0) as u8 as f32
+                }
+                Step::SRound { kind, a, out } => {
+                    slots[out as usize] = crate::halfvec::round_one(kind, slots[a as usize])
+                }
+                Step::Round { kind, a, out } => {
+                    let (o, ctx) = split_out(&mut *rg, out, &mut *dst, n);
+                    let a = ctx.get(self, bufs, &row, &direct, slots, a, z0, n);
+                    crate::halfvec::round_block(kind, a, o);
                 }
                 Step::Unary { op, a, out } => {
                     let (o, ctx) = split_out(&mut *rg, out, &mut *dst, n);
@@ -500,6 +515,8 @@ struct ElementwiseTask<'a, 'o, 'r, 's> {
 enum OutChunk<'o> {
     F32(&'o mut [f32]),
     F64(&'o mut [f64]),
+    F16(&'o mut [half::f16]),
+    BF16(&'o mut [half::bf16]),
 }
 
 impl Task for ElementwiseTask<'_, '_, '_, '_> {
@@ -558,8 +575,52 @@ impl Task for ElementwiseTask<'_, '_, '_, '_> {
                     start += n;
                 }
             }
+            OutChunk::F16(o) => narrow_blocks(prog, bufs, z0, o, regs),
+            OutChunk::BF16(o) => narrow_blocks(prog, bufs, z0, o, regs),
         }
     }
+}
+
+/// Evaluates blocks of `prog` from logical element `z0` on and rounds them into `out` (a
+/// half output: the root's value rounded once, or stored exactly when a half op already
+/// rounded it).
+#[inline(always)]
+fn narrow_blocks<H: HalfElem>(
+    prog: &Program,
+    bufs: &[Storage],
+    z0: usize,
+    out: &mut [H],
+    regs: &mut Regs<'_>,
+) {
+    let mut tmp = [0f32; BLOCK];
+    let mut start = 0;
+    while start < out.len() {
+        let n = BLOCK.min(out.len() - start);
+        let v = match prog.eval(bufs, RowEnv::NONE, z0 + start, n, regs, &mut tmp) {
+            Some(v) => v,
+            None => &tmp[..n],
+        };
+        H::narrow(v, &mut out[start..start + n]);
+        start += n;
+    }
+}
+
+/// One parallel task of an elementwise kernel per output type.
+macro_rules! elementwise_tasks {
+    ($prog:ident, $bufs:ident, $o:ident, $n:ident, $chunk:ident, $stream:expr, $variant:ident) => {
+        crate::par::for_each_chunk(&mut $o[..$n], $chunk, |t, c| {
+            $prog.with_regs(|mut regs| {
+                simd::run(ElementwiseTask {
+                    prog: $prog,
+                    bufs: $bufs,
+                    z0: t * $chunk,
+                    stream: $stream,
+                    out: OutChunk::$variant(c),
+                    regs: &mut regs,
+                })
+            })
+        })
+    };
 }
 
 /// An elementwise kernel: the program's root, stored to the node's buffer.
@@ -591,7 +652,8 @@ pub fn run_elementwise(prog: &Program, bufs: &[Storage], out: &mut Storage, n: u
                 })
             })
         }),
-        Storage::F16(_) | Storage::BF16(_) => unreachable!("fused programs produce f32 or bool"),
+        Storage::F16(o) => elementwise_tasks!(prog, bufs, o, n, chunk, false, F16),
+        Storage::BF16(o) => elementwise_tasks!(prog, bufs, o, n, chunk, false, BF16),
     }
 }
 

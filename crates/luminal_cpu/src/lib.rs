@@ -9,12 +9,15 @@
 //!   over memory in, one out; see `rows.rs`);
 //! - **matmul** recognised from its broadcast-multiply + sum-reduce pattern and run by
 //!   `gemm` on the operands' own strides (f32; f16 and bf16 widened to f32 scratch and
-//!   rounded once, see `halves.rs`), with an f32 elementwise consumer fused as an epilogue;
+//!   rounded once, see `halves.rs`; skinny half products read the half weight in place,
+//!   see `half_matvec.rs`), with an f32 elementwise consumer fused as an epilogue;
+//! - **f16 / bf16 compute** in the same fused kernels: values in f32, each half op's result
+//!   rounded to its type (the reference's result), half reductions accumulated in f64;
 //! - **casts** between f32, f16 and bf16 as direct conversion kernels (F16C where present);
 //! - **direct kernels** for data movement: gather (embedding rows copied whole), iota, and
 //!   concatenation (the pad + add pattern, copied piece by piece), any dtype (see `direct.rs`);
-//! - a **reference-semantics fallback** for everything else (ints, bools, other ops on
-//!   halves), so every graph runs with the reference's results.
+//! - a **reference-semantics fallback** for everything else (ints, bools, casts between
+//!   halves and ints), so every graph runs with the reference's results.
 //!
 //! Buffers are planned at compile time and reused by liveness; after the first run for
 //! given dims, `run()` allocates nothing. Threads come from a dedicated rayon pool.
@@ -37,6 +40,8 @@ mod compile;
 mod direct;
 mod fallback;
 mod fused;
+mod half_matvec;
+mod halfvec;
 mod halves;
 mod matmul;
 mod matvec;

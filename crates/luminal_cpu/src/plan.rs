@@ -10,13 +10,16 @@
 //!   An f32 elementwise consumer of a private product runs as its in-place epilogue.
 //! - Casts to f16 / bf16 (from f32, f16, bf16) are direct conversion kernels; casts to f32
 //!   are fused (a leaf widens the half data as it loads it).
-//! - Everything else that is f32 becomes a fused elementwise or reduce kernel; gathers, iota
-//!   and concatenations (pad + add trees) become direct data-movement kernels (`direct.rs`);
-//!   anything else not f32 (ints, bools, other half ops) runs the reference-semantics
-//!   fallback.
+//! - Everything else that is f32 becomes a fused elementwise or reduce kernel; so do f16 /
+//!   bf16 ops (computed in f32, each result rounded to its half type by an `Instr::Round`;
+//!   half reductions accumulate in f64, see `halves.rs`), and a cast to a half type fuses
+//!   into the trees that read it. Gathers, iota and concatenations (pad + add trees) become
+//!   direct data-movement kernels (`direct.rs`); anything else not float (ints, bools, casts
+//!   between halves and ints) runs the reference-semantics fallback.
 
 use crate::fallback::FallbackKernel;
 use crate::fused::{ConstSrc, Instr, Leaf, Program};
+use crate::halfvec::HalfKind;
 use crate::matmul::MatmulKernel;
 use crate::view::{DimNames, ResolvedView, ViewExprs};
 use crate::write::WriteSliceKernel;
@@ -184,8 +187,9 @@ fn pair_max(g: &GraphData, id: NodeId, uses: &HashMap<NodeId, usize>) -> Option<
     let e = &node.inputs[0];
     let pair = g.node(e.node);
     let dims = e.view.dims();
-    if node.dtype != DType::F32
-        || pair.dtype != DType::F32
+    // f32, or f16 / bf16 throughout (the maximum of two halves is one of them: exact).
+    if !node.dtype.is_float()
+        || pair.dtype != node.dtype
         || pair.op != Op::Binary(BinaryOp::Add)
         || axis + 1 != dims.len()
         || dims[axis].as_constant() != Some(2)
@@ -196,7 +200,7 @@ fn pair_max(g: &GraphData, id: NodeId, uses: &HashMap<NodeId, usize>) -> Option<
         || pair
             .inputs
             .iter()
-            .any(|x| g.node(x.node).dtype != DType::F32)
+            .any(|x| g.node(x.node).dtype != node.dtype)
     {
         return None;
     }
@@ -244,7 +248,7 @@ struct Lowering<'a> {
 
 impl Lowering<'_> {
     fn fusable(&self, id: NodeId) -> bool {
-        fusable(self.g, id) || self.pair_max.contains_key(&id)
+        fusable(self.g, id) || crate::halves::fusable(self.g, id) || self.pair_max.contains_key(&id)
     }
 
     /// A fusable single-use producer that is not an output.
@@ -280,6 +284,13 @@ impl Lowering<'_> {
                 value: ConstValue::Float(v),
             } if p.dtype == DType::Bool && !e.view.is_masked() => {
                 Some(ConstSrc::Value((*v != 0.0) as u8 as f32))
+            }
+            // A half constant: its value rounded once to its type, like the reference.
+            Op::Constant { value } if HalfKind::of(p.dtype).is_some() && !e.view.is_masked() => {
+                Some(match value {
+                    ConstValue::Float(v) => ConstSrc::Value(p.dtype.round(*v) as f32),
+                    ConstValue::Expr(x) => ConstSrc::HalfExpr(self.names.compile(x).ok()?, p.dtype),
+                })
             }
             _ => None,
         }
@@ -397,6 +408,9 @@ impl Lowering<'_> {
             other => unreachable!("{} is not fusable", other.name()),
         };
         prog.instrs.push(instr);
+        if let Some(kind) = crate::halves::rounds_to(self.g, id) {
+            prog.instrs.push(Instr::Round(kind, prog.instrs.len() - 1));
+        }
         Ok(Some(prog.instrs.len() - 1))
     }
 
@@ -437,12 +451,21 @@ impl Lowering<'_> {
                 reads,
             ));
         }
-        if self.fusable(id) {
+        // A cast to a half type fuses into the trees that read it; on its own it is a cast
+        // kernel (below).
+        let half_cast = matches!(node.op, Op::Cast(_)) && HalfKind::of(node.dtype).is_some();
+        if self.fusable(id) && !half_cast {
             let mut prog = Program::default();
             self.epilogue_ok.set(node.dtype == DType::F32);
             let r = self.emit_node(id, &mut prog, &mut reads, &mut vec![]);
             self.epilogue_ok.set(false);
             r?.expect("a root has no pending broadcast");
+            // A half root is rounded as it is stored: its own rounding step is redundant.
+            if let Some(&Instr::Round(kind, _)) = prog.instrs.last() {
+                if HalfKind::of(node.dtype) == Some(kind) {
+                    prog.instrs.pop();
+                }
+            }
             if let Some((mut mm, mut mm_reads)) = self.epilogue.borrow_mut().take() {
                 let name = Self::name_of(&prog, "matmul+");
                 mm.epilogue = Some(prog);
@@ -468,7 +491,9 @@ impl Lowering<'_> {
             if let Some(k) = self.try_matmul(id, op, axis)? {
                 return Ok(kernel("matmul".into(), KernelKind::Matmul(k.0), k.1));
             }
-            if node.dtype == DType::F32 && self.g.node(e.node).dtype == DType::F32 {
+            // f32, or f16 / bf16 accumulated in f64 (see `halves::run_half_reduce`).
+            let float = node.dtype == DType::F32 || HalfKind::of(node.dtype).is_some();
+            if float && self.g.node(e.node).dtype == node.dtype {
                 let mut prog = Program::default();
                 self.emit_edge(e, &mut prog, &mut reads, &mut vec![])?
                     .expect("a root has no pending broadcast");

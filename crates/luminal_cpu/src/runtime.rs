@@ -324,11 +324,15 @@ fn run_kernel(
             prog.prepare(dims, bufs)?;
             let len = eval(len, dims)?.max(0) as usize;
             let inner = (eval(inner, dims)?.max(0) as usize).max(1);
-            let Storage::F32(o) = out else {
-                return Err(LuminalError::Backend("reduce needs an f32 output".into()));
+            let shape = ReduceShape {
+                outer: n / inner,
+                len,
+                inner,
             };
-            let outer = n / inner;
-            run_reduce(*op, prog, bufs, o, ReduceShape { outer, len, inner });
+            match out {
+                Storage::F32(o) => run_reduce(*op, prog, bufs, o, shape),
+                _ => crate::halves::run_half_reduce(*op, prog, bufs, out, shape, half_scratch)?,
+            }
         }
         KernelKind::Matmul(m) => {
             m.prepare(dims, bufs)?;

@@ -2,7 +2,7 @@
 //! work on them); `i32` and `bool` are stored as exact `f64` values (both embed exactly),
 //! which the reference-semantics fallback kernels read and write.
 
-use half::slice::HalfFloatSliceExt;
+use crate::halfvec::HalfElem;
 use half::{bf16, f16};
 use luminal::{DType, HostData};
 
@@ -148,14 +148,14 @@ impl<'a> BufRef<'a> {
         }
     }
     /// Elements `start .. start + out.len()` as `f32` (halves widen exactly, vectorised:
-    /// F16C where the CPU has it).
+    /// F16C where the CPU has it, see `halfvec.rs`).
     #[inline]
     pub fn copy_to_f32(&self, start: usize, out: &mut [f32]) {
         let range = start..start + out.len();
         match self {
             BufRef::F32(v) => out.copy_from_slice(&v[range]),
-            BufRef::F16(v) => v[range].convert_to_f32_slice(out),
-            BufRef::BF16(v) => v[range].convert_to_f32_slice(out),
+            BufRef::F16(v) => HalfElem::widen(&v[range], out),
+            BufRef::BF16(v) => HalfElem::widen(&v[range], out),
             BufRef::F64(v) => {
                 for (o, &x) in out.iter_mut().zip(&v[range]) {
                     *o = x as f32;

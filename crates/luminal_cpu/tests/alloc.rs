@@ -154,6 +154,50 @@ fn count_half_runs(
     n
 }
 
+/// Allocations during the 2nd and 3rd runs of a half decode step: skinny products reading
+/// the half weights in place (`[N, K]` and `[K, N]`), a fused half elementwise chain, and a
+/// half reduction (f64 accumulators in the runtime's scratch).
+fn count_half_decode_runs(keep: &mut Vec<CpuRuntime>, threads: usize, dtype: DType) -> usize {
+    let cx = Graph::new();
+    let x = cx.input("x", (1, 256), dtype);
+    let w1 = cx.input("w1", (128, 256), dtype);
+    let w2 = cx.input("w2", (128, 64), dtype);
+    let v = cx.input("v", (40, 500), dtype);
+    let h = x.matmul(w1.permute(&[1, 0]));
+    let y = h.matmul(w2).output();
+    let e = ((v * v + v).sqrt() * 0.5).exp2().output();
+    let s = (v * v + 1.0).sum(1).output();
+    let mut rt = cx
+        .compile(CpuBackend::with_threads(threads), CompileOptions::default())
+        .unwrap();
+    let names = rt.kernel_names();
+    assert!(
+        names.iter().all(|n| !n.starts_with("fallback")),
+        "{names:?}"
+    );
+    let half = |v: f64, n: usize| HostData::from_f64(dtype, &vec![v; n]);
+    rt.set_data(x, half(1.0, 256)).unwrap();
+    rt.set_data(w1, half(0.01, 128 * 256)).unwrap();
+    rt.set_data(w2, half(0.5, 128 * 64)).unwrap();
+    rt.set_data(v, half(2.0, 40 * 500)).unwrap();
+    rt.run().unwrap();
+    COUNTING.store(true, Ordering::SeqCst);
+    ALLOCS.store(0, Ordering::SeqCst);
+    rt.run().unwrap();
+    rt.run().unwrap();
+    COUNTING.store(false, Ordering::SeqCst);
+    let n = ALLOCS.load(Ordering::SeqCst);
+    // 256 · 0.01 rounds to 2.56 (in the half type), then 128 · 0.5 · that.
+    let out = rt.get_f32(y).unwrap();
+    assert!((out[0] - 163.8).abs() < 1.5, "{}", out[0]);
+    let e0 = rt.get_f32(e).unwrap()[0];
+    assert!((e0 - 2f32.powf(6f32.sqrt() / 2.0)).abs() < 0.02, "{e0}");
+    let s0 = rt.get_f32(s).unwrap()[0];
+    assert!((s0 - 2500.0).abs() <= 8.0, "{s0}");
+    keep.push(rt);
+    n
+}
+
 // One test function: the counter is global, so the cases must not run concurrently. Every
 // runtime is kept alive to the end: a dropped runtime's pool threads exit in the background
 // (allocating as they go) while the next case counts.
@@ -199,6 +243,8 @@ fn second_and_third_runs_allocate_nothing() {
             assert_eq!(n, 0, "{dtype}, {threads} threads, matvec");
             let n = count_half_runs(&mut keep, threads, 16, dtype);
             assert!(n <= 2 * (1 + threads), "{dtype}, {threads} threads: {n}");
+            let n = count_half_decode_runs(&mut keep, threads, dtype);
+            assert_eq!(n, 0, "{dtype}, {threads} threads, half decode step");
         }
     }
 }

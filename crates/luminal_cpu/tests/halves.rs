@@ -1,154 +1,13 @@
 //! f16 / bf16 on the CPU backend, against the reference runtime: matmuls (gemm on widened
-//! operands, one rounding), casts (direct kernels; every rounding edge case, and every one
-//! of the 65536 bit patterns for the half -> other conversions), f16 weights cast to f32
-//! inside an f32 graph, and the fallback for the other half ops.
+//! operands, skinny kernels on the half weights; one rounding), casts (direct kernels; every
+//! rounding edge case, and every one of the 65536 bit patterns for the half -> other
+//! conversions), f16 weights cast to f32 inside an f32 graph, half ops through views and
+//! gathers. Half elementwise ops and reductions are tested op by op in `half_ops.rs`.
 
+mod half_common;
+
+use half_common::*;
 use luminal::prelude::*;
-use luminal_cpu::{CpuBackend, CpuRuntime};
-
-/// xorshift64*: deterministic, no dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    /// Uniform in [-1, 1), 2^-20 steps.
-    fn float(&mut self) -> f64 {
-        (self.next() >> 44) as f64 / (1u64 << 19) as f64 - 1.0
-    }
-}
-
-fn random(dtype: DType, n: usize, seed: u64) -> HostData {
-    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-    let v: Vec<f64> = (0..n).map(|_| rng.float()).collect();
-    HostData::from_f64(dtype, &v)
-}
-
-fn cpu(cx: &Graph, threads: usize) -> CpuRuntime {
-    cx.compile(CpuBackend::with_threads(threads), CompileOptions::default())
-        .unwrap()
-}
-
-fn reference(cx: &Graph) -> ReferenceRuntime {
-    cx.compile(ReferenceBackend, CompileOptions::default())
-        .unwrap()
-}
-
-fn assert_no_fallback(rt: &CpuRuntime) {
-    let names = rt.kernel_names();
-    assert!(
-        names.iter().all(|n| !n.starts_with("fallback")),
-        "{names:?}"
-    );
-}
-
-/// Spacing of the half type `dtype` at `x` (its smallest subnormal near zero).
-fn ulp(dtype: DType, x: f64) -> f64 {
-    let (mantissa_bits, min_exp) = match dtype {
-        DType::F16 => (10, -14),
-        DType::BF16 => (7, -126),
-        _ => unreachable!(),
-    };
-    let e = if x == 0.0 {
-        min_exp
-    } else {
-        (x.abs().log2().floor() as i32).max(min_exp)
-    };
-    2f64.powi(e - mantissa_bits)
-}
-
-/// One half matmul `a · b`: operand shapes as stored and how each is viewed.
-struct MatmulCase {
-    a: Vec<usize>,
-    b: Vec<usize>,
-    /// Permute the last two axes of the stored operand before the matmul.
-    a_t: bool,
-    b_t: bool,
-}
-
-fn case(a: &[usize], b: &[usize], a_t: bool, b_t: bool) -> MatmulCase {
-    MatmulCase {
-        a: a.to_vec(),
-        b: b.to_vec(),
-        a_t,
-        b_t,
-    }
-}
-
-fn transposed<'g>(t: GraphTensor<'g>, yes: bool) -> GraphTensor<'g> {
-    if yes {
-        t.transpose(-1, -2)
-    } else {
-        t
-    }
-}
-
-/// Checks `a · b` in `dtype` against the reference.
-///
-/// Tolerance, per output element: the reference rounds every product to the half type
-/// (the `Mul` node's dtype; relative error `u` = 2^-11 for f16, 2^-8 for bf16), sums those
-/// exactly and rounds once. We multiply exactly (half products are exact in f32), sum in
-/// f32 (error at most `K·2^-24·Σ|a||b|`) and round once. So the two pre-rounding sums differ
-/// by at most `(u + K·2^-24)·Σ|a||b|`, and the two roundings add at most one spacing of the
-/// half type at the larger result (two spacings at the reference's, across a binade).
-fn check_matmul(dtype: DType, c: &MatmulCase, threads: usize, seed: u64) {
-    let cx = Graph::new();
-    let a = cx.input("a", c.a.clone(), dtype);
-    let b = cx.input("b", c.b.clone(), dtype);
-    let (av, bv) = (transposed(a, c.a_t), transposed(b, c.b_t));
-    let out = av.matmul(bv).output();
-    // Σ|a||b| per output element, on the reference only.
-    let abs_dot = av
-        .cast(DType::F32)
-        .abs()
-        .matmul(bv.cast(DType::F32).abs())
-        .output();
-    let k = av.shape().last().unwrap().as_constant().unwrap() as f64;
-    let (ad, bd) = (
-        random(dtype, c.a.iter().product(), seed),
-        random(dtype, c.b.iter().product(), seed + 1),
-    );
-
-    let mut want = reference(&cx);
-    want.set_data(a, ad.clone()).unwrap();
-    want.set_data(b, bd.clone()).unwrap();
-    want.run().unwrap();
-    let (want_v, bound) = (want.get_data(out).unwrap(), want.get_f32(abs_dot).unwrap());
-
-    // The CPU runtime computes only `out` (a graph of its own, so `abs_dot` adds no kernels).
-    let cx2 = Graph::new();
-    let a2 = cx2.input("a", c.a.clone(), dtype);
-    let b2 = cx2.input("b", c.b.clone(), dtype);
-    let out2 = transposed(a2, c.a_t).matmul(transposed(b2, c.b_t)).output();
-    let mut rt = cpu(&cx2, threads);
-    assert_eq!(rt.kernel_names(), vec!["matmul".to_string()], "{dtype}");
-    rt.set_data(a2, ad).unwrap();
-    rt.set_data(b2, bd).unwrap();
-    rt.run().unwrap();
-    let got = rt.get_data(out2).unwrap();
-    assert_eq!(got.dtype(), dtype);
-
-    let u = match dtype {
-        DType::F16 => 2f64.powi(-11),
-        _ => 2f64.powi(-8),
-    };
-    let (got, want_v) = (got.to_f64(), want_v.to_f64());
-    assert_eq!(got.len(), want_v.len());
-    for (i, ((&g, &w), &s)) in got.iter().zip(&want_v).zip(&bound).enumerate() {
-        let tol = (u + k * 2f64.powi(-24)) * s as f64 + 2.0 * ulp(dtype, w);
-        assert!(
-            (g - w).abs() <= tol,
-            "{dtype} {:?}x{:?} (t {} {}) threads {threads}: element {i}: {g} vs reference {w} (tolerance {tol})",
-            c.a,
-            c.b,
-            c.a_t,
-            c.b_t
-        );
-    }
-}
 
 fn matmul_cases() -> Vec<MatmulCase> {
     vec![
@@ -170,6 +29,9 @@ fn matmul_cases() -> Vec<MatmulCase> {
         case(&[37, 64], &[64, 1], false, false),
         case(&[4, 4096], &[4096, 8], false, false),
     ]
+    .into_iter()
+    .chain(skinny_cases())
+    .collect()
 }
 
 #[test]
@@ -318,10 +180,6 @@ fn edge_values() -> Vec<f32> {
     v
 }
 
-fn same_value(a: f64, b: f64) -> bool {
-    (a.is_nan() && b.is_nan()) || a.to_bits() == b.to_bits()
-}
-
 #[test]
 fn casts_from_f32_round_like_the_reference() {
     let xs = edge_values();
@@ -356,14 +214,6 @@ fn casts_from_f32_round_like_the_reference() {
                 independent
             );
         }
-    }
-}
-
-/// Every f16 or bf16 bit pattern.
-fn all_bit_patterns(dtype: DType) -> HostData {
-    match dtype {
-        DType::F16 => HostData::F16((0..=u16::MAX).map(f16::from_bits).collect()),
-        _ => HostData::BF16((0..=u16::MAX).map(bf16::from_bits).collect()),
     }
 }
 
@@ -508,13 +358,15 @@ fn half_data_read_by_an_f32_tree_is_one_fused_kernel() {
 }
 
 #[test]
-fn other_half_ops_run_the_fallback_with_reference_results() {
+fn half_ops_through_views_match_the_reference_bit_for_bit() {
     for dtype in [DType::F16, DType::BF16] {
         let cx = Graph::new();
         let a = cx.input("a", (12, 20), dtype);
         let b = cx.input("b", (12, 20), dtype);
         let ids = cx.input("ids", 5, DType::I32);
-        let s = ((a * b + a).exp2() - b.sin()).sum(1).output();
+        let s = (((a * a + b * b).sqrt() - a * b) % (b + 2.0))
+            .sum(1)
+            .output();
         let m = a.permute(&[1, 0]).contiguous().max(0).output();
         let g = a.embedding(ids).output();
         let lt = a.lt(b).output();
@@ -530,8 +382,13 @@ fn other_half_ops_run_the_fallback_with_reference_results() {
         want.set(ids, &idd).unwrap();
         rt.run().unwrap();
         want.run().unwrap();
+        let names = rt.kernel_names();
+        assert!(
+            names.iter().all(|n| !n.starts_with("fallback")),
+            "{names:?}"
+        );
         for t in [s, m, g, lt] {
-            // The fallback has the reference's exact semantics: equal, bit for bit.
+            // Correctly rounded ops, f64 sums, exact max, copies: equal, bit for bit.
             assert_eq!(
                 rt.get_data(t).unwrap(),
                 want.get_data(t).unwrap(),

@@ -2,6 +2,8 @@
 //! once per level: baseline, AVX2+FMA, AVX-512). One test function, because the level is
 //! process-wide.
 
+mod half_common;
+
 use luminal::prelude::*;
 use luminal_cpu::{detected_isa, set_max_isa, CpuBackend, Isa};
 
@@ -65,6 +67,14 @@ fn op_suite_at_every_isa_level() {
             "unary", "binary", "reduce", "movement", "nn", "conv", "index", "dtype", "dynamic",
         ] {
             luminal::testing::run_family(family, CpuBackend::default);
+        }
+        // Half kernels (F16C conversions at AVX2 and above, `half`'s below).
+        half_common::check_unary_ops();
+        half_common::check_binary_ops();
+        for (i, c) in half_common::skinny_cases().iter().enumerate() {
+            for dtype in half_common::HALVES {
+                half_common::check_matmul(dtype, c, 2, 200 + i as u64);
+            }
         }
     }
     set_max_isa(Isa::Avx512);
