@@ -32,6 +32,17 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
+/// Runs `rt` three times and returns the allocations made during the 2nd and 3rd runs.
+fn allocs_in_runs_2_and_3(rt: &mut CpuRuntime) -> usize {
+    rt.run().unwrap();
+    COUNTING.store(true, Ordering::SeqCst);
+    ALLOCS.store(0, Ordering::SeqCst);
+    rt.run().unwrap();
+    rt.run().unwrap();
+    COUNTING.store(false, Ordering::SeqCst);
+    ALLOCS.load(Ordering::SeqCst)
+}
+
 /// Allocations during the 2nd and 3rd runs of an MLP (`with_matmul`) or of the same graph
 /// with the matmuls replaced by elementwise products.
 fn count_runs(
@@ -59,13 +70,7 @@ fn count_runs(
     rt.set(w2, &vec![0.02f32; 512 * 128]).unwrap();
     rt.set_dim("batch", batch);
     rt.set(x, &vec![1.0f32; batch * 256]).unwrap();
-    rt.run().unwrap();
-    COUNTING.store(true, Ordering::SeqCst);
-    ALLOCS.store(0, Ordering::SeqCst);
-    rt.run().unwrap();
-    rt.run().unwrap();
-    COUNTING.store(false, Ordering::SeqCst);
-    let n = ALLOCS.load(Ordering::SeqCst);
+    let n = allocs_in_runs_2_and_3(&mut rt);
     let out = rt.get::<f32>(y).unwrap();
     assert!((out[..128].iter().sum::<f32>() - 1.0).abs() < 1e-3);
     keep.push(rt);
@@ -102,13 +107,7 @@ fn count_direct_runs(keep: &mut Vec<CpuRuntime>, threads: usize, n: usize) -> us
     let picks: Vec<i32> = (0..n as i32).map(|i| i % 64).collect();
     rt.set(ids, &picks).unwrap();
     rt.set(more, &[63i32, 0, 1]).unwrap();
-    rt.run().unwrap();
-    COUNTING.store(true, Ordering::SeqCst);
-    ALLOCS.store(0, Ordering::SeqCst);
-    rt.run().unwrap();
-    rt.run().unwrap();
-    COUNTING.store(false, Ordering::SeqCst);
-    let allocs = ALLOCS.load(Ordering::SeqCst);
+    let allocs = allocs_in_runs_2_and_3(&mut rt);
     let out = rt.get::<f32>(y).unwrap();
     assert_eq!(out.len(), (n + 3 + 5) * 32);
     assert_eq!(out[32 * (n + 1)], 0.5 + (n + 1) as f32);
@@ -141,13 +140,7 @@ fn count_half_runs(
     rt.set_data(w, half(0.01, 128 * 256)).unwrap();
     rt.set_dim("batch", batch);
     rt.set_data(x, half(1.0, batch * 256)).unwrap();
-    rt.run().unwrap();
-    COUNTING.store(true, Ordering::SeqCst);
-    ALLOCS.store(0, Ordering::SeqCst);
-    rt.run().unwrap();
-    rt.run().unwrap();
-    COUNTING.store(false, Ordering::SeqCst);
-    let n = ALLOCS.load(Ordering::SeqCst);
+    let n = allocs_in_runs_2_and_3(&mut rt);
     let out = rt.get_f32(y).unwrap();
     assert!((out[0] - 2.56).abs() < 0.02, "{}", out[0]);
     keep.push(rt);
@@ -180,13 +173,7 @@ fn count_half_decode_runs(keep: &mut Vec<CpuRuntime>, threads: usize, dtype: DTy
     rt.set_data(w1, half(0.01, 128 * 256)).unwrap();
     rt.set_data(w2, half(0.5, 128 * 64)).unwrap();
     rt.set_data(v, half(2.0, 40 * 500)).unwrap();
-    rt.run().unwrap();
-    COUNTING.store(true, Ordering::SeqCst);
-    ALLOCS.store(0, Ordering::SeqCst);
-    rt.run().unwrap();
-    rt.run().unwrap();
-    COUNTING.store(false, Ordering::SeqCst);
-    let n = ALLOCS.load(Ordering::SeqCst);
+    let n = allocs_in_runs_2_and_3(&mut rt);
     // 256 · 0.01 rounds to 2.56 (in the half type), then 128 · 0.5 · that.
     let out = rt.get_f32(y).unwrap();
     assert!((out[0] - 163.8).abs() < 1.5, "{}", out[0]);
