@@ -395,6 +395,12 @@ fn chain(cx: &Graph) -> Vec<GraphTensor<'_>> {
     let _ = ((((x * 1.5 + 0.5) * y + x) * 0.25) + y).output();
     vec![x, y]
 }
+fn add2(cx: &Graph) -> Vec<GraphTensor<'_>> {
+    let x = cx.tensor("x", N);
+    let y = cx.tensor("y", N);
+    let _ = (x + y).output();
+    vec![x, y]
+}
 fn softmax(cx: &Graph) -> Vec<GraphTensor<'_>> {
     let x = cx.tensor("x", (ROWS, COLS));
     let _ = x.softmax(1).output();
@@ -524,8 +530,9 @@ fn main() {
     // Bytes = inputs read + output written; the memcpy copies half that many bytes (so it
     // reads and writes the same total).
     let concat_bytes = 4 * CONCAT_ROWS * CONCAT_COLS * 4;
-    let cases: [(&str, Build, usize); 4] = [
+    let cases: [(&str, Build, usize); 5] = [
         ("elementwise chain (6 ops) 16M", chain, 3 * N * 4),
+        ("elementwise add (1 op) 16M", add2, 3 * N * 4),
         ("softmax 4096×2048", softmax, 2 * ROWS * COLS * 4),
         ("rms_norm 4096×2048", rms, 2 * ROWS * COLS * 4),
         ("concat 2×[4096,1024] last axis", concat_last, concat_bytes),

@@ -3,7 +3,7 @@
 
 use crate::fused::Instr;
 use crate::halfvec::HalfKind;
-use crate::simd::MapBin;
+use crate::simd::ChainOp;
 use luminal::op::{BinaryOp, UnaryOp};
 
 /// Where a step reads an operand block from.
@@ -89,104 +89,77 @@ pub(crate) enum Step {
         a: Src,
         out: u32,
     },
-    /// Several elementwise ops in one pass (see [`crate::simd::map`]); `k` holds the slots of
-    /// m1, c1, m2, m3, c2 (`NO_SLOT`: identity).
-    Map {
+    /// Several elementwise ops in one pass (see [`crate::simd::chain`]): `a` through
+    /// `ops[start .. start + len]` of the compiler's chain table.
+    Chain {
         a: Src,
-        pre: Option<(MapBin, Src)>,
-        k: [u32; 5],
-        op: Option<UnaryOp>,
-        post: Option<(MapBin, Src)>,
+        start: u32,
+        len: u32,
         out: u32,
     },
 }
 
-/// An absent scalar of a `Map` step (the identity is used).
-pub(crate) const NO_SLOT: u32 = u32::MAX;
+/// The second operand of a chain op: none, a scalar slot, or a block.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Operand {
+    None,
+    Slot(u32),
+    Vector(Src),
+}
 
-/// A pending fused map: a vector value with ops still to apply (see [`crate::simd::map`]).
-/// Positions, in order: 0 leading binary, 1 m1, 2 c1, 3 m2, 4 unary, 5 m3, 6 c2,
-/// 7 trailing binary; an op is absorbed at the first free position of its kind after the
-/// last one used, so the ops keep their order.
+/// Ops a chain holds at most (the interpreter resolves their operands on the stack).
+pub(crate) const MAX_CHAIN: usize = 16;
+
+/// A pending chain: a vector value with ops still to apply to it (see
+/// [`crate::simd::chain`]).
 #[derive(Clone, Copy, Debug)]
 struct Lazy {
     a: Src,
-    pre: Option<(MapBin, Src)>,
-    k: [u32; 5],
-    op: Option<UnaryOp>,
-    post: Option<(MapBin, Src)>,
-    next: u8,
-    /// Values this map reads (consumed when it is emitted).
-    refs: [usize; 3],
+    ops: [(ChainOp, Operand); MAX_CHAIN],
+    n_ops: usize,
+    /// Values this chain reads (consumed when it is emitted).
+    refs: [usize; MAX_CHAIN + 1],
     n_refs: usize,
 }
 
 impl Lazy {
     fn new(a: Src, va: usize) -> Lazy {
+        let mut refs = [usize::MAX; MAX_CHAIN + 1];
+        refs[0] = va;
         Lazy {
             a,
-            pre: None,
-            k: [NO_SLOT; 5],
-            op: None,
-            post: None,
-            next: 0,
-            refs: [va, usize::MAX, usize::MAX],
+            ops: [(ChainOp::NotZero, Operand::None); MAX_CHAIN],
+            n_ops: 0,
+            refs,
             n_refs: 1,
         }
     }
 
-    /// `x op s` appended; false when no position is left.
-    fn scalar(&mut self, op: BinaryOp, slot: u32) -> bool {
-        let places: &[(u8, usize)] = match op {
-            BinaryOp::Mul => &[(1, 0), (3, 2), (5, 3)],
-            BinaryOp::Add => &[(2, 1), (6, 4)],
-            _ => &[],
-        };
-        for &(pos, i) in places {
-            if pos >= self.next {
-                self.k[i] = slot;
-                self.next = pos + 1;
-                return true;
-            }
-        }
-        false
+    fn full(&self) -> bool {
+        self.n_ops == MAX_CHAIN
     }
 
-    fn unary(&mut self, op: UnaryOp) -> bool {
-        if self.next > 4 {
+    /// Appends an op (false when the chain is full); `v`: the value a vector operand is.
+    fn push(&mut self, op: ChainOp, b: Operand, v: Option<usize>) -> bool {
+        if self.full() {
             return false;
         }
-        self.op = Some(op);
-        self.next = 5;
-        true
-    }
-
-    fn post(&mut self, op: MapBin, b: Src, vb: usize) -> bool {
-        if self.next > 7 {
-            return false;
+        self.ops[self.n_ops] = (op, b);
+        self.n_ops += 1;
+        if let Some(v) = v {
+            self.refs[self.n_refs] = v;
+            self.n_refs += 1;
         }
-        self.post = Some((op, b));
-        self.next = 8;
-        self.refs[self.n_refs] = vb;
-        self.n_refs += 1;
         true
-    }
-}
-
-fn map_bin(op: BinaryOp) -> Option<MapBin> {
-    match op {
-        BinaryOp::Add => Some(MapBin::Add),
-        BinaryOp::Mul => Some(MapBin::Mul),
-        _ => None,
     }
 }
 
 /// Compiles a program's instructions into steps:
 /// - values equal across a block (constants, row scalars, and ops on those only) become
 ///   scalar slots, computed once per block;
-/// - chains of elementwise ops on one vector (scalar adds/muls, one unary op, one leading
-///   and one trailing add/mul with another vector) fuse into one `Map` pass; every op still
-///   rounds separately, so results are unchanged;
+/// - chains of elementwise ops on one running value (each op taking it and at most one
+///   scalar or other vector) fuse into one `Chain` pass; every op still rounds separately,
+///   so results are unchanged;
 /// - registers are reference-counted: a register returns to the pool when the last step
 ///   reading it is emitted (after that step's output was assigned, so no step reads and
 ///   writes the same register).
@@ -202,6 +175,8 @@ pub(crate) struct Compiler<'p> {
     pub(crate) n_regs: u32,
     pub(crate) n_slots: u32,
     pub(crate) steps: Vec<Step>,
+    /// The ops of every `Chain` step.
+    pub(crate) chains: Vec<(ChainOp, Operand)>,
     pub(crate) root: Src,
 }
 
@@ -241,6 +216,7 @@ impl<'p> Compiler<'p> {
             n_regs: 0,
             n_slots: 0,
             steps: vec![],
+            chains: vec![],
             root: Src::Scalar(0),
         };
         for i in 0..n {
@@ -262,7 +238,7 @@ impl<'p> Compiler<'p> {
                         | Step::NotZero { out, .. }
                         | Step::Max { out, .. }
                         | Step::Round { out, .. }
-                        | Step::Map { out, .. },
+                        | Step::Chain { out, .. },
                     ),
                 ) if *out == r => {
                     *out = DST;
@@ -305,28 +281,36 @@ impl<'p> Compiler<'p> {
         }
     }
 
-    /// Emits a pending map into register `out` (allocated by the caller, or `DST`).
+    /// Emits a pending chain into register `out` (allocated by the caller, or `DST`). A
+    /// chain of one op becomes that op's own step.
     fn emit(&mut self, l: Lazy, out: u32) {
-        let plain = l.k == [NO_SLOT; 5] && l.post.is_none();
-        let step = match (plain, l.pre, l.op) {
-            (true, Some((b, x)), None) => Step::Binary {
-                op: match b {
-                    MapBin::Add => BinaryOp::Add,
-                    MapBin::Mul => BinaryOp::Mul,
-                },
+        assert!(l.n_ops > 0, "an empty chain");
+        let step = if l.n_ops == 1 {
+            let (op, b) = l.ops[0];
+            let b = match b {
+                Operand::None => Src::Scalar(u32::MAX),
+                Operand::Slot(k) => Src::Scalar(k),
+                Operand::Vector(v) => v,
+            };
+            match op {
+                ChainOp::Binary { op, swap } => {
+                    let (a, b) = if swap { (b, l.a) } else { (l.a, b) };
+                    Step::Binary { op, a, b, out }
+                }
+                ChainOp::Max => Step::Max { a: l.a, b, out },
+                ChainOp::Unary(op) => Step::Unary { op, a: l.a, out },
+                ChainOp::NotZero => Step::NotZero { a: l.a, out },
+                ChainOp::Round(kind) => Step::Round { kind, a: l.a, out },
+            }
+        } else {
+            let start = self.chains.len() as u32;
+            self.chains.extend_from_slice(&l.ops[..l.n_ops]);
+            Step::Chain {
                 a: l.a,
-                b: x,
+                start,
+                len: l.n_ops as u32,
                 out,
-            },
-            (true, None, Some(op)) => Step::Unary { op, a: l.a, out },
-            _ => Step::Map {
-                a: l.a,
-                pre: l.pre,
-                k: l.k,
-                op: l.op,
-                post: l.post,
-                out,
-            },
+            }
         };
         self.steps.push(step);
         for &v in &l.refs[..l.n_refs] {
@@ -373,13 +357,25 @@ impl<'p> Compiler<'p> {
         self.lazy[i] = Some(l);
     }
 
-    fn vector_step(&mut self, i: usize, step: impl FnOnce(u32) -> Step, reads: &[usize]) {
-        let out = self.alloc();
-        self.steps.push(step(out));
-        for &v in reads {
-            self.consume(v);
-        }
-        self.src[i] = Some(Src::Reg(out));
+    /// Value `i` is `op(va, vb)` for two vector values: appended to the pending chain of
+    /// one of them when this op is its only reader, else a new chain.
+    fn two_vectors(&mut self, i: usize, va: usize, vb: usize, op: impl Fn(bool) -> ChainOp) {
+        let open = |c: &Self, v: usize| c.lazy[v].is_some_and(|l| !l.full()) && c.uses[v] == 1;
+        let (main, other, swap) = if open(self, va) {
+            (va, vb, false)
+        } else if open(self, vb) {
+            (vb, va, true)
+        } else {
+            let (x, y) = (self.mat(va), self.mat(vb));
+            let mut l = Lazy::new(x, va);
+            l.push(op(false), Operand::Vector(y), Some(vb));
+            self.lazy[i] = Some(l);
+            return;
+        };
+        let b = self.mat(other);
+        let mut l = self.extend(main);
+        assert!(l.push(op(swap), Operand::Vector(b), Some(other)));
+        self.lazy[i] = Some(l);
     }
 
     fn instr(&mut self, i: usize) {
@@ -417,7 +413,7 @@ impl<'p> Compiler<'p> {
                     self.steps.push(Step::SUnary { op, a, out });
                     self.src[i] = Some(Src::Scalar(out));
                 } else {
-                    self.extend_with(i, va, |l| l.unary(op));
+                    self.extend_with(i, va, |l| l.push(ChainOp::Unary(op), Operand::None, None));
                 }
             }
             Instr::Round(kind, a) => {
@@ -427,8 +423,7 @@ impl<'p> Compiler<'p> {
                     self.steps.push(Step::SRound { kind, a, out });
                     self.src[i] = Some(Src::Scalar(out));
                 } else {
-                    let a = self.mat(va);
-                    self.vector_step(i, |out| Step::Round { kind, a, out }, &[va]);
+                    self.extend_with(i, va, |l| l.push(ChainOp::Round(kind), Operand::None, None));
                 }
             }
             Instr::NotZero(a) => {
@@ -438,92 +433,43 @@ impl<'p> Compiler<'p> {
                     self.steps.push(Step::SNotZero { a, out });
                     self.src[i] = Some(Src::Scalar(out));
                 } else {
-                    let a = self.mat(va);
-                    self.vector_step(i, |out| Step::NotZero { a, out }, &[va]);
+                    self.extend_with(i, va, |l| l.push(ChainOp::NotZero, Operand::None, None));
                 }
             }
             Instr::Max(a, b) => {
                 let (va, vb) = (val(a), val(b));
-                if let (Some(a), Some(b)) = (self.scalar_of(va), self.scalar_of(vb)) {
-                    let out = self.slot();
-                    self.steps.push(Step::SMax { a, b, out });
-                    self.src[i] = Some(Src::Scalar(out));
-                    return;
-                }
-                let mut reads = vec![];
-                let mut operand = |c: &mut Self, v: usize| match c.scalar_of(v) {
-                    Some(k) => Src::Scalar(k),
-                    None => {
-                        reads.push(v);
-                        c.mat(v)
+                match (self.scalar_of(va), self.scalar_of(vb)) {
+                    (Some(a), Some(b)) => {
+                        let out = self.slot();
+                        self.steps.push(Step::SMax { a, b, out });
+                        self.src[i] = Some(Src::Scalar(out));
                     }
-                };
-                let (x, y) = (operand(self, va), operand(self, vb));
-                self.vector_step(i, |out| Step::Max { a: x, b: y, out }, &reads);
+                    // The order of max's operands is immaterial (see `simd::max_one`).
+                    (Some(s), None) => {
+                        self.extend_with(i, vb, |l| l.push(ChainOp::Max, Operand::Slot(s), None))
+                    }
+                    (None, Some(s)) => {
+                        self.extend_with(i, va, |l| l.push(ChainOp::Max, Operand::Slot(s), None))
+                    }
+                    (None, None) => self.two_vectors(i, va, vb, |_| ChainOp::Max),
+                }
             }
             Instr::Binary(op, a, b) => {
                 let (va, vb) = (val(a), val(b));
-                match (self.scalar_of(va), self.scalar_of(vb), map_bin(op)) {
-                    (Some(a), Some(b), _) => {
+                match (self.scalar_of(va), self.scalar_of(vb)) {
+                    (Some(a), Some(b)) => {
                         let out = self.slot();
                         self.steps.push(Step::SBinary { op, a, b, out });
                         self.src[i] = Some(Src::Scalar(out));
                     }
-                    // Add / Mul commute exactly in IEEE arithmetic.
-                    (Some(s), None, Some(_)) => self.extend_with(i, vb, |l| l.scalar(op, s)),
-                    (None, Some(s), Some(_)) => self.extend_with(i, va, |l| l.scalar(op, s)),
-                    (None, None, Some(mb)) => {
-                        let lazy_ok = |c: &Self, v: usize| {
-                            c.lazy[v].is_some_and(|l| l.next <= 7) && c.uses[v] == 1
-                        };
-                        let (main, other) = if lazy_ok(self, va) {
-                            (va, vb)
-                        } else if lazy_ok(self, vb) {
-                            (vb, va)
-                        } else {
-                            (usize::MAX, usize::MAX)
-                        };
-                        if main != usize::MAX {
-                            let b = self.mat(other);
-                            let mut l = self.extend(main);
-                            assert!(l.post(mb, b, other));
-                            self.lazy[i] = Some(l);
-                        } else {
-                            let (x, y) = (self.mat(va), self.mat(vb));
-                            let mut l = Lazy::new(x, va);
-                            l.pre = Some((mb, y));
-                            l.next = 1;
-                            l.refs[1] = vb;
-                            l.n_refs = 2;
-                            self.lazy[i] = Some(l);
-                        }
-                    }
-                    _ => {
-                        let x = match self.scalar_of(va) {
-                            Some(k) => Src::Scalar(k),
-                            None => self.mat(va),
-                        };
-                        let y = match self.scalar_of(vb) {
-                            Some(k) => Src::Scalar(k),
-                            None => self.mat(vb),
-                        };
-                        let mut reads = vec![];
-                        if !matches!(x, Src::Scalar(_)) {
-                            reads.push(va);
-                        }
-                        if !matches!(y, Src::Scalar(_)) {
-                            reads.push(vb);
-                        }
-                        self.vector_step(
-                            i,
-                            |out| Step::Binary {
-                                op,
-                                a: x,
-                                b: y,
-                                out,
-                            },
-                            &reads,
-                        );
+                    (Some(s), None) => self.extend_with(i, vb, |l| {
+                        l.push(ChainOp::Binary { op, swap: true }, Operand::Slot(s), None)
+                    }),
+                    (None, Some(s)) => self.extend_with(i, va, |l| {
+                        l.push(ChainOp::Binary { op, swap: false }, Operand::Slot(s), None)
+                    }),
+                    (None, None) => {
+                        self.two_vectors(i, va, vb, |swap| ChainOp::Binary { op, swap })
                     }
                 }
             }

@@ -7,7 +7,8 @@
 //! - values that are the same for every element of a block (constants, per-row reduce
 //!   results of a row kernel, and ops of those) become *scalar* steps, computed once per
 //!   block, and vector ops take them as broadcast operands;
-//! - chains of elementwise ops on one vector fuse into one `Map` pass (see [`Compiler`]);
+//! - chains of elementwise ops on one running value fuse into one `Chain` pass, over
+//!   register-held tiles (see [`Compiler`] and [`simd::chain`]);
 //! - registers are reference-counted, so a long chain cycles through a few cache-resident
 //!   blocks;
 //! - a leaf whose block is a contiguous run of an f32 buffer is read in place (no copy);
@@ -15,9 +16,9 @@
 //!
 //! Evaluation and the kernel loops are compiled per instruction set (`simd::run`).
 
-use crate::compile::{Compiler, Src, Step, DST, NO_SLOT};
+use crate::compile::{Compiler, Operand, Src, Step, DST, MAX_CHAIN};
 use crate::halfvec::{HalfElem, HalfKind};
-use crate::simd::{self, reduce_identity, Acc, Affine, Task};
+use crate::simd::{self, reduce_identity, Acc, ChainOp, Task};
 use crate::storage::{BufRef, Storage};
 use crate::view::{eval, DimValues, ResolvedView, ViewExprs};
 use luminal::op::{BinaryOp, ReduceOp, UnaryOp};
@@ -87,6 +88,8 @@ pub struct Program {
     root: Option<Src>,
     n_regs: usize,
     n_slots: usize,
+    /// The ops of the compiled program's `Chain` steps.
+    chains: Vec<(ChainOp, Operand)>,
     /// The register each leaf is gathered into when it cannot be read in place.
     leaf_reg: Vec<u32>,
 }
@@ -195,6 +198,7 @@ impl Program {
         self.n_regs = c.n_regs as usize;
         self.n_slots = c.n_slots as usize;
         self.leaf_reg = c.leaf_reg;
+        self.chains = c.chains;
     }
 
     /// Scalar slots and registers the compiled program uses.
@@ -244,7 +248,32 @@ impl Program {
             n,
             regs,
             dst,
+            sink: None,
         })
+    }
+
+    /// Like [`Program::eval`], but the block's values end in `out` (`n` elements), written
+    /// with non-temporal stores as they are computed; `tmp` is a block of scratch.
+    #[inline]
+    pub fn eval_streamed(
+        &self,
+        bufs: &[Storage],
+        z0: usize,
+        regs: &mut Regs<'_>,
+        tmp: &mut [f32],
+        out: &mut [f32],
+    ) {
+        let n = out.len();
+        simd::run(EvalTask {
+            prog: self,
+            bufs,
+            row: RowEnv::NONE,
+            z0,
+            n,
+            regs,
+            dst: tmp,
+            sink: Some(out),
+        });
     }
 
     #[inline(always)]
@@ -256,131 +285,54 @@ impl Program {
         n: usize,
         regs: &'a mut Regs<'_>,
         dst: &mut [f32],
+        mut sink: Option<&mut [f32]>,
     ) -> Option<&'a [f32]> {
         let dst = &mut dst[..n];
         let mut direct = [usize::MAX; MAX_DIRECT_LEAVES];
         let slots = &mut *regs.slots;
         let rg = &mut *regs.regs;
-        for step in &self.steps {
-            match *step {
-                Step::Load { leaf, reg } => {
-                    let l = &self.leaves[leaf as usize];
-                    let buf = bufs[l.buf].as_ref();
-                    if let (BufRef::F32(_), Some(start), true) = (
-                        buf,
-                        l.view.direct_start(z0, n),
-                        (leaf as usize) < MAX_DIRECT_LEAVES,
-                    ) {
-                        direct[leaf as usize] = start;
-                    } else {
-                        let r = reg as usize * BLOCK;
-                        l.view.load(buf, z0, &mut rg[r..r + n]);
-                    }
+        let last = self.steps.len().wrapping_sub(1);
+        for (s, step) in self.steps.iter().enumerate() {
+            if let Step::Load { leaf, reg } = *step {
+                let l = &self.leaves[leaf as usize];
+                let buf = bufs[l.buf].as_ref();
+                if let (BufRef::F32(_), Some(start), true) = (
+                    buf,
+                    l.view.direct_start(z0, n),
+                    (leaf as usize) < MAX_DIRECT_LEAVES,
+                ) {
+                    direct[leaf as usize] = start;
+                } else {
+                    let r = reg as usize * BLOCK;
+                    l.view.load(buf, z0, &mut rg[r..r + n]);
                 }
-                Step::Const { c, slot } => slots[slot as usize] = self.const_values[c as usize],
-                Step::RowScalar { stage, slot } => {
-                    slots[slot as usize] = row.scalars[stage as usize]
-                }
-                Step::SUnary { op, a, out } => {
-                    slots[out as usize] = simd::unary_one::<F>(op, slots[a as usize])
-                }
-                Step::SBinary { op, a, b, out } => {
-                    slots[out as usize] = simd::binary_one(op, slots[a as usize], slots[b as usize])
-                }
-                Step::SMax { a, b, out } => {
-                    slots[out as usize] = simd::max_one(slots[a as usize], slots[b as usize])
-                }
-                Step::SNotZero { a, out } => {
-                    slots[out as usize] = (slots[a as usize] != 0.0) as u8 as f32
-                }
-                Step::SRound { kind, a, out } => {
-                    slots[out as usize] = crate::halfvec::round_one(kind, slots[a as usize])
-                }
-                Step::Round { kind, a, out } => {
-                    let (o, ctx) = split_out(&mut *rg, out, &mut *dst, n);
-                    let a = ctx.get(self, bufs, &row, &direct, slots, a, z0, n);
-                    crate::halfvec::round_block(kind, a, o);
-                }
-                Step::Unary { op, a, out } => {
-                    let (o, ctx) = split_out(&mut *rg, out, &mut *dst, n);
-                    let a = ctx.get(self, bufs, &row, &direct, slots, a, z0, n);
-                    simd::unary::<F>(op, a, o);
-                }
-                Step::NotZero { a, out } => {
-                    let (o, ctx) = split_out(&mut *rg, out, &mut *dst, n);
-                    let a = ctx.get(self, bufs, &row, &direct, slots, a, z0, n);
-                    simd::not_zero(a, o);
-                }
-                Step::Map {
-                    a,
-                    pre,
-                    k,
-                    op,
-                    post,
-                    out,
-                } => {
-                    let (o, ctx) = split_out(&mut *rg, out, &mut *dst, n);
-                    let get = |x: Src| ctx.get(self, bufs, &row, &direct, slots, x, z0, n);
-                    let val = |i: usize, id: f32| {
-                        if k[i] == NO_SLOT {
-                            id
-                        } else {
-                            slots[k[i] as usize]
-                        }
-                    };
-                    let aff = Affine {
-                        m1: val(0, 1.0),
-                        c1: val(1, -0.0),
-                        m2: val(2, 1.0),
-                        m3: val(3, 1.0),
-                        c2: val(4, -0.0),
-                    };
-                    simd::map::<F>(
-                        get(a),
-                        pre.map(|(b, x)| (b, get(x))),
-                        aff,
-                        op,
-                        post.map(|(b, x)| (b, get(x))),
-                        o,
-                    );
-                }
-                Step::Max { a, b, out } => {
-                    let (o, ctx) = split_out(&mut *rg, out, &mut *dst, n);
-                    match (a, b) {
-                        (Src::Scalar(s), x) | (x, Src::Scalar(s)) => {
-                            let x = ctx.get(self, bufs, &row, &direct, slots, x, z0, n);
-                            simd::max_scalar(x, slots[s as usize], o);
-                        }
-                        _ => {
-                            let a = ctx.get(self, bufs, &row, &direct, slots, a, z0, n);
-                            let b = ctx.get(self, bufs, &row, &direct, slots, b, z0, n);
-                            simd::max(a, b, o);
-                        }
-                    }
-                }
-                Step::Binary { op, a, b, out } => {
-                    let (o, ctx) = split_out(&mut *rg, out, &mut *dst, n);
-                    match (a, b) {
-                        (Src::Scalar(s), x) | (x, Src::Scalar(s)) => {
-                            let first = matches!(a, Src::Scalar(_));
-                            let x = ctx.get(self, bufs, &row, &direct, slots, x, z0, n);
-                            simd::binary_scalar(op, x, slots[s as usize], first, o);
-                        }
-                        _ => {
-                            let a = ctx.get(self, bufs, &row, &direct, slots, a, z0, n);
-                            let b = ctx.get(self, bufs, &row, &direct, slots, b, z0, n);
-                            simd::binary(op, a, b, o);
-                        }
-                    }
+            } else if !self.scalar_step::<F>(step, slots, &row) {
+                // The root chain streams straight into the sink.
+                let sink = match (*step, &mut sink) {
+                    (Step::Chain { out: DST, .. }, Some(out)) if s == last => Some(&mut **out),
+                    _ => None,
+                };
+                let streamed = sink.is_some();
+                self.vector_step::<F>(step, bufs, &row, &direct, slots, rg, dst, sink, z0, n);
+                if streamed {
+                    return None;
                 }
             }
         }
         match self.root.expect("prepared") {
             Src::Scalar(s) => {
                 dst.fill(slots[s as usize]);
+                if let Some(out) = sink {
+                    simd::stream_copy(out, dst);
+                }
                 None
             }
-            Src::Reg(DST) => None,
+            Src::Reg(DST) => {
+                if let Some(out) = sink {
+                    simd::stream_copy(out, dst);
+                }
+                None
+            }
             root => {
                 let rg: &'a [f32] = &regs.regs[..];
                 let ctx = Others {
@@ -388,8 +340,120 @@ impl Program {
                     hi: &[],
                     out: u32::MAX - 1,
                 };
-                Some(ctx.get(self, bufs, &row, &direct, &[], root, z0, n))
+                Some(ctx.get(self, bufs, &row, &direct, root, z0, n))
             }
+        }
+    }
+
+    /// Runs `step` if it is a scalar step (true), else does nothing (false; loads are
+    /// neither).
+    #[inline(always)]
+    fn scalar_step<const F: bool>(&self, step: &Step, slots: &mut [f32], row: &RowEnv<'_>) -> bool {
+        match *step {
+            Step::Const { c, slot } => slots[slot as usize] = self.const_values[c as usize],
+            Step::RowScalar { stage, slot } => slots[slot as usize] = row.scalars[stage as usize],
+            Step::SUnary { op, a, out } => {
+                slots[out as usize] = simd::unary_one::<F>(op, slots[a as usize])
+            }
+            Step::SBinary { op, a, b, out } => {
+                slots[out as usize] = simd::binary_one(op, slots[a as usize], slots[b as usize])
+            }
+            Step::SMax { a, b, out } => {
+                slots[out as usize] = simd::max_one(slots[a as usize], slots[b as usize])
+            }
+            Step::SNotZero { a, out } => {
+                slots[out as usize] = (slots[a as usize] != 0.0) as u8 as f32
+            }
+            Step::SRound { kind, a, out } => {
+                slots[out as usize] = crate::halfvec::round_one(kind, slots[a as usize])
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    /// Runs `step` if it is a vector step, over elements `off .. off + len` of the block
+    /// (which starts at logical element `z0`).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn vector_step<const F: bool>(
+        &self,
+        step: &Step,
+        bufs: &[Storage],
+        row: &RowEnv<'_>,
+        direct: &[usize; MAX_DIRECT_LEAVES],
+        slots: &[f32],
+        rg: &mut [f32],
+        dst: &mut [f32],
+        sink: Option<&mut [f32]>,
+        z0: usize,
+        n: usize,
+    ) {
+        match *step {
+            Step::Round { kind, a, out } => {
+                let (o, ctx) = split_out(rg, out, dst, n);
+                let a = ctx.get(self, bufs, row, direct, a, z0, n);
+                crate::halfvec::round_block(kind, a, o);
+            }
+            Step::Unary { op, a, out } => {
+                let (o, ctx) = split_out(rg, out, dst, n);
+                let a = ctx.get(self, bufs, row, direct, a, z0, n);
+                simd::unary::<F>(op, a, o);
+            }
+            Step::NotZero { a, out } => {
+                let (o, ctx) = split_out(rg, out, dst, n);
+                let a = ctx.get(self, bufs, row, direct, a, z0, n);
+                simd::not_zero(a, o);
+            }
+            Step::Chain { a, start, len, out } => {
+                let (o, ctx) = split_out(rg, out, dst, n);
+                let get = |x: Src| ctx.get(self, bufs, row, direct, x, z0, n);
+                let ops = &self.chains[start as usize..(start + len) as usize];
+                let mut resolved = [(ChainOp::NotZero, simd::Operand::None); MAX_CHAIN];
+                for (r, &(op, b)) in resolved.iter_mut().zip(ops) {
+                    let b = match b {
+                        Operand::None => simd::Operand::None,
+                        Operand::Slot(k) => simd::Operand::Scalar(slots[k as usize]),
+                        Operand::Vector(x) => simd::Operand::Vector(get(x)),
+                    };
+                    *r = (op, b);
+                }
+                let ops = &resolved[..ops.len()];
+                match sink {
+                    Some(out) => simd::chain::<F>(get(a), ops, out, true),
+                    None => simd::chain::<F>(get(a), ops, o, false),
+                }
+            }
+            Step::Max { a, b, out } => {
+                let (o, ctx) = split_out(rg, out, dst, n);
+                match (a, b) {
+                    (Src::Scalar(s), x) | (x, Src::Scalar(s)) => {
+                        let x = ctx.get(self, bufs, row, direct, x, z0, n);
+                        simd::max_scalar(x, slots[s as usize], o);
+                    }
+                    _ => {
+                        let a = ctx.get(self, bufs, row, direct, a, z0, n);
+                        let b = ctx.get(self, bufs, row, direct, b, z0, n);
+                        simd::max(a, b, o);
+                    }
+                }
+            }
+            Step::Binary { op, a, b, out } => {
+                let (o, ctx) = split_out(rg, out, dst, n);
+                match (a, b) {
+                    (Src::Scalar(s), x) | (x, Src::Scalar(s)) => {
+                        let first = matches!(a, Src::Scalar(_));
+                        let x = ctx.get(self, bufs, row, direct, x, z0, n);
+                        simd::binary_scalar(op, x, slots[s as usize], first, o);
+                    }
+                    _ => {
+                        let a = ctx.get(self, bufs, row, direct, a, z0, n);
+                        let b = ctx.get(self, bufs, row, direct, b, z0, n);
+                        simd::binary(op, a, b, o);
+                    }
+                }
+            }
+            _ => {}
         }
     }
 }
@@ -403,14 +467,33 @@ struct EvalTask<'a, 's, 'd> {
     n: usize,
     regs: &'a mut Regs<'s>,
     dst: &'d mut [f32],
+    /// Where the values finally go, with non-temporal stores (`dst` is then scratch).
+    sink: Option<&'d mut [f32]>,
 }
 
 impl<'a> Task for EvalTask<'a, '_, '_> {
     type Output = Option<&'a [f32]>;
     #[inline(always)]
     fn run<const F: bool>(self) -> Self::Output {
-        self.prog
-            .eval_impl::<F>(self.bufs, self.row, self.z0, self.n, self.regs, self.dst)
+        let EvalTask {
+            prog,
+            bufs,
+            row,
+            z0,
+            n,
+            regs,
+            dst,
+            sink,
+        } = self;
+        match sink {
+            None => prog.eval_impl::<F>(bufs, row, z0, n, regs, dst, None),
+            Some(out) => {
+                if let Some(v) = prog.eval_impl::<F>(bufs, row, z0, n, regs, dst, Some(out)) {
+                    simd::stream_copy(out, v);
+                }
+                None
+            }
+        }
     }
 }
 
@@ -431,7 +514,7 @@ fn split_out<'r>(
 ) -> (&'r mut [f32], Others<'r>) {
     if out == DST {
         return (
-            dst,
+            &mut dst[..n],
             Others {
                 lo: rg,
                 hi: &[],
@@ -447,13 +530,13 @@ fn split_out<'r>(
 impl<'r> Others<'r> {
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
+    /// Source `s` for the block of `n` elements starting at logical `z0`.
     fn get<'x>(
         &self,
         prog: &Program,
         bufs: &'x [Storage],
         row: &RowEnv<'x>,
         direct: &[usize; MAX_DIRECT_LEAVES],
-        _slots: &[f32],
         s: Src,
         z0: usize,
         n: usize,
@@ -463,12 +546,12 @@ impl<'r> Others<'r> {
     {
         let reg = |r: u32| -> &'x [f32] {
             let r = r as usize;
-            if (r as u32) < self.out {
-                &self.lo[r * BLOCK..r * BLOCK + n]
+            let (regs, r) = if (r as u32) < self.out {
+                (self.lo, r)
             } else {
-                let r = r - self.out as usize - 1;
-                &self.hi[r * BLOCK..r * BLOCK + n]
-            }
+                (self.hi, r - self.out as usize - 1)
+            };
+            &regs[r * BLOCK..r * BLOCK + n]
         };
         match s {
             Src::Reg(r) => reg(r),
@@ -538,12 +621,7 @@ impl Task for ElementwiseTask<'_, '_, '_, '_> {
                 let mut start = 0;
                 while start < o.len() {
                     let n = BLOCK.min(o.len() - start);
-
-                    let v = match prog.eval(bufs, RowEnv::NONE, z0 + start, n, regs, &mut tmp) {
-                        Some(v) => v,
-                        None => &tmp[..n],
-                    };
-                    simd::stream_copy(&mut o[start..start + n], v);
+                    prog.eval_streamed(bufs, z0 + start, regs, &mut tmp, &mut o[start..start + n]);
                     start += n;
                 }
                 simd::store_fence();
