@@ -36,6 +36,56 @@ fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
     acc[0] + tail
 }
 
+/// `Σ a[i]·b[c][i]` for four `b`s at once, so each load of `a` feeds four products; two
+/// 8-lane accumulators per product, in registers (written out: the compiler spills a
+/// portable version of this loop).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot4_avx2(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
+    use std::arch::x86_64::*;
+    let k = a.len();
+    let b = b.map(|b| &b[..k]);
+    let mut acc = [_mm256_setzero_ps(); 8];
+    let full = k / 16 * 16;
+    let mut p = 0;
+    while p < full {
+        // SAFETY: `p + 16 <= k` and every slice holds `k` elements.
+        unsafe {
+            let x0 = _mm256_loadu_ps(a.as_ptr().add(p));
+            let x1 = _mm256_loadu_ps(a.as_ptr().add(p + 8));
+            for c in 0..4 {
+                let y = b[c].as_ptr().add(p);
+                acc[2 * c] = _mm256_fmadd_ps(x0, _mm256_loadu_ps(y), acc[2 * c]);
+                acc[2 * c + 1] = _mm256_fmadd_ps(x1, _mm256_loadu_ps(y.add(8)), acc[2 * c + 1]);
+            }
+        }
+        p += 16;
+    }
+    let mut out = [0f32; 4];
+    for c in 0..4 {
+        let v = _mm256_add_ps(acc[2 * c], acc[2 * c + 1]);
+        let v = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+        let v = _mm_add_ss(v, _mm_movehdup_ps(v));
+        let mut tail = 0f32;
+        for q in full..k {
+            tail = a[q].mul_add(b[c][q], tail);
+        }
+        out[c] = _mm_cvtss_f32(v) + tail;
+    }
+    out
+}
+
+#[inline(always)]
+fn dot4(isa: Isa, a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
+    match isa {
+        // SAFETY: the feature was detected at run time.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 | Isa::Avx2 => unsafe { dot4_avx2(a, b) },
+        _ => b.map(|b| dot_lanes(a, b)),
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
 unsafe fn dot_avx512(a: &[f32], b: &[f32]) -> f32 {
@@ -67,8 +117,24 @@ struct OutPtr(*mut f32);
 unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 
+/// Runs `cols(j0, j1)` over column ranges covering `0 .. n`: split over the threads (a
+/// few tasks per thread, multiples of 4 columns) when `parallel`, else one range.
+fn split_columns(n: usize, parallel: bool, cols: impl Fn(usize, usize) + Sync) {
+    // Not `rayon::current_num_threads()`: on the caller of a one-thread runtime that would
+    // start rayon's global pool.
+    let threads = crate::par::threads();
+    if parallel && threads > 1 && n >= 32 {
+        let chunk = n.div_ceil(threads * 4).max(16).next_multiple_of(4);
+        (0..n.div_ceil(chunk))
+            .into_par_iter()
+            .for_each(|c| cols(c * chunk, ((c + 1) * chunk).min(n)));
+    } else {
+        cols(0, n);
+    }
+}
+
 /// Fills `dst[i·n + j] = value(i, j)` for `i < m`, `j < n`, splitting the columns over the
-/// threads (a few tasks per thread) when `parallel`. Allocates nothing.
+/// threads when `parallel`. Allocates nothing.
 pub(crate) fn fill_columns(
     dst: &mut [f32],
     m: usize,
@@ -78,7 +144,7 @@ pub(crate) fn fill_columns(
 ) {
     assert!(dst.len() >= m * n);
     let out = OutPtr(dst.as_mut_ptr());
-    let cols = |j0: usize, j1: usize| {
+    split_columns(n, parallel, |j0, j1| {
         let out = out;
         for j in j0..j1 {
             for i in 0..m {
@@ -88,18 +154,7 @@ pub(crate) fn fill_columns(
                 unsafe { *out.0.add(i * n + j) = v };
             }
         }
-    };
-    // Not `rayon::current_num_threads()`: on the caller of a one-thread runtime that would
-    // start rayon's global pool.
-    let threads = crate::par::threads();
-    if parallel && threads > 1 && n >= 32 {
-        let chunk = n.div_ceil(threads * 4).max(16);
-        (0..n.div_ceil(chunk))
-            .into_par_iter()
-            .for_each(|c| cols(c * chunk, ((c + 1) * chunk).min(n)));
-    } else {
-        cols(0, n);
-    }
+    });
 }
 
 /// One skinny product: `dst[i·n + j] = Σ_k a[a_off + i·a_row + k] · b[b_off + j·b_row + k]`
@@ -126,7 +181,31 @@ pub fn skinny(
     for (i, r) in rows.iter_mut().enumerate().take(m) {
         *r = &a[a_off + i * a_row..a_off + i * a_row + k];
     }
-    fill_columns(dst, m, n, parallel, |i, j| {
-        dot(isa, rows[i], &b[b_off + j * b_row..b_off + j * b_row + k])
+    let col = |j: usize| &b[b_off + j * b_row..b_off + j * b_row + k];
+    assert!(dst.len() >= m * n);
+    let out = OutPtr(dst.as_mut_ptr());
+    split_columns(n, parallel, |j0, j1| {
+        let out = out;
+        let mut j = j0;
+        // Four columns at a time: each load of `a` feeds four weight rows.
+        while j + 4 <= j1 {
+            let cols = [col(j), col(j + 1), col(j + 2), col(j + 3)];
+            for (i, row) in rows.iter().enumerate().take(m) {
+                let v = dot4(isa, row, cols);
+                for (t, v) in v.into_iter().enumerate() {
+                    // SAFETY: i < m, j + t < n and dst holds m·n elements; no other task
+                    // writes these columns.
+                    unsafe { *out.0.add(i * n + j + t) = v };
+                }
+            }
+            j += 4;
+        }
+        for j in j..j1 {
+            for (i, row) in rows.iter().enumerate().take(m) {
+                let v = dot(isa, row, col(j));
+                // SAFETY: as above.
+                unsafe { *out.0.add(i * n + j) = v };
+            }
+        }
     });
 }
