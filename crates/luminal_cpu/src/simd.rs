@@ -539,6 +539,8 @@ enum TileOp<'a> {
     AddS(f32),
     MulS(f32),
     MaxS(f32),
+    RoundF16,
+    RoundBF16,
     Slice(ChainOp, Operand<'a>),
 }
 
@@ -554,10 +556,11 @@ pub fn chain<const F: bool>(
     out: &mut [f32],
     stream: bool,
 ) {
-    chain_with::<F>(a, ops, out, stream, isa() >= Isa::Avx2)
+    chain_with::<F>(a, ops, out, stream, crate::halfvec::fast())
 }
 
-/// [`chain`], with the AVX2 tile loop (`avx2`, which the CPU must have) or the portable one.
+/// [`chain`], with the AVX2 tile loop (`avx2`: the CPU must have AVX2, FMA and F16C) or the
+/// portable one.
 #[inline(always)]
 fn chain_with<const F: bool>(
     a: &[f32],
@@ -597,6 +600,8 @@ fn chain_with<const F: bool>(
                 Operand::Scalar(s),
             ) => TileOp::MulS(s),
             (ChainOp::Max, Operand::Scalar(s)) => TileOp::MaxS(s),
+            (ChainOp::Round(HalfKind::F16), _) => TileOp::RoundF16,
+            (ChainOp::Round(HalfKind::BF16), _) => TileOp::RoundBF16,
             _ => TileOp::Slice(op, b),
         };
     }
@@ -650,6 +655,16 @@ fn chain_with<const F: bool>(
                         *x = max_one(*x, s);
                     }
                 }
+                TileOp::RoundF16 | TileOp::RoundBF16 => {
+                    let kind = if let TileOp::RoundF16 = op {
+                        HalfKind::F16
+                    } else {
+                        HalfKind::BF16
+                    };
+                    let mut tmp = [0f32; TILE];
+                    crate::halfvec::round_block(kind, &acc, &mut tmp);
+                    acc = tmp;
+                }
                 TileOp::Slice(op, b) => {
                     let mut tmp = [0f32; TILE];
                     chain_slice::<F>(op, b, i, &acc, &mut tmp);
@@ -677,7 +692,7 @@ const AVX_TILE: usize = 64;
 /// registers (the compiler's vectorisation of the portable loop keeps it in memory).
 /// Returns where the tiles ended.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn chain_tiles_avx2<const F: bool>(
     a: &[f32],
     tile_ops: &[TileOp<'_>],
@@ -733,6 +748,33 @@ unsafe fn chain_tiles_avx2<const F: bool>(
                             _mm256_cmp_ps::<_CMP_UNORD_Q>(*x, *x),
                         );
                         *x = _mm256_blendv_ps(s, *x, keep);
+                    }
+                }
+                TileOp::RoundF16 => {
+                    for x in acc.iter_mut() {
+                        let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(*x);
+                        *x = _mm256_cvtph_ps(h);
+                    }
+                }
+                TileOp::RoundBF16 => {
+                    // `halfvec::bf16_round`: add 0x7FFF plus the kept lowest bit, clear the
+                    // low half; a NaN keeps its upper bits, quieted.
+                    let one = _mm256_set1_epi32(1);
+                    let bias = _mm256_set1_epi32(0x7FFF);
+                    let high = _mm256_set1_epi32(0xFFFF_0000u32 as i32);
+                    let quiet = _mm256_set1_epi32(0x0040_0000);
+                    for x in acc.iter_mut() {
+                        let b = _mm256_castps_si256(*x);
+                        let lsb = _mm256_and_si256(_mm256_srli_epi32::<16>(b), one);
+                        let r = _mm256_add_epi32(b, _mm256_add_epi32(bias, lsb));
+                        let r = _mm256_and_si256(r, high);
+                        let nan = _mm256_and_si256(_mm256_or_si256(b, quiet), high);
+                        let is_nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(*x, *x);
+                        *x = _mm256_blendv_ps(
+                            _mm256_castsi256_ps(r),
+                            _mm256_castsi256_ps(nan),
+                            is_nan,
+                        );
                     }
                 }
                 TileOp::Slice(op, b) => {
@@ -1133,17 +1175,25 @@ mod tests {
             seed ^= seed << 17;
             (seed % n as u64) as usize
         };
+        // Zeros, infinities, NaNs (one signalling), overflow, and ties of both half types.
         let specials = [
             0.0,
             -0.0,
             f32::NAN,
+            f32::from_bits(0x7F80_0001),
             f32::INFINITY,
             f32::NEG_INFINITY,
             1e30,
+            f32::MAX,
             -3.5,
+            1.0 + 2f32.powi(-8),
+            1.0 + 3.0 * 2f32.powi(-8),
+            1.0 + 2f32.powi(-11),
+            -(1.0 + 3.0 * 2f32.powi(-11)),
+            65520.0,
         ];
         let value = |rand: &mut dyn FnMut(usize) -> usize| {
-            if rand(10) == 0 {
+            if rand(6) == 0 {
                 specials[rand(specials.len())]
             } else {
                 (rand(20001) as f32 - 10000.0) / 997.0
@@ -1184,14 +1234,25 @@ mod tests {
             ChainOp::Round(HalfKind::F16),
             ChainOp::Round(HalfKind::BF16),
         ];
-        let avx2_options: &[bool] = if detected_isa() >= Isa::Avx2 {
+        let avx2_options: &[bool] = if crate::halfvec::fast() {
             &[false, true]
         } else {
             &[false]
         };
-        for case in 0..400 {
-            let n = rand(300);
-            let a: Vec<f32> = (0..n).map(|_| value(&mut rand)).collect();
+        for case in 0..600 {
+            // The first cases: one op on every special value (each in every position of a
+            // tile, so every tile path meets it).
+            let first = case < kinds.len();
+            let n = if first { 200 } else { rand(300) };
+            let a: Vec<f32> = (0..n)
+                .map(|i| {
+                    if first {
+                        specials[i % specials.len()]
+                    } else {
+                        value(&mut rand)
+                    }
+                })
+                .collect();
             let vectors: Vec<Vec<f32>> = (0..3)
                 .map(|_| (0..n).map(|_| value(&mut rand)).collect())
                 .collect();
@@ -1201,9 +1262,11 @@ mod tests {
                 V(usize),
             }
             let mut spec = vec![];
-            for _ in 0..1 + rand(16) {
+            for _ in 0..if first { 1 } else { 1 + rand(16) } {
                 // Mostly Add / Mul (the register paths), the rest evenly.
-                let op = if rand(2) == 0 {
+                let op = if first {
+                    kinds[case]
+                } else if rand(2) == 0 {
                     kinds[rand(2)]
                 } else {
                     kinds[rand(kinds.len())]
