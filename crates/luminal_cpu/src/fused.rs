@@ -258,6 +258,7 @@ impl Program {
     pub fn eval_streamed(
         &self,
         bufs: &[Storage],
+        row: RowEnv<'_>,
         z0: usize,
         regs: &mut Regs<'_>,
         tmp: &mut [f32],
@@ -267,7 +268,7 @@ impl Program {
         simd::run(EvalTask {
             prog: self,
             bufs,
-            row: RowEnv::NONE,
+            row,
             z0,
             n,
             regs,
@@ -621,7 +622,14 @@ impl Task for ElementwiseTask<'_, '_, '_, '_> {
                 let mut start = 0;
                 while start < o.len() {
                     let n = BLOCK.min(o.len() - start);
-                    prog.eval_streamed(bufs, z0 + start, regs, &mut tmp, &mut o[start..start + n]);
+                    prog.eval_streamed(
+                        bufs,
+                        RowEnv::NONE,
+                        z0 + start,
+                        regs,
+                        &mut tmp,
+                        &mut o[start..start + n],
+                    );
                     start += n;
                 }
                 simd::store_fence();

@@ -544,12 +544,8 @@ impl Task for RowTask<'_, '_, '_> {
                             let n = BLOCK.min(c - c0);
                             let dst = &mut out[r * c + c0..r * c + c0 + n];
                             if stream {
-                                let v = match st.prog.eval(bufs, env, base + c0, n, regs, &mut tmp)
-                                {
-                                    Some(v) => v,
-                                    None => &tmp[..n],
-                                };
-                                simd::stream_copy(dst, v);
+                                st.prog
+                                    .eval_streamed(bufs, env, base + c0, regs, &mut tmp, dst);
                             } else if let Some(v) = st.prog.eval(bufs, env, base + c0, n, regs, dst)
                             {
                                 dst.copy_from_slice(v);
