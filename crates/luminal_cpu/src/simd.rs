@@ -542,6 +542,30 @@ enum TileOp<'a> {
     RoundF16,
     RoundBF16,
     Slice(ChainOp, Operand<'a>),
+    // Common pairs in one dispatch (each op still rounds): `acc · m + c`, `acc · m + v`,
+    // `acc · u + v`.
+    MulSAddS(f32, f32),
+    MulSAddV(f32, &'a [f32]),
+    MulVAddV(&'a [f32], &'a [f32]),
+}
+
+/// Merges common pairs of consecutive tile ops into one (fewer dispatches per tile); the
+/// ops kept come first in `ops`, and their count is returned.
+fn pair_tile_ops(ops: &mut [TileOp<'_>]) -> usize {
+    let mut n = 0;
+    let mut i = 0;
+    while i < ops.len() {
+        let merged = match (ops[i], ops.get(i + 1).copied()) {
+            (TileOp::MulS(m), Some(TileOp::AddS(c))) => Some(TileOp::MulSAddS(m, c)),
+            (TileOp::MulS(m), Some(TileOp::AddV(v))) => Some(TileOp::MulSAddV(m, v)),
+            (TileOp::MulV(u), Some(TileOp::AddV(v))) => Some(TileOp::MulVAddV(u, v)),
+            _ => None,
+        };
+        ops[n] = merged.unwrap_or(ops[i]);
+        i += if merged.is_some() { 2 } else { 1 };
+        n += 1;
+    }
+    n
 }
 
 /// `out = ops(a)`: starting from `a`, each op of `ops` is applied to the running value in
@@ -605,7 +629,8 @@ fn chain_with<const F: bool>(
             _ => TileOp::Slice(op, b),
         };
     }
-    let tile_ops = &tile_ops[..ops.len()];
+    let n_tile_ops = pair_tile_ops(&mut tile_ops[..ops.len()]);
+    let tile_ops = &tile_ops[..n_tile_ops];
     let head = if stream {
         out.as_ptr().align_offset(16).min(n)
     } else {
@@ -653,6 +678,24 @@ fn chain_with<const F: bool>(
                 TileOp::MaxS(s) => {
                     for x in acc.iter_mut() {
                         *x = max_one(*x, s);
+                    }
+                }
+                TileOp::MulSAddS(m, c) => {
+                    for x in acc.iter_mut() {
+                        *x = *x * m + c;
+                    }
+                }
+                TileOp::MulSAddV(m, v) => {
+                    let v: &[f32; TILE] = v[i..i + TILE].try_into().unwrap();
+                    for k in 0..TILE {
+                        acc[k] = acc[k] * m + v[k];
+                    }
+                }
+                TileOp::MulVAddV(u, v) => {
+                    let u: &[f32; TILE] = u[i..i + TILE].try_into().unwrap();
+                    let v: &[f32; TILE] = v[i..i + TILE].try_into().unwrap();
+                    for k in 0..TILE {
+                        acc[k] = acc[k] * u[k] + v[k];
                     }
                 }
                 TileOp::RoundF16 | TileOp::RoundBF16 => {
@@ -705,8 +748,10 @@ unsafe fn chain_tiles_avx2<const F: bool>(
     // Every vector operand covers the chain's elements (checked once, not per tile).
     assert!(a.len() >= n);
     for op in tile_ops {
-        if let TileOp::AddV(v) | TileOp::MulV(v) = op {
-            assert!(v.len() >= n);
+        match *op {
+            TileOp::AddV(v) | TileOp::MulV(v) | TileOp::MulSAddV(_, v) => assert!(v.len() >= n),
+            TileOp::MulVAddV(u, v) => assert!(u.len() >= n && v.len() >= n),
+            _ => {}
         }
     }
     while i + AVX_TILE <= n {
@@ -748,6 +793,24 @@ unsafe fn chain_tiles_avx2<const F: bool>(
                             _mm256_cmp_ps::<_CMP_UNORD_Q>(*x, *x),
                         );
                         *x = _mm256_blendv_ps(s, *x, keep);
+                    }
+                }
+                // Separate mul and add instructions, never an FMA: each op rounds.
+                TileOp::MulSAddS(m, c) => {
+                    let (m, c) = (_mm256_set1_ps(m), _mm256_set1_ps(c));
+                    for x in acc.iter_mut() {
+                        *x = _mm256_add_ps(_mm256_mul_ps(*x, m), c);
+                    }
+                }
+                TileOp::MulSAddV(m, v) => {
+                    let m = _mm256_set1_ps(m);
+                    for (k, x) in acc.iter_mut().enumerate() {
+                        *x = _mm256_add_ps(_mm256_mul_ps(*x, m), ld(v, k));
+                    }
+                }
+                TileOp::MulVAddV(u, v) => {
+                    for (k, x) in acc.iter_mut().enumerate() {
+                        *x = _mm256_add_ps(_mm256_mul_ps(*x, ld(u, k)), ld(v, k));
                     }
                 }
                 TileOp::RoundF16 => {
