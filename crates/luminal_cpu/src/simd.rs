@@ -541,6 +541,9 @@ enum TileOp<'a> {
     MaxS(f32),
     RoundF16,
     RoundBF16,
+    Exp2,
+    Recip,
+    Sqrt,
     Slice(ChainOp, Operand<'a>),
     // Common pairs in one dispatch (each op still rounds): `acc · m + c`, `acc · m + v`,
     // `acc · u + v`.
@@ -625,6 +628,9 @@ fn chain_with<const F: bool>(
             ) => TileOp::MulS(s),
             (ChainOp::Max, Operand::Scalar(s)) => TileOp::MaxS(s),
             (ChainOp::Round(HalfKind::F16), _) => TileOp::RoundF16,
+            (ChainOp::Unary(UnaryOp::Exp2), _) => TileOp::Exp2,
+            (ChainOp::Unary(UnaryOp::Recip), _) => TileOp::Recip,
+            (ChainOp::Unary(UnaryOp::Sqrt), _) => TileOp::Sqrt,
             (ChainOp::Round(HalfKind::BF16), _) => TileOp::RoundBF16,
             _ => TileOp::Slice(op, b),
         };
@@ -698,6 +704,16 @@ fn chain_with<const F: bool>(
                         acc[k] = acc[k] * u[k] + v[k];
                     }
                 }
+                TileOp::Exp2 | TileOp::Recip | TileOp::Sqrt => {
+                    let u = match op {
+                        TileOp::Exp2 => UnaryOp::Exp2,
+                        TileOp::Recip => UnaryOp::Recip,
+                        _ => UnaryOp::Sqrt,
+                    };
+                    let mut tmp = [0f32; TILE];
+                    unary::<F>(u, &acc, &mut tmp);
+                    acc = tmp;
+                }
                 TileOp::RoundF16 | TileOp::RoundBF16 => {
                     let kind = if let TileOp::RoundF16 = op {
                         HalfKind::F16
@@ -724,6 +740,41 @@ fn chain_with<const F: bool>(
         i += TILE;
     }
     chain_part::<F>(a, ops, i, &mut out[i..]);
+}
+
+/// [`exp2`] of eight lanes, operation for operation (the same results, bit for bit).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn exp2_avx2<const F: bool>(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    let fma = |a, b, c| {
+        if F {
+            _mm256_fmadd_ps(a, b, c)
+        } else {
+            _mm256_add_ps(_mm256_mul_ps(a, b), c)
+        }
+    };
+    // `max(c, x)` / `min(c, x)` return `x` when it is NaN, as the scalar clamps do.
+    let x = _mm256_max_ps(_mm256_set1_ps(-151.0), x);
+    let x = _mm256_min_ps(_mm256_set1_ps(129.0), x);
+    let magic = _mm256_set1_ps(ROUND_MAGIC);
+    let t = _mm256_add_ps(x, magic);
+    let n = _mm256_sub_ps(t, magic);
+    let r = _mm256_sub_ps(x, n);
+    let ni = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(0x4B40_0000));
+    let mut p = _mm256_set1_ps(1.535_336_2e-4);
+    p = fma(p, r, _mm256_set1_ps(1.339_887_4e-3));
+    p = fma(p, r, _mm256_set1_ps(9.618_437e-3));
+    p = fma(p, r, _mm256_set1_ps(5.550_332_5e-2));
+    p = fma(p, r, _mm256_set1_ps(2.402_264_8e-1));
+    p = fma(p, r, _mm256_set1_ps(6.931_472e-1));
+    p = fma(p, r, _mm256_set1_ps(1.0));
+    let n1 = _mm256_srai_epi32::<1>(ni);
+    let n2 = _mm256_sub_epi32(ni, n1);
+    let bias = _mm256_set1_epi32(127);
+    let s1 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n1, bias)));
+    let s2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n2, bias)));
+    _mm256_mul_ps(_mm256_mul_ps(p, s1), s2)
 }
 
 /// Elements of a chain's running value held at once by [`chain_tiles_avx2`]: eight of the
@@ -811,6 +862,22 @@ unsafe fn chain_tiles_avx2<const F: bool>(
                 TileOp::MulVAddV(u, v) => {
                     for (k, x) in acc.iter_mut().enumerate() {
                         *x = _mm256_add_ps(_mm256_mul_ps(*x, ld(u, k)), ld(v, k));
+                    }
+                }
+                TileOp::Exp2 => {
+                    for x in acc.iter_mut() {
+                        *x = exp2_avx2::<F>(*x);
+                    }
+                }
+                TileOp::Recip => {
+                    let one = _mm256_set1_ps(1.0);
+                    for x in acc.iter_mut() {
+                        *x = _mm256_div_ps(one, *x);
+                    }
+                }
+                TileOp::Sqrt => {
+                    for x in acc.iter_mut() {
+                        *x = _mm256_sqrt_ps(*x);
                     }
                 }
                 TileOp::RoundF16 => {
@@ -1205,6 +1272,36 @@ mod tests {
                 (got - want).abs() <= tol,
                 "sin({x:e}) = {got:e}, want {want:e}"
             );
+        }
+    }
+
+    /// The AVX2 chain tiles' `exp2` is the scalar one, bit for bit, on every 97th f32.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn exp2_avx2_matches_scalar() {
+        if !crate::halfvec::fast() {
+            return;
+        }
+        let xs: Vec<f32> = samples().collect();
+        for c in xs.chunks_exact(8) {
+            let mut got = [0f32; 8];
+            // SAFETY: AVX2 and FMA were detected (`fast()`); `c` and `got` hold 8 floats.
+            unsafe {
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn run(c: &[f32], got: &mut [f32; 8]) {
+                    use std::arch::x86_64::*;
+                    let v = exp2_avx2::<true>(_mm256_loadu_ps(c.as_ptr()));
+                    _mm256_storeu_ps(got.as_mut_ptr(), v);
+                }
+                run(c, &mut got);
+            }
+            for (x, g) in c.iter().zip(got) {
+                let want = exp2::<true>(*x);
+                assert!(
+                    g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
+                    "exp2({x:e}) = {g:e}, want {want:e}"
+                );
+            }
         }
     }
 
