@@ -282,12 +282,10 @@ impl<'p> Compiler<'p> {
     }
 
     /// Emits a pending chain into register `out` (allocated by the caller, or `DST`). A
-    /// chain of one op into a register becomes that op's own step.
+    /// chain of one op becomes that op's own step.
     fn emit(&mut self, l: Lazy, out: u32) {
         assert!(l.n_ops > 0, "an empty chain");
-        // The root stays a chain even of one op: a chain can stream its tiles straight into
-        // the output.
-        let step = if l.n_ops == 1 && out != DST {
+        let step = if l.n_ops == 1 {
             let (op, b) = l.ops[0];
             let b = match b {
                 Operand::None => Src::Scalar(u32::MAX),

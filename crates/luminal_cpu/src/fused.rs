@@ -293,6 +293,8 @@ impl Program {
         let slots = &mut *regs.slots;
         let rg = &mut *regs.regs;
         let last = self.steps.len().wrapping_sub(1);
+        // Only the AVX2 chain tiles stream (see `simd::chain`).
+        let streams = sink.is_some() && crate::halfvec::fast();
         for (s, step) in self.steps.iter().enumerate() {
             if let Step::Load { leaf, reg } = *step {
                 let l = &self.leaves[leaf as usize];
@@ -310,7 +312,9 @@ impl Program {
             } else if !self.scalar_step::<F>(step, slots, &row) {
                 // The root chain streams straight into the sink.
                 let sink = match (*step, &mut sink) {
-                    (Step::Chain { out: DST, .. }, Some(out)) if s == last => Some(&mut **out),
+                    (Step::Chain { out: DST, .. }, Some(out)) if s == last && streams => {
+                        Some(&mut **out)
+                    }
                     _ => None,
                 };
                 let streamed = sink.is_some();

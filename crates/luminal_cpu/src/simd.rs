@@ -527,55 +527,13 @@ pub enum Operand<'a> {
     Vector(&'a [f32]),
 }
 
-/// Elements of a chain's running value held at once (a few vector registers).
-const TILE: usize = 32;
-
-/// A chain op as the tile loop runs it: the common ops with their operand unpacked, the
-/// rest through the slice loops.
-#[derive(Clone, Copy)]
-enum TileOp<'a> {
-    AddV(&'a [f32]),
-    MulV(&'a [f32]),
-    AddS(f32),
-    MulS(f32),
-    MaxS(f32),
-    RoundF16,
-    RoundBF16,
-    Exp2,
-    Recip,
-    Sqrt,
-    Slice(ChainOp, Operand<'a>),
-    // Common pairs in one dispatch (each op still rounds): `acc · m + c`, `acc · m + v`,
-    // `acc · u + v`.
-    MulSAddS(f32, f32),
-    MulSAddV(f32, &'a [f32]),
-    MulVAddV(&'a [f32], &'a [f32]),
-}
-
-/// Merges common pairs of consecutive tile ops into one (fewer dispatches per tile); the
-/// ops kept come first in `ops`, and their count is returned.
-fn pair_tile_ops(ops: &mut [TileOp<'_>]) -> usize {
-    let mut n = 0;
-    let mut i = 0;
-    while i < ops.len() {
-        let merged = match (ops[i], ops.get(i + 1).copied()) {
-            (TileOp::MulS(m), Some(TileOp::AddS(c))) => Some(TileOp::MulSAddS(m, c)),
-            (TileOp::MulS(m), Some(TileOp::AddV(v))) => Some(TileOp::MulSAddV(m, v)),
-            (TileOp::MulV(u), Some(TileOp::AddV(v))) => Some(TileOp::MulVAddV(u, v)),
-            _ => None,
-        };
-        ops[n] = merged.unwrap_or(ops[i]);
-        i += if merged.is_some() { 2 } else { 1 };
-        n += 1;
-    }
-    n
-}
-
 /// `out = ops(a)`: starting from `a`, each op of `ops` is applied to the running value in
-/// turn, and every op rounds as the unfused op would (results are identical). The ops run
-/// over a tile of [`TILE`] elements held in registers, so a chain of any length reads each
-/// input once and writes `out` once. `stream`: write `out` with non-temporal stores (the
-/// caller fences). At most 16 ops.
+/// turn, and every op rounds as the unfused op would (results are identical). On x86 with
+/// AVX2 the running value lives in registers, 64 elements at a time ([`chain_tiles_avx2`]),
+/// so a chain of any length reads each input once and writes `out` once; elsewhere it is
+/// accumulated in `out` (cache-resident blocks), one pass per op or common pair of ops.
+/// `stream` (AVX2 tiles only): write `out` with non-temporal stores (the caller fences). At
+/// most 16 ops.
 #[inline(always)]
 pub fn chain<const F: bool>(
     a: &[f32],
@@ -597,149 +555,234 @@ fn chain_with<const F: bool>(
     avx2: bool,
 ) {
     let n = out.len();
-    let mut tile_ops = [TileOp::AddS(0.0); 16];
-    for (t, &(op, b)) in tile_ops.iter_mut().zip(ops) {
-        // Add and Mul commute exactly, so `swap` does not matter for them; nor does the
-        // order of max's operands.
-        *t = match (op, b) {
-            (
-                ChainOp::Binary {
-                    op: BinaryOp::Add, ..
-                },
-                Operand::Vector(v),
-            ) => TileOp::AddV(v),
-            (
-                ChainOp::Binary {
-                    op: BinaryOp::Mul, ..
-                },
-                Operand::Vector(v),
-            ) => TileOp::MulV(v),
-            (
-                ChainOp::Binary {
-                    op: BinaryOp::Add, ..
-                },
-                Operand::Scalar(s),
-            ) => TileOp::AddS(s),
-            (
-                ChainOp::Binary {
-                    op: BinaryOp::Mul, ..
-                },
-                Operand::Scalar(s),
-            ) => TileOp::MulS(s),
-            (ChainOp::Max, Operand::Scalar(s)) => TileOp::MaxS(s),
-            (ChainOp::Round(HalfKind::F16), _) => TileOp::RoundF16,
-            (ChainOp::Unary(UnaryOp::Exp2), _) => TileOp::Exp2,
-            (ChainOp::Unary(UnaryOp::Recip), _) => TileOp::Recip,
-            (ChainOp::Unary(UnaryOp::Sqrt), _) => TileOp::Sqrt,
-            (ChainOp::Round(HalfKind::BF16), _) => TileOp::RoundBF16,
-            _ => TileOp::Slice(op, b),
-        };
-    }
-    let n_tile_ops = pair_tile_ops(&mut tile_ops[..ops.len()]);
-    let tile_ops = &tile_ops[..n_tile_ops];
-    let head = if stream {
-        out.as_ptr().align_offset(16).min(n)
-    } else {
-        0
-    };
-    chain_part::<F>(a, ops, 0, &mut out[..head]);
-    let mut i = head;
+    let mut i = 0;
     #[cfg(target_arch = "x86_64")]
     if avx2 {
-        assert!(
-            detected_isa() >= Isa::Avx2,
-            "AVX2 tiles on a CPU without AVX2"
+        debug_assert!(
+            detected_isa() >= Isa::Avx2 && std::arch::is_x86_feature_detected!("f16c"),
+            "AVX2 tiles on a CPU without AVX2 / F16C"
         );
-        // SAFETY: AVX2 and FMA were detected on this CPU (asserted).
-        i = unsafe { chain_tiles_avx2::<F>(a, tile_ops, i, out, stream) };
+        // Streamed tiles start at a 16-byte boundary (heap buffers already do).
+        let head = if stream {
+            out.as_ptr().align_offset(16).min(n)
+        } else {
+            0
+        };
+        chain_in_out::<F>(a, ops, 0, &mut out[..head]);
+        // SAFETY: the caller passes `avx2` only when AVX2, FMA and F16C were detected on this
+        // CPU (`chain`: `halfvec::fast()`; the tests check the same).
+        i = unsafe { chain_tiles_avx2::<F>(a, ops, head, out, stream) };
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = avx2;
-    while i + TILE <= n {
-        let mut acc: [f32; TILE] = a[i..i + TILE].try_into().unwrap();
-        for &op in tile_ops {
-            match op {
-                TileOp::AddV(v) => {
-                    let v: &[f32; TILE] = v[i..i + TILE].try_into().unwrap();
-                    for k in 0..TILE {
-                        acc[k] += v[k];
-                    }
+    assert!(avx2 || !stream, "streamed chains need the AVX2 tiles");
+    chain_in_out::<F>(a, ops, i, &mut out[i..]);
+}
+
+/// Elements `i .. i + out.len()` of a chain, accumulated in `out`: one pass over it per op
+/// (or common pair of ops).
+#[inline(always)]
+fn chain_in_out<const F: bool>(
+    a: &[f32],
+    ops: &[(ChainOp, Operand<'_>)],
+    i: usize,
+    out: &mut [f32],
+) {
+    let t = out.len();
+    if t == 0 {
+        return;
+    }
+    out.copy_from_slice(&a[i..i + t]);
+    let (tile_ops, n_tile_ops) = tile_ops(ops);
+    macro_rules! zip1 {
+        ($v:ident, |$p:ident, $q:ident| $e:expr) => {{
+            for ($p, &$q) in out.iter_mut().zip(&$v[i..i + t]) {
+                *$p = $e;
+            }
+        }};
+    }
+    macro_rules! each {
+        (|$p:ident| $e:expr) => {{
+            for $p in out.iter_mut() {
+                *$p = $e;
+            }
+        }};
+    }
+    for &op in &tile_ops[..n_tile_ops] {
+        match op {
+            TileOp::AddV(v) => zip1!(v, |p, q| *p + q),
+            TileOp::MulV(v) => zip1!(v, |p, q| *p * q),
+            TileOp::AddS(s) => each!(|p| *p + s),
+            TileOp::MulS(s) => each!(|p| *p * s),
+            TileOp::MaxS(s) => each!(|p| max_one(*p, s)),
+            TileOp::MulSAddS(m, c) => each!(|p| *p * m + c),
+            TileOp::MulSAddV(m, v) => zip1!(v, |p, q| *p * m + q),
+            TileOp::MulVAddV(u, v) => {
+                let (u, v) = (&u[i..i + t], &v[i..i + t]);
+                for ((p, &x), &y) in out.iter_mut().zip(u).zip(v) {
+                    *p = *p * x + y;
                 }
-                TileOp::MulV(v) => {
-                    let v: &[f32; TILE] = v[i..i + TILE].try_into().unwrap();
-                    for k in 0..TILE {
-                        acc[k] *= v[k];
-                    }
-                }
-                TileOp::AddS(s) => {
-                    for x in acc.iter_mut() {
-                        *x += s;
-                    }
-                }
-                TileOp::MulS(s) => {
-                    for x in acc.iter_mut() {
-                        *x *= s;
-                    }
-                }
-                TileOp::MaxS(s) => {
-                    for x in acc.iter_mut() {
-                        *x = max_one(*x, s);
-                    }
-                }
-                TileOp::MulSAddS(m, c) => {
-                    for x in acc.iter_mut() {
-                        *x = *x * m + c;
-                    }
-                }
-                TileOp::MulSAddV(m, v) => {
-                    let v: &[f32; TILE] = v[i..i + TILE].try_into().unwrap();
-                    for k in 0..TILE {
-                        acc[k] = acc[k] * m + v[k];
-                    }
-                }
-                TileOp::MulVAddV(u, v) => {
-                    let u: &[f32; TILE] = u[i..i + TILE].try_into().unwrap();
-                    let v: &[f32; TILE] = v[i..i + TILE].try_into().unwrap();
-                    for k in 0..TILE {
-                        acc[k] = acc[k] * u[k] + v[k];
-                    }
-                }
-                TileOp::Exp2 | TileOp::Recip | TileOp::Sqrt => {
-                    let u = match op {
-                        TileOp::Exp2 => UnaryOp::Exp2,
-                        TileOp::Recip => UnaryOp::Recip,
-                        _ => UnaryOp::Sqrt,
-                    };
-                    let mut tmp = [0f32; TILE];
-                    unary::<F>(u, &acc, &mut tmp);
-                    acc = tmp;
-                }
-                TileOp::RoundF16 | TileOp::RoundBF16 => {
-                    let kind = if let TileOp::RoundF16 = op {
-                        HalfKind::F16
-                    } else {
-                        HalfKind::BF16
-                    };
-                    let mut tmp = [0f32; TILE];
-                    crate::halfvec::round_block(kind, &acc, &mut tmp);
-                    acc = tmp;
-                }
-                TileOp::Slice(op, b) => {
-                    let mut tmp = [0f32; TILE];
-                    chain_slice::<F>(op, b, i, &acc, &mut tmp);
-                    acc = tmp;
+            }
+            other => {
+                let (op, b) = other.chain_op();
+                chain_in_place::<F>(op, b, i, out);
+            }
+        }
+    }
+}
+
+/// One op of a chain in place: `x = op(x, b)` where `x` holds the running value of elements
+/// `i .. i + x.len()`.
+#[inline(always)]
+fn chain_in_place<const F: bool>(op: ChainOp, b: Operand<'_>, i: usize, x: &mut [f32]) {
+    let t = x.len();
+    macro_rules! with_v {
+        ($v:ident, |$p:ident, $q:ident| $e:expr) => {{
+            for ($p, &$q) in x.iter_mut().zip(&$v[i..i + t]) {
+                *$p = $e;
+            }
+        }};
+    }
+    macro_rules! with_s {
+        (|$p:ident| $e:expr) => {{
+            for $p in x.iter_mut() {
+                *$p = $e;
+            }
+        }};
+    }
+    // Add and Mul commute exactly, so `swap` does not matter for them; nor does the order of
+    // max's operands.
+    match (op, b) {
+        (ChainOp::Binary { op, swap }, Operand::Vector(v)) => match (op, swap) {
+            (BinaryOp::Add, _) => with_v!(v, |p, q| *p + q),
+            (BinaryOp::Mul, _) => with_v!(v, |p, q| *p * q),
+            (BinaryOp::Mod, false) => with_v!(v, |p, q| *p % q),
+            (BinaryOp::Mod, true) => with_v!(v, |p, q| q % *p),
+            (BinaryOp::LessThan, false) => with_v!(v, |p, q| (*p < q) as u8 as f32),
+            (BinaryOp::LessThan, true) => with_v!(v, |p, q| (q < *p) as u8 as f32),
+        },
+        (ChainOp::Binary { op, swap }, Operand::Scalar(s)) => match (op, swap) {
+            (BinaryOp::Add, _) => with_s!(|p| *p + s),
+            (BinaryOp::Mul, _) => with_s!(|p| *p * s),
+            (BinaryOp::Mod, false) => with_s!(|p| *p % s),
+            (BinaryOp::Mod, true) => with_s!(|p| s % *p),
+            (BinaryOp::LessThan, false) => with_s!(|p| (*p < s) as u8 as f32),
+            (BinaryOp::LessThan, true) => with_s!(|p| (s < *p) as u8 as f32),
+        },
+        (ChainOp::Max, Operand::Vector(v)) => with_v!(v, |p, q| max_one(*p, q)),
+        (ChainOp::Max, Operand::Scalar(s)) => with_s!(|p| max_one(*p, s)),
+        (ChainOp::NotZero, _) => with_s!(|p| (*p != 0.0) as u8 as f32),
+        // The slice loops read and write different buffers: a piece at a time via the stack.
+        (ChainOp::Unary(_) | ChainOp::Round(_), _) => {
+            let mut tmp = [0f32; 64];
+            for piece in x.chunks_mut(64) {
+                let tmp = &mut tmp[..piece.len()];
+                tmp.copy_from_slice(piece);
+                match op {
+                    ChainOp::Unary(u) => unary::<F>(u, tmp, piece),
+                    ChainOp::Round(kind) => crate::halfvec::round_block(kind, tmp, piece),
+                    _ => unreachable!(),
                 }
             }
         }
-        let dst: &mut [f32; TILE] = (&mut out[i..i + TILE]).try_into().unwrap();
-        if stream {
-            stream_tile(dst, &acc);
-        } else {
-            *dst = acc;
+        (ChainOp::Binary { .. } | ChainOp::Max, Operand::None) => {
+            unreachable!("a binary chain op without its operand")
         }
-        i += TILE;
     }
-    chain_part::<F>(a, ops, i, &mut out[i..]);
+}
+
+/// A chain op as the tile loops run it: the common ops with their operand unpacked, the rest
+/// through the in-place chunk loop.
+#[derive(Clone, Copy)]
+enum TileOp<'a> {
+    AddV(&'a [f32]),
+    MulV(&'a [f32]),
+    AddS(f32),
+    MulS(f32),
+    MaxS(f32),
+    RoundF16,
+    RoundBF16,
+    Exp2,
+    Recip,
+    Sqrt,
+    Other(ChainOp, Operand<'a>),
+    // Common pairs in one dispatch (each op still rounds): `acc · m + c`, `acc · m + v`,
+    // `acc · u + v`.
+    MulSAddS(f32, f32),
+    MulSAddV(f32, &'a [f32]),
+    MulVAddV(&'a [f32], &'a [f32]),
+}
+
+/// The tile ops of `ops` (at most 16), with common pairs of consecutive ops merged into one
+/// (fewer dispatches per tile); returns them and their count.
+fn tile_ops<'a>(ops: &[(ChainOp, Operand<'a>)]) -> ([TileOp<'a>; 16], usize) {
+    let mut t = [TileOp::AddS(0.0); 16];
+    for (t, &(op, b)) in t.iter_mut().zip(ops) {
+        // Add and Mul commute exactly, so `swap` does not matter for them; nor does the
+        // order of max's operands.
+        let (add, mul) = (
+            |op| {
+                matches!(
+                    op,
+                    ChainOp::Binary {
+                        op: BinaryOp::Add,
+                        ..
+                    }
+                )
+            },
+            |op| {
+                matches!(
+                    op,
+                    ChainOp::Binary {
+                        op: BinaryOp::Mul,
+                        ..
+                    }
+                )
+            },
+        );
+        *t = match (op, b) {
+            (op, Operand::Vector(v)) if add(op) => TileOp::AddV(v),
+            (op, Operand::Vector(v)) if mul(op) => TileOp::MulV(v),
+            (op, Operand::Scalar(s)) if add(op) => TileOp::AddS(s),
+            (op, Operand::Scalar(s)) if mul(op) => TileOp::MulS(s),
+            (ChainOp::Max, Operand::Scalar(s)) => TileOp::MaxS(s),
+            (ChainOp::Round(HalfKind::F16), _) => TileOp::RoundF16,
+            (ChainOp::Round(HalfKind::BF16), _) => TileOp::RoundBF16,
+            (ChainOp::Unary(UnaryOp::Exp2), _) => TileOp::Exp2,
+            (ChainOp::Unary(UnaryOp::Recip), _) => TileOp::Recip,
+            (ChainOp::Unary(UnaryOp::Sqrt), _) => TileOp::Sqrt,
+            _ => TileOp::Other(op, b),
+        };
+    }
+    let (mut n, mut i) = (0, 0);
+    while i < ops.len() {
+        let merged = match (t[i], t.get(i + 1).copied().filter(|_| i + 1 < ops.len())) {
+            (TileOp::MulS(m), Some(TileOp::AddS(c))) => Some(TileOp::MulSAddS(m, c)),
+            (TileOp::MulS(m), Some(TileOp::AddV(v))) => Some(TileOp::MulSAddV(m, v)),
+            (TileOp::MulV(u), Some(TileOp::AddV(v))) => Some(TileOp::MulVAddV(u, v)),
+            _ => None,
+        };
+        t[n] = merged.unwrap_or(t[i]);
+        i += if merged.is_some() { 2 } else { 1 };
+        n += 1;
+    }
+    (t, n)
+}
+
+impl<'a> TileOp<'a> {
+    /// The chain op (and operand) of a single tile op (not of the merged pairs).
+    fn chain_op(self) -> (ChainOp, Operand<'a>) {
+        let unary = |u| (ChainOp::Unary(u), Operand::None);
+        match self {
+            TileOp::Other(op, b) => (op, b),
+            TileOp::RoundF16 => (ChainOp::Round(HalfKind::F16), Operand::None),
+            TileOp::RoundBF16 => (ChainOp::Round(HalfKind::BF16), Operand::None),
+            TileOp::Exp2 => unary(UnaryOp::Exp2),
+            TileOp::Recip => unary(UnaryOp::Recip),
+            TileOp::Sqrt => unary(UnaryOp::Sqrt),
+            _ => unreachable!("a register op or a merged pair"),
+        }
+    }
 }
 
 /// [`exp2`] of eight lanes, operation for operation (the same results, bit for bit).
@@ -789,13 +832,15 @@ const AVX_TILE: usize = 64;
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn chain_tiles_avx2<const F: bool>(
     a: &[f32],
-    tile_ops: &[TileOp<'_>],
+    ops: &[(ChainOp, Operand<'_>)],
     mut i: usize,
     out: &mut [f32],
     stream: bool,
 ) -> usize {
     use std::arch::x86_64::*;
     let n = out.len();
+    let (tile_ops, n_tile_ops) = tile_ops(ops);
+    let tile_ops = &tile_ops[..n_tile_ops];
     // Every vector operand covers the chain's elements (checked once, not per tile).
     assert!(a.len() >= n);
     for op in tile_ops {
@@ -907,15 +952,14 @@ unsafe fn chain_tiles_avx2<const F: bool>(
                         );
                     }
                 }
-                TileOp::Slice(op, b) => {
+                TileOp::Other(op, b) => {
                     let mut t = [0f32; AVX_TILE];
                     for (k, x) in acc.iter().enumerate() {
                         _mm256_storeu_ps(t.as_mut_ptr().add(8 * k), *x);
                     }
-                    let mut r = [0f32; AVX_TILE];
-                    chain_slice::<F>(op, b, i, &t, &mut r);
+                    chain_in_place::<F>(op, b, i, &mut t);
                     for (k, x) in acc.iter_mut().enumerate() {
-                        *x = _mm256_loadu_ps(r.as_ptr().add(8 * k));
+                        *x = _mm256_loadu_ps(t.as_ptr().add(8 * k));
                     }
                 }
             }
@@ -934,69 +978,6 @@ unsafe fn chain_tiles_avx2<const F: bool>(
         i += AVX_TILE;
     }
     i
-}
-
-/// Elements `i .. i + out.len()` of a chain (fewer than a tile), op by op.
-#[inline(always)]
-fn chain_part<const F: bool>(a: &[f32], ops: &[(ChainOp, Operand<'_>)], i: usize, out: &mut [f32]) {
-    let t = out.len();
-    if t == 0 {
-        return;
-    }
-    let mut acc = [0f32; TILE];
-    let mut tmp = [0f32; TILE];
-    acc[..t].copy_from_slice(&a[i..i + t]);
-    for &(op, b) in ops {
-        chain_slice::<F>(op, b, i, &acc[..t], &mut tmp[..t]);
-        acc[..t].copy_from_slice(&tmp[..t]);
-    }
-    out.copy_from_slice(&acc[..t]);
-}
-
-/// One op of a chain: `out = op(x, b)` where `x` holds the running value of elements
-/// `i .. i + out.len()`.
-#[inline(always)]
-fn chain_slice<const F: bool>(op: ChainOp, b: Operand<'_>, i: usize, x: &[f32], out: &mut [f32]) {
-    let t = out.len();
-    match (op, b) {
-        (ChainOp::Binary { op, swap }, Operand::Scalar(s)) => binary_scalar(op, x, s, swap, out),
-        (ChainOp::Binary { op, swap }, Operand::Vector(v)) => {
-            let v = &v[i..i + t];
-            if swap {
-                binary(op, v, x, out)
-            } else {
-                binary(op, x, v, out)
-            }
-        }
-        (ChainOp::Max, Operand::Scalar(s)) => max_scalar(x, s, out),
-        (ChainOp::Max, Operand::Vector(v)) => max(x, &v[i..i + t], out),
-        (ChainOp::Unary(u), _) => unary::<F>(u, x, out),
-        (ChainOp::NotZero, _) => not_zero(x, out),
-        (ChainOp::Round(kind), _) => crate::halfvec::round_block(kind, x, out),
-        (ChainOp::Binary { .. } | ChainOp::Max, Operand::None) => {
-            unreachable!("a binary chain op without its operand")
-        }
-    }
-}
-
-/// Stores a tile with non-temporal stores (`dst` 16-byte aligned).
-#[inline(always)]
-fn stream_tile(dst: &mut [f32; TILE], src: &[f32; TILE]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_loadu_ps, _mm_stream_ps};
-        debug_assert_eq!(dst.as_ptr().align_offset(16), 0);
-        for k in (0..TILE).step_by(4) {
-            // SAFETY: `k + 4 <= TILE` for both arrays; `dst` is 16-byte aligned (the
-            // caller's head skipped to alignment, tiles are multiples of 4 floats). SSE is
-            // part of the x86-64 baseline.
-            unsafe { _mm_stream_ps(dst.as_mut_ptr().add(k), _mm_loadu_ps(src.as_ptr().add(k))) }
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        *dst = *src;
-    }
 }
 
 #[inline(always)]
@@ -1474,7 +1455,7 @@ mod tests {
                 })
                 .collect();
             for &avx2 in avx2_options {
-                for stream in [false, true] {
+                for stream in [false, avx2] {
                     let skew = rand(8);
                     let mut buf = vec![f32::NAN; n + 8];
                     let out = &mut buf[skew..skew + n];
