@@ -44,10 +44,11 @@ fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
 /// portable version of this loop).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
+#[inline]
 unsafe fn dot4_avx2(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
     use std::arch::x86_64::*;
     let k = a.len();
-    let b = b.map(|b| &b[..k]);
+    let b = [&b[0][..k], &b[1][..k], &b[2][..k], &b[3][..k]];
     let mut acc = [_mm256_setzero_ps(); 8];
     let full = k / 16 * 16;
     let mut p = 0;
@@ -77,6 +78,36 @@ unsafe fn dot4_avx2(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
         out[c] = _mm_cvtss_f32(v) + tail;
     }
     out
+}
+
+/// `dst[i·n + j] = rows[i] · b[b_off + j·b_row ..][..k]` for the `groups` groups of four
+/// columns from `j0`, with [`dot4_avx2`] inlined (a group costs no call).
+///
+/// # Safety
+/// AVX2 and FMA must be available; `dst` must hold `rows.len()·n` elements with
+/// `j0 + 4·groups <= n`, and no other thread may write these columns.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn groups_avx2(
+    rows: &[&[f32]],
+    b: &[f32],
+    (b_off, b_row): (usize, usize),
+    k: usize,
+    (j0, groups): (usize, usize),
+    (dst, n): (*mut f32, usize),
+) {
+    for g in 0..groups {
+        let j = j0 + 4 * g;
+        let col = |t: usize| &b[b_off + (j + t) * b_row..b_off + (j + t) * b_row + k];
+        let cols = [col(0), col(1), col(2), col(3)];
+        for (i, row) in rows.iter().enumerate() {
+            let v = dot4_avx2(row, cols);
+            for (t, v) in v.into_iter().enumerate() {
+                // SAFETY: i < rows.len(), j + t < n (the caller's contract).
+                unsafe { *dst.add(i * n + j + t) = v };
+            }
+        }
+    }
 }
 
 #[inline(always)]
@@ -195,17 +226,30 @@ pub fn skinny(
     split_columns(n, parallel, |j0, j1| {
         let out = out;
         let mut j = j0;
-        while grouped && j + 4 <= j1 {
-            let cols = [col(j), col(j + 1), col(j + 2), col(j + 3)];
-            for (i, row) in rows.iter().enumerate().take(m) {
-                let v = dot4(isa, row, cols);
-                for (t, v) in v.into_iter().enumerate() {
-                    // SAFETY: i < m, j + t < n and dst holds m·n elements; no other task
-                    // writes these columns.
-                    unsafe { *out.0.add(i * n + j + t) = v };
+        if grouped {
+            let groups = (j1 - j0) / 4;
+            let group = |j: usize| {
+                let cols = [col(j), col(j + 1), col(j + 2), col(j + 3)];
+                for (i, row) in rows.iter().enumerate().take(m) {
+                    let v = dot4(isa, row, cols);
+                    for (t, v) in v.into_iter().enumerate() {
+                        // SAFETY: i < m, j + t < n and dst holds m·n elements; no other task
+                        // writes these columns.
+                        unsafe { *out.0.add(i * n + j + t) = v };
+                    }
                 }
+            };
+            match isa {
+                // SAFETY: the features were detected at run time. `groups_avx2` writes
+                // `dst[i·n + j]` for i < m and j in this task's columns only (as `group`).
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 | Isa::Avx2 => unsafe {
+                    let rows = &rows[..m];
+                    groups_avx2(rows, b, (b_off, b_row), k, (j0, groups), (out.0, n))
+                },
+                _ => (0..groups).for_each(|g| group(j0 + 4 * g)),
             }
-            j += 4;
+            j = j0 + 4 * groups;
         }
         for j in j..j1 {
             for (i, row) in rows.iter().enumerate().take(m) {
