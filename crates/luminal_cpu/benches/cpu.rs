@@ -543,7 +543,7 @@ fn main() {
         }
         let r: Vec<(f64, f64)> = [1, 2]
             .iter()
-            .map(|&th| graph_vs_memcpy(build, bytes / 2, th, 8))
+            .map(|&th| graph_vs_memcpy(build, bytes / 2, th, 20))
             .collect();
         rows.push(format!(
             "| {name} | {:.1} GB/s | {:.1} GB/s | {:.2}× memcpy | {:.2}× memcpy | {:.2}× |",
