@@ -594,29 +594,19 @@ fn chain_in_out<const F: bool>(
     }
     out.copy_from_slice(&a[i..i + t]);
     let (tile_ops, n_tile_ops) = tile_ops(ops);
-    macro_rules! zip1 {
-        ($v:ident, |$p:ident, $q:ident| $e:expr) => {{
-            for ($p, &$q) in out.iter_mut().zip(&$v[i..i + t]) {
-                *$p = $e;
-            }
-        }};
-    }
-    macro_rules! each {
-        (|$p:ident| $e:expr) => {{
-            for $p in out.iter_mut() {
-                *$p = $e;
-            }
-        }};
-    }
+    // The merged pairs in one pass; every other op through `chain_in_place`.
     for &op in &tile_ops[..n_tile_ops] {
         match op {
-            TileOp::AddV(v) => zip1!(v, |p, q| *p + q),
-            TileOp::MulV(v) => zip1!(v, |p, q| *p * q),
-            TileOp::AddS(s) => each!(|p| *p + s),
-            TileOp::MulS(s) => each!(|p| *p * s),
-            TileOp::MaxS(s) => each!(|p| max_one(*p, s)),
-            TileOp::MulSAddS(m, c) => each!(|p| *p * m + c),
-            TileOp::MulSAddV(m, v) => zip1!(v, |p, q| *p * m + q),
+            TileOp::MulSAddS(m, c) => {
+                for p in out.iter_mut() {
+                    *p = *p * m + c;
+                }
+            }
+            TileOp::MulSAddV(m, v) => {
+                for (p, &y) in out.iter_mut().zip(&v[i..i + t]) {
+                    *p = *p * m + y;
+                }
+            }
             TileOp::MulVAddV(u, v) => {
                 let (u, v) = (&u[i..i + t], &v[i..i + t]);
                 for ((p, &x), &y) in out.iter_mut().zip(u).zip(v) {
@@ -773,14 +763,22 @@ impl<'a> TileOp<'a> {
     /// The chain op (and operand) of a single tile op (not of the merged pairs).
     fn chain_op(self) -> (ChainOp, Operand<'a>) {
         let unary = |u| (ChainOp::Unary(u), Operand::None);
+        let bin = |op| ChainOp::Binary { op, swap: false };
         match self {
+            TileOp::AddV(v) => (bin(BinaryOp::Add), Operand::Vector(v)),
+            TileOp::MulV(v) => (bin(BinaryOp::Mul), Operand::Vector(v)),
+            TileOp::AddS(s) => (bin(BinaryOp::Add), Operand::Scalar(s)),
+            TileOp::MulS(s) => (bin(BinaryOp::Mul), Operand::Scalar(s)),
+            TileOp::MaxS(s) => (ChainOp::Max, Operand::Scalar(s)),
             TileOp::Other(op, b) => (op, b),
             TileOp::RoundF16 => (ChainOp::Round(HalfKind::F16), Operand::None),
             TileOp::RoundBF16 => (ChainOp::Round(HalfKind::BF16), Operand::None),
             TileOp::Exp2 => unary(UnaryOp::Exp2),
             TileOp::Recip => unary(UnaryOp::Recip),
             TileOp::Sqrt => unary(UnaryOp::Sqrt),
-            _ => unreachable!("a register op or a merged pair"),
+            TileOp::MulSAddS(..) | TileOp::MulSAddV(..) | TileOp::MulVAddV(..) => {
+                unreachable!("a merged pair")
+            }
         }
     }
 }
