@@ -13,20 +13,23 @@ const GROUPED_MAX_BYTES: usize = 8 << 20;
 pub const MAX_ROWS: usize = 8;
 
 /// `Σ a[i]·b[i]` with 64 independent lanes so the compiler keeps vector registers busy.
+/// `F`: fused multiply-adds (where the CPU has them; without, `mul_add` is a slow library
+/// call and a multiply and an add are used instead).
 #[inline(always)]
-fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
+fn dot_lanes<const F: bool>(a: &[f32], b: &[f32]) -> f32 {
+    let fma = crate::simd::fma::<F>;
     const W: usize = 64;
     let mut acc = [0f32; W];
     let (ac, bc) = (a.chunks_exact(W), b.chunks_exact(W));
     let (ar, br) = (ac.remainder(), bc.remainder());
     for (x, y) in ac.zip(bc) {
         for l in 0..W {
-            acc[l] = x[l].mul_add(y[l], acc[l]);
+            acc[l] = fma(x[l], y[l], acc[l]);
         }
     }
     let mut tail = 0f32;
     for (x, y) in ar.iter().zip(br) {
-        tail = x.mul_add(*y, tail);
+        tail = fma(*x, *y, tail);
     }
     // Pairwise sum of the lanes.
     let mut w = W;
@@ -81,27 +84,27 @@ unsafe fn dot4_avx2(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
 }
 
 /// `dst[i·n + j] = rows[i] · b[b_off + j·b_row ..][..k]` for the `groups` groups of four
-/// columns from `j0`, with [`dot4_avx2`] inlined (a group costs no call).
+/// columns from `j0`, each group's four dots by `dot4`.
 ///
 /// # Safety
-/// AVX2 and FMA must be available; `dst` must hold `rows.len()·n` elements with
-/// `j0 + 4·groups <= n`, and no other thread may write these columns.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn groups_avx2(
+/// `dst` must hold `rows.len()·n` elements with `j0 + 4·groups <= n`, and no other thread
+/// may write these columns.
+#[inline(always)]
+unsafe fn groups_with(
     rows: &[&[f32]],
     b: &[f32],
     (b_off, b_row): (usize, usize),
     k: usize,
     (j0, groups): (usize, usize),
     (dst, n): (*mut f32, usize),
+    dot4: impl Fn(&[f32], [&[f32]; 4]) -> [f32; 4],
 ) {
     for g in 0..groups {
         let j = j0 + 4 * g;
         let col = |t: usize| &b[b_off + (j + t) * b_row..b_off + (j + t) * b_row + k];
         let cols = [col(0), col(1), col(2), col(3)];
         for (i, row) in rows.iter().enumerate() {
-            let v = dot4_avx2(row, cols);
+            let v = dot4(row, cols);
             for (t, v) in v.into_iter().enumerate() {
                 // SAFETY: i < rows.len(), j + t < n (the caller's contract).
                 unsafe { *dst.add(i * n + j + t) = v };
@@ -110,26 +113,35 @@ unsafe fn groups_avx2(
     }
 }
 
-#[inline(always)]
-fn dot4(isa: Isa, a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
-    match isa {
-        // SAFETY: the feature was detected at run time.
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 | Isa::Avx2 => unsafe { dot4_avx2(a, b) },
-        _ => b.map(|b| dot_lanes(a, b)),
-    }
+/// [`groups_with`] compiled for AVX2 + FMA with [`dot4_avx2`] inlined (a group costs no
+/// call).
+///
+/// # Safety
+/// AVX2 and FMA must be available, and [`groups_with`]'s contract holds.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn groups_avx2(
+    rows: &[&[f32]],
+    b: &[f32],
+    b_at: (usize, usize),
+    k: usize,
+    cols: (usize, usize),
+    dst: (*mut f32, usize),
+) {
+    // SAFETY: the caller's contract; AVX2 and FMA are enabled here.
+    unsafe { groups_with(rows, b, b_at, k, cols, dst, |a, b| dot4_avx2(a, b)) }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
 unsafe fn dot_avx512(a: &[f32], b: &[f32]) -> f32 {
-    dot_lanes(a, b)
+    dot_lanes::<true>(a, b)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
-    dot_lanes(a, b)
+    dot_lanes::<true>(a, b)
 }
 
 #[inline(always)]
@@ -140,7 +152,7 @@ fn dot(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
         Isa::Avx512 => unsafe { dot_avx512(a, b) },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => unsafe { dot_avx2(a, b) },
-        _ => dot_lanes(a, b),
+        _ => dot_lanes::<{ crate::simd::NATIVE_FMA }>(a, b),
     }
 }
 
@@ -228,26 +240,17 @@ pub fn skinny(
         let mut j = j0;
         if grouped {
             let groups = (j1 - j0) / 4;
-            let group = |j: usize| {
-                let cols = [col(j), col(j + 1), col(j + 2), col(j + 3)];
-                for (i, row) in rows.iter().enumerate().take(m) {
-                    let v = dot4(isa, row, cols);
-                    for (t, v) in v.into_iter().enumerate() {
-                        // SAFETY: i < m, j + t < n and dst holds m·n elements; no other task
-                        // writes these columns.
-                        unsafe { *out.0.add(i * n + j + t) = v };
-                    }
+            let args = (&rows[..m], (b_off, b_row), (j0, groups), (out.0, n));
+            // SAFETY: dst holds m·n elements and j0 + 4·groups <= j1 <= n; no other task
+            // writes this task's columns. The AVX2 features were detected at run time.
+            unsafe {
+                match isa {
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Avx512 | Isa::Avx2 => groups_avx2(args.0, b, args.1, k, args.2, args.3),
+                    _ => groups_with(args.0, b, args.1, k, args.2, args.3, |a, b| {
+                        b.map(|b| dot_lanes::<{ crate::simd::NATIVE_FMA }>(a, b))
+                    }),
                 }
-            };
-            match isa {
-                // SAFETY: the features were detected at run time. `groups_avx2` writes
-                // `dst[i·n + j]` for i < m and j in this task's columns only (as `group`).
-                #[cfg(target_arch = "x86_64")]
-                Isa::Avx512 | Isa::Avx2 => unsafe {
-                    let rows = &rows[..m];
-                    groups_avx2(rows, b, (b_off, b_row), k, (j0, groups), (out.0, n))
-                },
-                _ => (0..groups).for_each(|g| group(j0 + 4 * g)),
             }
             j = j0 + 4 * groups;
         }

@@ -78,7 +78,7 @@ pub fn set_max_isa(max: Isa) -> Isa {
 
 /// Whether the baseline target has a fused multiply-add instruction (otherwise `mul_add`
 /// would be a libm call, so the generic path uses a separate multiply and add).
-const NATIVE_FMA: bool = cfg!(any(target_feature = "fma", target_arch = "aarch64"));
+pub(crate) const NATIVE_FMA: bool = cfg!(any(target_feature = "fma", target_arch = "aarch64"));
 
 /// A unit of work compiled once per instruction set. `FMA` says whether `fma` may use a
 /// fused multiply-add. Implementations mark `run` `#[inline(always)]` (and everything hot
