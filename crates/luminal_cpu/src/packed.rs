@@ -112,6 +112,8 @@ struct Row<'a> {
 /// Each weight is formed exactly as the dequantizer does (`d·q + m`, `d·(q − 8)`, `d·q`).
 #[inline(always)]
 fn dot_row(format: PackedFormat, x: &[f32], row: Row) -> f32 {
+    // `mul_add` only where FMA is native: elsewhere it is a slow library call.
+    let fma = crate::simd::fma::<{ crate::simd::NATIVE_FMA }>;
     let mut acc = [0f32; 16];
     let nb = row.d.len();
     match format {
@@ -123,8 +125,8 @@ fn dot_row(format: PackedFormat, x: &[f32], row: Row) -> f32 {
                 for l in 0..16 {
                     let w_lo = d * (q[l] & 15) as f32 + m;
                     let w_hi = d * (q[l] >> 4) as f32 + m;
-                    acc[l] = xs[l].mul_add(w_lo, acc[l]);
-                    acc[l] = xs[l + 16].mul_add(w_hi, acc[l]);
+                    acc[l] = fma(xs[l], w_lo, acc[l]);
+                    acc[l] = fma(xs[l + 16], w_hi, acc[l]);
                 }
             }
         }
@@ -136,8 +138,8 @@ fn dot_row(format: PackedFormat, x: &[f32], row: Row) -> f32 {
                 for l in 0..16 {
                     let w_lo = d * ((q[l] & 15) as i32 - 8) as f32;
                     let w_hi = d * ((q[l] >> 4) as i32 - 8) as f32;
-                    acc[l] = xs[l].mul_add(w_lo, acc[l]);
-                    acc[l] = xs[l + 16].mul_add(w_hi, acc[l]);
+                    acc[l] = fma(xs[l], w_lo, acc[l]);
+                    acc[l] = fma(xs[l + 16], w_hi, acc[l]);
                 }
             }
         }
@@ -147,8 +149,8 @@ fn dot_row(format: PackedFormat, x: &[f32], row: Row) -> f32 {
                 let q: &[u8; 32] = row.qs[b * 32..b * 32 + 32].try_into().unwrap();
                 let d = row.d[b];
                 for l in 0..16 {
-                    acc[l] = xs[l].mul_add(d * q[l] as i8 as f32, acc[l]);
-                    acc[l] = xs[l + 16].mul_add(d * q[l + 16] as i8 as f32, acc[l]);
+                    acc[l] = fma(xs[l], d * q[l] as i8 as f32, acc[l]);
+                    acc[l] = fma(xs[l + 16], d * q[l + 16] as i8 as f32, acc[l]);
                 }
             }
         }
