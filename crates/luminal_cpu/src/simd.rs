@@ -850,7 +850,7 @@ unsafe fn chain_tiles_avx2<const F: bool>(
     }
     while i + AVX_TILE <= n {
         // SAFETY (all loads and stores below): `i + AVX_TILE <= n` and every slice read holds
-        // at least `n` elements (asserted above); stores go to `out[i .. i + TILE]`, which
+        // at least `n` elements (asserted above); stores go to `out[i .. i + AVX_TILE]`, which
         // is 16-byte aligned when streaming (`chain`'s head).
         let ld = |p: &[f32], k: usize| unsafe { _mm256_loadu_ps(p.as_ptr().add(i + 8 * k)) };
         let mut acc: [__m256; AVX_TILE / 8] = std::array::from_fn(|k| ld(a, k));
