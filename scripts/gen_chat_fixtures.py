@@ -2,7 +2,7 @@
 """Reference renders of chat templates, made with Python's jinja2 the way `transformers` does.
 
     pip install jinja2
-    python3 scripts/gen_chat_fixtures.py   # writes crates/luminal_models/tests/fixtures/chat_templates.json
+    python3 scripts/gen_chat_fixtures.py   # writes crates/luminal_model_tests/tests/fixtures/chat_templates.json
 
 The environment copies `transformers`' `_compile_jinja_template`: an
 ImmutableSandboxedEnvironment with trim_blocks, lstrip_blocks and the loopcontrols extension,

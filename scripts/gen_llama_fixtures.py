@@ -7,7 +7,7 @@
     python3 scripts/gen_llama_fixtures.py --tiny       # only the tiny random checkpoints
     python3 scripts/gen_llama_fixtures.py --smollm2    # only the SmolLM2 reference
 
-Nothing here runs luminal. Output, under crates/luminal_models/tests/fixtures/:
+Nothing here runs luminal. Output, under crates/luminal_model_tests/tests/fixtures/:
 
 * tiny-llama/ and tiny-qwen2/: tiny random Hugging Face checkpoints in f32 (config.json,
   generation_config.json, model.safetensors, tokenizer.json, tokenizer_config.json) plus

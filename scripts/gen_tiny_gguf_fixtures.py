@@ -10,7 +10,7 @@
     # or, with a llama.cpp checkout (or an unpacked sdist's vendor/llama.cpp):
     python3 scripts/gen_tiny_gguf_fixtures.py --llama-cpp path/to/llama.cpp
 
-Nothing here runs luminal. Inputs: crates/luminal_models/tests/fixtures/tiny-llama and
+Nothing here runs luminal. Inputs: crates/luminal_model_tests/tests/fixtures/tiny-llama and
 tiny-qwen2 (written by scripts/gen_llama_fixtures.py). Output, next to them:
 
 * tiny-llama.gguf (`--outtype f32`): llama.cpp's Llama conversion. It permutes the q/k rows
@@ -27,7 +27,7 @@ tiny-qwen2 (written by scripts/gen_llama_fixtures.py). Output, next to them:
   RoPE; q/k/v biases; tied embeddings, so no output.weight).
 
 The f32 files are checked against transformers' logits in tiny-llama/reference.json and
-tiny-qwen2/reference.json directly (crates/luminal_models/tests/tiny_gguf.rs).
+tiny-qwen2/reference.json directly (crates/luminal_model_tests/tests/tiny_gguf.rs).
 
 One patch to the converter: it names the BPE pre-tokenizer (`tokenizer.ggml.pre`) by hashing
 the token ids of a fixed text and looking the hash up in a table of known Hub tokenizers.

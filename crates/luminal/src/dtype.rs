@@ -1,14 +1,16 @@
 //! Element types: what a tensor holds, and conversions between host data and the dtypes.
 
+use crate::quant::SharedBytes;
 use half::{bf16, f16};
 use std::fmt;
 
 /// The element type of a tensor.
 ///
-/// `F32, F16, BF16, I32, Bool` are compute types. Block-quantized storage types (GGUF's
-/// `Q8_0`, `Q4_K`, …) will be added as further variants; they only ever appear as weights
-/// consumed by matmul and gather, so every op that does arithmetic checks `is_float()` /
-/// `is_int()` rather than matching exhaustively.
+/// `F32, F16, BF16, I32, Bool` are compute types. The block-quantized storage types (GGUF's
+/// `Q4_0` … `Q6_K`) hold blocks of values that share scales (see [`crate::quant`]); a
+/// tensor of one is an input (a weight) whose only consumer is a cast to a float type
+/// (`w.dequantize()`), which matmul and gather read; fast backends read the blocks in place.
+#[allow(non_camel_case_types)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub enum DType {
     #[default]
@@ -17,7 +19,46 @@ pub enum DType {
     BF16,
     I32,
     Bool,
+    /// 32 values: `d: f16, qs: [u8; 16]`; value `d · (q − 8)`.
+    Q4_0,
+    /// 32 values: `d: f16, m: f16, qs: [u8; 16]`; value `d · q + m`.
+    Q4_1,
+    /// 32 values: `d: f16, qh: u32, qs: [u8; 16]`; value `d · (q − 16)`.
+    Q5_0,
+    /// 32 values: `d: f16, m: f16, qh: u32, qs: [u8; 16]`; value `d · q + m`.
+    Q5_1,
+    /// 32 values: `d: f16, qs: [i8; 32]`; value `d · q`.
+    Q8_0,
+    /// 256 values in 16 groups of 16 with 4-bit scales and mins; 2-bit quants.
+    Q2_K,
+    /// 256 values in 16 groups of 16 with 6-bit scales; 3-bit quants.
+    Q3_K,
+    /// 256 values in 8 groups of 32 with 6-bit scales and mins; 4-bit quants.
+    Q4_K,
+    /// 256 values in 8 groups of 32 with 6-bit scales and mins; 5-bit quants.
+    Q5_K,
+    /// 256 values in 16 groups of 16 with 8-bit scales; 6-bit quants.
+    Q6_K,
 }
+
+/// Every dtype, compute types first.
+pub const ALL_DTYPES: [DType; 15] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::I32,
+    DType::Bool,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::Q2_K,
+    DType::Q3_K,
+    DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
+];
 
 impl DType {
     pub fn is_float(self) -> bool {
@@ -26,13 +67,52 @@ impl DType {
     pub fn is_int(self) -> bool {
         matches!(self, DType::I32)
     }
-    /// Size of one element in bytes (as stored by a backend).
-    pub fn size_bytes(self) -> usize {
+    /// A block-quantized storage type (`Q4_0` … `Q6_K`).
+    pub fn is_quantized(self) -> bool {
+        self.block_size() > 1
+    }
+    /// Values per block: 32 or 256 for the quantized types, 1 otherwise.
+    pub fn block_size(self) -> usize {
+        match self {
+            DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 => 32,
+            DType::Q2_K | DType::Q3_K | DType::Q4_K | DType::Q5_K | DType::Q6_K => 256,
+            _ => 1,
+        }
+    }
+    /// Bytes per block (per element for the plain types), as ggml stores them.
+    pub fn block_bytes(self) -> usize {
         match self {
             DType::F32 | DType::I32 => 4,
             DType::F16 | DType::BF16 => 2,
             DType::Bool => 1,
+            DType::Q4_0 => 18,
+            DType::Q4_1 => 20,
+            DType::Q5_0 => 22,
+            DType::Q5_1 => 24,
+            DType::Q8_0 => 34,
+            DType::Q2_K => 84,
+            DType::Q3_K => 110,
+            DType::Q4_K => 144,
+            DType::Q5_K => 176,
+            DType::Q6_K => 210,
         }
+    }
+    /// Bytes that `n` values occupy, `None` when `n` is not a whole number of blocks.
+    pub fn bytes_for(self, n: usize) -> Option<usize> {
+        n.is_multiple_of(self.block_size())
+            .then(|| n / self.block_size() * self.block_bytes())
+    }
+    /// Size of one element in bytes (as stored by a backend).
+    ///
+    /// # Panics
+    /// For quantized types, whose elements have no whole size (see [`DType::bytes_for`]).
+    pub fn size_bytes(self) -> usize {
+        assert!(
+            !self.is_quantized(),
+            "{self} stores blocks of {} values: use bytes_for",
+            self.block_size()
+        );
+        self.block_bytes()
     }
     pub fn name(self) -> &'static str {
         match self {
@@ -41,6 +121,16 @@ impl DType {
             DType::BF16 => "bf16",
             DType::I32 => "i32",
             DType::Bool => "bool",
+            DType::Q4_0 => "q4_0",
+            DType::Q4_1 => "q4_1",
+            DType::Q5_0 => "q5_0",
+            DType::Q5_1 => "q5_1",
+            DType::Q8_0 => "q8_0",
+            DType::Q2_K => "q2_k",
+            DType::Q3_K => "q3_k",
+            DType::Q4_K => "q4_k",
+            DType::Q5_K => "q5_k",
+            DType::Q6_K => "q6_k",
         }
     }
 
@@ -61,6 +151,8 @@ impl DType {
                 }
             }
             DType::Bool => (v != 0.0) as u8 as f64,
+            // Nothing is ever computed into a quantized type (only inputs hold one).
+            q => panic!("no value rounds to the quantized type {q}"),
         }
     }
 
@@ -111,7 +203,7 @@ impl fmt::Display for DType {
     }
 }
 
-/// Owned host data of one tensor, in its dtype.
+/// Host data of one tensor, in its dtype.
 #[derive(Clone, Debug, PartialEq)]
 pub enum HostData {
     F32(Vec<f32>),
@@ -119,6 +211,57 @@ pub enum HostData {
     BF16(Vec<bf16>),
     I32(Vec<i32>),
     Bool(Vec<bool>),
+    /// Raw little-endian storage of a float or quantized dtype (see [`ByteData`]): the only
+    /// form of block-quantized data, and a zero-copy form of f32/f16/bf16 data (a window
+    /// into a memory-mapped file).
+    Bytes(ByteData),
+}
+
+/// Raw storage of `len` values of a float or block-quantized dtype, as ggml lays it out.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ByteData {
+    dtype: DType,
+    bytes: SharedBytes,
+}
+
+impl ByteData {
+    /// Checks that `bytes` is a whole number of `dtype`'s blocks (`dtype` must be a float or
+    /// quantized type); the error names what is wrong.
+    pub fn new(dtype: DType, bytes: SharedBytes) -> Result<ByteData, String> {
+        if !(dtype.is_float() || dtype.is_quantized()) {
+            return Err(format!("{dtype} data cannot be given as raw bytes"));
+        }
+        if !bytes.len().is_multiple_of(dtype.block_bytes()) {
+            return Err(format!(
+                "{} bytes are not a whole number of {dtype} blocks ({} bytes each)",
+                bytes.len(),
+                dtype.block_bytes()
+            ));
+        }
+        Ok(ByteData { dtype, bytes })
+    }
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    /// Number of values.
+    pub fn len(&self) -> usize {
+        self.bytes.len() / self.dtype.block_bytes() * self.dtype.block_size()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+    pub fn bytes(&self) -> &SharedBytes {
+        &self.bytes
+    }
+    pub fn as_slice(&self) -> &[u8] {
+        self.bytes.as_slice()
+    }
+    /// Every value decoded to f32 (the reference dequantization, [`crate::quant::decode`]).
+    pub fn to_f32(&self) -> Vec<f32> {
+        let mut out = vec![0f32; self.len()];
+        crate::quant::decode(self.dtype, self.as_slice(), &mut out);
+        out
+    }
 }
 
 impl HostData {
@@ -129,8 +272,17 @@ impl HostData {
             HostData::BF16(_) => DType::BF16,
             HostData::I32(_) => DType::I32,
             HostData::Bool(_) => DType::Bool,
+            HostData::Bytes(b) => b.dtype(),
         }
     }
+    /// Raw data of `dtype` (a float or quantized type); a typed error when `bytes` is not a
+    /// whole number of its blocks.
+    pub fn from_bytes(dtype: DType, bytes: SharedBytes) -> crate::Result<HostData> {
+        ByteData::new(dtype, bytes)
+            .map(HostData::Bytes)
+            .map_err(crate::LuminalError::BadData)
+    }
+    /// Number of values.
     pub fn len(&self) -> usize {
         match self {
             HostData::F32(v) => v.len(),
@@ -138,12 +290,14 @@ impl HostData {
             HostData::BF16(v) => v.len(),
             HostData::I32(v) => v.len(),
             HostData::Bool(v) => v.len(),
+            HostData::Bytes(b) => b.len(),
         }
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// Every element as an exact `f64` (all five dtypes embed exactly).
+    /// Every element as an exact `f64` (all dtypes embed exactly; quantized data is
+    /// dequantized).
     pub fn to_f64(&self) -> Vec<f64> {
         match self {
             HostData::F32(v) => v.iter().map(|&x| x as f64).collect(),
@@ -151,9 +305,13 @@ impl HostData {
             HostData::BF16(v) => v.iter().map(|x| x.to_f64()).collect(),
             HostData::I32(v) => v.iter().map(|&x| x as f64).collect(),
             HostData::Bool(v) => v.iter().map(|&x| x as u8 as f64).collect(),
+            HostData::Bytes(b) => b.to_f32().into_iter().map(|x| x as f64).collect(),
         }
     }
     /// Build host data of `dtype` from values, rounding each with [`DType::round`].
+    ///
+    /// # Panics
+    /// For quantized dtypes (nothing rounds to them).
     pub fn from_f64(dtype: DType, values: &[f64]) -> HostData {
         match dtype {
             DType::F32 => HostData::F32(values.iter().map(|&x| x as f32).collect()),
@@ -163,13 +321,42 @@ impl HostData {
                 HostData::I32(values.iter().map(|&x| DType::I32.round(x) as i32).collect())
             }
             DType::Bool => HostData::Bool(values.iter().map(|&x| x != 0.0).collect()),
+            q => panic!("HostData::from_f64: no value rounds to the quantized type {q}"),
         }
     }
     /// Convert to `f32` values whatever the dtype (lossless except for large i32).
     pub fn to_f32(&self) -> Vec<f32> {
         match self {
             HostData::F32(v) => v.clone(),
+            HostData::Bytes(b) => b.to_f32(),
             _ => self.to_f64().into_iter().map(|x| x as f32).collect(),
+        }
+    }
+    /// The typed form of raw float data (`Bytes` of f32/f16/bf16 decoded into a vector);
+    /// everything else unchanged.
+    pub fn into_typed(self) -> HostData {
+        match self {
+            HostData::Bytes(b) if b.dtype().is_float() => {
+                let raw = b.as_slice();
+                match b.dtype() {
+                    DType::F32 => HostData::F32(
+                        raw.chunks_exact(4)
+                            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                            .collect(),
+                    ),
+                    DType::F16 => HostData::F16(
+                        raw.chunks_exact(2)
+                            .map(|c| f16::from_bits(u16::from_le_bytes([c[0], c[1]])))
+                            .collect(),
+                    ),
+                    _ => HostData::BF16(
+                        raw.chunks_exact(2)
+                            .map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])))
+                            .collect(),
+                    ),
+                }
+            }
+            other => other,
         }
     }
 }
@@ -190,7 +377,7 @@ macro_rules! element {
                 HostData::$variant(data.to_vec())
             }
             fn from_host(data: HostData) -> Option<Vec<Self>> {
-                match data {
+                match data.into_typed() {
                     HostData::$variant(v) => Some(v),
                     _ => None,
                 }

@@ -33,6 +33,8 @@ pub enum LuminalError {
     IndexOutOfRange { op: String, index: i64, size: i64 },
     #[error("shape expression error: {0}")]
     Expression(String),
+    #[error("bad data: {0}")]
+    BadData(String),
     #[error("backend error: {0}")]
     Backend(String),
 }

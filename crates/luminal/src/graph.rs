@@ -258,6 +258,8 @@ static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
 /// graph is compiled with a backend and the runtime's `run()` is called.
 pub struct Graph {
     data: RefCell<GraphData>,
+    /// Dtypes `tensor()` gives the named inputs instead of f32 (see [`Graph::set_tensor_dtype`]).
+    tensor_dtypes: RefCell<HashMap<String, DType>>,
 }
 
 impl Default for Graph {
@@ -280,6 +282,7 @@ impl Graph {
                 graph_id: NEXT_GRAPH_ID.fetch_add(1, Ordering::Relaxed),
                 ..Default::default()
             }),
+            tensor_dtypes: RefCell::new(HashMap::new()),
         }
     }
 
@@ -308,6 +311,19 @@ impl Graph {
         shape: Vec<Expression>,
     ) -> GraphTensor<'_> {
         let mut d = self.data.borrow_mut();
+        // Quantized data is storage only: the one op that reads it is a cast to a float type.
+        for e in &inputs {
+            let src = d.node(e.node);
+            let to_float = matches!(op, Op::Cast(t) if t.is_float());
+            assert!(
+                !src.dtype.is_quantized() || to_float,
+                "{}: input of shape {:?} is {}; quantized tensors are only read through \
+                 .dequantize() (a cast to a float type)",
+                op.name(),
+                e.view.dims(),
+                src.dtype
+            );
+        }
         let label = match &op {
             Op::Input { name } => name.clone(),
             _ => format!("{}#{}", op.name(), d.nodes.len()),
@@ -335,9 +351,20 @@ impl Graph {
         GraphTensor { id, graph: self }
     }
 
-    /// An `f32` input named `name` (a weight or an activation set at run time).
+    /// An input named `name` (a weight or an activation set at run time): `f32`, unless a
+    /// loader chose another storage dtype for it with [`Graph::set_tensor_dtype`].
     pub fn tensor(&self, name: &str, shape: impl ToShape) -> GraphTensor<'_> {
-        self.input(name, shape, DType::F32)
+        let dtype = self.tensor_dtypes.borrow().get(name).copied();
+        self.input(name, shape, dtype.unwrap_or(DType::F32))
+    }
+
+    /// Makes a later `tensor(name, ..)` an input of `dtype` instead of f32: how a loader
+    /// keeps weights in the file's storage (a quantized or half matrix), while layers built
+    /// with `tensor()` stay unchanged (they read weights through `.dequantize()`).
+    pub fn set_tensor_dtype(&self, name: &str, dtype: DType) {
+        self.tensor_dtypes
+            .borrow_mut()
+            .insert(name.to_string(), dtype);
     }
 
     /// An input of any dtype. Named dims in `shape` (e.g. `("seq", 64)`) are dynamic and are
@@ -351,6 +378,16 @@ impl Graph {
             assert!(
                 !taken,
                 "Graph::input: an input named '{name}' already exists"
+            );
+        }
+        let shape = shape.to_shape();
+        if dtype.is_quantized() {
+            let last = shape.last().and_then(|d| d.as_constant());
+            assert!(
+                last.is_some_and(|n| n > 0 && n as usize % dtype.block_size() == 0),
+                "Graph::input '{name}': a {dtype} tensor needs a constant last dimension that is \
+                 a multiple of {} (its block size), got shape {shape:?}",
+                dtype.block_size()
             );
         }
         self.add_op(

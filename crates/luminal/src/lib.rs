@@ -24,6 +24,7 @@ pub mod graph;
 pub mod hl_ops;
 pub mod op;
 pub mod passes;
+pub mod quant;
 pub mod reference;
 pub mod shape;
 #[cfg(feature = "testing")]
@@ -32,9 +33,10 @@ pub mod testing;
 pub use half;
 
 pub use backend::{Backend, CompileOptions, Runtime};
-pub use dtype::{DType, Element, HostData};
+pub use dtype::{ByteData, DType, Element, HostData};
 pub use error::{LuminalError, Result};
 pub use graph::{Graph, GraphData, GraphTensor, NodeId, TensorId, TensorRef, ToAxes, ToShape};
+pub use quant::SharedBytes;
 pub use reference::{ReferenceBackend, ReferenceRuntime};
 pub use shape::{Expression, ShapeTracker};
 
@@ -44,6 +46,7 @@ pub mod prelude {
     pub use crate::error::{LuminalError, Result};
     pub use crate::graph::{Graph, GraphTensor, TensorRef, ToAxes, ToShape};
     pub use crate::hl_ops::Operand;
+    pub use crate::quant::SharedBytes;
     pub use crate::reference::{ReferenceBackend, ReferenceRuntime};
     pub use crate::shape::{Expression, ShapeTracker};
     pub use half::{bf16, f16};

@@ -6,10 +6,13 @@
 //! Each test runs once to warm up, then REPS timed times; the table shows the mean ± sample
 //! standard deviation of the per-run tokens per second.
 
-use crate::common::{effective_threads, human_bytes, human_count, load_model, CliError, CliResult};
+use crate::common::CliModel;
+use crate::common::{
+    effective_threads, human_bytes, human_count, load_model, CliError, CliResult, Device,
+};
 use clap::{Args, ValueEnum};
 use luminal_io::{GgmlType, GgufFile, SafetensorsModel};
-use luminal_models::LlamaModel;
+use luminal_models::Model;
 use serde_json::json;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -34,6 +37,9 @@ pub struct BenchArgs {
     /// Tokens of the decode test (0 = skip)
     #[arg(short = 'n', long = "n-gen", default_value_t = 64)]
     n_gen: usize,
+    /// Device to run on
+    #[arg(long, value_enum, default_value_t = Device::Cpu)]
+    device: Device,
     /// CPU threads (default: every core)
     #[arg(short, long)]
     threads: Option<usize>,
@@ -68,7 +74,7 @@ pub fn run(args: BenchArgs) -> CliResult {
         return Err(CliError::msg("nothing to measure: -p and -n are both 0"));
     }
     let max_ctx = args.n_prompt.max(args.n_gen);
-    let (mut model, _tok) = load_model(&args.model, args.threads, max_ctx)?;
+    let (mut model, _tok) = load_model(&args.model, args.device, args.threads, max_ctx)?;
     let desc = describe(&args.model, model.stats.parameters as u64)?;
     let threads = effective_threads(args.threads);
     let tokens = bench_tokens(model.vocab_size(), max_ctx);
@@ -111,7 +117,7 @@ pub fn run(args: BenchArgs) -> CliResult {
 }
 
 /// `n` decode steps of one token each from an empty cache.
-fn decode(model: &mut LlamaModel, tokens: &[u32]) -> luminal_models::Result<()> {
+fn decode(model: &mut CliModel, tokens: &[u32]) -> luminal_models::Result<()> {
     model.reset();
     for &t in tokens {
         model.forward(&[t], 1)?;

@@ -2,6 +2,7 @@
 //! number formatting.
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use luminal_cpu::{CpuBackend, CpuRuntime};
 use luminal_io::IoError;
 use luminal_models::{LlamaModel, LoadOptions, ModelError, Tokenizer};
 use std::fmt;
@@ -66,13 +67,25 @@ impl fmt::Debug for CliError {
 
 pub type CliResult<T = ()> = Result<T, CliError>;
 
-/// Loads a GGUF file or a Hugging Face folder, drawing a progress bar on stderr (hidden when
-/// stderr is not a terminal).
+/// The device a model runs on (`--device`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Device {
+    /// The CPU backend (`luminal_cpu`).
+    #[default]
+    Cpu,
+}
+
+/// A model loaded on the CPU backend.
+pub type CliModel = LlamaModel<CpuRuntime>;
+
+/// Loads a GGUF file or a Hugging Face folder onto `device`, drawing a progress bar on
+/// stderr (hidden when stderr is not a terminal).
 pub fn load_model(
     path: &Path,
+    device: Device,
     threads: Option<usize>,
     max_ctx: usize,
-) -> CliResult<(LlamaModel, Tokenizer)> {
+) -> CliResult<(CliModel, Tokenizer)> {
     if !path.exists() {
         return Err(CliError::msg(format!(
             "model file not found: {}",
@@ -94,8 +107,12 @@ pub fn load_model(
             .unwrap_or_default(),
     );
     bar.enable_steady_tick(std::time::Duration::from_millis(120));
-    let opts = LoadOptions { threads, max_ctx };
-    let loaded = LlamaModel::load(path, &opts, |done, total| {
+    let opts = LoadOptions { max_ctx };
+    let backend = match (device, threads) {
+        (Device::Cpu, Some(n)) => CpuBackend::with_threads(n),
+        (Device::Cpu, None) => CpuBackend::default(),
+    };
+    let loaded = LlamaModel::load(path, backend, &opts, |done, total| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
     });

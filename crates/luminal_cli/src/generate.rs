@@ -1,10 +1,11 @@
 //! `luminal generate`: stream a completion to stdout, statistics to stderr.
 
-use crate::common::{load_model, CliError, CliResult};
+use crate::common::{load_model, CliError, CliResult, Device};
 use clap::Args;
 use luminal_models::chat::{ChatMessage, ChatTemplate};
 use luminal_models::generate::{generate, GenerateOptions};
 use luminal_models::sampling::SamplerConfig;
+use luminal_models::Model;
 use luminal_models::Tokenizer;
 use std::io::Write;
 use std::path::PathBuf;
@@ -51,6 +52,9 @@ pub struct GenerateArgs {
     /// Stop when the text contains this string (may be repeated)
     #[arg(long = "stop")]
     stop: Vec<String>,
+    /// Device to run on
+    #[arg(long, value_enum, default_value_t = Device::Cpu)]
+    device: Device,
     /// CPU threads (default: every core)
     #[arg(short, long)]
     threads: Option<usize>,
@@ -76,7 +80,7 @@ pub fn run(args: GenerateArgs) -> CliResult {
         seed: args.seed,
     };
     sampler.validate()?;
-    let (mut model, tok) = load_model(&args.model, args.threads, args.ctx)?;
+    let (mut model, tok) = load_model(&args.model, args.device, args.threads, args.ctx)?;
 
     let mut stop_strings = args.stop.clone();
     let text = if args.chat {

@@ -1,8 +1,9 @@
 //! `luminal perplexity`: perplexity of a text file, `perplexity: X` as the last line.
 
-use crate::common::{load_model, CliError, CliResult};
+use crate::common::{load_model, CliError, CliResult, Device};
 use clap::Args;
 use luminal_models::generate::perplexity_with_progress;
+use luminal_models::Model;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -17,6 +18,9 @@ pub struct PerplexityArgs {
     /// Window size in tokens (non-overlapping windows; each starts from an empty context)
     #[arg(long, default_value_t = 512)]
     ctx: usize,
+    /// Device to run on
+    #[arg(long, value_enum, default_value_t = Device::Cpu)]
+    device: Device,
     /// CPU threads (default: every core)
     #[arg(short, long)]
     threads: Option<usize>,
@@ -31,7 +35,7 @@ pub fn run(args: PerplexityArgs) -> CliResult {
             args.ctx
         )));
     }
-    let (mut model, tok) = load_model(&args.model, args.threads, args.ctx)?;
+    let (mut model, tok) = load_model(&args.model, args.device, args.threads, args.ctx)?;
     if args.ctx > model.max_ctx() {
         return Err(CliError::msg(format!(
             "--ctx {} exceeds the model's context length of {} tokens",

@@ -11,11 +11,11 @@ fn root() -> PathBuf {
 }
 
 fn tiny_llama() -> PathBuf {
-    root().join("crates/luminal_models/tests/fixtures/tiny-llama")
+    root().join("crates/luminal_model_tests/tests/fixtures/tiny-llama")
 }
 
 fn model_fixtures() -> PathBuf {
-    root().join("crates/luminal_models/tests/fixtures")
+    root().join("crates/luminal_model_tests/tests/fixtures")
 }
 
 fn tiny_gguf() -> PathBuf {

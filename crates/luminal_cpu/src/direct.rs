@@ -126,6 +126,7 @@ macro_rules! with_elem {
             Storage::F16($o) => $body,
             Storage::BF16($o) => $body,
             Storage::F64($o) => $body,
+            Storage::Bytes(_) => unreachable!("no kernel writes a weight buffer"),
         }
     };
 }
@@ -186,7 +187,17 @@ pub fn lower(
     let node = g.node(id);
     Ok(match &node.op {
         Op::Gather if node.inputs[0].view.rank() == 2 => {
-            let k = GatherKernel::new(&node.inputs[0], &node.inputs[1], names)?;
+            let mut table = node.inputs[0].clone();
+            // Rows of `w.dequantize()` for a quantized or half weight read whole: decoded
+            // from the weight's blocks in place.
+            let weight = crate::quant::dequantized_weight(g, &table).filter(|_| {
+                table.view.is_contiguous() && table.view.dims() == g.node(table.node).shape
+            });
+            if let Some((w, _)) = weight {
+                table.node = w;
+            }
+            let mut k = GatherKernel::new(&table, &node.inputs[1], names)?;
+            k.weight = weight.map(|(_, dt)| dt);
             let reads = vec![k.table.buf, k.ids.buf];
             Some(("gather".into(), DirectKernel::Gather(k), reads))
         }
@@ -402,6 +413,8 @@ pub struct GatherKernel {
     /// The table row of each index in this launch (grows to the largest count, then is
     /// reused: launches allocate nothing).
     picked: Vec<usize>,
+    /// The table is a quantized or half weight whose rows are decoded (see `quant/`).
+    weight: Option<luminal::DType>,
 }
 
 impl GatherKernel {
@@ -410,7 +423,13 @@ impl GatherKernel {
             table: ViewInput::new(table, names)?,
             ids: ViewInput::new(ids, names)?,
             picked: vec![],
+            weight: None,
         })
+    }
+
+    /// The weight buffer it decodes rows of, if any.
+    pub fn weight_table(&self) -> Option<usize> {
+        self.weight.map(|_| self.table.buf)
     }
 
     fn run(
@@ -447,6 +466,14 @@ impl GatherKernel {
             *slot = id as usize;
         }
         let (table, picked) = (&self.table, &self.picked[..]);
+        if let Some(dtype) = self.weight {
+            let w = crate::quant::WeightRef::of(&bufs[table.buf], dtype, rows as usize, width);
+            let (Some(w), Storage::F32(o)) = (w, out) else {
+                return Err(kind_error("gather of a weight"));
+            };
+            crate::quant::gather_rows(w, picked, &mut o[..n_ids * width]);
+            return Ok(());
+        }
         with_elem!(out, |o| gather_rows(
             table,
             bufs,

@@ -744,6 +744,7 @@ pub fn run_elementwise(prog: &Program, bufs: &[Storage], out: &mut Storage, n: u
         }),
         Storage::F16(o) => elementwise_tasks!(prog, bufs, o, n, chunk, false, F16),
         Storage::BF16(o) => elementwise_tasks!(prog, bufs, o, n, chunk, false, BF16),
+        Storage::Bytes(_) => unreachable!("no kernel writes a weight buffer"),
     }
 }
 

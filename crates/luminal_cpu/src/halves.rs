@@ -110,7 +110,7 @@ impl CastKernel {
             Storage::BF16(o) => crate::par::for_each_chunk(&mut o[..n], CHUNK, |t, c| {
                 narrow_view(src, view, t * CHUNK, c)
             }),
-            Storage::F64(_) => {
+            Storage::F64(_) | Storage::Bytes(_) => {
                 return Err(LuminalError::Backend(
                     "cast kernel writes a float buffer".into(),
                 ))
@@ -250,7 +250,7 @@ pub fn run_half_matmul(
     let (wa, wb, wo) = (grown(wa, a_len), grown(wb, b_len), grown(wo, total));
     widen(a, a_lo as usize, wa);
     widen(b, b_lo as usize, wb);
-    k.run_f32(wa, wb, (a_lo, b_lo), &[], wo)?;
+    k.run_f32(wa, wb, (a_lo, b_lo), wo)?;
     narrow_into(wo, out)
 }
 

@@ -45,10 +45,10 @@ mod halfvec;
 mod halves;
 mod matmul;
 mod matvec;
-mod packed;
 mod par;
 mod plan;
 mod profile;
+mod quant;
 mod rows;
 mod runtime;
 mod simd;
@@ -56,7 +56,6 @@ mod storage;
 mod view;
 mod write;
 
-pub use packed::{PackedFormat, PackedMatrix};
 pub use runtime::CpuRuntime;
 pub use simd::{detected_isa, set_max_isa, Isa};
 

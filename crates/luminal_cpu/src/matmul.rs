@@ -5,11 +5,11 @@
 //! takes row and column strides, so the operands are read in place whatever their layout
 //! (transposed weights, sliced batches, broadcast batch dims): no copies.
 
-use crate::packed::{skinny_packed, PackedMatrix};
+use crate::quant::{weight_matmul, WeightRef};
 use crate::storage::Storage;
 use crate::view::{DimValues, ResolvedView, ViewExprs};
 use gemm::Parallelism;
-use luminal::Result;
+use luminal::{DType, LuminalError, Result};
 use rayon::prelude::*;
 
 use crate::fused::{run_epilogue, Program};
@@ -28,6 +28,9 @@ pub struct MatmulKernel {
     /// An elementwise consumer fused as an epilogue: run in place over the product, which
     /// it reads as row register 0 (`Instr::RowReg(0)`); the kernel's output is its result.
     pub epilogue: Option<Program>,
+    /// `b` is a quantized or half weight input `W: [N, K]` read in place as `Wᵀ` (the cast
+    /// of `w.dequantize()` folded in, see `quant/`): its dtype.
+    pub weight: Option<DType>,
 }
 
 /// Batch count, M, N, K of the resolved product shape.
@@ -53,6 +56,7 @@ impl MatmulKernel {
             b_view: ResolvedView::default(),
             threads,
             epilogue: None,
+            weight: None,
         }
     }
 
@@ -82,13 +86,23 @@ impl MatmulKernel {
     pub fn run(
         &self,
         bufs: &[Storage],
-        packed: &[Option<std::sync::Arc<PackedMatrix>>],
         out: &mut Storage,
         scratch: &mut crate::halves::HalfScratch,
     ) -> Result<()> {
+        if let Some(dtype) = self.weight {
+            let Storage::F32(dst) = out else {
+                return Err(LuminalError::Backend("weight matmul writes f32".into()));
+            };
+            self.run_weight(bufs, dtype, dst)?;
+            if let Some(e) = &self.epilogue {
+                let (batch, m, n, _) = self.shape();
+                run_epilogue(e, bufs, &mut dst[..batch * m * n]);
+            }
+            return Ok(());
+        }
         match (&bufs[self.a], &bufs[self.b], out) {
             (Storage::F32(a), Storage::F32(b), Storage::F32(dst)) => {
-                self.run_f32(a, b, (0, 0), packed, dst)?;
+                self.run_f32(a, b, (0, 0), dst)?;
                 if let Some(e) = &self.epilogue {
                     let (batch, m, n, _) = self.shape();
                     run_epilogue(e, bufs, &mut dst[..batch * m * n]);
@@ -102,14 +116,7 @@ impl MatmulKernel {
 
     /// The product over f32 data: `a` and `b` hold the operands' buffers from element
     /// `shift.0` / `shift.1` on (the views' offsets are taken relative to those).
-    pub fn run_f32(
-        &self,
-        a: &[f32],
-        b: &[f32],
-        shift: (i64, i64),
-        packed: &[Option<std::sync::Arc<PackedMatrix>>],
-        dst: &mut [f32],
-    ) -> Result<()> {
+    pub fn run_f32(&self, a: &[f32], b: &[f32], shift: (i64, i64), dst: &mut [f32]) -> Result<()> {
         let (a_offset, b_offset) = (self.a_view.offset - shift.0, self.b_view.offset - shift.1);
         let (batch, m, n, k) = self.shape();
         let dst = &mut dst[..batch * m * n];
@@ -166,21 +173,6 @@ impl MatmulKernel {
             }
         };
         let flops_per = m * n * k;
-        if let Some(w) = packed.get(self.b).and_then(|p| p.as_deref()) {
-            // The weight's block-quantized copy, when `b` reads it as the plain `Wᵀ`.
-            let plain_wt = batch == 1
-                && b_offset == 0
-                && (sb[r - 3] == 0 || m == 1)
-                && sb[r - 2] == k as i64
-                && sb[r - 1] == 1
-                && (w.rows(), w.cols()) == (n, k);
-            if plain_wt && m <= crate::matvec::MAX_ROWS && sa[r - 1] == 1 && sa[r - 3] >= 0 {
-                let (oa, _) = offsets(0);
-                let parallel = self.threads > 1 && flops_per >= (1 << 15);
-                skinny_packed(a, oa as usize, sa[r - 3] as usize, w, dst, m, parallel);
-                return Ok(());
-            }
-        }
         // M = 1 with the weight contiguous along N: gemm's gemv is single-threaded (and
         // ~20% faster than `matvec_axpy` on one thread), so ours only when parallel.
         if m == 1 && self.threads > 1 && sa[r - 1] == 1 && sb[r - 2] == 1 && sb[r - 1] >= 0 && n > 1
@@ -227,6 +219,49 @@ impl MatmulKernel {
             };
             for (i, d) in dst.chunks_mut(m * n).enumerate() {
                 call(i, d, par);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl MatmulKernel {
+    /// The product with `b` a weight `W: [N, K]` of `dtype` read in place (the lowering
+    /// checked that `b`'s view is the plain `Wᵀ`, shared by every batch).
+    fn run_weight(&self, bufs: &[Storage], dtype: DType, dst: &mut [f32]) -> Result<()> {
+        let (batch, m, n, k) = self.shape();
+        let w = WeightRef::of(&bufs[self.b], dtype, n, k).ok_or_else(|| {
+            LuminalError::Backend(format!(
+                "weight matmul: the weight buffer does not hold a [{n}, {k}] {dtype} matrix"
+            ))
+        })?;
+        let Storage::F32(a) = &bufs[self.a] else {
+            return Err(LuminalError::Backend(
+                "weight matmul reads f32 activations".into(),
+            ));
+        };
+        let dst = &mut dst[..batch * m * n];
+        let r = self.a_view.dims.len();
+        let sa = &self.a_view.strides;
+        let mut rows = vec![];
+        for (i, d) in dst.chunks_mut((m * n).max(1)).enumerate() {
+            // Activation offset of batch `i`: unravel it over the batch dims.
+            let (mut oa, mut rem) = (self.a_view.offset, i as i64);
+            for dim in (0..r - 3).rev() {
+                oa += rem % self.a_view.dims[dim] * sa[dim];
+                rem /= self.a_view.dims[dim];
+            }
+            if sa[r - 1] == 1 && sa[r - 3] >= 0 {
+                weight_matmul(a, oa as usize, sa[r - 3] as usize, w, d, m, self.threads);
+            } else {
+                // Rows not contiguous along K (a transposed activation): gathered first.
+                rows.clear();
+                for row in 0..m as i64 {
+                    for kk in 0..k as i64 {
+                        rows.push(a[(oa + row * sa[r - 3] + kk * sa[r - 1]) as usize]);
+                    }
+                }
+                weight_matmul(&rows, 0, k, w, d, m, self.threads);
             }
         }
         Ok(())

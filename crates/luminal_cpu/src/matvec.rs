@@ -145,7 +145,7 @@ unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
 }
 
 #[inline(always)]
-fn dot(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn dot(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
     match isa {
         // SAFETY: the feature was detected at run time.
         #[cfg(target_arch = "x86_64")]
@@ -158,14 +158,14 @@ fn dot(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
 
 /// The output pointer shared by tasks that write disjoint columns.
 #[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
+pub(crate) struct OutPtr(pub(crate) *mut f32);
 // SAFETY: tasks write disjoint elements (their own column range of each row).
 unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 
 /// Runs `cols(j0, j1)` over column ranges covering `0 .. n`: split over the threads (a
 /// few tasks per thread, multiples of 4 columns) when `parallel`, else one range.
-fn split_columns(n: usize, parallel: bool, cols: impl Fn(usize, usize) + Sync) {
+pub(crate) fn split_columns(n: usize, parallel: bool, cols: impl Fn(usize, usize) + Sync) {
     // Not `rayon::current_num_threads()`: on the caller of a one-thread runtime that would
     // start rayon's global pool.
     let threads = crate::par::threads();
@@ -177,30 +177,6 @@ fn split_columns(n: usize, parallel: bool, cols: impl Fn(usize, usize) + Sync) {
     } else {
         cols(0, n);
     }
-}
-
-/// Fills `dst[i·n + j] = value(i, j)` for `i < m`, `j < n`, splitting the columns over the
-/// threads when `parallel`. Allocates nothing.
-pub(crate) fn fill_columns(
-    dst: &mut [f32],
-    m: usize,
-    n: usize,
-    parallel: bool,
-    value: impl Fn(usize, usize) -> f32 + Sync,
-) {
-    assert!(dst.len() >= m * n);
-    let out = OutPtr(dst.as_mut_ptr());
-    split_columns(n, parallel, |j0, j1| {
-        let out = out;
-        for j in j0..j1 {
-            for i in 0..m {
-                let v = value(i, j);
-                // SAFETY: i < m, j < n and dst holds m·n elements; no other task writes
-                // column j.
-                unsafe { *out.0.add(i * n + j) = v };
-            }
-        }
-    });
 }
 
 /// One skinny product: `dst[i·n + j] = Σ_k a[a_off + i·a_row + k] · b[b_off + j·b_row + k]`

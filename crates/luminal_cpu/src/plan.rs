@@ -52,6 +52,8 @@ pub enum KernelKind {
     Direct(crate::direct::DirectKernel),
     /// Conversion between f32, f16 and bf16 (see `halves.rs`).
     Cast(crate::halves::CastKernel),
+    /// A quantized tensor decoded and read through a view (see `quant/`).
+    Dequant(crate::quant::DequantKernel),
 }
 
 /// One launch: computes node `node` into buffer `out`.
@@ -66,6 +68,18 @@ pub struct Kernel {
     pub reads: Vec<usize>,
     pub numel: CompiledExpression,
     pub kind: KernelKind,
+}
+
+impl Kernel {
+    /// The buffer this kernel reads as a weight in place (quantized or half blocks; see
+    /// `quant/`), if any.
+    pub fn weight_input(&self) -> Option<usize> {
+        match &self.kind {
+            KernelKind::Matmul(m) if m.weight.is_some() => Some(m.b),
+            KernelKind::Direct(crate::direct::DirectKernel::Gather(g)) => g.weight_table(),
+            _ => None,
+        }
+    }
 }
 
 /// Can this node be evaluated inside an f32 fused tree? Values are f32; `Bool` nodes hold
@@ -86,7 +100,7 @@ fn fusable(g: &GraphData, id: NodeId) -> bool {
         (Op::Binary(b), DType::F32) => *b != BinaryOp::LessThan && in_dt(0) == DType::F32,
         // Every dtype embeds exactly in f64 and a leaf rounds f64 -> f32 once, which is the
         // reference cast; bools, halves are exact in f32.
-        (Op::Cast(DType::F32), DType::F32) => true,
+        (Op::Cast(DType::F32), DType::F32) => !in_dt(0).is_quantized(),
         (Op::Cast(DType::Bool), DType::Bool) => in_dt(0) != DType::I32,
         (Op::Contiguous, DType::F32) => in_dt(0) == DType::F32,
         (Op::Contiguous, DType::Bool) => in_dt(0) == DType::Bool,
@@ -451,6 +465,15 @@ impl Lowering<'_> {
                 reads,
             ));
         }
+        if let Some(d) = crate::quant::DequantKernel::try_new(self.g, id, self.names)? {
+            let from = self.g.node(node.inputs[0].node).dtype;
+            let reads = vec![d.input];
+            return Ok(kernel(
+                format!("dequantize[{from}->{}]", node.dtype),
+                KernelKind::Dequant(d),
+                reads,
+            ));
+        }
         // A cast to a half type fuses into the trees that read it; on its own it is a cast
         // kernel (below).
         let half_cast = matches!(node.op, Op::Cast(_)) && HalfKind::of(node.dtype).is_some();
@@ -580,14 +603,29 @@ impl Lowering<'_> {
         } else {
             return Ok(None);
         };
-        let k = MatmulKernel::new(
+        // `b` = `w.dequantize()ᵀ` of a quantized or half weight read as the plain `Wᵀ`
+        // (`[.., M, N, K]` with strides `[0.., 0, K, 1]`): read the blocks in place.
+        let weight = crate::quant::dequantized_weight(self.g, b).filter(|&(w, _)| {
+            let v = &b.view;
+            let (st, shape) = (v.strides(), &self.g.node(w).shape);
+            !v.is_masked()
+                && v.offset().is_zero()
+                && st[r - 1].as_constant() == Some(1)
+                && st[r - 2] == shape[1]
+                && dims[r - 2] == shape[0]
+                && dims[r - 1] == shape[1]
+                && st[..r - 2].iter().all(|s| s.is_zero())
+        });
+        let b_buf = weight.map_or(b.node.0 as usize, |(w, _)| w.0 as usize);
+        let mut k = MatmulKernel::new(
             a.node.0 as usize,
-            b.node.0 as usize,
+            b_buf,
             ViewExprs::new(&a.view, self.names)?,
             ViewExprs::new(&b.view, self.names)?,
             self.threads,
         );
-        Ok(Some((k, vec![a.node.0 as usize, b.node.0 as usize])))
+        k.weight = weight.map(|(_, dt)| dt);
+        Ok(Some((k, vec![a.node.0 as usize, b_buf])))
     }
 }
 

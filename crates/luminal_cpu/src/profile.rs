@@ -14,7 +14,7 @@ pub fn table(rt: &CpuRuntime) -> String {
     let (mut total_t, mut total_b, mut total_f) = (0.0, 0usize, 0usize);
     for (i, (k, t, n)) in rt.profile_rows().enumerate() {
         let elem = k.dtype.size_bytes();
-        let read: usize = k.reads.iter().map(|&b| rt.buf_len(b) * 4).sum();
+        let read: usize = k.reads.iter().map(|&b| rt.buf_bytes(b)).sum();
         let bytes = n * elem + read;
         let flops = match &k.kind {
             KernelKind::WriteSlice(_) | KernelKind::Direct(_) => 0,
@@ -34,7 +34,7 @@ pub fn table(rt: &CpuRuntime) -> String {
                 b * mm * nn * (2 * kk + epi)
             }
             KernelKind::Fallback(_) => n,
-            KernelKind::Cast(_) => 0,
+            KernelKind::Cast(_) | KernelKind::Dequant(_) => 0,
             KernelKind::Rows(r) => r.flops(),
         };
         let secs = t.as_secs_f64();

@@ -3,7 +3,6 @@
 
 use crate::fused::{run_elementwise, run_reduce, ReduceShape};
 use crate::halves::HalfScratch;
-use crate::packed::PackedMatrix;
 use crate::plan::{Kernel, KernelKind};
 use crate::storage::{Storage, StorageKind};
 use crate::view::{eval, DimNames, DimValues, MAX_DYN_DIMS};
@@ -13,7 +12,6 @@ use luminal::passes::live_nodes;
 use luminal::shape::CompiledExpression;
 use luminal::{HostData, LuminalError, Result, Runtime};
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A live input: its node, name, buffer and element count.
@@ -23,6 +21,8 @@ struct InputSlot {
     buf: usize,
     numel: CompiledExpression,
     present: bool,
+    /// Only weight kernels read it (see `quant/`): raw float data is kept as is.
+    weight_only: bool,
 }
 
 pub struct CpuRuntime {
@@ -36,8 +36,6 @@ pub struct CpuRuntime {
     /// Element count each kernel produced in the last run.
     kernel_len: Vec<usize>,
     bufs: Vec<Storage>,
-    /// Block-quantized copies of weight inputs, by buffer (see `set_packed`).
-    packed: Vec<Option<Arc<PackedMatrix>>>,
     inputs: Vec<InputSlot>,
     /// Buffer and producing kernel of every node whose buffer is readable by `get`.
     node_buf: HashMap<NodeId, (usize, Option<usize>)>,
@@ -91,6 +89,7 @@ impl CpuRuntime {
                     buf: bufs.len(),
                     numel: names.compile(&node.shape.iter().product())?,
                     present: false,
+                    weight_only: weight_only(&kernels, id.0 as usize),
                 });
                 bufs.push(Storage::empty(node.dtype));
             }
@@ -153,6 +152,7 @@ impl CpuRuntime {
                 KernelKind::Fallback(f) => f.remap_bufs(&map),
                 KernelKind::Direct(d) => d.remap_bufs(&map),
                 KernelKind::Cast(c) => c.input = map(c.input),
+                KernelKind::Dequant(d) => d.input = map(d.input),
                 KernelKind::WriteSlice(w) => {
                     w.dest = map(w.dest);
                     w.src = map(w.src);
@@ -187,9 +187,7 @@ impl CpuRuntime {
         pool.broadcast(|_| crate::fused::reserve_scratch(max_instrs));
         let pool = std::sync::Arc::new(pool);
         let n = kernels.len();
-        let packed = vec![None; bufs.len()];
         Ok(CpuRuntime {
-            packed,
             graph,
             names,
             needed_dims,
@@ -229,31 +227,6 @@ impl CpuRuntime {
     pub fn threads(&self) -> usize {
         self.threads
     }
-    /// Attaches a block-quantized copy of the f32 weight input `tensor` (`[rows, cols]`):
-    /// skinny products (`M ≤ 8` rows, decode steps) that read it as `Wᵀ` stream the blocks
-    /// instead of the f32 data; every other kernel keeps reading the f32 data, which must be
-    /// the exact dequantization of `packed` (set both from the same file tensor). Setting
-    /// the input's f32 data again drops the packed copy.
-    pub fn set_packed(&mut self, tensor: impl Into<TensorRef>, packed: PackedMatrix) -> Result<()> {
-        let entry = self.graph.tensor_entry(tensor)?;
-        let node = self.graph.node(entry.node);
-        let dims: Vec<Option<i64>> = node.shape.iter().map(|d| d.as_constant()).collect();
-        let shape_ok = dims == [Some(packed.rows() as i64), Some(packed.cols() as i64)];
-        if !matches!(node.op, Op::Input { .. }) || node.dtype != luminal::DType::F32 || !shape_ok {
-            return Err(LuminalError::Backend(format!(
-                "set_packed: {} must be an f32 input of shape [{}, {}]",
-                entry.label,
-                packed.rows(),
-                packed.cols()
-            )));
-        }
-        let node_id = entry.node;
-        if let Some(slot) = self.inputs.iter().find(|s| s.node == node_id) {
-            self.packed[slot.buf] = Some(Arc::new(packed));
-        }
-        Ok(())
-    }
-
     /// Turns per-kernel timing on or off (also on with `LUMINAL_PROFILE=1`).
     pub fn set_profile(&mut self, on: bool) {
         self.profile = on;
@@ -271,8 +244,14 @@ impl CpuRuntime {
             .zip(&self.kernel_len)
             .map(|((k, &t), &n)| (k, t, n))
     }
-    pub(crate) fn buf_len(&self, b: usize) -> usize {
-        self.bufs[b].len()
+    /// Bytes buffer `b` holds (as the kernels read it: f64-stored ints count 4 bytes).
+    pub(crate) fn buf_bytes(&self, b: usize) -> usize {
+        match &self.bufs[b] {
+            Storage::Bytes(d) => d.as_slice().len(),
+            Storage::F16(v) => 2 * v.len(),
+            Storage::BF16(v) => 2 * v.len(),
+            s => 4 * s.len(),
+        }
     }
 
     fn numel(&self, e: &CompiledExpression) -> Result<usize> {
@@ -290,7 +269,7 @@ impl CpuRuntime {
             self.bufs[k.out].ensure_len(n);
             let mut out = std::mem::replace(&mut self.bufs[k.out], Storage::F32(Vec::new()));
             let scratch = &mut self.half_scratch;
-            let res = run_kernel(k, &self.bufs, &self.packed, &mut out, n, &dims, scratch);
+            let res = run_kernel(k, &self.bufs, &mut out, n, &dims, scratch);
             self.bufs[k.out] = out;
             res?;
             if let Some(s) = start {
@@ -301,10 +280,23 @@ impl CpuRuntime {
     }
 }
 
+/// Whether every kernel reading node `input` (an input) reads it as a weight, in place.
+fn weight_only(kernels: &[Kernel], input: usize) -> bool {
+    let mut any = false;
+    for k in kernels {
+        for &r in k.reads.iter().filter(|&&r| r == input) {
+            if k.weight_input() != Some(r) {
+                return false;
+            }
+            any = true;
+        }
+    }
+    any
+}
+
 fn run_kernel(
     k: &mut Kernel,
     bufs: &[Storage],
-    packed: &[Option<Arc<PackedMatrix>>],
     out: &mut Storage,
     n: usize,
     dims: &DimValues,
@@ -336,13 +328,14 @@ fn run_kernel(
         }
         KernelKind::Matmul(m) => {
             m.prepare(dims, bufs)?;
-            m.run(bufs, packed, out, half_scratch)?;
+            m.run(bufs, out, half_scratch)?;
         }
         KernelKind::Cast(c) => {
             c.prepare(dims, bufs)?;
             c.run(bufs, out, n)?;
         }
         KernelKind::Fallback(f) => f.run(bufs, out, n, dims)?,
+        KernelKind::Dequant(d) => d.run(bufs, out, n, dims)?,
         KernelKind::Direct(d) => d.run(bufs, out, n, dims)?,
         KernelKind::WriteSlice(w) => w.run(bufs, out, dims)?,
         KernelKind::Rows(r) => {
@@ -358,8 +351,7 @@ impl Runtime for CpuRuntime {
         let node = self.graph.check_input(tensor, &data, &self.dims)?;
         // An input the outputs do not need has no slot: accept and drop the data.
         if let Some(slot) = self.inputs.iter_mut().find(|s| s.node == node) {
-            self.bufs[slot.buf] = Storage::from_host(data);
-            self.packed[slot.buf] = None;
+            self.bufs[slot.buf] = Storage::from_host(data, slot.weight_only);
             slot.present = true;
         }
         Ok(())

@@ -1,10 +1,12 @@
 //! Buffers. `f32`, `f16` and `bf16` tensors are stored in their own type (the fast paths
 //! work on them); `i32` and `bool` are stored as exact `f64` values (both embed exactly),
-//! which the reference-semantics fallback kernels read and write.
+//! which the reference-semantics fallback kernels read and write. Quantized inputs (and
+//! half weights handed over as raw bytes) keep their raw blocks (`Bytes`), which only the
+//! weight kernels of `quant/` read.
 
 use crate::halfvec::HalfElem;
 use half::{bf16, f16};
-use luminal::{DType, HostData};
+use luminal::{ByteData, DType, HostData};
 
 #[derive(Clone, Debug)]
 pub enum Storage {
@@ -12,6 +14,9 @@ pub enum Storage {
     F16(Vec<f16>),
     BF16(Vec<bf16>),
     F64(Vec<f64>),
+    /// Raw blocks of a quantized (or half) weight, shared with whoever handed them over (a
+    /// memory-mapped file): never copied.
+    Bytes(ByteData),
 }
 
 /// Which element type a buffer holds. Buffers are reused only within one kind.
@@ -21,6 +26,7 @@ pub enum StorageKind {
     F16,
     BF16,
     F64,
+    Bytes,
 }
 
 impl StorageKind {
@@ -31,6 +37,7 @@ impl StorageKind {
             DType::F16 => StorageKind::F16,
             DType::BF16 => StorageKind::BF16,
             DType::I32 | DType::Bool => StorageKind::F64,
+            _ => StorageKind::Bytes,
         }
     }
 }
@@ -42,6 +49,10 @@ impl Storage {
             StorageKind::F16 => Storage::F16(Vec::new()),
             StorageKind::BF16 => Storage::BF16(Vec::new()),
             StorageKind::F64 => Storage::F64(Vec::new()),
+            StorageKind::Bytes => Storage::Bytes(
+                ByteData::new(dtype, luminal::SharedBytes::from_vec(vec![]))
+                    .expect("empty data of a quantized dtype"),
+            ),
         }
     }
 
@@ -51,10 +62,19 @@ impl Storage {
             Storage::F16(_) => StorageKind::F16,
             Storage::BF16(_) => StorageKind::BF16,
             Storage::F64(_) => StorageKind::F64,
+            Storage::Bytes(_) => StorageKind::Bytes,
         }
     }
 
-    pub fn from_host(data: HostData) -> Storage {
+    /// The storage of input data. Raw float data becomes a typed buffer (a copy) unless
+    /// `weight_only` (only weight kernels read the input, see `quant/`).
+    pub fn from_host(data: HostData, weight_only: bool) -> Storage {
+        let data = match data {
+            HostData::Bytes(b) if b.dtype().is_quantized() || weight_only => {
+                return Storage::Bytes(b)
+            }
+            other => other.into_typed(),
+        };
         match data {
             HostData::F32(v) => Storage::F32(v),
             HostData::F16(v) => Storage::F16(v),
@@ -69,12 +89,16 @@ impl Storage {
             Storage::F16(v) => HostData::F16(v[..len].to_vec()),
             Storage::BF16(v) => HostData::BF16(v[..len].to_vec()),
             Storage::F64(v) => HostData::from_f64(dtype, &v[..len]),
+            Storage::Bytes(b) => HostData::Bytes(b.clone()),
         }
     }
 
     #[allow(clippy::len_without_is_empty)]
     pub fn len(&self) -> usize {
-        self.as_ref().len()
+        match self {
+            Storage::Bytes(b) => b.len(),
+            s => s.as_ref().len(),
+        }
     }
 
     /// Grows to at least `n` elements; never shrinks, so the same dims never reallocate.
@@ -94,6 +118,10 @@ impl Storage {
             Storage::F16(v) => BufRef::F16(v),
             Storage::BF16(v) => BufRef::BF16(v),
             Storage::F64(v) => BufRef::F64(v),
+            Storage::Bytes(b) => panic!(
+                "a {} weight buffer is read only by the weight kernels (see quant/)",
+                b.dtype()
+            ),
         }
     }
 
@@ -105,6 +133,7 @@ impl Storage {
             Storage::F16(o) => o[i] = luminal::dtype::f16_from_f64(v),
             Storage::BF16(o) => o[i] = luminal::dtype::bf16_from_f64(v),
             Storage::F64(o) => o[i] = v,
+            Storage::Bytes(_) => panic!("nothing is computed into a weight buffer"),
         }
     }
 }

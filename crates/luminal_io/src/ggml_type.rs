@@ -148,6 +148,28 @@ impl GgmlType {
         )
     }
 
+    /// The Luminal dtype that stores this type's data as is (`None` for types a graph cannot
+    /// hold: the IQ/TQ families, Q8_1/Q8_K, and the plain int/f64 types).
+    pub fn dtype(self) -> Option<luminal::DType> {
+        use luminal::DType as D;
+        Some(match self {
+            GgmlType::F32 => D::F32,
+            GgmlType::F16 => D::F16,
+            GgmlType::BF16 => D::BF16,
+            GgmlType::Q4_0 => D::Q4_0,
+            GgmlType::Q4_1 => D::Q4_1,
+            GgmlType::Q5_0 => D::Q5_0,
+            GgmlType::Q5_1 => D::Q5_1,
+            GgmlType::Q8_0 => D::Q8_0,
+            GgmlType::Q2_K => D::Q2_K,
+            GgmlType::Q3_K => D::Q3_K,
+            GgmlType::Q4_K => D::Q4_K,
+            GgmlType::Q5_K => D::Q5_K,
+            GgmlType::Q6_K => D::Q6_K,
+            _ => return None,
+        })
+    }
+
     /// Bytes needed for `n_elements` elements, or `None` if `n_elements` is not a whole number
     /// of blocks or the size overflows.
     pub fn bytes_for(self, n_elements: u64) -> Option<u64> {
@@ -176,6 +198,16 @@ mod tests {
         }
         for removed in [4, 5, 31, 32, 33, 36, 37, 38, 1000, u32::MAX] {
             assert_eq!(GgmlType::from_id(removed), None);
+        }
+    }
+
+    #[test]
+    fn dtypes_share_the_block_layout() {
+        for &(ty, ..) in TABLE {
+            if let Some(dt) = ty.dtype() {
+                assert_eq!(dt.block_size() as u64, ty.block_size(), "{ty}");
+                assert_eq!(dt.block_bytes() as u64, ty.type_size(), "{ty}");
+            }
         }
     }
 

@@ -47,6 +47,12 @@ impl Deref for Storage {
     }
 }
 
+impl AsRef<[u8]> for Storage {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
 impl std::fmt::Debug for Storage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kind = match self {

@@ -1,4 +1,4 @@
-//! Text generation and perplexity on a loaded [`LlamaModel`].
+//! Text generation and perplexity on any loaded [`Model`].
 //!
 //! [`generate`] prefills a prompt, samples token by token and streams the decoded text,
 //! stopping at an end-of-generation token, a stop string, a token budget, or a full context.
@@ -9,7 +9,9 @@
 //! use luminal_models::generate::{generate, GenerateOptions};
 //! use luminal_models::{LlamaModel, LoadOptions};
 //! # fn main() -> luminal_models::Result<()> {
-//! let (mut model, tok) = LlamaModel::load("model.gguf", &LoadOptions::default(), |_, _| {})?;
+//! // Any backend: here the reference one (a real program picks a fast backend).
+//! let backend = luminal::ReferenceBackend;
+//! let (mut model, tok) = LlamaModel::load("model.gguf", backend, &LoadOptions::default(), |_, _| {})?;
 //! let prompt = tok.encode("Once upon a time", true)?;
 //! let opts = GenerateOptions { max_new_tokens: 32, ..Default::default() };
 //! let (ids, stats) = generate(&mut model, &tok, &prompt, &opts, |text| print!("{text}"))?;
@@ -18,7 +20,7 @@
 //! ```
 
 use crate::error::{ModelError, Result};
-use crate::llama::LlamaModel;
+use crate::model::Model;
 use crate::sampling::{Sampler, SamplerConfig};
 use luminal_io::Tokenizer;
 use std::time::{Duration, Instant};
@@ -164,8 +166,8 @@ impl<'a> StopStringFilter<'a> {
 ///
 /// Special tokens are not printed (`stream_decoder(true)`). Returns the generated ids and
 /// the statistics. A prompt longer than the context gives [`ModelError::ContextFull`].
-pub fn generate(
-    model: &mut LlamaModel,
+pub fn generate<M: Model + ?Sized>(
+    model: &mut M,
     tok: &Tokenizer,
     prompt_ids: &[u32],
     opts: &GenerateOptions,
@@ -277,8 +279,8 @@ pub struct PerplexityResult {
 }
 
 /// The perplexity of `text` with windows of `ctx` tokens: see [`perplexity_with_progress`].
-pub fn perplexity(
-    model: &mut LlamaModel,
+pub fn perplexity<M: Model + ?Sized>(
+    model: &mut M,
     tok: &Tokenizer,
     text: &str,
     ctx: usize,
@@ -294,8 +296,8 @@ pub fn perplexity(
 ///
 /// `progress(window, n_windows, running_ppl)` is called after each window (1-based).
 /// Errors if `ctx < 2`, if `ctx` exceeds the model's context, or if nothing can be scored.
-pub fn perplexity_with_progress(
-    model: &mut LlamaModel,
+pub fn perplexity_with_progress<M: Model + ?Sized>(
+    model: &mut M,
     tok: &Tokenizer,
     text: &str,
     ctx: usize,

@@ -9,6 +9,7 @@ pub mod config;
 pub mod error;
 pub mod generate;
 pub mod llama;
+pub mod model;
 pub mod sampling;
 
 pub use config::LlamaConfig;
@@ -18,3 +19,4 @@ pub use generate::{
 };
 pub use llama::{LlamaModel, LoadOptions};
 pub use luminal_io::Tokenizer;
+pub use model::Model;

@@ -6,29 +6,24 @@
 
 use crate::config::LlamaConfig;
 use crate::error::{ModelError, Result};
+use crate::model::Model;
 use luminal::prelude::*;
-use luminal_cpu::{CpuBackend, CpuRuntime, PackedFormat, PackedMatrix};
-use luminal_io::{GgmlType, GgufFile, SafetensorsModel, Tokenizer};
+use luminal_io::{GgufFile, SafetensorsModel, Tokenizer};
 use luminal_nn::{Embedding, KvCache, Linear, Module, RmsNorm, Rope, TransformerBlock};
 use rayon::prelude::*;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// How to load a model.
+/// How to load a model (the backend, and its threads, are the caller's choice).
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
-    /// Threads of the CPU runtime (`None`: every core).
-    pub threads: Option<usize>,
     /// KV-cache capacity in tokens (capped by the model's context length).
     pub max_ctx: usize,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions {
-            threads: None,
-            max_ctx: 2048,
-        }
+        LoadOptions { max_ctx: 2048 }
     }
 }
 
@@ -36,6 +31,28 @@ impl Default for LoadOptions {
 enum WeightSource<'a> {
     Gguf(&'a GgufFile),
     Safetensors(&'a SafetensorsModel),
+}
+
+/// The HF names of the 2-D weight matrices (those a file may store quantized).
+fn matrix_names(c: &LlamaConfig) -> Vec<String> {
+    let mut names = vec!["model.embed_tokens.weight".to_string()];
+    if !c.tie_word_embeddings {
+        names.push("lm_head.weight".into());
+    }
+    for i in 0..c.n_layers {
+        for m in [
+            "self_attn.q_proj",
+            "self_attn.k_proj",
+            "self_attn.v_proj",
+            "self_attn.o_proj",
+            "mlp.gate_proj",
+            "mlp.up_proj",
+            "mlp.down_proj",
+        ] {
+            names.push(format!("model.layers.{i}.{m}.weight"));
+        }
+    }
+    names
 }
 
 impl WeightSource<'_> {
@@ -76,27 +93,60 @@ impl WeightSource<'_> {
 }
 
 impl WeightSource<'_> {
-    /// The block-quantized copy of a 2-D weight whose file type the CPU's decode kernels
-    /// read directly (Q4_0, Q4_1, Q8_0), for `CpuRuntime::set_packed`.
-    fn packed(&self, name: &str, shape: &[usize]) -> Result<Option<PackedMatrix>> {
-        let WeightSource::Gguf(f) = self else {
-            return Ok(None);
+    /// The dtype the file stores the 2-D weight `name` in, when a graph can hold it as is
+    /// (quantized or half: read in place by the backend, never converted to f32).
+    fn storage_dtype(&self, name: &str) -> Option<DType> {
+        let (dtype, shape) = match self {
+            WeightSource::Gguf(f) => {
+                let info = f.tensor_info(&gguf_name(name)?).ok()?;
+                (info.ggml_type().dtype()?, info.shape())
+            }
+            WeightSource::Safetensors(st) => {
+                let info = st.tensor_info(name).ok()?;
+                let dtype = match info.dtype() {
+                    luminal_io::Dtype::F16 => DType::F16,
+                    luminal_io::Dtype::BF16 => DType::BF16,
+                    _ => return None,
+                };
+                (dtype, info.shape().to_vec())
+            }
         };
-        let Some(file_name) = gguf_name(name) else {
-            return Ok(None);
+        // Rows are whole blocks in any file ggml wrote; anything else is decoded to f32.
+        let whole_rows = shape.len() == 2 && shape[1].is_multiple_of(dtype.block_size());
+        (dtype != DType::F32 && whole_rows).then_some(dtype)
+    }
+
+    /// The data of the weight `name` stored as `dtype` (see [`Self::storage_dtype`]): a
+    /// window onto the mapped file, no copy. Checks the shape.
+    fn data(&self, name: &str, shape: &[usize], dtype: DType) -> Result<HostData> {
+        let weight_err = |what: String| ModelError::Weight {
+            name: name.to_string(),
+            what,
         };
-        let info = f.tensor_info(&file_name)?;
-        let format = match info.ggml_type() {
-            GgmlType::Q4_0 => PackedFormat::Q4_0,
-            GgmlType::Q4_1 => PackedFormat::Q4_1,
-            GgmlType::Q8_0 => PackedFormat::Q8_0,
-            _ => return Ok(None),
+        let (found, data) = match self {
+            WeightSource::Gguf(f) => {
+                let file_name = gguf_name(name).ok_or_else(|| weight_err("no GGUF name".into()))?;
+                let info = f
+                    .tensor_info(&file_name)
+                    .map_err(|_| weight_err(format!("{file_name} is missing from the file")))?;
+                (info.shape(), f.tensor_data(&file_name)?)
+            }
+            WeightSource::Safetensors(st) => {
+                let info = st
+                    .tensor_info(name)
+                    .map_err(|_| weight_err("missing from the safetensors files".into()))?;
+                (info.shape().to_vec(), st.tensor_data(name)?)
+            }
         };
-        if shape.len() != 2 || !shape[1].is_multiple_of(32) {
-            return Ok(None);
+        if found != shape {
+            return Err(weight_err(format!(
+                "has shape {found:?}, expected {shape:?}"
+            )));
         }
-        let bytes = f.tensor_bytes(&file_name)?.to_vec();
-        Ok(Some(PackedMatrix::new(format, shape[0], shape[1], bytes)?))
+        if data.dtype() != dtype {
+            return Err(weight_err(format!("is {}, expected {dtype}", data.dtype())));
+        }
+        Ok(data)
     }
 }
 
@@ -141,10 +191,10 @@ pub struct LoadStats {
     pub parameters: usize,
 }
 
-/// A compiled Llama-family model with its KV cache.
-pub struct LlamaModel {
+/// A compiled Llama-family model with its KV cache, on any backend's runtime `R`.
+pub struct LlamaModel<R> {
     config: LlamaConfig,
-    runtime: CpuRuntime,
+    runtime: R,
     tokens: TensorRef,
     logits: TensorRef,
     caches: Vec<TensorRef>,
@@ -153,7 +203,7 @@ pub struct LlamaModel {
     pub stats: LoadStats,
 }
 
-impl std::fmt::Debug for LlamaModel {
+impl<R> std::fmt::Debug for LlamaModel<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LlamaModel")
             .field("config", &self.config)
@@ -163,27 +213,33 @@ impl std::fmt::Debug for LlamaModel {
     }
 }
 
-impl LlamaModel {
+impl<R: Runtime> LlamaModel<R> {
     /// Loads a GGUF file or a Hugging Face folder (config.json + safetensors +
-    /// tokenizer.json). `progress(done, total)` is called as weights are read.
-    pub fn load(
+    /// tokenizer.json) and compiles it with `backend`. `progress(done, total)` is called as
+    /// weights are handed to the runtime.
+    ///
+    /// Quantized and half-precision weight matrices stay as the file stores them (a window
+    /// onto the memory-mapped file): the backend reads them in place.
+    pub fn load<B: Backend<Runtime = R>>(
         path: impl AsRef<Path>,
+        backend: B,
         opts: &LoadOptions,
         progress: impl FnMut(usize, usize),
-    ) -> Result<(LlamaModel, Tokenizer)> {
+    ) -> Result<(LlamaModel<R>, Tokenizer)> {
         let path = path.as_ref();
         if path.is_dir() {
-            Self::load_hf_dir(path, opts, progress)
+            Self::load_hf_dir(path, backend, opts, progress)
         } else {
-            Self::load_gguf(path, opts, progress)
+            Self::load_gguf(path, backend, opts, progress)
         }
     }
 
-    pub fn load_gguf(
+    pub fn load_gguf<B: Backend<Runtime = R>>(
         path: impl AsRef<Path>,
+        backend: B,
         opts: &LoadOptions,
         progress: impl FnMut(usize, usize),
-    ) -> Result<(LlamaModel, Tokenizer)> {
+    ) -> Result<(LlamaModel<R>, Tokenizer)> {
         let start = Instant::now();
         let file = GgufFile::open(path)?;
         let has_output = file.tensor_info("output.weight").is_ok();
@@ -191,15 +247,17 @@ impl LlamaModel {
         let has_rope_freqs = file.tensor_info(ROPE_FREQS).is_ok();
         let config = LlamaConfig::from_gguf(file.metadata(), has_output, has_rope_freqs)?;
         let tokenizer = Tokenizer::from_gguf(&file)?;
-        let model = Self::build(config, &WeightSource::Gguf(&file), opts, progress, start)?;
+        let source = WeightSource::Gguf(&file);
+        let model = Self::build(config, &source, backend, opts, progress, start)?;
         Ok((model, tokenizer))
     }
 
-    pub fn load_hf_dir(
+    pub fn load_hf_dir<B: Backend<Runtime = R>>(
         dir: impl AsRef<Path>,
+        backend: B,
         opts: &LoadOptions,
         progress: impl FnMut(usize, usize),
-    ) -> Result<(LlamaModel, Tokenizer)> {
+    ) -> Result<(LlamaModel<R>, Tokenizer)> {
         let start = Instant::now();
         let dir = dir.as_ref();
         let cfg_path = dir.join("config.json");
@@ -211,6 +269,7 @@ impl LlamaModel {
         let model = Self::build(
             config,
             &WeightSource::Safetensors(&st),
+            backend,
             opts,
             progress,
             start,
@@ -218,16 +277,23 @@ impl LlamaModel {
         Ok((model, tokenizer))
     }
 
-    fn build(
+    fn build<B: Backend<Runtime = R>>(
         config: LlamaConfig,
         source: &WeightSource,
+        backend: B,
         opts: &LoadOptions,
         mut progress: impl FnMut(usize, usize),
         start: Instant,
-    ) -> Result<LlamaModel> {
+    ) -> Result<LlamaModel<R>> {
         let c = &config;
         let max_ctx = opts.max_ctx.min(c.context_length).max(1);
         let cx = Graph::new();
+        // Weight matrices keep the file's storage (quantized or half): read in place.
+        for name in matrix_names(c) {
+            if let Some(dtype) = source.storage_dtype(&name) {
+                cx.set_tensor_dtype(&name, dtype);
+            }
+        }
         let mut rope = Rope {
             head_dim: c.head_dim,
             theta: c.rope_theta,
@@ -298,15 +364,12 @@ impl LlamaModel {
             .iter()
             .flat_map(|k| [k.k.handle(), k.v.handle()])
             .collect();
-        let backend = match opts.threads {
-            Some(n) => CpuBackend::with_threads(n),
-            None => CpuBackend::default(),
-        };
         let mut runtime = cx.compile(backend, CompileOptions::default())?;
 
-        // Read (dequantise) weights in parallel, in chunks so the progress bar moves.
+        // Weights in their storage dtype are handed over as windows onto the file; f32
+        // ones (norms, f32 files) are decoded, in parallel, in chunks so the bar moves.
         let total = params.len();
-        let named: Vec<(TensorRef, String, Vec<usize>)> = params
+        let named: Vec<(TensorRef, String, Vec<usize>, DType)> = params
             .iter()
             .map(|t| {
                 let shape = t
@@ -314,32 +377,31 @@ impl LlamaModel {
                     .iter()
                     .map(|d| d.as_constant().unwrap_or(0) as usize)
                     .collect();
-                (t.handle(), luminal_nn::parameter_name(*t), shape)
+                (t.handle(), luminal_nn::parameter_name(*t), shape, t.dtype())
             })
             .collect();
         let mut parameters = 0;
         progress(0, total);
         for (done, chunk) in named.chunks(16).enumerate() {
-            type Loaded = (Vec<f32>, Option<PackedMatrix>);
-            let datas: Vec<Result<Loaded>> = chunk
+            let datas: Vec<Result<HostData>> = chunk
                 .par_iter()
-                .map(|(_, name, shape)| {
-                    Ok((source.read(name, shape)?, source.packed(name, shape)?))
+                .map(|(_, name, shape, dtype)| match dtype {
+                    DType::F32 => Ok(HostData::F32(source.read(name, shape)?)),
+                    dt => source.data(name, shape, *dt),
                 })
                 .collect();
-            for ((handle, name, _), data) in chunk.iter().zip(datas) {
-                let (data, packed) = data?;
-                if name == ROPE_FREQS && data.iter().any(|f| !(f.is_finite() && *f > 0.0)) {
-                    return Err(ModelError::Weight {
-                        name: name.clone(),
-                        what: "RoPE frequency factors must be finite and positive".into(),
-                    });
+            for ((handle, name, _, _), data) in chunk.iter().zip(datas) {
+                let data = data?;
+                if let HostData::F32(v) = &data {
+                    if name == ROPE_FREQS && v.iter().any(|f| !(f.is_finite() && *f > 0.0)) {
+                        return Err(ModelError::Weight {
+                            name: name.clone(),
+                            what: "RoPE frequency factors must be finite and positive".into(),
+                        });
+                    }
                 }
                 parameters += data.len();
-                runtime.set_data(*handle, HostData::F32(data))?;
-                if let Some(p) = packed {
-                    runtime.set_packed(*handle, p)?;
-                }
+                runtime.set_data(*handle, data)?;
             }
             progress((done * 16 + chunk.len()).min(total), total);
         }
@@ -364,26 +426,9 @@ impl LlamaModel {
     pub fn config(&self) -> &LlamaConfig {
         &self.config
     }
-    /// Tokens currently in the KV cache.
-    pub fn pos(&self) -> usize {
-        self.pos
-    }
-    /// KV-cache capacity in tokens.
-    pub fn max_ctx(&self) -> usize {
-        self.max_ctx
-    }
-    pub fn vocab_size(&self) -> usize {
-        self.config.vocab_size
-    }
     /// The compiled runtime (kernel counts, profile).
-    pub fn runtime(&self) -> &CpuRuntime {
+    pub fn runtime(&self) -> &R {
         &self.runtime
-    }
-
-    /// Forgets the cached tokens: the next call starts at position 0. (Stale cache rows are
-    /// never read: attention only sees positions `0..pos`.)
-    pub fn reset(&mut self) {
-        self.pos = 0;
     }
 
     /// Zeros the cache buffers (done once at load).
@@ -396,10 +441,27 @@ impl LlamaModel {
         self.pos = 0;
         Ok(())
     }
+}
+
+impl<R: Runtime> Model for LlamaModel<R> {
+    fn pos(&self) -> usize {
+        self.pos
+    }
+    fn max_ctx(&self) -> usize {
+        self.max_ctx
+    }
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+    /// Forgets the cached tokens: the next call starts at position 0. (Stale cache rows are
+    /// never read: attention only sees positions `0..pos`.)
+    fn reset(&mut self) {
+        self.pos = 0;
+    }
 
     /// Runs `tokens` at positions `pos..pos + len` (appending them to the cache) and returns
     /// the logits of the last `n_out` of them, row-major `[n_out, vocab]`.
-    pub fn forward(&mut self, tokens: &[u32], n_out: usize) -> Result<Vec<f32>> {
+    fn forward(&mut self, tokens: &[u32], n_out: usize) -> Result<Vec<f32>> {
         if tokens.is_empty() {
             return Err(ModelError::Other("forward needs at least one token".into()));
         }
@@ -426,7 +488,7 @@ impl LlamaModel {
     }
 
     /// Logits for every position of `tokens` from an empty cache (teacher forcing).
-    pub fn logits_all(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+    fn logits_all(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
         self.reset();
         self.forward(tokens, tokens.len())
     }

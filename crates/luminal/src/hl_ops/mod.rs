@@ -108,6 +108,13 @@ impl<'g> GraphTensor<'g> {
         )
     }
 
+    /// The f32 values of a quantized (or half) tensor: a cast to f32, which is the reference
+    /// dequantization; fast backends fold it into the matmul or gather that reads it and
+    /// read the blocks in place. A no-op on f32 tensors.
+    pub fn dequantize(self) -> GraphTensor<'g> {
+        self.cast(DType::F32)
+    }
+
     /// Converts to `dtype` (floats → ints truncate toward zero; → Bool is `!= 0`).
     pub fn cast(self, dtype: DType) -> GraphTensor<'g> {
         if self.dtype() == dtype {

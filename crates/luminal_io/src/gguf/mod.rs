@@ -27,6 +27,9 @@ mod parse;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use luminal::{HostData, SharedBytes};
 
 pub use metadata::{Metadata, MetadataArray, MetadataType, MetadataValue};
 pub use parse::{DEFAULT_ALIGNMENT, GGUF_MAGIC, MAX_ARRAY_DEPTH, MAX_DIMS};
@@ -89,7 +92,7 @@ impl TensorInfo {
 /// A GGUF file, memory-mapped (or held in memory), with its header parsed and validated.
 #[derive(Debug)]
 pub struct GgufFile {
-    storage: Storage,
+    storage: Arc<Storage>,
     path: Option<PathBuf>,
     version: u32,
     metadata: Metadata,
@@ -126,7 +129,7 @@ impl GgufFile {
         }
         let header = parse::parse_header(&storage)?;
         Ok(GgufFile {
-            storage,
+            storage: Arc::new(storage),
             path: None,
             version: header.version,
             metadata: header.metadata,
@@ -193,6 +196,26 @@ impl GgufFile {
         // overflow, and the file length fits in usize (checked in `from_storage`).
         let start = (self.data_offset + info.offset) as usize;
         &self.storage[start..start + info.n_bytes as usize]
+    }
+
+    /// Tensor `name` as graph input data, without a copy where the type has a Luminal dtype
+    /// ([`GgmlType::dtype`]: the float and block-quantized types): a window onto the file's
+    /// mapping that keeps it alive. Other decodable types (ints, f64) are decoded to f32.
+    pub fn tensor_data(&self, name: &str) -> Result<HostData> {
+        let info = self.tensor_info(name)?;
+        if let Some(dtype) = info.ggml_type.dtype() {
+            let start = (self.data_offset + info.offset) as usize;
+            let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = self.storage.clone();
+            let bytes = SharedBytes::new(owner, start..start + info.n_bytes as usize)
+                .expect("tensor ranges were checked against the file when it was parsed");
+            return HostData::from_bytes(dtype, bytes).map_err(|e| IoError::LengthMismatch {
+                tensor: name.to_string(),
+                what: format!("{} data ({e})", info.ggml_type),
+                expected: info.n_bytes,
+                found: info.n_bytes,
+            });
+        }
+        Ok(HostData::F32(self.tensor_f32(name)?))
     }
 
     /// Tensor `name` decoded to f32, row-major in [`TensorInfo::shape`] order.

@@ -7,15 +7,10 @@
 //! Every decoder reproduces ggml's f32 arithmetic order, so results match ggml and gguf-py
 //! bit for bit.
 
-mod kquants;
-mod legacy;
-
-pub use kquants::{
-    dequantize_q2_k, dequantize_q3_k, dequantize_q4_k, dequantize_q5_k, dequantize_q6_k,
-    dequantize_q8_k,
-};
-pub use legacy::{
-    dequantize_q4_0, dequantize_q4_1, dequantize_q5_0, dequantize_q5_1, dequantize_q8_0,
+pub use luminal::quant::{
+    convert_bf16, convert_f16, convert_f32, dequantize_q2_k, dequantize_q3_k, dequantize_q4_0,
+    dequantize_q4_1, dequantize_q4_k, dequantize_q5_0, dequantize_q5_1, dequantize_q5_k,
+    dequantize_q6_k, dequantize_q8_0, dequantize_q8_k, f16_to_f32, BlockDecoder,
 };
 
 use rayon::prelude::*;
@@ -23,120 +18,52 @@ use rayon::prelude::*;
 use crate::error::{IoError, Result};
 pub use crate::ggml_type::GgmlType;
 
-/// Converts IEEE half-precision bits to f32, exactly (subnormals, infinities and NaN payloads
-/// included).
-///
-/// Branch-free so that loops over it vectorise (the `half` crate's portable path does not,
-/// without the F16C target feature): the exponent and mantissa are moved into f32 position
-/// and rebiased by multiplying with 2^112, which is exact for normal and subnormal halves
-/// alike; the all-ones exponent (inf/NaN) is patched in separately.
-#[inline(always)]
-pub fn f16_to_f32(bits: u16) -> f32 {
-    let sign = ((bits & 0x8000) as u32) << 16;
-    let magnitude = (bits & 0x7FFF) as u32;
-    let rebiased = f32::from_bits(magnitude << 13) * f32::from_bits(0x7780_0000); // × 2^112
-    let finite = rebiased.to_bits();
-    let special = (magnitude << 13) | 0x7F80_0000;
-    let value = if magnitude >= 0x7C00 { special } else { finite };
-    f32::from_bits(sign | value)
-}
-
-/// Reads the little-endian f16 at `bytes[at..at + 2]` as f32.
-#[inline(always)]
-pub(crate) fn f16_at(bytes: &[u8], at: usize) -> f32 {
-    f16_to_f32(u16::from_le_bytes([bytes[at], bytes[at + 1]]))
-}
-
-/// Views `blocks` as whole `B`-byte blocks and `out` as matching `N`-value groups.
+/// Views `bytes` as whole `B`-byte values and `out` as matching outputs.
 ///
 /// # Panics
-/// If the lengths are not exactly `k·B` and `k·N` for the same `k`.
-#[inline]
-pub(crate) fn blocks_and_outputs<'a, 'b, const B: usize, const N: usize>(
-    blocks: &'a [u8],
+/// If the lengths do not match.
+fn values_and_outputs<'a, 'b, const B: usize>(
+    bytes: &'a [u8],
     out: &'b mut [f32],
     type_name: &str,
-) -> (&'a [[u8; B]], &'b mut [[f32; N]]) {
-    let (blocks, rest) = blocks.as_chunks::<B>();
+) -> (&'a [[u8; B]], &'b mut [f32]) {
+    let (values, rest) = bytes.as_chunks::<B>();
     assert!(
-        rest.is_empty(),
-        "{type_name}: input of {} bytes is not a whole number of {B}-byte blocks",
-        blocks.len() * B + rest.len()
+        rest.is_empty() && values.len() == out.len(),
+        "{type_name}: {} bytes do not hold the {} values of the output",
+        bytes.len(),
+        out.len()
     );
-    let n_blocks = blocks.len();
-    let (out, out_rest) = out.as_chunks_mut::<N>();
-    assert!(
-        out_rest.is_empty() && out.len() == n_blocks,
-        "{type_name}: {n_blocks} blocks decode to {} values but the output holds {}",
-        n_blocks * N,
-        out.len() * N + out_rest.len()
-    );
-    (blocks, out)
-}
-
-/// Converts little-endian f32 bytes.
-///
-/// # Panics
-/// If `bytes.len() != 4 * out.len()`.
-pub fn convert_f32(bytes: &[u8], out: &mut [f32]) {
-    let (values, out) = blocks_and_outputs::<4, 1>(bytes, out, "F32");
-    for (v, y) in values.iter().zip(out) {
-        y[0] = f32::from_le_bytes(*v);
-    }
-}
-
-/// Converts little-endian IEEE half-precision bytes.
-///
-/// # Panics
-/// If `bytes.len() != 2 * out.len()`.
-pub fn convert_f16(bytes: &[u8], out: &mut [f32]) {
-    let (values, out) = blocks_and_outputs::<2, 1>(bytes, out, "F16");
-    for (v, y) in values.iter().zip(out) {
-        y[0] = f16_to_f32(u16::from_le_bytes(*v));
-    }
-}
-
-/// Converts little-endian bfloat16 bytes (exact: bf16 is the top half of an f32).
-///
-/// # Panics
-/// If `bytes.len() != 2 * out.len()`.
-pub fn convert_bf16(bytes: &[u8], out: &mut [f32]) {
-    let (values, out) = blocks_and_outputs::<2, 1>(bytes, out, "BF16");
-    for (v, y) in values.iter().zip(out) {
-        y[0] = f32::from_bits((u16::from_le_bytes(*v) as u32) << 16);
-    }
+    (values, out)
 }
 
 fn convert_f64(bytes: &[u8], out: &mut [f32]) {
-    let (values, out) = blocks_and_outputs::<8, 1>(bytes, out, "F64");
+    let (values, out) = values_and_outputs::<8>(bytes, out, "F64");
     for (v, y) in values.iter().zip(out) {
-        y[0] = f64::from_le_bytes(*v) as f32;
+        *y = f64::from_le_bytes(*v) as f32;
     }
 }
 
 fn convert_i8(bytes: &[u8], out: &mut [f32]) {
-    let (values, out) = blocks_and_outputs::<1, 1>(bytes, out, "I8");
+    let (values, out) = values_and_outputs::<1>(bytes, out, "I8");
     for (v, y) in values.iter().zip(out) {
-        y[0] = (v[0] as i8) as f32;
+        *y = (v[0] as i8) as f32;
     }
 }
 
 fn convert_i16(bytes: &[u8], out: &mut [f32]) {
-    let (values, out) = blocks_and_outputs::<2, 1>(bytes, out, "I16");
+    let (values, out) = values_and_outputs::<2>(bytes, out, "I16");
     for (v, y) in values.iter().zip(out) {
-        y[0] = i16::from_le_bytes(*v) as f32;
+        *y = i16::from_le_bytes(*v) as f32;
     }
 }
 
 fn convert_i32(bytes: &[u8], out: &mut [f32]) {
-    let (values, out) = blocks_and_outputs::<4, 1>(bytes, out, "I32");
+    let (values, out) = values_and_outputs::<4>(bytes, out, "I32");
     for (v, y) in values.iter().zip(out) {
-        y[0] = i32::from_le_bytes(*v) as f32;
+        *y = i32::from_le_bytes(*v) as f32;
     }
 }
-
-/// A decoder of whole blocks: `(block bytes, output values)`.
-pub type BlockDecoder = fn(&[u8], &mut [f32]);
 
 /// The block decoder of `ty`, if this crate has one.
 pub fn decoder(ty: GgmlType) -> Option<BlockDecoder> {
@@ -278,18 +205,6 @@ mod tests {
         dequantize(GgmlType::Q8_0, &data, &mut serial).unwrap();
         dequantize_parallel(GgmlType::Q8_0, &data, &mut parallel).unwrap();
         assert_eq!(serial, parallel);
-    }
-
-    #[test]
-    fn f16_conversion_is_exact_for_every_bit_pattern() {
-        for bits in 0..=u16::MAX {
-            let want = half::f16::from_bits(bits).to_f32();
-            let got = f16_to_f32(bits);
-            assert!(
-                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
-                "{bits:#06x}: {got:e} vs {want:e}"
-            );
-        }
     }
 
     #[test]

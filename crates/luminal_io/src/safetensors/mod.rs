@@ -65,7 +65,7 @@ impl SafetensorInfo {
 /// A single safetensors file, memory-mapped (or held in memory), header validated.
 #[derive(Debug)]
 pub struct SafetensorsFile {
-    storage: Storage,
+    storage: std::sync::Arc<Storage>,
     path: Option<PathBuf>,
     data_start: usize,
     tensors: Vec<SafetensorInfo>,
@@ -109,7 +109,7 @@ impl SafetensorsFile {
             });
         }
         Ok(SafetensorsFile {
-            storage,
+            storage: std::sync::Arc::new(storage),
             path: None,
             data_start,
             tensors,
@@ -159,6 +159,34 @@ impl SafetensorsFile {
         // Validated at open: data_start + end <= file length, begin <= end.
         let (begin, end) = info.data_offsets;
         Ok(&self.storage[self.data_start + begin..self.data_start + end])
+    }
+
+    /// Tensor `name` as graph input data: F32, F16 and BF16 tensors as a window onto the
+    /// file's mapping (no copy); other dtypes are an [`IoError::UnsupportedDtype`].
+    pub fn tensor_data(&self, name: &str) -> Result<luminal::HostData> {
+        let info = self.tensor_info(name)?;
+        let dtype = match info.dtype {
+            Dtype::F32 => luminal::DType::F32,
+            Dtype::F16 => luminal::DType::F16,
+            Dtype::BF16 => luminal::DType::BF16,
+            other => {
+                return Err(IoError::UnsupportedDtype {
+                    tensor: name.to_string(),
+                    dtype: format!("{other:?}"),
+                })
+            }
+        };
+        let (begin, end) = info.data_offsets;
+        let owner: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync> = self.storage.clone();
+        let bytes =
+            luminal::SharedBytes::new(owner, self.data_start + begin..self.data_start + end)
+                .expect("tensor ranges were checked against the file when it was opened");
+        luminal::HostData::from_bytes(dtype, bytes).map_err(|e| IoError::LengthMismatch {
+            tensor: name.to_string(),
+            what: format!("{dtype} data ({e})"),
+            expected: info.n_elements() as u64 * dtype.block_bytes() as u64,
+            found: (end - begin) as u64,
+        })
     }
 
     /// Tensor `name` converted to f32 (from F32, F16 or BF16; other dtypes are an

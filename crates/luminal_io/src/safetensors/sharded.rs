@@ -148,6 +148,12 @@ impl SafetensorsModel {
         self.shard_for(name)?.tensor_bytes(name)
     }
 
+    /// Tensor `name` as graph input data, without a copy (see
+    /// [`SafetensorsFile::tensor_data`]).
+    pub fn tensor_data(&self, name: &str) -> Result<luminal::HostData> {
+        self.shard_for(name)?.tensor_data(name)
+    }
+
     /// Tensor `name` converted to f32 (from F32, F16 or BF16).
     pub fn tensor_f32(&self, name: &str) -> Result<Vec<f32>> {
         self.shard_for(name)?.tensor_f32(name)

@@ -6,8 +6,10 @@
 mod common;
 
 use common::{fixture, ids, json, smollm2};
+use luminal_cpu::{CpuBackend, CpuRuntime};
 use luminal_models::generate::{generate, perplexity, token_nll, GenerateOptions, StopReason};
 use luminal_models::sampling::SamplerConfig;
+use luminal_models::Model;
 use luminal_models::{LlamaModel, LoadOptions, ModelError, Tokenizer};
 use std::path::PathBuf;
 
@@ -15,17 +17,15 @@ fn fixtures() -> PathBuf {
     fixture("")
 }
 
-fn load_tiny(max_ctx: usize) -> (LlamaModel, Tokenizer) {
-    let opts = LoadOptions {
-        threads: Some(2),
-        max_ctx,
-    };
-    LlamaModel::load(fixtures().join("tiny-llama"), &opts, |_, _| {}).unwrap()
+fn load_tiny(max_ctx: usize) -> (LlamaModel<CpuRuntime>, Tokenizer) {
+    let opts = LoadOptions { max_ctx };
+    let backend = CpuBackend::with_threads(2);
+    LlamaModel::load(fixtures().join("tiny-llama"), backend, &opts, |_, _| {}).unwrap()
 }
 
 /// Runs `generate`, returning the ids, the streamed chunks and the stop reason.
 fn run(
-    model: &mut LlamaModel,
+    model: &mut LlamaModel<CpuRuntime>,
     tok: &Tokenizer,
     prompt: &[u32],
     opts: &GenerateOptions,
@@ -168,7 +168,7 @@ fn tiny_llama_sampling_is_seeded() {
 }
 
 /// The protocol computed directly from `logits_all`, window by window.
-fn direct_perplexity(model: &mut LlamaModel, ids: &[u32], ctx: usize) -> (f64, usize) {
+fn direct_perplexity(model: &mut LlamaModel<CpuRuntime>, ids: &[u32], ctx: usize) -> (f64, usize) {
     let vocab = model.vocab_size();
     let (mut nll, mut n) = (0f64, 0usize);
     for w in ids.chunks(ctx).filter(|w| w.len() >= 2) {

@@ -6,6 +6,7 @@
 mod common;
 
 use common::{argmax, fixture, ids, json, smollm2};
+use luminal_models::Model;
 use serde_json::Value;
 
 fn reference() -> Value {

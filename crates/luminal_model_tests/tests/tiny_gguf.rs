@@ -13,6 +13,7 @@
 mod common;
 
 use common::*;
+use luminal_cpu::CpuBackend;
 use luminal_models::{LlamaModel, LoadOptions};
 use luminal_nn::RopeLayout;
 
@@ -123,11 +124,9 @@ fn zero_rope_freq_factor_is_a_load_error() {
     bytes[at..at + 4].copy_from_slice(&0f32.to_le_bytes());
     let path = std::env::temp_dir().join(format!("luminal-zero-rope-{}.gguf", std::process::id()));
     std::fs::write(&path, &bytes).unwrap();
-    let opts = LoadOptions {
-        threads: Some(1),
-        max_ctx: 8,
-    };
-    let err = LlamaModel::load(&path, &opts, |_, _| {}).unwrap_err();
+    let opts = LoadOptions { max_ctx: 8 };
+    let backend = CpuBackend::with_threads(1);
+    let err = LlamaModel::load(&path, backend, &opts, |_, _| {}).unwrap_err();
     std::fs::remove_file(&path).unwrap();
     let msg = err.to_string();
     assert!(msg.contains("rope_freqs.weight"), "{msg}");

@@ -2,6 +2,8 @@
 //! path (HF folder, GGUF) must pass against transformers' outputs.
 #![allow(dead_code)]
 
+use luminal_cpu::{CpuBackend, CpuRuntime};
+use luminal_models::Model;
 use luminal_models::{LlamaModel, LoadOptions, Tokenizer};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -45,12 +47,10 @@ pub fn logits(case: &Value) -> Vec<f32> {
         .collect()
 }
 
-pub fn load(file: &str) -> (LlamaModel, Tokenizer) {
-    let opts = LoadOptions {
-        threads: Some(2),
-        max_ctx: 64,
-    };
-    LlamaModel::load(fixture(file), &opts, |_, _| {}).unwrap()
+pub fn load(file: &str) -> (LlamaModel<CpuRuntime>, Tokenizer) {
+    let opts = LoadOptions { max_ctx: 64 };
+    let backend = CpuBackend::with_threads(2);
+    LlamaModel::load(fixture(file), backend, &opts, |_, _| {}).unwrap()
 }
 
 pub fn argmax(x: &[f32]) -> u32 {
@@ -65,7 +65,7 @@ pub fn argmax(x: &[f32]) -> u32 {
 
 /// Teacher-forced logits at every position of every case in `want`; returns
 /// (max |Δlogit|, fraction of positions whose argmax agrees).
-pub fn compare_logits(model: &mut LlamaModel, want: &Value) -> (f32, f64) {
+pub fn compare_logits(model: &mut LlamaModel<CpuRuntime>, want: &Value) -> (f32, f64) {
     let vocab = model.vocab_size();
     let (mut max_diff, mut agree, mut positions) = (0f32, 0usize, 0usize);
     for case in want["cases"].as_array().unwrap() {
@@ -147,8 +147,8 @@ pub fn check_tokenizer_and_greedy(file: &str, model_name: &str) {
 
 /// The real SmolLM2 GGUF (fetched by `scripts/fetch-models.sh`), loaded once per test binary
 /// and shared; `None` (with a message) when the file is absent.
-pub fn smollm2() -> Option<&'static Mutex<(LlamaModel, Tokenizer)>> {
-    static MODEL: OnceLock<Option<Mutex<(LlamaModel, Tokenizer)>>> = OnceLock::new();
+pub fn smollm2() -> Option<&'static Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>> {
+    static MODEL: OnceLock<Option<Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>>> = OnceLock::new();
     MODEL
         .get_or_init(|| {
             let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -160,12 +160,10 @@ pub fn smollm2() -> Option<&'static Mutex<(LlamaModel, Tokenizer)>> {
                 );
                 return None;
             }
-            let opts = LoadOptions {
-                threads: None,
-                max_ctx: 256,
-            };
+            let opts = LoadOptions { max_ctx: 256 };
+            let backend = CpuBackend::default();
             Some(Mutex::new(
-                LlamaModel::load(&path, &opts, |_, _| {}).unwrap(),
+                LlamaModel::load(&path, backend, &opts, |_, _| {}).unwrap(),
             ))
         })
         .as_ref()

@@ -1,0 +1,330 @@
+//! Weights read in place: block-quantized (`Q4_0` … `Q6_K`) and half (`f16`, `bf16`) weight
+//! inputs consumed through `w.dequantize()` by a matmul (`x · Wᵀ`) or a gather (embedding
+//! rows). The lowering folds the cast into the consumer (see [`dequantized_weight`]), so no
+//! f32 copy of a weight exists at any time:
+//!
+//! - **skinny products** (`M ≤ 8` rows, decode steps): each output is one weight row's dot
+//!   with each activation row; Q4_0, Q4_1 and Q8_0 dequantize in registers (`dot.rs`), the
+//!   other formats decode the row into an L1-sized scratch first;
+//! - **wide products** (prefill): tiles of weight rows are decoded into scratch and
+//!   multiplied by `gemm`, so the decode cost is shared by all `M` rows;
+//! - **gather**: the picked rows are decoded straight into the output.
+//!
+//! Decoding is the core's reference decoder ([`luminal::quant::decode`]); anything else
+//! reading a quantized input goes through [`DequantKernel`] (decode, then read the view).
+
+mod dot;
+
+use crate::halfvec::HalfElem;
+use crate::matvec::{split_columns, OutPtr, MAX_ROWS};
+use crate::simd::isa;
+use crate::storage::Storage;
+use crate::view::{eval, DimNames, DimValues};
+use gemm::Parallelism;
+use half::{bf16, f16};
+use luminal::graph::{Edge, GraphData, NodeId};
+use luminal::op::Op;
+use luminal::shape::CompiledExpression;
+use luminal::{DType, LuminalError, Result};
+use std::cell::RefCell;
+
+/// Dtypes a weight kernel reads in place.
+pub(crate) fn is_weight_dtype(dtype: DType) -> bool {
+    dtype.is_quantized() || matches!(dtype, DType::F16 | DType::BF16)
+}
+
+/// `e` reads `w.dequantize()` (a cast to f32) of a rank-2 quantized or half input `w`,
+/// read whole: the input node and its dtype. Kernels that consume such an edge read the
+/// input's blocks in place instead of the cast's output.
+pub(crate) fn dequantized_weight(g: &GraphData, e: &Edge) -> Option<(NodeId, DType)> {
+    let cast = g.node(e.node);
+    if cast.op != Op::Cast(DType::F32) {
+        return None;
+    }
+    let src = &cast.inputs[0];
+    let w = g.node(src.node);
+    let whole = src.view.is_contiguous() && src.view.dims() == w.shape;
+    (matches!(w.op, Op::Input { .. }) && is_weight_dtype(w.dtype) && whole && w.shape.len() == 2)
+        .then_some((src.node, w.dtype))
+}
+
+/// A `[n, k]` row-major weight of `dtype`, as raw bytes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WeightRef<'a> {
+    pub dtype: DType,
+    pub bytes: &'a [u8],
+    pub n: usize,
+    pub k: usize,
+}
+
+/// `v` as bytes.
+fn half_bytes<T: Copy>(v: &[T]) -> &[u8] {
+    // SAFETY: f16 / bf16 are plain 2-byte values with no padding; every byte is initialised
+    // and u8 has alignment 1.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+}
+
+impl<'a> WeightRef<'a> {
+    /// The weight held by `s` (raw blocks, or a typed half buffer), `None` when `s` holds
+    /// another storage or too few bytes for `[n, k]`.
+    pub(crate) fn of(s: &'a Storage, dtype: DType, n: usize, k: usize) -> Option<WeightRef<'a>> {
+        let bytes = match s {
+            Storage::Bytes(b) if b.dtype() == dtype => b.as_slice(),
+            Storage::F16(v) if dtype == DType::F16 => half_bytes(v),
+            Storage::BF16(v) if dtype == DType::BF16 => half_bytes(v),
+            _ => return None,
+        };
+        let w = WeightRef { dtype, bytes, n, k };
+        (k.is_multiple_of(dtype.block_size()) && bytes.len() >= n * w.row_bytes()).then_some(w)
+    }
+
+    pub(crate) fn row_bytes(&self) -> usize {
+        self.k / self.dtype.block_size() * self.dtype.block_bytes()
+    }
+
+    /// Rows `j0 .. j0 + out.len() / k` decoded into `out`.
+    pub(crate) fn decode_rows(&self, j0: usize, out: &mut [f32]) {
+        let rb = self.row_bytes();
+        let rows = out.len() / self.k.max(1);
+        decode(self.dtype, &self.bytes[j0 * rb..(j0 + rows) * rb], out);
+    }
+}
+
+/// `bytes` (whole blocks of `dtype`) decoded into `out`: the reference decoder, with the
+/// vectorised half widening where the data is aligned.
+fn decode(dtype: DType, bytes: &[u8], out: &mut [f32]) {
+    // SAFETY: any 2-byte pattern is a valid f16 / bf16; `align_to` only yields the aligned
+    // middle part.
+    match dtype {
+        DType::F16 => {
+            let (pre, mid, post) = unsafe { bytes.align_to::<f16>() };
+            if pre.is_empty() && post.is_empty() {
+                return f16::widen(mid, out);
+            }
+        }
+        DType::BF16 => {
+            let (pre, mid, post) = unsafe { bytes.align_to::<bf16>() };
+            if pre.is_empty() && post.is_empty() {
+                return bf16::widen(mid, out);
+            }
+        }
+        _ => {}
+    }
+    luminal::quant::decode(dtype, bytes, out)
+}
+
+thread_local! {
+    /// Decoded weight rows of this thread's current task (grows once, then reused).
+    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    SCRATCH.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.len() < len {
+            s.resize(len, 0.0);
+        }
+        f(&mut s[..len])
+    })
+}
+
+/// Bytes of decoded weight rows a wide-product tile holds (fits in L2 with room for the
+/// activation panel).
+const TILE_BYTES: usize = 512 << 10;
+
+/// `dst[i·n + j] = Σ_k a[a_off + i·a_row + k] · W[j, k]` for `i < m`, `j < n`: the product
+/// `x · Wᵀ` with `W` read in place. Allocates nothing once the per-thread scratch has grown.
+pub(crate) fn weight_matmul(
+    a: &[f32],
+    a_off: usize,
+    a_row: usize,
+    w: WeightRef,
+    dst: &mut [f32],
+    m: usize,
+    threads: usize,
+) {
+    let (n, k) = (w.n, w.k);
+    assert!(dst.len() >= m * n, "weight matmul: output too short");
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        dst[..m * n].fill(0.0);
+        return;
+    }
+    assert!(
+        m == 0 || a.len() >= a_off + (m - 1) * a_row + k,
+        "weight matmul: activation too short"
+    );
+    let out = OutPtr(dst.as_mut_ptr());
+    let parallel = threads > 1 && m * n * k >= (1 << 15);
+    if m <= MAX_ROWS {
+        let isa = isa();
+        let rb = w.row_bytes();
+        let fused = dot::has_fused_dot(w.dtype);
+        split_columns(n, parallel, |j0, j1| {
+            let out = out;
+            let rows = |i: usize| &a[a_off + i * a_row..a_off + i * a_row + k];
+            for j in j0..j1 {
+                let row = &w.bytes[j * rb..(j + 1) * rb];
+                if fused {
+                    for i in 0..m {
+                        let v = dot::dot(isa, w.dtype, rows(i), row);
+                        // SAFETY: i < m, j < n, dst holds m·n values; no other task
+                        // writes column j.
+                        unsafe { *out.0.add(i * n + j) = v };
+                    }
+                } else {
+                    with_scratch(k, |s| {
+                        decode(w.dtype, row, s);
+                        for i in 0..m {
+                            let v = crate::matvec::dot(isa, rows(i), s);
+                            // SAFETY: as above.
+                            unsafe { *out.0.add(i * n + j) = v };
+                        }
+                    });
+                }
+            }
+        });
+        return;
+    }
+    // Wide: tiles of `tile` weight rows decoded, then one gemm per tile into its columns.
+    let tile = (TILE_BYTES / (4 * k)).clamp(16, 256) / 16 * 16;
+    let tasks = n.div_ceil(tile);
+    let run_tile = |t: usize| {
+        let out = out;
+        let (j0, j1) = (t * tile, ((t + 1) * tile).min(n));
+        with_scratch((j1 - j0) * k, |s| {
+            w.decode_rows(j0, s);
+            // SAFETY: the activation rows lie inside `a` (asserted above); `s` holds the
+            // `j1 - j0` decoded rows of `k` values, read as the `k × (j1 - j0)` matrix Wᵀ;
+            // the destination is columns `j0 .. j1` of the `m × n` row-major output, which
+            // no other task writes.
+            unsafe {
+                gemm::gemm(
+                    m,
+                    j1 - j0,
+                    k,
+                    out.0.add(j0),
+                    1,
+                    n as isize,
+                    false,
+                    a.as_ptr().add(a_off),
+                    1,
+                    a_row as isize,
+                    s.as_ptr(),
+                    k as isize,
+                    1,
+                    0.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    Parallelism::None,
+                )
+            }
+        });
+    };
+    if parallel && tasks > 1 {
+        use rayon::prelude::*;
+        (0..tasks).into_par_iter().for_each(run_tile);
+    } else {
+        (0..tasks).for_each(run_tile);
+    }
+}
+
+/// Rows `picked[s]` of the `[rows, width]` weight decoded into `out` (row `s` at
+/// `out[s·width ..]`), in parallel over rows when there is enough data.
+pub(crate) fn gather_rows(w: WeightRef, picked: &[usize], out: &mut [f32]) {
+    let width = w.k;
+    if width == 0 {
+        return;
+    }
+    let per_task = (1usize << 16).div_ceil(width).max(1);
+    crate::par::for_each_chunk(out, per_task * width, |t, chunk| {
+        for (s, dst) in chunk.chunks_mut(width).enumerate() {
+            w.decode_rows(picked[t * per_task + s], dst);
+        }
+    });
+}
+
+/// A cast of a quantized input to a float type read through any view (the general case the
+/// weight kernels do not cover): the input is decoded whole into kept scratch, then each
+/// output element reads its view position (padding reads 0), rounded to the output dtype.
+#[derive(Clone, Debug)]
+pub struct DequantKernel {
+    pub input: usize,
+    dtype: DType,
+    index: CompiledExpression,
+    valid: Option<CompiledExpression>,
+    decoded: Vec<f32>,
+}
+
+impl DequantKernel {
+    /// The kernel for node `id` when it is a cast of a quantized tensor.
+    pub(crate) fn try_new(g: &GraphData, id: NodeId, names: &DimNames) -> Result<Option<Self>> {
+        let node = g.node(id);
+        let Op::Cast(_) = node.op else {
+            return Ok(None);
+        };
+        let e = &node.inputs[0];
+        let from = g.node(e.node).dtype;
+        if !from.is_quantized() {
+            return Ok(None);
+        }
+        let valid = e.view.valid_expression();
+        Ok(Some(DequantKernel {
+            input: e.node.0 as usize,
+            dtype: from,
+            index: names.compile(&e.view.index_expression())?,
+            valid: if valid.as_constant() == Some(1) {
+                None
+            } else {
+                Some(names.compile(&valid)?)
+            },
+            decoded: vec![],
+        }))
+    }
+
+    pub(crate) fn run(
+        &mut self,
+        bufs: &[Storage],
+        out: &mut Storage,
+        n: usize,
+        dims: &DimValues,
+    ) -> Result<()> {
+        let Storage::Bytes(b) = &bufs[self.input] else {
+            return Err(LuminalError::Backend(format!(
+                "dequantize: the input buffer does not hold {} blocks",
+                self.dtype
+            )));
+        };
+        self.decoded.resize(b.len(), 0.0);
+        luminal::quant::decode(self.dtype, b.as_slice(), &mut self.decoded);
+        // Slot 0 of the launch values is the element index `z` (see `view.rs`).
+        let mut args = *dims;
+        for z in 0..n {
+            args[0] = z as i64;
+            let ok = match &self.valid {
+                Some(v) => eval(v, &args)? != 0,
+                None => true,
+            };
+            let v = if ok {
+                let i = eval(&self.index, &args)?;
+                *usize::try_from(i)
+                    .ok()
+                    .and_then(|i| self.decoded.get(i))
+                    .ok_or_else(|| {
+                        LuminalError::Backend(format!(
+                            "dequantize: view reads value {i} of {}",
+                            self.decoded.len()
+                        ))
+                    })? as f64
+            } else {
+                0.0
+            };
+            out.set_f64(z, v);
+        }
+        Ok(())
+    }
+}

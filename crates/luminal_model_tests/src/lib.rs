@@ -1,0 +1,1 @@
+//! No library code: the tests live in `tests/` (see the package description).

@@ -1,0 +1,24 @@
+//! What generation and scoring need from a language model, whatever its family and backend.
+
+use crate::error::Result;
+
+/// A causal language model with a KV cache: [`crate::generate()`] and
+/// [`crate::perplexity()`] work on any implementation (any family, any backend).
+pub trait Model {
+    /// Tokens currently in the KV cache.
+    fn pos(&self) -> usize;
+    /// KV-cache capacity in tokens.
+    fn max_ctx(&self) -> usize;
+    /// Logits per position.
+    fn vocab_size(&self) -> usize;
+    /// Forgets the cached tokens: the next call starts at position 0.
+    fn reset(&mut self);
+    /// Runs `tokens` at positions `pos..pos + len` (appending them to the cache) and returns
+    /// the logits of the last `n_out` of them, row-major `[n_out, vocab]`.
+    fn forward(&mut self, tokens: &[u32], n_out: usize) -> Result<Vec<f32>>;
+    /// Logits for every position of `tokens` from an empty cache (teacher forcing).
+    fn logits_all(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        self.reset();
+        self.forward(tokens, tokens.len())
+    }
+}

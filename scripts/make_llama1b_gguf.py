@@ -1,0 +1,100 @@
+"""Write a Llama-3.2-1B-shaped GGUF with random F16 weights, for speed benchmarks only.
+
+Shape (Llama 3.2 1B): hidden 2048, 16 layers, 32 heads, 8 KV heads (head dim 64), FFN 8192,
+RMSNorm eps 1e-5, RoPE base 500000, tied embeddings (no `output.weight`: the output
+projection reads `token_embd.weight`, as in the real Llama 3.2 1B). The vocabulary and all
+`tokenizer.*` metadata (gpt2 BPE, 49152 tokens, chat template) are copied from a reference
+GGUF, by default SmolLM2-135M's, so the vocab is 49152 rather than Llama 3's 128256
+(about 1.07B parameters instead of 1.24B).
+
+Weights: N(0, 0.02²) rounded to F16, norm weights 1.0 (F32). The logits are meaningless; the
+file exists to time prefill/decode at 1B scale. Quantize it with llama-quantize
+(`llama-quantize --allow-requantize IN OUT Q4_0`).
+
+Usage: python3 scripts/make_llama1b_gguf.py OUT.gguf [--ref models/SmolLM2-135M-Instruct.Q4_1.gguf] [--seed 0]
+Needs: pip install numpy gguf  (tested with gguf 0.19.0). Writes ~2.1 GB; needs ~2.5 GB RAM.
+"""
+import argparse
+import os
+import sys
+
+import numpy as np
+from gguf import GGUFReader, GGUFValueType, GGUFWriter
+
+HIDDEN, LAYERS, HEADS, KV_HEADS, FFN = 2048, 16, 32, 8, 8192
+HEAD_DIM = HIDDEN // HEADS
+
+
+def copy_tokenizer(ref: GGUFReader, w: GGUFWriter) -> int:
+    """Copies every `tokenizer.*` key; returns the vocabulary size."""
+    vocab = None
+    for key, field in ref.fields.items():
+        if not key.startswith("tokenizer."):
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == GGUFValueType.ARRAY else None
+        value = field.contents()
+        w.add_key_value(key, value, vtype, sub_type=sub)
+        if key == "tokenizer.ggml.tokens":
+            vocab = len(value)
+    if vocab is None:
+        sys.exit(f"{ref.path}: no tokenizer.ggml.tokens")
+    return vocab
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("--ref", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    ref = GGUFReader(args.ref)
+    tmp = args.out + ".part"
+    w = GGUFWriter(tmp, "llama")
+    w.add_name("llama-3.2-1b-shape-random")
+    w.add_block_count(LAYERS)
+    w.add_context_length(8192)
+    w.add_embedding_length(HIDDEN)
+    w.add_feed_forward_length(FFN)
+    w.add_head_count(HEADS)
+    w.add_head_count_kv(KV_HEADS)
+    w.add_rope_dimension_count(HEAD_DIM)
+    w.add_rope_freq_base(500000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_file_type(1)  # MOSTLY_F16
+    vocab = copy_tokenizer(ref, w)
+    w.add_vocab_size(vocab)
+
+    rng = np.random.default_rng(args.seed)
+
+    def rand(rows, cols):
+        # numpy shape (rows, cols) = ggml ne [cols, rows]: cols is the input dimension.
+        return (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float16)
+
+    ones = lambda n: np.ones(n, dtype=np.float32)
+    w.add_tensor("token_embd.weight", rand(vocab, HIDDEN))
+    for i in range(LAYERS):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", ones(HIDDEN))
+        w.add_tensor(p + "attn_q.weight", rand(HIDDEN, HIDDEN))
+        w.add_tensor(p + "attn_k.weight", rand(KV_HEADS * HEAD_DIM, HIDDEN))
+        w.add_tensor(p + "attn_v.weight", rand(KV_HEADS * HEAD_DIM, HIDDEN))
+        w.add_tensor(p + "attn_output.weight", rand(HIDDEN, HIDDEN))
+        w.add_tensor(p + "ffn_norm.weight", ones(HIDDEN))
+        w.add_tensor(p + "ffn_gate.weight", rand(FFN, HIDDEN))
+        w.add_tensor(p + "ffn_up.weight", rand(FFN, HIDDEN))
+        w.add_tensor(p + "ffn_down.weight", rand(HIDDEN, FFN))
+    w.add_tensor("output_norm.weight", ones(HIDDEN))
+
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(tmp, args.out)
+    n = vocab * HIDDEN + LAYERS * (2 * HIDDEN * HIDDEN + 2 * KV_HEADS * HEAD_DIM * HIDDEN + 3 * HIDDEN * FFN)
+    print(f"wrote {args.out}: {n / 1e9:.3f}B matrix parameters, vocab {vocab}, {os.path.getsize(args.out)} bytes")
+
+
+if __name__ == "__main__":
+    main()
