@@ -333,11 +333,15 @@ EOF
 }
 
 # ---------------------------------------------------------------------------------------------
-# One measured command: stdout -> $1.out, stderr -> $1.err, /usr/bin/time -v -> $1.time.
+# One measured command: stdout -> $1.out, stderr -> $1.err, /usr/bin/time -v -> $1.time, exit
+# status -> $1.rc, the /proc/stat cpu line before and after -> $1.stat (the report subtracts the
+# command's own CPU time from the machine's busy time: CPU used by other processes meanwhile).
 measure() {
     local stem="$1"; shift
     local rc=0
+    head -n 1 /proc/stat > "$stem.stat"
     /usr/bin/time -v -o "$stem.time" timeout "$CMD_TIMEOUT" "$@" > "$stem.out" 2> "$stem.err" || rc=$?
+    head -n 1 /proc/stat >> "$stem.stat"
     echo "$rc" > "$stem.rc"
     if [[ $rc == 124 ]]; then
         log "  timed out after ${CMD_TIMEOUT}s: $*"
@@ -421,7 +425,13 @@ fi
     echo "isa=$(grep -m1 -o -w -E 'avx512f|avx2|fma|f16c|avx512_vnni|amx_tile' /proc/cpuinfo | sort -u | tr '\n' ' ')"
     echo "variant=$VARIANT"
     echo "llama_build=llama-cpp-python $VER vendor/llama.cpp, $(cat "$CACHE/build-$VER-$VARIANT/.build-ok" 2>/dev/null)"
-    echo "ours=$OURS ($(git -C "$REPO" rev-parse --short HEAD 2>/dev/null)$(git -C "$REPO" diff --quiet HEAD 2>/dev/null || echo '+dirty'))"
+    if [[ -n "${LUMINAL_BIN:-}" ]]; then
+        echo "ours=$OURS (LUMINAL_BIN)"
+    else
+        echo "ours=$OURS (built from $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null)$(git -C "$REPO" diff --quiet HEAD 2>/dev/null || echo ' + uncommitted changes'))"
+    fi
+    echo "load_start=$(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "clk_tck=$(getconf CLK_TCK 2>/dev/null || echo 100)"
     echo "ours_env=${OURS_ENV[*]:-}"
     echo "models_dir=$MODELS_DIR"
     echo "settings=-r $REPS per call, $ROUNDS alternating round(s) (llama.cpp first in odd rounds), -p $PP -n $TG, threads: $THREADS"
@@ -431,6 +441,7 @@ membw
 run_bench
 [[ $DO_PPL == 1 ]] && run_ppl
 
+echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)" >> "$RUN/meta.txt"
 "$PYTHON" "$HELPER" report --run "$RUN" --models-dir "$MODELS_DIR" --threads "$THREADS" \
     --pp "$PP" --tg "$TG" --ppl-ctx "$PPL_CTX" --files "${FILES[@]}" | tee "$RUN/report.md"
 log "raw outputs and report.md: $RUN"

@@ -117,6 +117,37 @@ def wall_s(time_path):
     return None
 
 
+def cpu_seconds(time_path):
+    """User + system CPU seconds of the command, from /usr/bin/time -v."""
+    tot, seen = 0.0, False
+    try:
+        for line in open(time_path, errors="replace"):
+            if "User time (seconds)" in line or "System time (seconds)" in line:
+                tot += float(line.rsplit(":", 1)[1])
+                seen = True
+    except (OSError, ValueError):
+        return None
+    return tot if seen else None
+
+
+def other_load(stem, clk_tck):
+    """Mean number of cores other processes kept busy while the command ran (machine busy time
+    from /proc/stat minus the command's own CPU time, over its wall time), plus steal."""
+    try:
+        lines = open(stem + ".stat").read().split("\n")
+        a = [int(x) for x in lines[0].split()[1:]]
+        b = [int(x) for x in lines[1].split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return None
+    d = [y - x for x, y in zip(a, b)]
+    busy = (d[0] + d[1] + d[2] + d[5] + d[6]) / clk_tck  # user nice system irq softirq
+    steal = (d[7] if len(d) > 7 else 0) / clk_tck
+    own, wall = cpu_seconds(stem + ".time"), wall_s(stem + ".time")
+    if own is None or not wall:
+        return None
+    return max(0.0, busy - own) / wall + steal / wall
+
+
 def rc_of(stem):
     try:
         return int(open(stem + ".rc").read().strip())
@@ -201,9 +232,12 @@ def report(args):
     p()
     pp, tg = args.pp, args.tg
     p(f"| file | threads | ours pp{pp} | llama.cpp pp{pp} | ratio | ours tg{tg} | llama.cpp tg{tg} | ratio "
-      f"| roofline tg tok/s | ours peak RSS | llama.cpp peak RSS |")
-    p("|---|---|---|---|---|---|---|---|---|---|---|")
+      f"| roofline tg tok/s | ours peak RSS | llama.cpp peak RSS | other load, cores (ours / llama.cpp) |")
+    p("|---|---|---|---|---|---|---|---|---|---|---|---|")
     wbytes = {}
+    rows = []
+    max_other = 0.0
+    clk_tck = int(meta.get("clk_tck") or 100)
     for f in args.files:
         path = os.path.join(args.models_dir, f)
         try:
@@ -218,7 +252,7 @@ def report(args):
                     for x in os.listdir(run)
                     if x.startswith(f"bench.{f}.t{t}.r") and x.endswith(f".{eng}.rc")
                 )
-                pps, tgs, rss = [], [], []
+                pps, tgs, rss, loads = [], [], [], []
                 for stem in stems:
                     for rec in load_records(stem + ".out"):
                         kind = classify(rec)
@@ -231,23 +265,39 @@ def report(args):
                     r = peak_rss_mib(stem + ".time")
                     if r is not None:
                         rss.append(r)
+                    ld = other_load(stem, clk_tck)
+                    if ld is not None:
+                        loads.append(ld)
                 why = failure(stems[-1]) if stems else "not run"
                 pm, ps = fmt_ts(pps)
                 tm, ts = fmt_ts(tgs)
                 res[eng] = dict(
                     pp=pm, pps=ps if pps else why, tg=tm, tgs=ts if tgs else why,
                     rss=f"{max(rss):.0f} MiB" if rss else "–",
+                    load=max(loads) if loads else None,
                 )
+                if loads:
+                    max_other = max(max_other, max(loads))
             wb = wbytes[f][0]
             roof = f"{bw[t] * 1e9 / wb:.1f}" if (wb and bw.get(t)) else "–"
             o, l = res["ours"], res["llama"]
-            p(f"| {f} | {t} | {o['pps']} | {l['pps']} | {ratio(o['pp'], l['pp'])} | {o['tgs']} | {l['tgs']} "
-              f"| {ratio(o['tg'], l['tg'])} | {roof} | {o['rss']} | {l['rss']} |")
+            ld = " / ".join("–" if x["load"] is None else f"{x['load']:.2f}" for x in (o, l))
+            rows.append(f"| {f} | {t} | {o['pps']} | {l['pps']} | {ratio(o['pp'], l['pp'])} | {o['tgs']} | {l['tgs']} "
+                        f"| {ratio(o['tg'], l['tg'])} | {roof} | {o['rss']} | {l['rss']} | {ld} |")
+    for row in rows:
+        p(row)
     p()
     p("Ratio = ours / llama.cpp (> 1: ours faster). Roofline = read bandwidth at that thread count ÷ weight "
       "bytes a decode step reads (every tensor once; the embedding table is read whole by the tied output "
       "projection, or only one row when the file has its own output.weight; KV cache and activations ignored). "
-      "Peak RSS: `/usr/bin/time -v`, whole process (includes the mapped file).")
+      "Peak RSS: `/usr/bin/time -v`, whole process (includes the mapped file). Other load: mean cores kept "
+      "busy by other processes (plus hypervisor steal) during the run, worst run of the row; well above 0 "
+      "means the row is contaminated (llama.cpp's spinning thread barriers suffer most at 2 threads).")
+    if max_other > 0.25:
+        p()
+        p(f"**Warning:** other processes used up to {max_other:.2f} cores during some runs "
+          f"(load average {meta.get('load_start', '?')} at the start, {meta.get('load_end', '?')} at the end): "
+          "rerun those rows on an idle machine.")
     p()
     p("Weight bytes per decode token: "
       + "; ".join(f"{f} {wb / 1e6:.1f} MB ({how})" if wb else f"{f} ? ({how})" for f, (wb, how) in wbytes.items())

@@ -32,10 +32,15 @@ fn detect() -> Isa {
             && is_x86_feature_detected!("avx512dq")
             && is_x86_feature_detected!("avx2")
             && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
         {
             return Isa::Avx512;
         }
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        // F16C (half conversions) ships with every AVX2 CPU; the kernels rely on it.
+        if is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+        {
             return Isa::Avx2;
         }
     }

@@ -14,7 +14,8 @@ mod common;
 
 use common::*;
 use luminal_cpu::CpuBackend;
-use luminal_models::{LlamaModel, LoadOptions};
+use luminal::ReferenceBackend;
+use luminal_models::{LlamaModel, LoadOptions, Model};
 use luminal_nn::RopeLayout;
 
 #[test]
@@ -56,8 +57,9 @@ fn tiny_qwen2_f32_gguf_logits_match_transformers() {
 }
 
 /// Q8_0 weights against transformers on the same weights dequantized by gguf-py. The loader
-/// decodes every block to f32 (and gives the CPU backend the blocks for its decode kernels,
-/// which dequantize them in registers against f32 activations), so the model is the same
+/// hands the blocks over as they are in the file (Q8_0 graph inputs read through
+/// `.dequantize()`); the CPU backend dequantizes them in registers against f32 activations,
+/// so the model is the same
 /// function as the reference and the f32 bound applies (measured: ~5e-6). A backend that
 /// rounds activations to 8 bits as llama.cpp's q8 dot products do would need a looser
 /// bound here. The distance to the f32 model (Q8_0 rounding of the weights, ~0.19) is
@@ -78,6 +80,44 @@ fn tiny_llama_q8_0_gguf_logits_match_transformers_on_dequantized_weights() {
 
 /// See the Q8_0 logits test's comment.
 const Q8_TOLERANCE: f32 = 1e-4;
+
+/// The same model code on the reference backend (`luminal_models` names no backend: the
+/// caller picks one): the quantized weights go through the core's reference dequantization,
+/// and the logits match transformers, and the CPU backend, within the same bound.
+#[test]
+fn the_same_model_code_runs_on_the_reference_backend() {
+    let opts = LoadOptions { max_ctx: 64 };
+    let path = fixture("tiny-llama.q8_0.gguf");
+    let (mut on_ref, _) = LlamaModel::load(&path, ReferenceBackend, &opts, |_, _| {}).unwrap();
+    let (mut on_cpu, _) = load("tiny-llama.q8_0.gguf");
+    let want = json(fixture("tiny-llama.q8_0.reference.json"));
+    let case = want["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .max_by_key(|c| c["ids"].as_array().unwrap().len())
+        .unwrap();
+    let tokens = ids(&case["ids"]);
+    assert!(tokens.len() >= 4, "a case of at least 4 tokens");
+    let got = on_ref.logits_all(&tokens).unwrap();
+    let cpu = on_cpu.logits_all(&tokens).unwrap();
+    let (mut vs_hf, mut vs_cpu) = (0f32, 0f32);
+    for ((g, c), w) in got.iter().zip(&cpu).zip(logits(case)) {
+        vs_hf = vs_hf.max((g - w).abs());
+        vs_cpu = vs_cpu.max((g - c).abs());
+    }
+    println!("reference backend: max |Δlogit| vs transformers {vs_hf:e}, vs CPU {vs_cpu:e}");
+    assert_eq!(got.len(), tokens.len() * on_ref.vocab_size());
+    assert!(vs_hf < Q8_TOLERANCE, "reference backend vs transformers: {vs_hf}");
+    assert!(vs_cpu < Q8_TOLERANCE, "reference backend vs CPU: {vs_cpu}");
+    // Decoding through the cache works there too.
+    on_ref.reset();
+    let first = on_ref.forward(&tokens[..3], 1).unwrap();
+    let step = on_ref.forward(&tokens[3..4], 1).unwrap();
+    let v = on_ref.vocab_size();
+    let near = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-4);
+    assert!(near(&first, &got[2 * v..3 * v]) && near(&step, &got[3 * v..4 * v]));
+}
 
 #[test]
 fn tiny_llama_gguf_kv_cache_decode_equals_full_recompute() {

@@ -203,6 +203,7 @@ fn parse_tensor(v: &Value) -> Result<FixtureTensor, String> {
                 .map(|x| x.as_bool().ok_or(format!("bad bool {x}")))
                 .collect::<Result<_, _>>()?,
         ),
+        q => return Err(format!("fixtures hold no {q} data")),
     };
     Ok(FixtureTensor { dtype, shape, data })
 }

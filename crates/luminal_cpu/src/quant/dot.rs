@@ -87,9 +87,19 @@ fn dot_portable(dtype: DType, x: &[f32], w: &[u8]) -> f32 {
     acc[0]
 }
 
+/// The f16 at `b[at..at + 2]` by F16C (exact, as the reference's conversion).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "f16c")]
+#[inline]
+unsafe fn half_at(b: &[u8], at: usize) -> f32 {
+    use std::arch::x86_64::*;
+    let bits = u16::from_le_bytes([b[at], b[at + 1]]);
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+}
+
 /// AVX-512: two blocks per iteration into four independent accumulators.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,fma")]
+#[target_feature(enable = "avx512f,fma,f16c")]
 unsafe fn dot_avx512(dtype: DType, x: &[f32], w: &[u8]) -> f32 {
     use std::arch::x86_64::*;
     let nb = x.len() / 32;
@@ -102,7 +112,7 @@ unsafe fn dot_avx512(dtype: DType, x: &[f32], w: &[u8]) -> f32 {
     // The 32 weights of block `b` as two vectors of 16, formed as the decoder does.
     let weights = |b: usize| -> (__m512, __m512) {
         let blk = std::slice::from_raw_parts(wp.add(b * bb), bb);
-        let d = _mm512_set1_ps(f16_at(blk, 0));
+        let d = _mm512_set1_ps(half_at(blk, 0));
         let qp = blk.as_ptr().add(qo);
         match dtype {
             DType::Q8_0 => {
@@ -122,7 +132,7 @@ unsafe fn dot_avx512(dtype: DType, x: &[f32], w: &[u8]) -> f32 {
                 }
                 let (lo, hi) = (_mm512_cvtepi32_ps(lo), _mm512_cvtepi32_ps(hi));
                 if dtype == DType::Q4_1 {
-                    let m = _mm512_set1_ps(f16_at(blk, 2));
+                    let m = _mm512_set1_ps(half_at(blk, 2));
                     (
                         _mm512_add_ps(_mm512_mul_ps(d, lo), m),
                         _mm512_add_ps(_mm512_mul_ps(d, hi), m),
@@ -155,7 +165,7 @@ unsafe fn dot_avx512(dtype: DType, x: &[f32], w: &[u8]) -> f32 {
 
 /// AVX2 + FMA: a block is four vectors of 8, each with its own accumulator.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_avx2(dtype: DType, x: &[f32], w: &[u8]) -> f32 {
     use std::arch::x86_64::*;
     let nb = x.len() / 32;
@@ -167,7 +177,7 @@ unsafe fn dot_avx2(dtype: DType, x: &[f32], w: &[u8]) -> f32 {
     let mut acc = [_mm256_setzero_ps(); 4];
     for b in 0..nb {
         let blk = std::slice::from_raw_parts(wp.add(b * bb), bb);
-        let d = _mm256_set1_ps(f16_at(blk, 0));
+        let d = _mm256_set1_ps(half_at(blk, 0));
         let qp = blk.as_ptr().add(qo);
         // The block's 32 quants as four vectors of 8 i32 (elements 0-7, 8-15, 16-23, 24-31).
         let q: [__m256i; 4] = match dtype {
@@ -199,7 +209,7 @@ unsafe fn dot_avx2(dtype: DType, x: &[f32], w: &[u8]) -> f32 {
                 v
             }
         };
-        let m = (dtype == DType::Q4_1).then(|| _mm256_set1_ps(f16_at(blk, 2)));
+        let m = (dtype == DType::Q4_1).then(|| _mm256_set1_ps(half_at(blk, 2)));
         for (u, qu) in q.iter().enumerate() {
             let mut wv = _mm256_mul_ps(d, _mm256_cvtepi32_ps(*qu));
             if let Some(m) = m {

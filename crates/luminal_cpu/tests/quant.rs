@@ -1,0 +1,302 @@
+//! Quantized and half weights read in place: every block format in a matmul (`x · Wᵀ`) and
+//! a gather (embedding rows), on the CPU at every instruction-set level the host has, and on
+//! the reference runtime, against dequantize-then-f64-matmul computed here with the core's
+//! decoders (which `luminal_io`'s tests check bit for bit against gguf-py's, fixture
+//! `quant_blocks.json`).
+//!
+//! Bound: the kernels sum f32 products in their own order (and the wide path runs gemm on the
+//! decoded rows), so each output may differ from the exact sum by `1e-5 · Σ|x·w|`.
+
+use luminal::prelude::*;
+use luminal::quant::decode;
+use luminal_cpu::{detected_isa, set_max_isa, CpuBackend, Isa};
+
+const FORMATS: [DType; 12] = [
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::Q2_K,
+    DType::Q3_K,
+    DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
+    DType::F16,
+    DType::BF16,
+];
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn uniform(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32
+    }
+}
+
+/// Byte offsets of the f16 scales inside one block of `dtype` (made finite and small so
+/// the decoded values are ordinary numbers).
+fn scale_offsets(dtype: DType) -> &'static [usize] {
+    match dtype {
+        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[0],
+        DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
+        DType::Q2_K => &[80, 82],
+        DType::Q3_K => &[108],
+        DType::Q6_K => &[208],
+        _ => &[],
+    }
+}
+
+/// Random blocks of `dtype` holding `n` values (random quants, finite scales).
+fn random_blocks(dtype: DType, n: usize, rng: &mut Rng) -> Vec<u8> {
+    let bytes = dtype.bytes_for(n).unwrap();
+    let mut b: Vec<u8> = (0..bytes).map(|_| rng.next() as u8).collect();
+    match dtype {
+        DType::F16 | DType::BF16 => {
+            for v in b.chunks_exact_mut(2) {
+                let x = rng.uniform() * 2.0 - 1.0;
+                let bits = if dtype == DType::F16 {
+                    f16::from_f32(x).to_bits()
+                } else {
+                    bf16::from_f32(x).to_bits()
+                };
+                v.copy_from_slice(&bits.to_le_bytes());
+            }
+        }
+        _ => {
+            for blk in b.chunks_exact_mut(dtype.block_bytes()) {
+                for &at in scale_offsets(dtype) {
+                    let s = f16::from_f32(
+                        (rng.uniform() * 0.1 + 0.001)
+                            * if rng.next() & 1 == 0 { 1.0 } else { -1.0 },
+                    );
+                    blk[at..at + 2].copy_from_slice(&s.to_bits().to_le_bytes());
+                }
+            }
+        }
+    }
+    b
+}
+
+fn decoded(dtype: DType, bytes: &[u8]) -> Vec<f32> {
+    let mut out = vec![0f32; bytes.len() / dtype.block_bytes() * dtype.block_size()];
+    decode(dtype, bytes, &mut out);
+    out
+}
+
+/// Builds `x · W.dequantize()ᵀ` and runs it on `rt`-compatible backends.
+fn check_matmul<B: Backend>(
+    backend: B,
+    dtype: DType,
+    m: usize,
+    n: usize,
+    k: usize,
+    seed: u64,
+    what: &str,
+) {
+    let mut rng = Rng(seed);
+    let wb = random_blocks(dtype, n * k, &mut rng);
+    let x: Vec<f32> = (0..m * k).map(|_| rng.uniform() * 2.0 - 1.0).collect();
+    let w = decoded(dtype, &wb);
+    let cx = Graph::new();
+    let xt = cx.tensor("x", (m, k));
+    let wt = cx.input("w", (n, k), dtype);
+    let y = xt.matmul(wt.dequantize().transpose(0, 1)).output();
+    let mut rt = cx.compile(backend, CompileOptions::default()).unwrap();
+    rt.set(xt, &x).unwrap();
+    rt.set_data(
+        wt,
+        HostData::from_bytes(dtype, SharedBytes::from_vec(wb)).unwrap(),
+    )
+    .unwrap();
+    rt.run().unwrap();
+    let got: Vec<f32> = rt.get(y).unwrap();
+    for i in 0..m {
+        for j in 0..n {
+            let (mut want, mut mag) = (0f64, 0f64);
+            for kk in 0..k {
+                let p = x[i * k + kk] as f64 * w[j * k + kk] as f64;
+                want += p;
+                mag += p.abs();
+            }
+            let g = got[i * n + j] as f64;
+            assert!(
+                (g - want).abs() <= 1e-5 * mag + 1e-6,
+                "{what} {dtype} M={m} N={n} K={k}: [{i},{j}] = {g}, want {want} (Σ|xw| = {mag})"
+            );
+        }
+    }
+}
+
+/// The shapes of the issue: M = 1, 7, 128; K one block and several blocks (for the 32-value
+/// formats, a K that is not a multiple of the 64-value SIMD steps).
+fn shapes(dtype: DType) -> Vec<(usize, usize, usize)> {
+    let bs = dtype.block_size().max(32);
+    let mut v = vec![];
+    for m in [1, 7, 128] {
+        for k in [bs, 3 * bs] {
+            v.push((m, 37, k));
+        }
+    }
+    v
+}
+
+#[test]
+fn weight_matmuls_match_dequantize_then_matmul_at_every_isa() {
+    let mut levels = vec![Isa::Generic];
+    if detected_isa() >= Isa::Avx2 {
+        levels.push(Isa::Avx2);
+    }
+    if detected_isa() >= Isa::Avx512 {
+        levels.push(Isa::Avx512);
+    }
+    for isa in levels {
+        assert_eq!(set_max_isa(isa), isa);
+        for (f, &dtype) in FORMATS.iter().enumerate() {
+            for (s, &(m, n, k)) in shapes(dtype).iter().enumerate() {
+                for threads in [1, 2] {
+                    let seed = 1 + (f * 100 + s) as u64;
+                    let what = format!("{isa:?} threads={threads}");
+                    check_matmul(
+                        CpuBackend::with_threads(threads),
+                        dtype,
+                        m,
+                        n,
+                        k,
+                        seed,
+                        &what,
+                    );
+                }
+            }
+        }
+    }
+    set_max_isa(Isa::Avx512);
+}
+
+#[test]
+fn weights_are_read_in_place() {
+    // The cast folds into the consumers: one matmul and one gather kernel, no dequantize.
+    let cx = Graph::new();
+    let w = cx.input("w", (64, 256), DType::Q4_K);
+    let ids = cx.input("ids", (2,), DType::I32);
+    let x = w.dequantize().embedding(ids);
+    let y = x.matmul(w.dequantize().transpose(0, 1)).output();
+    let rt = cx.compile(CpuBackend::with_threads(1), CompileOptions::default()).unwrap();
+    assert_eq!(rt.kernel_names(), vec!["gather", "matmul"], "{:?}", rt.kernel_names());
+    let _ = y;
+}
+
+#[test]
+fn reference_runtime_dequantizes() {
+    for (f, &dtype) in FORMATS.iter().enumerate() {
+        let bs = dtype.block_size().max(32);
+        check_matmul(ReferenceBackend, dtype, 3, 5, bs, 7 + f as u64, "reference");
+    }
+}
+
+#[test]
+fn gathers_decode_rows_exactly() {
+    for (f, &dtype) in FORMATS.iter().enumerate() {
+        let mut rng = Rng(99 + f as u64);
+        let (rows, width) = (40, 2 * dtype.block_size().max(32));
+        let wb = random_blocks(dtype, rows * width, &mut rng);
+        let w = decoded(dtype, &wb);
+        let ids: Vec<i32> = vec![3, 0, 39, 3, 17];
+        for threads in [1, 2] {
+            let cx = Graph::new();
+            let table = cx.input("table", (rows, width), dtype);
+            let idt = cx.input("ids", (ids.len(),), DType::I32);
+            let out = table.dequantize().embedding(idt).output();
+            let mut rt = cx
+                .compile(CpuBackend::with_threads(threads), CompileOptions::default())
+                .unwrap();
+            rt.set_data(
+                table,
+                HostData::from_bytes(dtype, SharedBytes::from_vec(wb.clone())).unwrap(),
+            )
+            .unwrap();
+            rt.set(idt, &ids).unwrap();
+            rt.run().unwrap();
+            let got: Vec<f32> = rt.get(out).unwrap();
+            let want: Vec<f32> = ids
+                .iter()
+                .flat_map(|&r| w[r as usize * width..(r as usize + 1) * width].to_vec())
+                .collect();
+            assert_eq!(got, want, "{dtype}");
+            // Out-of-range ids are a typed error, as on the reference.
+            rt.set(idt, &[0, 40, 1, 2, 3]).unwrap();
+            assert!(matches!(
+                rt.run(),
+                Err(LuminalError::IndexOutOfRange { .. })
+            ));
+        }
+    }
+}
+
+#[test]
+fn other_reads_of_quantized_data_decode_through_the_view() {
+    // A transposed elementwise use: neither a matmul nor a gather reads it in place.
+    for &dtype in &[DType::Q4_1, DType::Q6_K] {
+        let mut rng = Rng(5);
+        let (rows, width) = (3, dtype.block_size());
+        let wb = random_blocks(dtype, rows * width, &mut rng);
+        let w = decoded(dtype, &wb);
+        let cx = Graph::new();
+        let t = cx.input("t", (rows, width), dtype);
+        let out = (t.dequantize().transpose(0, 1) * 2.0).output();
+        let mut rt = cx
+            .compile(CpuBackend::with_threads(1), CompileOptions::default())
+            .unwrap();
+        rt.set_data(
+            t,
+            HostData::from_bytes(dtype, SharedBytes::from_vec(wb)).unwrap(),
+        )
+        .unwrap();
+        rt.run().unwrap();
+        let got: Vec<f32> = rt.get(out).unwrap();
+        for c in 0..width {
+            for r in 0..rows {
+                assert_eq!(got[c * rows + r], w[r * width + c] * 2.0, "{dtype}");
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_quantized_data_is_a_typed_error() {
+    let cx = Graph::new();
+    let w = cx.input("w", (4, 32), DType::Q4_0);
+    let x = cx.tensor("x", (1, 32));
+    let _y = x.matmul(w.dequantize().transpose(0, 1)).output();
+    let mut rt = cx
+        .compile(CpuBackend::default(), CompileOptions::default())
+        .unwrap();
+    // Not a whole number of blocks.
+    let err = HostData::from_bytes(DType::Q4_0, SharedBytes::from_vec(vec![0; 19])).unwrap_err();
+    assert!(matches!(err, LuminalError::BadData(_)), "{err}");
+    // Three rows' blocks for a four-row weight.
+    let short = HostData::from_bytes(DType::Q4_0, SharedBytes::from_vec(vec![0; 3 * 18])).unwrap();
+    assert!(matches!(
+        rt.set_data(w, short),
+        Err(LuminalError::WrongLength { .. })
+    ));
+    // Another format's blocks.
+    let q8 = HostData::from_bytes(DType::Q8_0, SharedBytes::from_vec(vec![0; 4 * 34])).unwrap();
+    assert!(matches!(
+        rt.set_data(w, q8),
+        Err(LuminalError::WrongDType { .. })
+    ));
+}
+
+#[test]
+#[should_panic(expected = "quantized tensors are only read through")]
+fn arithmetic_on_quantized_tensors_panics_at_build() {
+    let cx = Graph::new();
+    let w = cx.input("w", (4, 32), DType::Q4_0);
+    let _ = w + w;
+}
