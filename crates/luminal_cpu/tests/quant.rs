@@ -186,8 +186,15 @@ fn weights_are_read_in_place() {
     let ids = cx.input("ids", (2,), DType::I32);
     let x = w.dequantize().embedding(ids);
     let y = x.matmul(w.dequantize().transpose(0, 1)).output();
-    let rt = cx.compile(CpuBackend::with_threads(1), CompileOptions::default()).unwrap();
-    assert_eq!(rt.kernel_names(), vec!["gather", "matmul"], "{:?}", rt.kernel_names());
+    let rt = cx
+        .compile(CpuBackend::with_threads(1), CompileOptions::default())
+        .unwrap();
+    assert_eq!(
+        rt.kernel_names(),
+        vec!["gather", "matmul"],
+        "{:?}",
+        rt.kernel_names()
+    );
     let _ = y;
 }
 

@@ -13,8 +13,8 @@
 mod common;
 
 use common::*;
-use luminal_cpu::CpuBackend;
 use luminal::ReferenceBackend;
+use luminal_cpu::CpuBackend;
 use luminal_models::{LlamaModel, LoadOptions, Model};
 use luminal_nn::RopeLayout;
 
@@ -108,7 +108,10 @@ fn the_same_model_code_runs_on_the_reference_backend() {
     }
     println!("reference backend: max |Δlogit| vs transformers {vs_hf:e}, vs CPU {vs_cpu:e}");
     assert_eq!(got.len(), tokens.len() * on_ref.vocab_size());
-    assert!(vs_hf < Q8_TOLERANCE, "reference backend vs transformers: {vs_hf}");
+    assert!(
+        vs_hf < Q8_TOLERANCE,
+        "reference backend vs transformers: {vs_hf}"
+    );
     assert!(vs_cpu < Q8_TOLERANCE, "reference backend vs CPU: {vs_cpu}");
     // Decoding through the cache works there too.
     on_ref.reset();

@@ -1,0 +1,147 @@
+//! Elementwise loops over slices: unary, binary, max, scalar-operand maps.
+
+use super::*;
+
+#[inline(always)]
+pub fn unary<const F: bool>(op: UnaryOp, a: &[f32], out: &mut [f32]) {
+    let n = out.len();
+    let a = &a[..n];
+    match op {
+        UnaryOp::Exp2 => {
+            for i in 0..n {
+                out[i] = exp2::<F>(a[i]);
+            }
+        }
+        UnaryOp::Log2 => {
+            for i in 0..n {
+                out[i] = log2::<F>(a[i]);
+            }
+        }
+        UnaryOp::Sin => {
+            let mut big = false;
+            for i in 0..n {
+                out[i] = sin_reduced::<F>(a[i]);
+                big |= sin_big(a[i]);
+            }
+            if big {
+                for i in 0..n {
+                    if sin_big(a[i]) {
+                        out[i] = a[i].sin();
+                    }
+                }
+            }
+        }
+        UnaryOp::Sqrt => {
+            for i in 0..n {
+                out[i] = a[i].sqrt();
+            }
+        }
+        UnaryOp::Recip => {
+            for i in 0..n {
+                out[i] = 1.0 / a[i];
+            }
+        }
+    }
+}
+
+/// A unary op of one value (scalar steps of a fused program).
+#[inline(always)]
+pub fn unary_one<const F: bool>(op: UnaryOp, x: f32) -> f32 {
+    match op {
+        UnaryOp::Exp2 => exp2::<F>(x),
+        UnaryOp::Log2 => log2::<F>(x),
+        UnaryOp::Sin if x.abs() <= SIN_MAX => sin_reduced::<F>(x),
+        UnaryOp::Sin => x.sin(),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Recip => 1.0 / x,
+    }
+}
+
+#[inline(always)]
+pub fn binary_one(op: BinaryOp, x: f32, y: f32) -> f32 {
+    match op {
+        BinaryOp::Add => x + y,
+        BinaryOp::Mul => x * y,
+        // Rust's `%` on floats is C fmod (sign of the dividend), as the reference.
+        BinaryOp::Mod => x % y,
+        BinaryOp::LessThan => (x < y) as u8 as f32,
+    }
+}
+
+macro_rules! zip2 {
+    ($out:ident, $a:ident, $b:ident, |$x:ident, $y:ident| $e:expr) => {{
+        let n = $out.len();
+        let ($a, $b) = (&$a[..n], &$b[..n]);
+        for i in 0..n {
+            let ($x, $y) = ($a[i], $b[i]);
+            $out[i] = $e;
+        }
+    }};
+}
+
+/// `out = a op b`, elementwise.
+#[inline(always)]
+pub fn binary(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32]) {
+    match op {
+        BinaryOp::Add => zip2!(out, a, b, |x, y| x + y),
+        BinaryOp::Mul => zip2!(out, a, b, |x, y| x * y),
+        BinaryOp::Mod => zip2!(out, a, b, |x, y| x % y),
+        BinaryOp::LessThan => zip2!(out, a, b, |x, y| (x < y) as u8 as f32),
+    }
+}
+
+/// NaN-propagating maximum (the reference's `MaxReduce` combine of two values; which zero
+/// `max(-0, +0)` gives is unspecified there too).
+#[inline(always)]
+pub fn max_one(x: f32, y: f32) -> f32 {
+    if x > y || x.is_nan() {
+        x
+    } else {
+        y
+    }
+}
+
+/// `out = max(a, b)`, elementwise ([`max_one`]).
+#[inline(always)]
+pub fn max(a: &[f32], b: &[f32], out: &mut [f32]) {
+    zip2!(out, a, b, |x, y| max_one(x, y))
+}
+
+/// `out = max(a, s)`, elementwise ([`max_one`]).
+#[inline(always)]
+pub fn max_scalar(a: &[f32], s: f32, out: &mut [f32]) {
+    let n = out.len();
+    let a = &a[..n];
+    for i in 0..n {
+        out[i] = max_one(a[i], s);
+    }
+}
+
+macro_rules! map1 {
+    ($out:ident, $a:ident, |$x:ident| $e:expr) => {{
+        let n = $out.len();
+        let $a = &$a[..n];
+        for i in 0..n {
+            let $x = $a[i];
+            $out[i] = $e;
+        }
+    }};
+}
+
+/// `out = a op s` (`scalar_first`: `out = s op a`).
+#[inline(always)]
+pub fn binary_scalar(op: BinaryOp, a: &[f32], s: f32, scalar_first: bool, out: &mut [f32]) {
+    match (op, scalar_first) {
+        (BinaryOp::Add, _) => map1!(out, a, |x| x + s),
+        (BinaryOp::Mul, _) => map1!(out, a, |x| x * s),
+        (BinaryOp::Mod, false) => map1!(out, a, |x| x % s),
+        (BinaryOp::Mod, true) => map1!(out, a, |x| s % x),
+        (BinaryOp::LessThan, false) => map1!(out, a, |x| (x < s) as u8 as f32),
+        (BinaryOp::LessThan, true) => map1!(out, a, |x| (s < x) as u8 as f32),
+    }
+}
+
+#[inline(always)]
+pub fn not_zero(a: &[f32], out: &mut [f32]) {
+    map1!(out, a, |x| (x != 0.0) as u8 as f32)
+}
