@@ -396,7 +396,7 @@ impl Graph {
             },
             vec![],
             dtype,
-            shape.to_shape(),
+            shape,
         )
     }
 

@@ -45,7 +45,7 @@ use crate::simd::{self, Task};
 use crate::storage::{BufRef, Storage, StorageKind};
 use crate::view::{DimNames, DimValues, ResolvedView, ViewExprs};
 use half::slice::HalfFloatSliceExt;
-use luminal::graph::{GraphData, NodeId};
+use luminal::graph::{Edge, GraphData, NodeId};
 use luminal::op::{BinaryOp, Op, ReduceOp};
 use luminal::{DType, LuminalError, Result};
 
@@ -77,11 +77,16 @@ impl CastKernel {
         if from == to || !is_float(from) || !is_float(to) {
             return Ok(None);
         }
-        Ok(Some(CastKernel {
+        Ok(Some(CastKernel::reading(e, names)?))
+    }
+
+    /// A conversion of whatever float data is read through `e` (see [`CastKernel::run_from`]).
+    pub fn reading(e: &Edge, names: &DimNames) -> Result<CastKernel> {
+        Ok(CastKernel {
             input: e.node.0 as usize,
             exprs: ViewExprs::new(&e.view, names)?,
             view: ResolvedView::default(),
-        }))
+        })
     }
 
     pub fn prepare(&mut self, dims: &DimValues, bufs: &[Storage]) -> Result<()> {
@@ -91,7 +96,11 @@ impl CastKernel {
 
     /// Writes the `n` converted elements into `out`.
     pub fn run(&self, bufs: &[Storage], out: &mut Storage, n: usize) -> Result<()> {
-        let src = bufs[self.input].as_ref();
+        self.run_from(bufs[self.input].as_ref(), out, n)
+    }
+
+    /// Writes the `n` converted elements of `src` read through the input's view into `out`.
+    pub fn run_from(&self, src: BufRef<'_>, out: &mut Storage, n: usize) -> Result<()> {
         if matches!(src, BufRef::F64(_)) {
             return Err(LuminalError::Backend(
                 "cast kernel reads a float buffer".into(),

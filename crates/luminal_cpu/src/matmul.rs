@@ -129,18 +129,7 @@ impl MatmulKernel {
         }
         let r = self.a_view.dims.len();
         let (sa, sb) = (&self.a_view.strides, &self.b_view.strides);
-        // Operand offsets of batch `i`: unravel it over the batch dims.
-        let offsets = |i: usize| {
-            let (mut oa, mut ob) = (a_offset, b_offset);
-            let mut rem = i as i64;
-            for d in (0..r - 3).rev() {
-                let c = rem % self.a_view.dims[d];
-                rem /= self.a_view.dims[d];
-                oa += c * sa[d];
-                ob += c * sb[d];
-            }
-            (oa, ob)
-        };
+        let offsets = |i: usize| self.batch_offsets(i, (a_offset, b_offset));
         let call = |i: usize, d: &mut [f32], par: Parallelism| {
             let (oa, ob) = offsets(i);
             // SAFETY: `prepare` checked that every element the views address (offset plus
@@ -226,6 +215,20 @@ impl MatmulKernel {
 }
 
 impl MatmulKernel {
+    /// Operand offsets of batch `i` (unravelled over the batch dims) from `base`.
+    fn batch_offsets(&self, i: usize, base: (i64, i64)) -> (i64, i64) {
+        let (sa, sb) = (&self.a_view.strides, &self.b_view.strides);
+        let (mut oa, mut ob) = base;
+        let mut rem = i as i64;
+        for d in (0..self.a_view.dims.len() - 3).rev() {
+            let c = rem % self.a_view.dims[d];
+            rem /= self.a_view.dims[d];
+            oa += c * sa[d];
+            ob += c * sb[d];
+        }
+        (oa, ob)
+    }
+
     /// The product with `b` a weight `W: [N, K]` of `dtype` read in place (the lowering
     /// checked that `b`'s view is the plain `Wᵀ`, shared by every batch).
     fn run_weight(&self, bufs: &[Storage], dtype: DType, dst: &mut [f32]) -> Result<()> {
@@ -245,12 +248,7 @@ impl MatmulKernel {
         let sa = &self.a_view.strides;
         let mut rows = vec![];
         for (i, d) in dst.chunks_mut((m * n).max(1)).enumerate() {
-            // Activation offset of batch `i`: unravel it over the batch dims.
-            let (mut oa, mut rem) = (self.a_view.offset, i as i64);
-            for dim in (0..r - 3).rev() {
-                oa += rem % self.a_view.dims[dim] * sa[dim];
-                rem /= self.a_view.dims[dim];
-            }
+            let (oa, _) = self.batch_offsets(i, (self.a_view.offset, 0));
             if sa[r - 1] == 1 && sa[r - 3] >= 0 {
                 weight_matmul(a, oa as usize, sa[r - 3] as usize, w, d, m, self.threads);
             } else {

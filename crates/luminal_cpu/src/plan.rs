@@ -467,7 +467,7 @@ impl Lowering<'_> {
         }
         if let Some(d) = crate::quant::DequantKernel::try_new(self.g, id, self.names)? {
             let from = self.g.node(node.inputs[0].node).dtype;
-            let reads = vec![d.input];
+            let reads = vec![d.cast.input];
             return Ok(kernel(
                 format!("dequantize[{from}->{}]", node.dtype),
                 KernelKind::Dequant(d),

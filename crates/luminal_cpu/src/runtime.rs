@@ -152,7 +152,7 @@ impl CpuRuntime {
                 KernelKind::Fallback(f) => f.remap_bufs(&map),
                 KernelKind::Direct(d) => d.remap_bufs(&map),
                 KernelKind::Cast(c) => c.input = map(c.input),
-                KernelKind::Dequant(d) => d.input = map(d.input),
+                KernelKind::Dequant(d) => d.cast.input = map(d.cast.input),
                 KernelKind::WriteSlice(w) => {
                     w.dest = map(w.dest);
                     w.src = map(w.src);
@@ -335,7 +335,10 @@ fn run_kernel(
             c.run(bufs, out, n)?;
         }
         KernelKind::Fallback(f) => f.run(bufs, out, n, dims)?,
-        KernelKind::Dequant(d) => d.run(bufs, out, n, dims)?,
+        KernelKind::Dequant(d) => {
+            d.prepare(dims, bufs)?;
+            d.run(bufs, out, n)?;
+        }
         KernelKind::Direct(d) => d.run(bufs, out, n, dims)?,
         KernelKind::WriteSlice(w) => w.run(bufs, out, dims)?,
         KernelKind::Rows(r) => {

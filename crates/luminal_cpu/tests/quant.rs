@@ -11,20 +11,13 @@ use luminal::prelude::*;
 use luminal::quant::decode;
 use luminal_cpu::{detected_isa, set_max_isa, CpuBackend, Isa};
 
-const FORMATS: [DType; 12] = [
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q8_0,
-    DType::Q2_K,
-    DType::Q3_K,
-    DType::Q4_K,
-    DType::Q5_K,
-    DType::Q6_K,
-    DType::F16,
-    DType::BF16,
-];
+/// Every quantized dtype, and the half types (the weight formats read in place).
+fn formats() -> Vec<DType> {
+    luminal::dtype::ALL_DTYPES
+        .into_iter()
+        .filter(|d| d.is_quantized() || matches!(d, DType::F16 | DType::BF16))
+        .collect()
+}
 
 struct Rng(u64);
 impl Rng {
@@ -155,9 +148,10 @@ fn weight_matmuls_match_dequantize_then_matmul_at_every_isa() {
     if detected_isa() >= Isa::Avx512 {
         levels.push(Isa::Avx512);
     }
+    assert_eq!(formats().len(), 12, "10 block types + f16 + bf16");
     for isa in levels {
         assert_eq!(set_max_isa(isa), isa);
-        for (f, &dtype) in FORMATS.iter().enumerate() {
+        for (f, dtype) in formats().into_iter().enumerate() {
             for (s, &(m, n, k)) in shapes(dtype).iter().enumerate() {
                 for threads in [1, 2] {
                     let seed = 1 + (f * 100 + s) as u64;
@@ -200,7 +194,7 @@ fn weights_are_read_in_place() {
 
 #[test]
 fn reference_runtime_dequantizes() {
-    for (f, &dtype) in FORMATS.iter().enumerate() {
+    for (f, dtype) in formats().into_iter().enumerate() {
         let bs = dtype.block_size().max(32);
         check_matmul(ReferenceBackend, dtype, 3, 5, bs, 7 + f as u64, "reference");
     }
@@ -208,7 +202,7 @@ fn reference_runtime_dequantizes() {
 
 #[test]
 fn gathers_decode_rows_exactly() {
-    for (f, &dtype) in FORMATS.iter().enumerate() {
+    for (f, dtype) in formats().into_iter().enumerate() {
         let mut rng = Rng(99 + f as u64);
         let (rows, width) = (40, 2 * dtype.block_size().max(32));
         let wb = random_blocks(dtype, rows * width, &mut rng);

@@ -56,43 +56,46 @@ fn matrix_names(c: &LlamaConfig) -> Vec<String> {
 }
 
 impl WeightSource<'_> {
-    /// Reads the tensor the graph input `name` (HF naming) stands for, as f32.
-    fn read(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+    /// The file's name of the tensor the graph input `name` (HF naming) stands for, after
+    /// checking that the file holds it with `shape`.
+    fn checked_name(&self, name: &str, shape: &[usize]) -> Result<String> {
         let weight_err = |what: String| ModelError::Weight {
             name: name.to_string(),
             what,
         };
-        match self {
+        let (file_name, found) = match self {
             WeightSource::Gguf(f) => {
                 let file_name = gguf_name(name).ok_or_else(|| weight_err("no GGUF name".into()))?;
                 let info = f
                     .tensor_info(&file_name)
                     .map_err(|_| weight_err(format!("{file_name} is missing from the file")))?;
                 let found = info.shape();
-                if found != shape {
-                    return Err(weight_err(format!(
-                        "{file_name} has shape {found:?}, expected {shape:?}"
-                    )));
-                }
-                Ok(f.tensor_f32(&file_name)?)
+                (file_name, found)
             }
             WeightSource::Safetensors(st) => {
                 let info = st
                     .tensor_info(name)
                     .map_err(|_| weight_err("missing from the safetensors files".into()))?;
-                if info.shape() != shape {
-                    return Err(weight_err(format!(
-                        "has shape {:?}, expected {shape:?}",
-                        info.shape()
-                    )));
-                }
-                Ok(st.tensor_f32(name)?)
+                (name.to_string(), info.shape().to_vec())
             }
+        };
+        if found != shape {
+            return Err(weight_err(format!(
+                "{file_name} has shape {found:?}, expected {shape:?}"
+            )));
         }
+        Ok(file_name)
     }
-}
 
-impl WeightSource<'_> {
+    /// Reads the tensor the graph input `name` stands for, as f32.
+    fn read(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+        let file_name = self.checked_name(name, shape)?;
+        Ok(match self {
+            WeightSource::Gguf(f) => f.tensor_f32(&file_name)?,
+            WeightSource::Safetensors(st) => st.tensor_f32(&file_name)?,
+        })
+    }
+
     /// The dtype the file stores the 2-D weight `name` in, when a graph can hold it as is
     /// (quantized or half: read in place by the backend, never converted to f32).
     fn storage_dtype(&self, name: &str) -> Option<DType> {
@@ -119,32 +122,16 @@ impl WeightSource<'_> {
     /// The data of the weight `name` stored as `dtype` (see [`Self::storage_dtype`]): a
     /// window onto the mapped file, no copy. Checks the shape.
     fn data(&self, name: &str, shape: &[usize], dtype: DType) -> Result<HostData> {
-        let weight_err = |what: String| ModelError::Weight {
-            name: name.to_string(),
-            what,
+        let file_name = self.checked_name(name, shape)?;
+        let data = match self {
+            WeightSource::Gguf(f) => f.tensor_data(&file_name)?,
+            WeightSource::Safetensors(st) => st.tensor_data(&file_name)?,
         };
-        let (found, data) = match self {
-            WeightSource::Gguf(f) => {
-                let file_name = gguf_name(name).ok_or_else(|| weight_err("no GGUF name".into()))?;
-                let info = f
-                    .tensor_info(&file_name)
-                    .map_err(|_| weight_err(format!("{file_name} is missing from the file")))?;
-                (info.shape(), f.tensor_data(&file_name)?)
-            }
-            WeightSource::Safetensors(st) => {
-                let info = st
-                    .tensor_info(name)
-                    .map_err(|_| weight_err("missing from the safetensors files".into()))?;
-                (info.shape().to_vec(), st.tensor_data(name)?)
-            }
-        };
-        if found != shape {
-            return Err(weight_err(format!(
-                "has shape {found:?}, expected {shape:?}"
-            )));
-        }
         if data.dtype() != dtype {
-            return Err(weight_err(format!("is {}, expected {dtype}", data.dtype())));
+            return Err(ModelError::Weight {
+                name: name.to_string(),
+                what: format!("is {}, expected {dtype}", data.dtype()),
+            });
         }
         Ok(data)
     }

@@ -34,12 +34,12 @@ pub(crate) fn dot(isa: Isa, dtype: DType, x: &[f32], w: &[u8]) -> f32 {
     }
 }
 
-/// Byte offset of the quants in a block, and their length.
-fn quants(dtype: DType) -> (usize, usize) {
-    match dtype {
-        DType::Q4_0 => (2, 16),
-        DType::Q4_1 => (4, 16),
-        _ => (2, 32),
+/// Byte offset of the quants in a block (after the f16 scale, and Q4_1's f16 minimum).
+fn quants_at(dtype: DType) -> usize {
+    if dtype == DType::Q4_1 {
+        4
+    } else {
+        2
     }
 }
 
@@ -48,7 +48,7 @@ fn dot_portable(dtype: DType, x: &[f32], w: &[u8]) -> f32 {
     // `mul_add` only where FMA is native: elsewhere it is a slow library call.
     let fma = crate::simd::fma::<{ crate::simd::NATIVE_FMA }>;
     let bb = dtype.block_bytes();
-    let (qo, _) = quants(dtype);
+    let qo = quants_at(dtype);
     let mut acc = [0f32; 16];
     for (b, xs) in x.chunks_exact(32).enumerate() {
         let blk = &w[b * bb..(b + 1) * bb];
@@ -104,7 +104,7 @@ unsafe fn dot_avx512(dtype: DType, x: &[f32], w: &[u8]) -> f32 {
     use std::arch::x86_64::*;
     let nb = x.len() / 32;
     let bb = dtype.block_bytes();
-    let (qo, _) = quants(dtype);
+    let qo = quants_at(dtype);
     let (xp, wp) = (x.as_ptr(), w.as_ptr());
     let low = _mm_set1_epi8(15);
     let eight = _mm512_set1_epi32(8);
@@ -170,7 +170,7 @@ unsafe fn dot_avx2(dtype: DType, x: &[f32], w: &[u8]) -> f32 {
     use std::arch::x86_64::*;
     let nb = x.len() / 32;
     let bb = dtype.block_bytes();
-    let (qo, _) = quants(dtype);
+    let qo = quants_at(dtype);
     let (xp, wp) = (x.as_ptr(), w.as_ptr());
     let low = _mm_set1_epi8(15);
     let eight = _mm256_set1_epi32(8);

@@ -16,15 +16,15 @@
 mod dot;
 
 use crate::halfvec::HalfElem;
+use crate::halves::CastKernel;
 use crate::matvec::{split_columns, OutPtr, MAX_ROWS};
 use crate::simd::isa;
-use crate::storage::Storage;
-use crate::view::{eval, DimNames, DimValues};
+use crate::storage::{BufRef, Storage};
+use crate::view::{DimNames, DimValues};
 use gemm::Parallelism;
 use half::{bf16, f16};
 use luminal::graph::{Edge, GraphData, NodeId};
 use luminal::op::Op;
-use luminal::shape::CompiledExpression;
 use luminal::{DType, LuminalError, Result};
 use std::cell::RefCell;
 
@@ -249,14 +249,13 @@ pub(crate) fn gather_rows(w: WeightRef, picked: &[usize], out: &mut [f32]) {
 }
 
 /// A cast of a quantized input to a float type read through any view (the general case the
-/// weight kernels do not cover): the input is decoded whole into kept scratch, then each
-/// output element reads its view position (padding reads 0), rounded to the output dtype.
+/// weight kernels do not cover): the input is decoded whole into kept scratch, which the
+/// float cast kernel then reads through the view (padding reads 0; halves round once).
 #[derive(Clone, Debug)]
 pub struct DequantKernel {
-    pub input: usize,
     dtype: DType,
-    index: CompiledExpression,
-    valid: Option<CompiledExpression>,
+    /// Reads the decoded values; its `input` is the quantized input's buffer.
+    pub cast: CastKernel,
     decoded: Vec<f32>,
 }
 
@@ -268,32 +267,24 @@ impl DequantKernel {
             return Ok(None);
         };
         let e = &node.inputs[0];
-        let from = g.node(e.node).dtype;
-        if !from.is_quantized() {
+        let dtype = g.node(e.node).dtype;
+        if !dtype.is_quantized() {
             return Ok(None);
         }
-        let valid = e.view.valid_expression();
         Ok(Some(DequantKernel {
-            input: e.node.0 as usize,
-            dtype: from,
-            index: names.compile(&e.view.index_expression())?,
-            valid: if valid.as_constant() == Some(1) {
-                None
-            } else {
-                Some(names.compile(&valid)?)
-            },
+            dtype,
+            cast: CastKernel::reading(e, names)?,
             decoded: vec![],
         }))
     }
 
-    pub(crate) fn run(
-        &mut self,
-        bufs: &[Storage],
-        out: &mut Storage,
-        n: usize,
-        dims: &DimValues,
-    ) -> Result<()> {
-        let Storage::Bytes(b) = &bufs[self.input] else {
+    /// Resolves the view (checked against the input's value count).
+    pub(crate) fn prepare(&mut self, dims: &DimValues, bufs: &[Storage]) -> Result<()> {
+        self.cast.prepare(dims, bufs)
+    }
+
+    pub(crate) fn run(&mut self, bufs: &[Storage], out: &mut Storage, n: usize) -> Result<()> {
+        let Storage::Bytes(b) = &bufs[self.cast.input] else {
             return Err(LuminalError::Backend(format!(
                 "dequantize: the input buffer does not hold {} blocks",
                 self.dtype
@@ -301,30 +292,6 @@ impl DequantKernel {
         };
         self.decoded.resize(b.len(), 0.0);
         luminal::quant::decode(self.dtype, b.as_slice(), &mut self.decoded);
-        // Slot 0 of the launch values is the element index `z` (see `view.rs`).
-        let mut args = *dims;
-        for z in 0..n {
-            args[0] = z as i64;
-            let ok = match &self.valid {
-                Some(v) => eval(v, &args)? != 0,
-                None => true,
-            };
-            let v = if ok {
-                let i = eval(&self.index, &args)?;
-                *usize::try_from(i)
-                    .ok()
-                    .and_then(|i| self.decoded.get(i))
-                    .ok_or_else(|| {
-                        LuminalError::Backend(format!(
-                            "dequantize: view reads value {i} of {}",
-                            self.decoded.len()
-                        ))
-                    })? as f64
-            } else {
-                0.0
-            };
-            out.set_f64(z, v);
-        }
-        Ok(())
+        self.cast.run_from(BufRef::F32(&self.decoded), out, n)
     }
 }

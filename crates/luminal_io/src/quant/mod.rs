@@ -208,12 +208,8 @@ mod tests {
     }
 
     #[test]
-    fn plain_types_convert() {
-        let mut out = [0f32; 2];
-        convert_bf16(&[0x80, 0x3f, 0x00, 0xc0], &mut out);
-        assert_eq!(out, [1.0, -2.0]);
-        convert_f16(&[0x00, 0x3c, 0x00, 0xc0], &mut out);
-        assert_eq!(out, [1.0, -2.0]);
+    fn plain_int_types_convert() {
+        // (f16 / bf16 conversions are tested with the core's decoders.)
         let mut out = [0f32; 1];
         dequantize(GgmlType::I16, &(-7i16).to_le_bytes(), &mut out).unwrap();
         assert_eq!(out, [-7.0]);
