@@ -31,6 +31,10 @@ pub struct MatmulKernel {
     /// `b` is a quantized or half weight input `W: [N, K]` read in place as `Wᵀ` (the cast
     /// of `w.dequantize()` folded in, see `quant/`): its dtype.
     pub weight: Option<DType>,
+    /// Keep f32 activations in the skinny quantized-weight products (no int8 quantization,
+    /// see `quant/int8.rs`): set for products whose result is a graph output (the logits),
+    /// where the activation rounding reaches the result undamped.
+    pub exact: bool,
 }
 
 /// Batch count, M, N, K of the resolved product shape.
@@ -57,6 +61,7 @@ impl MatmulKernel {
             threads,
             epilogue: None,
             weight: None,
+            exact: false,
         }
     }
 
@@ -250,7 +255,16 @@ impl MatmulKernel {
         for (i, d) in dst.chunks_mut((m * n).max(1)).enumerate() {
             let (oa, _) = self.batch_offsets(i, (self.a_view.offset, 0));
             if sa[r - 1] == 1 && sa[r - 3] >= 0 {
-                weight_matmul(a, oa as usize, sa[r - 3] as usize, w, d, m, self.threads);
+                weight_matmul(
+                    a,
+                    oa as usize,
+                    sa[r - 3] as usize,
+                    w,
+                    d,
+                    m,
+                    self.threads,
+                    self.exact,
+                );
             } else {
                 // Rows not contiguous along K (a transposed activation): gathered first.
                 rows.clear();
@@ -259,7 +273,7 @@ impl MatmulKernel {
                         rows.push(a[(oa + row * sa[r - 3] + kk * sa[r - 1]) as usize]);
                     }
                 }
-                weight_matmul(&rows, 0, k, w, d, m, self.threads);
+                weight_matmul(&rows, 0, k, w, d, m, self.threads, self.exact);
             }
         }
         Ok(())

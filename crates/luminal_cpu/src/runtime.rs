@@ -49,7 +49,11 @@ pub struct CpuRuntime {
 }
 
 impl CpuRuntime {
-    pub(crate) fn new(graph: GraphData, threads: usize) -> Result<CpuRuntime> {
+    pub(crate) fn new(
+        graph: GraphData,
+        threads: usize,
+        dots: crate::QuantDots,
+    ) -> Result<CpuRuntime> {
         let live = live_nodes(&graph);
         let order: Vec<NodeId> = graph
             .toposort()
@@ -72,6 +76,15 @@ impl CpuRuntime {
         }
         let names = DimNames(all_dims.into_iter().collect());
         let mut kernels = crate::plan::lower(&graph, &order, &names, threads)?;
+        for k in &mut kernels {
+            if let KernelKind::Matmul(m) = &mut k.kind {
+                m.exact = match dots {
+                    crate::QuantDots::F32 => true,
+                    crate::QuantDots::Int8 => false,
+                    crate::QuantDots::Int8ExceptOutputs => graph.outputs.contains(&k.node),
+                };
+            }
+        }
 
         // Static memory plan: inputs own their buffers; each kernel output takes a free
         // buffer of its storage kind, and buffers return to the pool after their last read.

@@ -6,10 +6,17 @@
 //!
 //! Bound: the kernels sum f32 products in their own order (and the wide path runs gemm on the
 //! decoded rows), so each output may differ from the exact sum by `1e-5 · Σ|x·w|`.
+//!
+//! With `QuantDots::Int8`, skinny products (M ≤ 8) with block-quantized weights quantize the
+//! activations per block of 32 to int8 (ggml's Q8_0 scheme: `d = max|x| / 127`,
+//! `q = round(x / d)`, ties to even). There each output must equal, within the same `1e-5`
+//! bound, the dot of the weights with the activations quantized that way (computed here),
+//! and differ from the exact dot by at most `Σ |w| · d / 2` (the activation rounding). The
+//! default policy keeps f32 activations for a product that is a graph output, as here.
 
 use luminal::prelude::*;
 use luminal::quant::decode;
-use luminal_cpu::{detected_isa, set_max_isa, CpuBackend, Isa};
+use luminal_cpu::{detected_isa, set_max_isa, CpuBackend, Isa, QuantDots};
 
 /// Every quantized dtype, and the half types (the weight formats read in place).
 fn formats() -> Vec<DType> {
@@ -91,6 +98,7 @@ fn check_matmul<B: Backend>(
     k: usize,
     seed: u64,
     what: &str,
+    int8: bool,
 ) {
     let mut rng = Rng(seed);
     let wb = random_blocks(dtype, n * k, &mut rng);
@@ -109,30 +117,72 @@ fn check_matmul<B: Backend>(
     .unwrap();
     rt.run().unwrap();
     let got: Vec<f32> = rt.get(y).unwrap();
+    let int8 = int8 && dtype.is_quantized() && m <= 8;
+    let (xq, xd) = int8_activations(&x, k);
     for i in 0..m {
         for j in 0..n {
-            let (mut want, mut mag) = (0f64, 0f64);
+            let (mut want, mut mag, mut want_q, mut mag_q, mut rounding) =
+                (0f64, 0f64, 0f64, 0f64, 0f64);
             for kk in 0..k {
-                let p = x[i * k + kk] as f64 * w[j * k + kk] as f64;
+                let wv = w[j * k + kk] as f64;
+                let p = x[i * k + kk] as f64 * wv;
                 want += p;
                 mag += p.abs();
+                let pq = xq[i * k + kk] as f64 * wv;
+                want_q += pq;
+                mag_q += pq.abs();
+                rounding += wv.abs() * xd[(i * k + kk) / 32] / 2.0;
             }
             let g = got[i * n + j] as f64;
-            assert!(
-                (g - want).abs() <= 1e-5 * mag + 1e-6,
-                "{what} {dtype} M={m} N={n} K={k}: [{i},{j}] = {g}, want {want} (Σ|xw| = {mag})"
-            );
+            if int8 {
+                assert!(
+                    (g - want_q).abs() <= 1e-5 * mag_q + 1e-6,
+                    "{what} {dtype} M={m} N={n} K={k}: [{i},{j}] = {g}, want {want_q} with int8 activations (Σ|xw| = {mag_q})"
+                );
+                assert!(
+                    (g - want).abs() <= rounding * 1.0001 + 1e-5 * mag + 1e-6,
+                    "{what} {dtype} M={m} N={n} K={k}: [{i},{j}] = {g}, want {want} within the activation rounding {rounding}"
+                );
+            } else {
+                assert!(
+                    (g - want).abs() <= 1e-5 * mag + 1e-6,
+                    "{what} {dtype} M={m} N={n} K={k}: [{i},{j}] = {g}, want {want} (Σ|xw| = {mag})"
+                );
+            }
         }
     }
 }
 
+/// `x` (rows of `k`) quantized per block of 32 as ggml's Q8_0 does, dequantized again; and
+/// each block's scale.
+fn int8_activations(x: &[f32], k: usize) -> (Vec<f32>, Vec<f64>) {
+    assert!(k % 32 == 0);
+    let (mut xq, mut scales) = (vec![], vec![]);
+    for blk in x.chunks(32) {
+        let amax = blk.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+        for &v in blk {
+            xq.push(d * (v * id).round_ties_even());
+        }
+        scales.push(d as f64);
+    }
+    (xq, scales)
+}
+
 /// The shapes of the issue: M = 1, 7, 128; K one block and several blocks (for the 32-value
-/// formats, a K that is not a multiple of the 64-value SIMD steps).
+/// formats, Ks that are not multiples of the 64- and 128-value SIMD steps).
 fn shapes(dtype: DType) -> Vec<(usize, usize, usize)> {
     let bs = dtype.block_size().max(32);
+    // 32-value formats: also 5 and 18 blocks (the four-block SIMD steps and a tail).
+    let ks = if bs == 32 {
+        vec![bs, 3 * bs, 5 * bs, 18 * bs]
+    } else {
+        vec![bs, 3 * bs]
+    };
     let mut v = vec![];
     for m in [1, 7, 128] {
-        for k in [bs, 3 * bs] {
+        for &k in &ks {
             v.push((m, 37, k));
         }
     }
@@ -149,21 +199,28 @@ fn weight_matmuls_match_dequantize_then_matmul_at_every_isa() {
         levels.push(Isa::Avx512);
     }
     assert_eq!(formats().len(), 12, "10 block types + f16 + bf16");
-    for isa in levels {
+    for (isa, int8) in levels.into_iter().flat_map(|l| [(l, true), (l, false)]) {
         assert_eq!(set_max_isa(isa), isa);
         for (f, dtype) in formats().into_iter().enumerate() {
             for (s, &(m, n, k)) in shapes(dtype).iter().enumerate() {
                 for threads in [1, 2] {
                     let seed = 1 + (f * 100 + s) as u64;
-                    let what = format!("{isa:?} threads={threads}");
+                    let what = format!("{isa:?} int8={int8} threads={threads}");
+                    // The default keeps f32 activations here: the product is the output.
+                    let dots = if int8 {
+                        QuantDots::Int8
+                    } else {
+                        QuantDots::default()
+                    };
                     check_matmul(
-                        CpuBackend::with_threads(threads),
+                        CpuBackend::with_threads(threads).quant_dots(dots),
                         dtype,
                         m,
                         n,
                         k,
                         seed,
                         &what,
+                        int8,
                     );
                 }
             }
@@ -196,7 +253,16 @@ fn weights_are_read_in_place() {
 fn reference_runtime_dequantizes() {
     for (f, dtype) in formats().into_iter().enumerate() {
         let bs = dtype.block_size().max(32);
-        check_matmul(ReferenceBackend, dtype, 3, 5, bs, 7 + f as u64, "reference");
+        check_matmul(
+            ReferenceBackend,
+            dtype,
+            3,
+            5,
+            bs,
+            7 + f as u64,
+            "reference",
+            false,
+        );
     }
 }
 

@@ -47,7 +47,7 @@ pub fn dequantize_q2_k(blocks: &[u8], out: &mut [f32]) {
 
 /// The 16 signed 6-bit scales of a Q3_K block, unpacked from 12 bytes: the low 4 bits of
 /// scale j are nibble j/8 of byte j%8, the high 2 bits are bits 2·(j/4) of byte 8 + j%4.
-fn q3_k_scales(packed: &[u8]) -> [i32; 16] {
+pub fn q3_k_scales(packed: &[u8]) -> [i32; 16] {
     let mut scales = [0i32; 16];
     for (j, scale) in scales.iter_mut().enumerate() {
         let low = (packed[j % 8] >> (4 * (j / 8))) & 0x0F;
@@ -94,7 +94,7 @@ pub fn dequantize_q3_k(blocks: &[u8], out: &mut [f32]) {
 
 /// Scale and min of sub-block `j` (0..8) of a Q4_K/Q5_K block, 6 bits each, packed in 12 bytes.
 #[inline]
-fn k4_scale_min(packed: &[u8], j: usize) -> (u8, u8) {
+pub fn k4_scale_min(packed: &[u8], j: usize) -> (u8, u8) {
     if j < 4 {
         (packed[j] & 0x3F, packed[j + 4] & 0x3F)
     } else {

@@ -15,7 +15,7 @@ mod legacy;
 
 pub use kquants::{
     dequantize_q2_k, dequantize_q3_k, dequantize_q4_k, dequantize_q5_k, dequantize_q6_k,
-    dequantize_q8_k,
+    dequantize_q8_k, k4_scale_min, q3_k_scales,
 };
 pub use legacy::{
     dequantize_q4_0, dequantize_q4_1, dequantize_q5_0, dequantize_q5_1, dequantize_q8_0,

@@ -14,6 +14,9 @@
 //! reading a quantized input goes through [`DequantKernel`] (decode, then read the view).
 
 mod dot;
+mod int8;
+mod legacy_dot;
+mod unpack;
 
 use crate::halfvec::HalfElem;
 use crate::halves::CastKernel;
@@ -128,12 +131,38 @@ fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
     })
 }
 
+thread_local! {
+    /// The current product's quantized activation rows (on the thread running the kernel).
+    static QACTS: RefCell<int8::QActs> = RefCell::new(int8::QActs::default());
+    /// This thread's unpacked weight row: quants, group scales, group biases.
+    static UNPACKED: RefCell<(Vec<u8>, Vec<f32>, Vec<f32>)> =
+        const { RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
+}
+
+fn with_unpacked<R>(k: usize, f: impl FnOnce(&mut [u8], &mut [f32], &mut [f32]) -> R) -> R {
+    UNPACKED.with(|s| {
+        let (u, a, b) = &mut *s.borrow_mut();
+        let g = k / unpack::GROUP;
+        if u.len() < k {
+            u.resize(k, 0);
+        }
+        if a.len() < g {
+            a.resize(g, 0.0);
+            b.resize(g, 0.0);
+        }
+        f(&mut u[..k], &mut a[..g], &mut b[..g])
+    })
+}
+
 /// Bytes of decoded weight rows a wide-product tile holds (fits in L2 with room for the
 /// activation panel).
 const TILE_BYTES: usize = 512 << 10;
 
 /// `dst[i·n + j] = Σ_k a[a_off + i·a_row + k] · W[j, k]` for `i < m`, `j < n`: the product
 /// `x · Wᵀ` with `W` read in place. Allocates nothing once the per-thread scratch has grown.
+/// Skinny products with block-quantized weights take int8 dots (activations quantized per
+/// block of 32, see `int8.rs`) unless `exact`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn weight_matmul(
     a: &[f32],
     a_off: usize,
@@ -142,6 +171,7 @@ pub(crate) fn weight_matmul(
     dst: &mut [f32],
     m: usize,
     threads: usize,
+    exact: bool,
 ) {
     let (n, k) = (w.n, w.k);
     assert!(dst.len() >= m * n, "weight matmul: output too short");
@@ -158,6 +188,53 @@ pub(crate) fn weight_matmul(
     );
     let out = OutPtr(dst.as_mut_ptr());
     let parallel = threads > 1 && m * n * k >= (1 << 15);
+    if m <= MAX_ROWS && !exact && unpack::has_int8_dot(w.dtype) {
+        let path = int8::DotPath::current();
+        let signed = unpack::signed_quants(w.dtype);
+        let rb = w.row_bytes();
+        let rows = |i: usize| &a[a_off + i * a_row..a_off + i * a_row + k];
+        QACTS.with(|q| {
+            let mut q = q.borrow_mut();
+            q.quantize(m, k, rows);
+            let q = &*q;
+            if path != int8::DotPath::Portable && legacy_dot::has_fused_dot(w.dtype) {
+                split_columns(n, parallel, |j0, j1| {
+                    let out = out;
+                    for j in j0..j1 {
+                        let row = &w.bytes[j * rb..(j + 1) * rb];
+                        for i in 0..m {
+                            let v = legacy_dot::dot(path, w.dtype, row, q.row(i));
+                            // SAFETY: i < m, j < n, dst holds m·n values; no other task
+                            // writes column j.
+                            unsafe { *out.0.add(i * n + j) = v };
+                        }
+                    }
+                });
+                return;
+            }
+            split_columns(n, parallel, |j0, j1| {
+                let out = out;
+                with_unpacked(k, |u, sa, sb| {
+                    for j in j0..j1 {
+                        unpack::unpack(w.dtype, &w.bytes[j * rb..(j + 1) * rb], u, sa, sb);
+                        let wr = int8::URow {
+                            u,
+                            a: sa,
+                            b: sb,
+                            signed,
+                        };
+                        for i in 0..m {
+                            let v = int8::dot(path, wr, q.row(i));
+                            // SAFETY: i < m, j < n, dst holds m·n values; no other task
+                            // writes column j.
+                            unsafe { *out.0.add(i * n + j) = v };
+                        }
+                    }
+                })
+            });
+        });
+        return;
+    }
     if m <= MAX_ROWS {
         let isa = isa();
         let rb = w.row_bytes();
@@ -293,5 +370,104 @@ impl DequantKernel {
         self.decoded.resize(b.len(), 0.0);
         luminal::quant::decode(self.dtype, b.as_slice(), &mut self.decoded);
         self.cast.run_from(BufRef::F32(&self.decoded), out, n)
+    }
+}
+
+#[cfg(test)]
+mod timing {
+    use super::*;
+    #[test]
+    #[ignore]
+    fn int8_parts() {
+        let (n, k) = (1536usize, 576usize);
+        for dtype in [
+            DType::Q4_0,
+            DType::Q4_1,
+            DType::Q8_0,
+            DType::Q5_0,
+            DType::Q6_K,
+        ] {
+            let k = if dtype.block_size() == 256 { 768 } else { k };
+            let mut bytes: Vec<u8> = (0..dtype.bytes_for(n * k).unwrap())
+                .map(|i| (i * 7919 % 251) as u8)
+                .collect();
+            let bb = dtype.block_bytes();
+            let at: &[usize] = match dtype {
+                DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
+                DType::Q6_K => &[208],
+                DType::Q2_K => &[80, 82],
+                DType::Q3_K => &[108],
+                _ => &[0],
+            };
+            for blk in bytes.chunks_mut(bb) {
+                for &o in at {
+                    blk[o] = 0x66;
+                    blk[o + 1] = 0x2E;
+                }
+            }
+            let w = WeightRef {
+                dtype,
+                bytes: &bytes,
+                n,
+                k,
+            };
+            let x: Vec<f32> = (0..k).map(|i| (i as f32 * 0.37).sin()).collect();
+            let mut u = vec![0u8; k];
+            let (mut a, mut b) = (vec![0f32; k / 16], vec![0f32; k / 16]);
+            let rb = w.row_bytes();
+            let reps = 200;
+            let t = std::time::Instant::now();
+            for _ in 0..reps {
+                for j in 0..n {
+                    unpack::unpack(dtype, &bytes[j * rb..(j + 1) * rb], &mut u, &mut a, &mut b);
+                }
+            }
+            let tu = t.elapsed().as_secs_f64() / reps as f64;
+            let mut q = int8::QActs::default();
+            q.quantize(1, k, |_| &x);
+            let path = int8::DotPath::current();
+            let t = std::time::Instant::now();
+            let mut s = 0.0;
+            for _ in 0..reps {
+                for _ in 0..n {
+                    s += int8::dot(
+                        path,
+                        int8::URow {
+                            u: &u,
+                            a: &a,
+                            b: &b,
+                            signed: false,
+                        },
+                        q.row(0),
+                    );
+                }
+            }
+            let td = t.elapsed().as_secs_f64() / reps as f64;
+            let t = std::time::Instant::now();
+            if legacy_dot::has_fused_dot(dtype) {
+                for _ in 0..reps {
+                    for j in 0..n {
+                        s += legacy_dot::dot(path, dtype, &bytes[j * rb..(j + 1) * rb], q.row(0));
+                    }
+                }
+            }
+            let tl = t.elapsed().as_secs_f64() / reps as f64;
+            let mut out = vec![0f32; n];
+            let t = std::time::Instant::now();
+            for _ in 0..reps {
+                crate::par::sequential(|| weight_matmul(&x, 0, k, w, &mut out, 1, 1, false));
+            }
+            let tm = t.elapsed().as_secs_f64() / reps as f64;
+            let t = std::time::Instant::now();
+            for _ in 0..reps {
+                crate::par::sequential(|| weight_matmul(&x, 0, k, w, &mut out, 1, 1, true));
+            }
+            let tf = t.elapsed().as_secs_f64() / reps as f64;
+            let nw = (n * k) as f64;
+            println!(
+                "{dtype}: unpack {:.2} ns/64w, dot {:.2} ns/64w, fused {:.2}, matmul int8 {:.2} ns/64w, f32 {:.2} ns/64w {s}",
+                tu / nw * 64e9, td / nw * 64e9, tl / nw * 64e9, tm / nw * 64e9, tf / nw * 64e9
+            );
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! path (HF folder, GGUF) must pass against transformers' outputs.
 #![allow(dead_code)]
 
-use luminal_cpu::{CpuBackend, CpuRuntime};
+use luminal_cpu::{CpuBackend, CpuRuntime, QuantDots};
 use luminal_models::Model;
 use luminal_models::{LlamaModel, LoadOptions, Tokenizer};
 use serde_json::Value;
@@ -145,26 +145,37 @@ pub fn check_tokenizer_and_greedy(file: &str, model_name: &str) {
     assert_eq!(got, want, "{file}: greedy generation");
 }
 
-/// The real SmolLM2 GGUF (fetched by `scripts/fetch-models.sh`), loaded once per test binary
-/// and shared; `None` (with a message) when the file is absent.
+/// The real SmolLM2 GGUF (fetched by `scripts/fetch-models.sh`) on the default CPU backend,
+/// loaded once per test binary and shared; `None` (with a message) when the file is absent.
 pub fn smollm2() -> Option<&'static Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>> {
     static MODEL: OnceLock<Option<Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>>> = OnceLock::new();
     MODEL
+        .get_or_init(|| load_smollm2(CpuBackend::default()))
+        .as_ref()
+}
+
+/// [`smollm2`] with int8 activations in the skinny quantized products (except the logits).
+pub fn smollm2_int8() -> Option<&'static Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>> {
+    static MODEL: OnceLock<Option<Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>>> = OnceLock::new();
+    MODEL
         .get_or_init(|| {
-            let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
-            if !path.exists() {
-                eprintln!(
-                    "skipping: {} is absent (run scripts/fetch-models.sh)",
-                    path.display()
-                );
-                return None;
-            }
-            let opts = LoadOptions { max_ctx: 256 };
-            let backend = CpuBackend::default();
-            Some(Mutex::new(
-                LlamaModel::load(&path, backend, &opts, |_, _| {}).unwrap(),
-            ))
+            load_smollm2(CpuBackend::default().quant_dots(QuantDots::Int8ExceptOutputs))
         })
         .as_ref()
+}
+
+fn load_smollm2(backend: CpuBackend) -> Option<Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    if !path.exists() {
+        eprintln!(
+            "skipping: {} is absent (run scripts/fetch-models.sh)",
+            path.display()
+        );
+        return None;
+    }
+    let opts = LoadOptions { max_ctx: 256 };
+    Some(Mutex::new(
+        LlamaModel::load(&path, backend, &opts, |_, _| {}).unwrap(),
+    ))
 }

@@ -1,0 +1,338 @@
+//! Int8 dot products of quantized activations with unpacked weight rows (`unpack.rs`) — the
+//! skinny product's inner loop for block-quantized weights, as llama.cpp computes it.
+//!
+//! Activations are quantized per block of 32 values to signed bytes in `[−127, 127]` with
+//! one f32 scale `d = max|x| / 127` (round to nearest, ties to even): the error of each value
+//! is at most `d / 2`. A weight group `g` (16 values, `w = a_g · u + b_g`) then contributes
+//! `a_g · d · Σ u·q + b_g · d · Σ q`: the integer sums are exact, and `d · Σ q` is computed
+//! once per activation row (`sg`).
+//!
+//! Paths, chosen at run time: AVX-512 VNNI (`vpdpbusd`, 64 products an instruction), AVX2
+//! (`vpmaddubsw` + `vpmaddwd`; exact because unpacked quants stay ≤ 63, and Q8_0 uses the
+//! sign trick so both factors stay ≤ 128 in magnitude), and portable integer code.
+
+use super::unpack::GROUP;
+use crate::simd::{isa, Isa, Task};
+
+/// Values per activation scale.
+pub(crate) const ABLOCK: usize = 32;
+
+/// Whether the CPU has AVX-512 VNNI (checked once).
+#[cfg(target_arch = "x86_64")]
+fn has_vnni() -> bool {
+    static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *VNNI.get_or_init(|| is_x86_feature_detected!("avx512vnni"))
+}
+
+/// The int8 path for the current instruction-set cap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DotPath {
+    Portable,
+    Avx2,
+    Vnni512,
+}
+
+impl DotPath {
+    pub(crate) fn current() -> DotPath {
+        match isa() {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 if has_vnni() => DotPath::Vnni512,
+            Isa::Avx512 | Isa::Avx2 => DotPath::Avx2,
+            Isa::Generic => DotPath::Portable,
+        }
+    }
+}
+
+/// Activation rows quantized for the int8 dots (kept and reused: no allocation once grown).
+#[derive(Default)]
+pub(crate) struct QActs {
+    k: usize,
+    q: Vec<i8>,
+    /// Per group of 16: the scale of the 32-block holding it.
+    dg: Vec<f32>,
+    /// Per group of 16: `dg · Σ q` over the group.
+    sg: Vec<f32>,
+    /// Per block of 32: its scale.
+    db: Vec<f32>,
+    /// Per block of 32: `db · Σ q` over the block.
+    sb: Vec<f32>,
+}
+
+/// One quantized activation row.
+#[derive(Clone, Copy)]
+pub(crate) struct QRow<'a> {
+    pub q: &'a [i8],
+    pub dg: &'a [f32],
+    pub sg: &'a [f32],
+    pub db: &'a [f32],
+    pub sb: &'a [f32],
+}
+
+impl<'a> QRow<'a> {
+    /// The row from block `b` (of 32 values) on.
+    pub(crate) fn tail(self, b: usize) -> QRow<'a> {
+        QRow {
+            q: &self.q[32 * b..],
+            dg: &self.dg[2 * b..],
+            sg: &self.sg[2 * b..],
+            db: &self.db[b..],
+            sb: &self.sb[b..],
+        }
+    }
+}
+
+impl QActs {
+    /// Quantizes `m` rows of `k` values (`k` a multiple of 32), row `i` being `row(i)`.
+    pub(crate) fn quantize<'x>(&mut self, m: usize, k: usize, row: impl Fn(usize) -> &'x [f32]) {
+        assert!(k.is_multiple_of(ABLOCK), "int8 activations: {k} values");
+        self.k = k;
+        self.q.resize(m * k, 0);
+        self.dg.resize(m * k / GROUP, 0.0);
+        self.sg.resize(m * k / GROUP, 0.0);
+        self.db.resize(m * k / ABLOCK, 0.0);
+        self.sb.resize(m * k / ABLOCK, 0.0);
+        let (g, nb) = (k / GROUP, k / ABLOCK);
+        for i in 0..m {
+            crate::simd::run(Quantize {
+                x: &row(i)[..k],
+                q: &mut self.q[i * k..(i + 1) * k],
+                dg: &mut self.dg[i * g..(i + 1) * g],
+                sg: &mut self.sg[i * g..(i + 1) * g],
+            });
+            for b in i * nb..(i + 1) * nb {
+                self.db[b] = self.dg[2 * b];
+                self.sb[b] = self.sg[2 * b] + self.sg[2 * b + 1];
+            }
+        }
+    }
+
+    pub(crate) fn row(&self, i: usize) -> QRow<'_> {
+        let (k, g, nb) = (self.k, self.k / GROUP, self.k / ABLOCK);
+        QRow {
+            q: &self.q[i * k..(i + 1) * k],
+            dg: &self.dg[i * g..(i + 1) * g],
+            sg: &self.sg[i * g..(i + 1) * g],
+            db: &self.db[i * nb..(i + 1) * nb],
+            sb: &self.sb[i * nb..(i + 1) * nb],
+        }
+    }
+}
+
+struct Quantize<'a> {
+    x: &'a [f32],
+    q: &'a mut [i8],
+    dg: &'a mut [f32],
+    sg: &'a mut [f32],
+}
+
+impl Task for Quantize<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<const FMA: bool>(self) {
+        let blocks = self
+            .x
+            .chunks_exact(ABLOCK)
+            .zip(self.q.chunks_exact_mut(ABLOCK));
+        let groups = self.dg.chunks_exact_mut(2).zip(self.sg.chunks_exact_mut(2));
+        for ((x, q), (dg, sg)) in blocks.zip(groups) {
+            let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let d = amax / 127.0;
+            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+            let mut sums = [0i32; 2];
+            for (h, (x, q)) in x
+                .chunks_exact(GROUP)
+                .zip(q.chunks_exact_mut(GROUP))
+                .enumerate()
+            {
+                for (q, &v) in q.iter_mut().zip(x) {
+                    *q = (v * id).round_ties_even() as i8;
+                }
+                sums[h] = q.iter().map(|&v| v as i32).sum();
+            }
+            dg.fill(d);
+            sg[0] = d * sums[0] as f32;
+            sg[1] = d * sums[1] as f32;
+        }
+    }
+}
+
+/// One unpacked weight row (see `unpack.rs`).
+#[derive(Clone, Copy)]
+pub(crate) struct URow<'a> {
+    pub u: &'a [u8],
+    pub a: &'a [f32],
+    pub b: &'a [f32],
+    /// `u` holds signed bytes (Q8_0).
+    pub signed: bool,
+}
+
+/// `Σ w·x` of an unpacked weight row and a quantized activation row of the same length.
+#[inline]
+pub(crate) fn dot(path: DotPath, w: URow, x: QRow) -> f32 {
+    let k = w.u.len();
+    assert!(
+        k.is_multiple_of(ABLOCK)
+            && x.q.len() == k
+            && w.a.len() == k / GROUP
+            && w.b.len() == k / GROUP
+            && x.dg.len() == k / GROUP
+            && x.sg.len() == k / GROUP,
+        "int8 dot: {k} weights against {} activations",
+        x.q.len()
+    );
+    match (path, w.signed) {
+        // SAFETY: the path was chosen from run-time detected features; lengths checked.
+        #[cfg(target_arch = "x86_64")]
+        (DotPath::Vnni512, false) => unsafe { dot_vnni::<false>(w, x) },
+        #[cfg(target_arch = "x86_64")]
+        (DotPath::Vnni512, true) => unsafe { dot_vnni::<true>(w, x) },
+        #[cfg(target_arch = "x86_64")]
+        (DotPath::Avx2, false) => unsafe { dot_avx2::<false>(w, x) },
+        #[cfg(target_arch = "x86_64")]
+        (DotPath::Avx2, true) => unsafe { dot_avx2::<true>(w, x) },
+        _ => dot_portable(w, x),
+    }
+}
+
+fn dot_portable(w: URow, x: QRow) -> f32 {
+    let mut acc = 0f32;
+    let mut bias = 0f32;
+    let chunks = w.u.chunks_exact(GROUP).zip(x.q.chunks_exact(GROUP));
+    for (g, (u, q)) in chunks.enumerate() {
+        let s: i32 = if w.signed {
+            u.iter()
+                .zip(q)
+                .map(|(&u, &q)| u as i8 as i32 * q as i32)
+                .sum()
+        } else {
+            u.iter().zip(q).map(|(&u, &q)| u as i32 * q as i32).sum()
+        };
+        acc += w.a[g] * x.dg[g] * s as f32;
+        bias += w.b[g] * x.sg[g];
+    }
+    acc + bias
+}
+
+/// Lane `l` of the 64-value chunk `t` of a 256-value span belongs to group `4t + l / 4`.
+#[cfg(target_arch = "x86_64")]
+const fn lane_groups(t: i32) -> [i32; 16] {
+    let mut idx = [0; 16];
+    let mut l = 0;
+    while l < 16 {
+        idx[l] = 4 * t + l as i32 / 4;
+        l += 1;
+    }
+    idx
+}
+
+/// AVX-512 VNNI: spans of 256 values (16 groups, scales computed as one vector), four
+/// `vpdpbusd` of 64 values each; partial spans masked.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")]
+unsafe fn dot_vnni<const SIGNED: bool>(w: URow, x: QRow) -> f32 {
+    use std::arch::x86_64::*;
+    const IDX: [[i32; 16]; 4] = [
+        lane_groups(0),
+        lane_groups(1),
+        lane_groups(2),
+        lane_groups(3),
+    ];
+    let k = w.u.len();
+    let ng = k / GROUP;
+    let (up, qp) = (w.u.as_ptr(), x.q.as_ptr());
+    let zero = _mm512_setzero_si512();
+    let mut acc = [_mm512_setzero_ps(); 4];
+    let mut bacc = _mm512_setzero_ps();
+    let mut g = 0;
+    while g < ng {
+        let n = (ng - g).min(16);
+        let gm: __mmask16 = if n == 16 { !0 } else { (1u16 << n) - 1 };
+        let c = _mm512_mul_ps(
+            _mm512_maskz_loadu_ps(gm, w.a.as_ptr().add(g)),
+            _mm512_maskz_loadu_ps(gm, x.dg.as_ptr().add(g)),
+        );
+        bacc = _mm512_fmadd_ps(
+            _mm512_maskz_loadu_ps(gm, w.b.as_ptr().add(g)),
+            _mm512_maskz_loadu_ps(gm, x.sg.as_ptr().add(g)),
+            bacc,
+        );
+        for (t, acc) in acc.iter_mut().enumerate().take(n.div_ceil(4)) {
+            let at = g * GROUP + 64 * t;
+            let rem = k - at;
+            let (mut wv, mut xv) = if rem >= 64 {
+                (
+                    _mm512_loadu_si512(up.add(at) as *const _),
+                    _mm512_loadu_si512(qp.add(at) as *const _),
+                )
+            } else {
+                let bm: __mmask64 = (1u64 << rem) - 1;
+                (
+                    _mm512_maskz_loadu_epi8(bm, up.add(at) as *const i8),
+                    _mm512_maskz_loadu_epi8(bm, qp.add(at)),
+                )
+            };
+            if SIGNED {
+                let neg = _mm512_movepi8_mask(wv);
+                xv = _mm512_mask_sub_epi8(xv, neg, zero, xv);
+                wv = _mm512_abs_epi8(wv);
+            }
+            let p = _mm512_dpbusd_epi32(zero, wv, xv);
+            let idx = _mm512_loadu_si512(IDX[t].as_ptr() as *const _);
+            let scale = _mm512_permutexvar_ps(idx, c);
+            *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, *acc);
+        }
+        g += 16;
+    }
+    let sum = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+    _mm512_reduce_add_ps(_mm512_add_ps(sum, bacc))
+}
+
+/// AVX2: spans of 128 values (8 groups), `vpmaddubsw` + `vpmaddwd` per 32 values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_avx2<const SIGNED: bool>(w: URow, x: QRow) -> f32 {
+    use std::arch::x86_64::*;
+    let k = w.u.len();
+    let ng = k / GROUP;
+    let (up, qp) = (w.u.as_ptr(), x.q.as_ptr());
+    let ones = _mm256_set1_epi16(1);
+    let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut bacc = _mm256_setzero_ps();
+    let mut g = 0;
+    while g < ng {
+        let n = (ng - g).min(8);
+        let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), lanes);
+        let c = _mm256_mul_ps(
+            _mm256_maskload_ps(w.a.as_ptr().add(g), mask),
+            _mm256_maskload_ps(x.dg.as_ptr().add(g), mask),
+        );
+        bacc = _mm256_fmadd_ps(
+            _mm256_maskload_ps(w.b.as_ptr().add(g), mask),
+            _mm256_maskload_ps(x.sg.as_ptr().add(g), mask),
+            bacc,
+        );
+        // `n` is even: the length is a multiple of 32.
+        for (t, acc) in acc.iter_mut().enumerate().take(n / 2) {
+            let at = g * GROUP + 32 * t;
+            let mut wv = _mm256_loadu_si256(up.add(at) as *const __m256i);
+            let mut xv = _mm256_loadu_si256(qp.add(at) as *const __m256i);
+            if SIGNED {
+                xv = _mm256_sign_epi8(xv, wv);
+                wv = _mm256_abs_epi8(wv);
+            }
+            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), ones);
+            let t2 = 2 * t as i32;
+            let idx = _mm256_setr_epi32(t2, t2, t2, t2, t2 + 1, t2 + 1, t2 + 1, t2 + 1);
+            let scale = _mm256_permutevar8x32_ps(c, idx);
+            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, *acc);
+        }
+        g += 8;
+    }
+    let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    let sum = _mm256_add_ps(sum, bacc);
+    let s4 = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
+    let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    let s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+    _mm_cvtss_f32(s1)
+}
