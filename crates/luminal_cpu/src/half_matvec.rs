@@ -130,7 +130,7 @@ fn dots_portable<H: HalfElem>(rows: &[&[f32]], w: &[H]) -> [f32; MAX_ROWS] {
 /// Sum of the eight lanes.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn hsum(v: __m256) -> f32 {
+pub(crate) unsafe fn hsum(v: __m256) -> f32 {
     // SAFETY: AVX is enabled in every caller (they enable AVX2).
     unsafe {
         let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));

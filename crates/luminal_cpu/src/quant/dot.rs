@@ -219,8 +219,5 @@ unsafe fn dot_avx2(dtype: DType, x: &[f32], w: &[u8]) -> f32 {
         }
     }
     let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-    let s4 = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
-    let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    let s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-    _mm_cvtss_f32(s1)
+    crate::half_matvec::hsum(sum)
 }

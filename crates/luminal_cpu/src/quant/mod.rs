@@ -373,6 +373,9 @@ impl DequantKernel {
     }
 }
 
+/// Kernel timings of the skinny quantized products (a measurement that asserts nothing, so
+/// ignored by default; quoted in `benches/README.md`): `cargo test --release -p luminal_cpu
+/// --lib timing -- --ignored --nocapture`.
 #[cfg(test)]
 mod timing {
     use super::*;
