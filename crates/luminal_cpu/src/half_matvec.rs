@@ -16,12 +16,7 @@ use crate::matvec::MAX_ROWS;
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-/// The output pointer shared by tasks that write disjoint columns.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: tasks write disjoint elements (their own column range of each row).
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
+use crate::matvec::OutPtr;
 
 /// Elements of `K` widened at a time by the portable kernels (a stack block in L1).
 const KC: usize = 256;
@@ -84,24 +79,7 @@ pub fn skinny<H: HalfElem>(
             }
         }
     };
-    for_columns(n, parallel, cols);
-}
-
-/// Runs `cols(j0, j1)` over `0..n`, split over the threads (a few tasks per thread) when
-/// `parallel`.
-fn for_columns(n: usize, parallel: bool, cols: impl Fn(usize, usize) + Sync) {
-    use rayon::prelude::*;
-    // Not `rayon::current_num_threads()`: on the caller of a one-thread runtime that would
-    // start rayon's global pool.
-    let threads = crate::par::threads();
-    if parallel && threads > 1 && n >= 32 {
-        let chunk = n.div_ceil(threads * 4).max(16);
-        (0..n.div_ceil(chunk))
-            .into_par_iter()
-            .for_each(|c| cols(c * chunk, ((c + 1) * chunk).min(n)));
-    } else {
-        cols(0, n);
-    }
+    crate::matvec::split_columns(n, parallel, cols);
 }
 
 /// `Σ_q rows[i][q] · w[q]` for every row, widening `w` a block at a time.

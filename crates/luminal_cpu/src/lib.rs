@@ -20,7 +20,7 @@
 //!   halves and ints), so every graph runs with the reference's results.
 //!
 //! Buffers are planned at compile time and reused by liveness; after the first run for
-//! given dims, `run()` allocates nothing. Threads come from a dedicated rayon pool.
+//! given dims, `run()` allocates nothing. Threads come from a persistent pool of spinning workers (`par`).
 //!
 //! ```
 //! use luminal::prelude::*;

@@ -10,7 +10,6 @@ use crate::storage::Storage;
 use crate::view::{DimValues, ResolvedView, ViewExprs};
 use gemm::Parallelism;
 use luminal::{DType, LuminalError, Result};
-use rayon::prelude::*;
 
 use crate::fused::{run_epilogue, Program};
 use crate::simd::{self, Task};
@@ -135,19 +134,25 @@ impl MatmulKernel {
         let r = self.a_view.dims.len();
         let (sa, sb) = (&self.a_view.strides, &self.b_view.strides);
         let offsets = |i: usize| self.batch_offsets(i, (a_offset, b_offset));
-        let call = |i: usize, d: &mut [f32], par: Parallelism| {
+        // Block `[i0, i1) × [j0, j1)` of batch `i`'s product into `d` (that batch's M×N
+        // row-major output), single-threaded.
+        let block = |i: usize, d: *mut f32, (i0, i1): (usize, usize), (j0, j1): (usize, usize)| {
             let (oa, ob) = offsets(i);
+            let oa = oa + i0 as i64 * sa[r - 3];
+            let ob = ob + j0 as i64 * sb[r - 2];
             // SAFETY: `prepare` checked that every element the views address (offset plus
             // any in-range index times the strides, for all batches) lies inside `a` and
-            // `b`; `d` is exactly the M×N row-major output of this batch, and the stride
-            // arguments describe those same layouts. The buffers do not alias (`d` is the
-            // kernel's own output buffer, taken out of the buffer table).
+            // `b`, and the block's rows/columns are in range; `d` points at the M×N
+            // row-major output of this batch, and the block writes only its own rows
+            // `i0..i1` × columns `j0..j1` of it, which no other task writes. The buffers
+            // do not alias (`d` is the kernel's own output buffer, taken out of the buffer
+            // table).
             unsafe {
                 gemm::gemm(
-                    m,
-                    n,
+                    i1 - i0,
+                    j1 - j0,
                     k,
-                    d.as_mut_ptr(),
+                    d.add(i0 * n + j0),
                     1,
                     n as isize,
                     false,
@@ -162,10 +167,11 @@ impl MatmulKernel {
                     false,
                     false,
                     false,
-                    par,
+                    Parallelism::None,
                 )
             }
         };
+        let call = |i: usize, d: &mut [f32]| block(i, d.as_mut_ptr(), (0, m), (0, n));
         let flops_per = m * n * k;
         // M = 1 with the weight contiguous along N: gemm's gemv is single-threaded (and
         // ~20% faster than `matvec_axpy` on one thread), so ours only when parallel.
@@ -202,17 +208,32 @@ impl MatmulKernel {
         }
         if batch >= self.threads && flops_per < (1 << 21) && self.threads > 1 {
             // Many small matrices: one gemm per task, each single-threaded.
-            dst.par_chunks_mut(m * n)
-                .enumerate()
-                .for_each(|(i, d)| call(i, d, Parallelism::None));
+            crate::par::for_each_chunk(dst, m * n, call);
+        } else if flops_per >= (1 << 16) && crate::par::threads() > 1 {
+            // One product at a time, split into one block per thread: along N in
+            // multiples of 16 columns when it is wide enough, else along M.
+            let threads = crate::par::threads();
+            let out = crate::matvec::OutPtr(dst.as_mut_ptr());
+            for i in 0..batch {
+                let d = out.0.wrapping_add(i * m * n);
+                let d = crate::matvec::OutPtr(d);
+                if n >= 32 * threads {
+                    let w = n.div_ceil(threads).next_multiple_of(16);
+                    crate::par::for_each(n.div_ceil(w), |t| {
+                        let d = d;
+                        block(i, d.0, (0, m), (t * w, ((t + 1) * w).min(n)))
+                    });
+                } else {
+                    let h = m.div_ceil(threads);
+                    crate::par::for_each(m.div_ceil(h), |t| {
+                        let d = d;
+                        block(i, d.0, (t * h, ((t + 1) * h).min(m)), (0, n))
+                    });
+                }
+            }
         } else {
-            let par = if flops_per >= (1 << 16) && self.threads > 1 {
-                Parallelism::Rayon(self.threads)
-            } else {
-                Parallelism::None
-            };
             for (i, d) in dst.chunks_mut(m * n).enumerate() {
-                call(i, d, par);
+                call(i, d);
             }
         }
         Ok(())

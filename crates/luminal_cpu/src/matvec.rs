@@ -4,7 +4,6 @@
 //! packs `b` and runs at a few GFLOP/s for `M = 1`).
 
 use crate::simd::{isa, Isa};
-use rayon::prelude::*;
 
 /// Largest weight (bytes) the skinny kernel reads four rows at a time (see [`skinny`]).
 const GROUPED_MAX_BYTES: usize = 8 << 20;
@@ -166,14 +165,12 @@ unsafe impl Sync for OutPtr {}
 /// Runs `cols(j0, j1)` over column ranges covering `0 .. n`: split over the threads (a
 /// few tasks per thread, multiples of 4 columns) when `parallel`, else one range.
 pub(crate) fn split_columns(n: usize, parallel: bool, cols: impl Fn(usize, usize) + Sync) {
-    // Not `rayon::current_num_threads()`: on the caller of a one-thread runtime that would
-    // start rayon's global pool.
     let threads = crate::par::threads();
     if parallel && threads > 1 && n >= 32 {
         let chunk = n.div_ceil(threads * 4).max(16).next_multiple_of(4);
-        (0..n.div_ceil(chunk))
-            .into_par_iter()
-            .for_each(|c| cols(c * chunk, ((c + 1) * chunk).min(n)));
+        crate::par::for_each(n.div_ceil(chunk), |c| {
+            cols(c * chunk, ((c + 1) * chunk).min(n))
+        });
     } else {
         cols(0, n);
     }

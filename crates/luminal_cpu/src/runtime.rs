@@ -40,7 +40,7 @@ pub struct CpuRuntime {
     /// Buffer and producing kernel of every node whose buffer is readable by `get`.
     node_buf: HashMap<NodeId, (usize, Option<usize>)>,
     computed: bool,
-    pool: std::sync::Arc<rayon::ThreadPool>,
+    pool: std::sync::Arc<crate::par::Pool>,
     threads: usize,
     profile: bool,
     timings: Vec<Duration>,
@@ -184,9 +184,7 @@ impl CpuRuntime {
         for s in &inputs {
             readable.insert(s.node, (s.buf, None));
         }
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
+        let pool = crate::par::Pool::new(threads)
             .map_err(|e| LuminalError::Backend(format!("thread pool: {e}")))?;
         let max_instrs = kernels
             .iter()
@@ -197,7 +195,7 @@ impl CpuRuntime {
             })
             .max()
             .unwrap_or(0);
-        pool.broadcast(|_| crate::fused::reserve_scratch(max_instrs));
+        pool.enter(|| crate::par::broadcast(|| crate::fused::reserve_scratch(max_instrs)));
         let pool = std::sync::Arc::new(pool);
         let n = kernels.len();
         Ok(CpuRuntime {
@@ -402,14 +400,10 @@ impl Runtime for CpuRuntime {
             }
         }
         self.computed = false;
-        // One injection into the pool per run; kernels fork inside it. One thread: run on
-        // the caller (no hand-off), kernels sequential (`par`).
+        // Kernels run on the caller; their loops fork onto the pool's spinning workers
+        // (`par`), sequential for a one-thread runtime.
         let pool = std::sync::Arc::clone(&self.pool);
-        if self.threads == 1 {
-            crate::par::sequential(|| self.execute())?;
-        } else {
-            pool.install(|| self.execute())?;
-        }
+        pool.enter(|| self.execute())?;
         self.computed = true;
         if self.profile {
             eprintln!("{}", self.profile());

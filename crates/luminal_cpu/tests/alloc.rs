@@ -214,22 +214,23 @@ fn second_and_third_runs_allocate_nothing() {
             "{threads} threads, batch {batch}"
         );
         // The runtime allocates nothing, but `gemm` 0.18 allocates small `did_pack_lhs` flag
-        // vectors inside each call (one, plus one per worker thread when parallel):
-        // 2 matmuls x 2 runs x (1 + threads) at most. Anything more is ours.
+        // vectors inside each call (at most 2), and a product on a pool is split into one
+        // single-threaded call per thread: 2 matmuls x 2 runs x threads x 2 at most.
+        // Anything more is ours.
         let n = count_runs(&mut keep, threads, batch, true);
         assert!(
-            n <= 4 * (1 + threads),
+            n <= 8 * threads,
             "{threads} threads, batch {batch}: {n} allocations"
         );
     }
     // Half matmuls: the scratch is kept, so again nothing at batch 1, and at most gemm's
-    // own flag vectors (1 matmul x 2 runs) otherwise.
+    // own flag vectors (1 matmul x 2 runs x threads calls x 2) otherwise.
     for dtype in [DType::F16, DType::BF16] {
         for threads in [1, 2] {
             let n = count_half_runs(&mut keep, threads, 1, dtype);
             assert_eq!(n, 0, "{dtype}, {threads} threads, matvec");
             let n = count_half_runs(&mut keep, threads, 16, dtype);
-            assert!(n <= 2 * (1 + threads), "{dtype}, {threads} threads: {n}");
+            assert!(n <= 4 * threads, "{dtype}, {threads} threads: {n}");
             let n = count_half_decode_runs(&mut keep, threads, dtype);
             assert_eq!(n, 0, "{dtype}, {threads} threads, half decode step");
         }

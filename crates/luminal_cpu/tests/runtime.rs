@@ -507,3 +507,46 @@ fn gather_index_out_of_range() {
         })
     );
 }
+
+#[test]
+fn products_split_over_the_pool_match_reference() {
+    // Large enough products are cut into one gemm block per thread: along N when wide,
+    // along M otherwise; with transposed and batched operands, on 2 and 3 threads.
+    for threads in [2, 3] {
+        for (batch, m, n, k) in [(1, 100, 200, 50), (2, 300, 40, 40), (1, 7, 1000, 33)] {
+            let cx = Graph::new();
+            let a = cx.tensor("a", (batch, m, k));
+            let b = cx.tensor("b", (batch, n, k));
+            let c = cx.tensor("c", (k, n));
+            let y1 = a.matmul(b.transpose(1, 2)).output();
+            let y2 = a.matmul(c.expand(0, batch)).output();
+            let mut rt = cx
+                .compile(CpuBackend::with_threads(threads), CompileOptions::default())
+                .unwrap();
+            let mut re = cx
+                .compile(ReferenceBackend, CompileOptions::default())
+                .unwrap();
+            let ins = [
+                (a, noise(batch * m * k, 5)),
+                (b, noise(batch * n * k, 6)),
+                (c, noise(k * n, 7)),
+            ];
+            for (t, d) in &ins {
+                rt.set(*t, d).unwrap();
+                re.set(*t, d).unwrap();
+            }
+            rt.run().unwrap();
+            re.run().unwrap();
+            for y in [y1, y2] {
+                let (p, q) = (rt.get::<f32>(y).unwrap(), re.get::<f32>(y).unwrap());
+                assert_eq!(p.len(), q.len());
+                for (i, (p, q)) in p.iter().zip(&q).enumerate() {
+                    assert!(
+                        (p - q).abs() <= 1e-4 + 1e-5 * q.abs(),
+                        "{threads} threads, {batch}x{m}x{n}x{k} [{i}]: {p} vs {q}"
+                    );
+                }
+            }
+        }
+    }
+}

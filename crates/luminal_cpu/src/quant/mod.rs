@@ -303,8 +303,7 @@ pub(crate) fn weight_matmul(
         });
     };
     if parallel && tasks > 1 {
-        use rayon::prelude::*;
-        (0..tasks).into_par_iter().for_each(run_tile);
+        crate::par::for_each(tasks, run_tile);
     } else {
         (0..tasks).for_each(run_tile);
     }
@@ -458,12 +457,12 @@ mod timing {
             let mut out = vec![0f32; n];
             let t = std::time::Instant::now();
             for _ in 0..reps {
-                crate::par::sequential(|| weight_matmul(&x, 0, k, w, &mut out, 1, 1, false));
+                weight_matmul(&x, 0, k, w, &mut out, 1, 1, false);
             }
             let tm = t.elapsed().as_secs_f64() / reps as f64;
             let t = std::time::Instant::now();
             for _ in 0..reps {
-                crate::par::sequential(|| weight_matmul(&x, 0, k, w, &mut out, 1, 1, true));
+                weight_matmul(&x, 0, k, w, &mut out, 1, 1, true);
             }
             let tf = t.elapsed().as_secs_f64() / reps as f64;
             let nw = (n * k) as f64;
