@@ -6,7 +6,11 @@
 
 Each case: named inputs (parameters use the layer's parameter names) and the expected output.
 RoPE follows Hugging Face's `rotate_half` (NeoX) and the interleaved (GPT-J / Meta) pairing;
-Llama-3 scaling follows transformers' `_compute_llama3_parameters`.
+Llama-3 scaling follows transformers' `_compute_llama3_parameters`, linear scaling
+`_compute_linear_scaling_rope_parameters` (inverse frequencies / factor), YaRN
+`_compute_yarn_parameters` (ramp between extrapolated and interpolated frequencies, cos/sin
+times the attention factor 0.1 ln(factor) + 1). Sliding-window attention follows transformers'
+`sliding_window_overlay`: query position i sees keys j with i - window < j <= i.
 """
 import json
 import math
@@ -109,14 +113,17 @@ cases["inv_freq_llama3"] = {"inputs": {}, "expected": arr(inv_freq(64, 500000.0,
 
 
 
-def attention(q, k, v):
-    """q [b, hq, s, d], k/v [b, hkv, t, d]; query i sits at position t - s + i."""
+def attention(q, k, v, window=None):
+    """q [b, hq, s, d], k/v [b, hkv, t, d]; query i sits at position t - s + i. With a window,
+    query position p sees keys j with p - window < j <= p."""
     q, k, v = f64(q), f64(k), f64(v)
     g = q.shape[1] // k.shape[1]
     k, v = np.repeat(k, g, axis=1), np.repeat(v, g, axis=1)
     s, t, d = q.shape[2], k.shape[2], q.shape[3]
     scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(d)
     visible = np.arange(t)[None, :] <= (t - s + np.arange(s))[:, None]
+    if window is not None:
+        visible &= np.arange(t)[None, :] > (t - s + np.arange(s))[:, None] - window
     scores = np.where(visible, scores, -np.inf)
     p = np.exp(scores - scores.max(-1, keepdims=True))
     return (p / p.sum(-1, keepdims=True)) @ v
@@ -174,6 +181,59 @@ for bias in (False, True):
             p[pre + f"self_attn.{n}.bias"] = randn(o * head_dim, scale=0.1)
     x = randn(2, 6, dim)
     add("block_qkv_bias" if bias else "block", dict(p, x=x), block(x, p, pre, heads, kv_heads, head_dim, 10000.0, bias), atol=5e-5)
+
+# RoPE scaling beyond Llama 3 (appended after the cases above so their random draws are unchanged).
+
+
+def inv_freq_yarn(d, theta, factor, original, beta_fast=32.0, beta_slow=1.0):
+    """transformers' YaRN: ramp over pair index i between low = floor(dim(beta_fast)) and
+    high = ceil(dim(beta_slow)), dim(b) = d ln(original / (2 pi b)) / (2 ln theta); ramp 0 keeps
+    theta^(-2i/d), ramp 1 divides it by factor."""
+    def dim_of(turns):
+        return d * math.log(original / (turns * 2 * math.pi)) / (2 * math.log(theta))
+
+    low = max(math.floor(dim_of(beta_fast)), 0)
+    high = min(math.ceil(dim_of(beta_slow)), d - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(d // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+    base = inv_freq(d, theta)
+    return base * (1 - ramp) + base / factor * ramp
+
+
+def rope_with(x, start, inv, layout, mscale=1.0):
+    """rope() with given inverse frequencies and a cos/sin multiplier."""
+    x = f64(x)
+    seq, d = x.shape[-2], x.shape[-1]
+    ang = np.arange(start, start + seq, dtype=np.float64)[:, None] * inv[None, :]
+    cos, sin = mscale * np.cos(ang), mscale * np.sin(ang)
+    if layout == "neox":
+        x1, x2 = x[..., : d // 2], x[..., d // 2:]
+        return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+    xe, xo = x[..., 0::2], x[..., 1::2]
+    out = np.empty_like(x)
+    out[..., 0::2] = xe * cos - xo * sin
+    out[..., 1::2] = xo * cos + xe * sin
+    return out
+
+
+# d 32, theta 1e4, original context 4096: low 5, high 12 (pairs 0-5 kept, 6-11 blended,
+# 12-15 divided by the factor).
+yarn_inv = inv_freq_yarn(32, 10000.0, 8.0, 4096.0)
+cases["inv_freq_yarn"] = {"inputs": {}, "expected": arr(yarn_inv), "atol": 0.0, "rtol": 5e-6}
+x = randn(1, 2, 5, 32)
+add("rope_yarn_start50", {"x": x}, rope_with(x, 50, yarn_inv, "neox", 0.1 * math.log(8.0) + 1.0), atol=2e-4)
+linear_inv = inv_freq(16, 10000.0) / 4.0
+cases["inv_freq_linear"] = {"inputs": {}, "expected": arr(linear_inv), "atol": 0.0, "rtol": 2e-6}
+x = randn(2, 3, 7, 16)
+add("rope_linear_interleaved_start9", {"x": x}, rope_with(x, 9, linear_inv, "interleaved"), atol=2e-5)
+
+# Sliding-window attention: decoding with 4 cached keys (t 7, s 3), and a prefill (t = s 6),
+# both with window 3.
+q, k, v = randn(2, 4, 3, 8), randn(2, 2, 7, 8), randn(2, 2, 7, 8)
+add("attention_swa_cached", {"q": q, "k": k, "v": v}, attention(q, k, v, window=3), atol=2e-5)
+q, k, v = randn(1, 2, 6, 8), randn(1, 1, 6, 8), randn(1, 1, 6, 8)
+add("attention_swa_prefill", {"q": q, "k": k, "v": v}, attention(q, k, v, window=3), atol=2e-5)
 
 out = os.path.join(os.path.dirname(__file__), "..", "crates", "luminal_nn", "tests", "fixtures", "layers.json")
 with open(out, "w") as f:

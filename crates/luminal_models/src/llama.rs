@@ -305,6 +305,7 @@ impl<R: Runtime> LlamaModel<R> {
                     rope,
                     c.rms_norm_eps,
                 )
+                .with_sliding_window(c.sliding_window)
             })
             .collect();
         let caches: Vec<KvCache> = (0..c.n_layers)

@@ -1,4 +1,5 @@
-//! Grouped-query causal self-attention and the pre-norm Llama transformer block.
+//! Grouped-query causal self-attention (optionally over a sliding window, as Mistral) and the
+//! pre-norm Llama transformer block.
 
 use crate::{join, Linear, Module, RmsNorm, Rope, SwiGluMlp};
 use luminal::prelude::*;
@@ -12,6 +13,20 @@ pub fn causal_attention<'g>(
     q: GraphTensor<'g>,
     k: GraphTensor<'g>,
     v: GraphTensor<'g>,
+) -> GraphTensor<'g> {
+    causal_attention_windowed(q, k, v, None)
+}
+
+/// [`causal_attention`], with an optional sliding window: with `Some(w)`, query position `i`
+/// sees only keys `j` with `i − w < j ≤ i` (itself and the `w − 1` before it; transformers'
+/// `sliding_window_overlay`, llama.cpp's `LLAMA_SWA_TYPE_STANDARD`). Positions are absolute
+/// (query row `r` is position `t − s + r`), so the mask is the same in prefill and in
+/// decoding with earlier keys cached.
+pub fn causal_attention_windowed<'g>(
+    q: GraphTensor<'g>,
+    k: GraphTensor<'g>,
+    v: GraphTensor<'g>,
+    window: Option<usize>,
 ) -> GraphTensor<'g> {
     let (qs, ks) = (q.shape(), k.shape());
     assert!(
@@ -49,7 +64,13 @@ pub fn causal_attention<'g>(
     let cx = q.graph;
     let key = cx.arange(t.clone()).expand(0, s.clone());
     let query = cx.arange(s.clone()).expand(1, t.clone());
-    let visible = (key - query).le(cx.constant_expr(t - s, DType::F32));
+    let offset = key - query;
+    let mut visible = offset.le(cx.constant_expr(t.clone() - s.clone(), DType::F32));
+    if let Some(w) = window {
+        assert!(w > 0, "causal_attention: sliding window must be positive");
+        // Key position j = key, query position i = t − s + query: j > i − w.
+        visible = visible.and(offset.gt(cx.constant_expr(t - s - w as i64, DType::F32)));
+    }
     let bias = visible.cast(DType::F32).log2();
     let scores = scores + bias.expand_to(scores.shape());
     scores.softmax(-1).matmul(v)
@@ -66,6 +87,9 @@ pub struct Attention<'g> {
     pub n_kv_heads: usize,
     pub head_dim: usize,
     pub rope: Rope<'g>,
+    /// Sliding attention window (Mistral): each position attends to itself and the
+    /// `w − 1` positions before it. `None`: the whole causal prefix.
+    pub sliding_window: Option<usize>,
 }
 
 impl<'g> Attention<'g> {
@@ -106,6 +130,16 @@ impl<'g> Attention<'g> {
             n_kv_heads,
             head_dim,
             rope,
+            sliding_window: None,
+        }
+    }
+
+    /// Restricts attention to a sliding window of `window` positions (see
+    /// [`causal_attention_windowed`]).
+    pub fn with_sliding_window(self, window: Option<usize>) -> Self {
+        Attention {
+            sliding_window: window,
+            ..self
         }
     }
 
@@ -133,7 +167,7 @@ impl<'g> Attention<'g> {
             start,
         );
         let v = self.split_heads(self.v_proj.forward(x), self.n_kv_heads);
-        let out = causal_attention(q, k, v); // [b, h, s, d]
+        let out = causal_attention_windowed(q, k, v, self.sliding_window); // [b, h, s, d]
         let s = x.shape();
         let merged = out.permute(&[0, 2, 1, 3]).reshape(vec![
             s[0].clone(),
@@ -210,7 +244,7 @@ impl<'g> Attention<'g> {
         );
         let v = self.split_heads(self.v_proj.forward(x), self.n_kv_heads);
         let (k, v) = cache.append(k, v, past);
-        let out = causal_attention(q, k, v);
+        let out = causal_attention_windowed(q, k, v, self.sliding_window);
         let s = x.shape();
         let merged = out.permute(&[0, 2, 1, 3]).reshape(vec![
             s[0].clone(),
@@ -274,6 +308,15 @@ impl<'g> TransformerBlock<'g> {
                 eps,
             ),
             mlp: SwiGluMlp::new(cx, &join(prefix, "mlp"), dim, hidden),
+        }
+    }
+
+    /// The block with its attention restricted to a sliding window (see
+    /// [`Attention::with_sliding_window`]).
+    pub fn with_sliding_window(self, window: Option<usize>) -> Self {
+        TransformerBlock {
+            self_attn: self.self_attn.with_sliding_window(window),
+            ..self
         }
     }
 }

@@ -10,11 +10,13 @@ mod mlp;
 mod norm;
 mod rope;
 
-pub use attention::{causal_attention, Attention, KvCache, TransformerBlock};
+pub use attention::{
+    causal_attention, causal_attention_windowed, Attention, KvCache, TransformerBlock,
+};
 pub use linear::{Embedding, Linear};
 pub use mlp::{Activation, SwiGluMlp};
 pub use norm::{LayerNorm, RmsNorm};
-pub use rope::{Rope, RopeLayout, RopeScaling};
+pub use rope::{Llama3Scaling, Rope, RopeLayout, RopeScaling, YarnScaling};
 
 use luminal::prelude::*;
 

@@ -182,12 +182,12 @@ fn rope_layouts_offsets_and_llama3_scaling() {
         );
     }
 
-    let scaling = RopeScaling {
+    let scaling = RopeScaling::Llama3(Llama3Scaling {
         factor: 8.0,
         low_freq_factor: 1.0,
         high_freq_factor: 4.0,
         original_max_position_embeddings: 8192.0,
-    };
+    });
     let llama3 = Rope {
         head_dim: 64,
         theta: 500000.0,
@@ -253,6 +253,124 @@ fn rope_gguf_freq_factors_equal_llama3_scaling() {
         assert!(
             (g - w).abs() <= atol + 1e-5 * w.abs(),
             "rope with freq factors: got {g}, want {w}"
+        );
+    }
+}
+
+/// YaRN (d 32, theta 1e4, factor 8, original context 4096: pairs 0-5 kept, 6-11 blended,
+/// 12-15 divided by 8) and linear scaling (factor 4) against numpy's transformers formulas:
+/// the inverse frequencies, and the rotation (YaRN's cos/sin times 0.1·ln 8 + 1).
+#[test]
+fn rope_yarn_and_linear_scaling() {
+    let yarn = Rope {
+        head_dim: 32,
+        theta: 10000.0,
+        layout: RopeLayout::NeoX,
+        scaling: Some(RopeScaling::Yarn(YarnScaling::new(8.0, 4096.0))),
+        freq_factors: None,
+    };
+    assert_eq!(
+        YarnScaling::new(8.0, 4096.0).correction_range(32, 10000.0),
+        (5.0, 12.0)
+    );
+    let cx = Graph::new();
+    let inv = yarn.inv_freq(&cx).output();
+    check(&cx, "inv_freq_yarn", &[], inv, &[]);
+    let cx = Graph::new();
+    let x = cx.tensor("x", (1, 2, 5, 32));
+    let y = yarn.forward(x, 50).output();
+    check(&cx, "rope_yarn_start50", &[x], y, &[]);
+
+    let linear = Rope {
+        head_dim: 16,
+        theta: 10000.0,
+        layout: RopeLayout::Interleaved,
+        scaling: Some(RopeScaling::Linear { factor: 4.0 }),
+        freq_factors: None,
+    };
+    let cx = Graph::new();
+    let inv = linear.inv_freq(&cx).output();
+    check(&cx, "inv_freq_linear", &[], inv, &[]);
+    let cx = Graph::new();
+    let x = cx.tensor("x", (2, 3, 7, 16));
+    let y = linear.forward(x, 9).output();
+    check(&cx, "rope_linear_interleaved_start9", &[x], y, &[]);
+}
+
+/// A window of 3: each query sees itself and the two positions before it, both when the
+/// queries are the last 3 of 7 positions (keys cached) and in a prefill of 6.
+#[test]
+fn sliding_window_attention_cached_and_prefill() {
+    let cx = Graph::new();
+    let q = cx.tensor("q", (2, 4, 3, 8));
+    let k = cx.tensor("k", (2, 2, 7, 8));
+    let v = cx.tensor("v", (2, 2, 7, 8));
+    let y = causal_attention_windowed(q, k, v, Some(3)).output();
+    check(&cx, "attention_swa_cached", &[q, k, v], y, &[]);
+
+    let cx = Graph::new();
+    let q = cx.tensor("q", (1, 2, 6, 8));
+    let k = cx.tensor("k", (1, 1, 6, 8));
+    let v = cx.tensor("v", (1, 1, 6, 8));
+    let y = causal_attention_windowed(q, k, v, Some(3)).output();
+    check(&cx, "attention_swa_prefill", &[q, k, v], y, &[]);
+}
+
+/// The window is part of the mask over dynamic dims: the same compiled graph serves decode
+/// steps at different cache lengths `p` (here keys `[0, p + s)` with `s` 1 and 3).
+#[test]
+fn sliding_window_attention_with_dynamic_past() {
+    let f = fixture("attention_swa_cached");
+    let (qf, kf, vf) = (
+        floats(&f["inputs"]["q"]),
+        floats(&f["inputs"]["k"]),
+        floats(&f["inputs"]["v"]),
+    );
+    let want = floats(&f["expected"]);
+    let cx = Graph::new();
+    let (p, s) = (Expression::var("p"), Expression::var("s"));
+    let q = cx.tensor("q", (2, 4, s.clone(), 8));
+    let k = cx.tensor("k", (2, 2, p + s, 8));
+    let v = cx.tensor("v", (2, 2, Expression::var("p") + Expression::var("s"), 8));
+    let y = causal_attention_windowed(q, k, v, Some(3)).output();
+    let mut rt = cx
+        .compile(ReferenceBackend, CompileOptions::default())
+        .unwrap();
+    rt.set_dim("p", 4);
+    rt.set_dim("s", 3);
+    rt.set(q, &qf).unwrap();
+    rt.set(k, &kf).unwrap();
+    rt.set(v, &vf).unwrap();
+    rt.run().unwrap();
+    let got: Vec<f32> = rt.get(y).unwrap();
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(&want) {
+        assert!(
+            (g - w).abs() <= 2e-5 + 1e-5 * w.abs(),
+            "p 4: got {g}, want {w}"
+        );
+    }
+    // The last query alone (s 1, p 6) gives the fixture's last row of each head.
+    let last_q: Vec<f32> = qf.chunks(8).skip(2).step_by(3).flatten().copied().collect();
+    rt.set_dim("p", 6);
+    rt.set_dim("s", 1);
+    rt.set(q, &last_q).unwrap();
+    rt.set(k, &kf).unwrap();
+    rt.set(v, &vf).unwrap();
+    rt.run().unwrap();
+    let got: Vec<f32> = rt.get(y).unwrap();
+    let want_last: Vec<f32> = want
+        .chunks(8)
+        .skip(2)
+        .step_by(3)
+        .flatten()
+        .copied()
+        .collect();
+    assert_eq!(got.len(), want_last.len());
+    for (g, w) in got.iter().zip(&want_last) {
+        assert!(
+            (g - w).abs() <= 2e-5 + 1e-5 * w.abs(),
+            "p 6: got {g}, want {w}"
         );
     }
 }
