@@ -8,7 +8,7 @@
 //! decoded rows), so each output may differ from the exact sum by `1e-5 · Σ|x·w|`.
 //!
 //! With `QuantDots::Int8`, skinny products (M ≤ 8) with block-quantized weights quantize the
-//! activations per block of 32 to int8 (ggml's Q8_0 scheme: `d = max|x| / 127`,
+//! activations per group of 16 to int8 (ggml's Q8_0 scheme on half blocks: `d = max|x| / 127`,
 //! `q = round(x / d)`, ties to even). There each output must equal, within the same `1e-5`
 //! bound, the dot of the weights with the activations quantized that way (computed here),
 //! and differ from the exact dot by at most `Σ |w| · d / 2` (the activation rounding). The
@@ -131,7 +131,7 @@ fn check_matmul<B: Backend>(
                 let pq = xq[i * k + kk] as f64 * wv;
                 want_q += pq;
                 mag_q += pq.abs();
-                rounding += wv.abs() * xd[(i * k + kk) / 32] / 2.0;
+                rounding += wv.abs() * xd[(i * k + kk) / 16] / 2.0;
             }
             let g = got[i * n + j] as f64;
             if int8 {
@@ -153,12 +153,12 @@ fn check_matmul<B: Backend>(
     }
 }
 
-/// `x` (rows of `k`) quantized per block of 32 as ggml's Q8_0 does, dequantized again; and
-/// each block's scale.
+/// `x` (rows of `k`) quantized per group of 16 as ggml's Q8_0 does per block of 32,
+/// dequantized again; and each group's scale.
 fn int8_activations(x: &[f32], k: usize) -> (Vec<f32>, Vec<f64>) {
     assert!(k % 32 == 0);
     let (mut xq, mut scales) = (vec![], vec![]);
-    for blk in x.chunks(32) {
+    for blk in x.chunks(16) {
         let amax = blk.iter().fold(0f32, |m, v| m.max(v.abs()));
         let d = amax / 127.0;
         let id = if d > 0.0 { 1.0 / d } else { 0.0 };
@@ -210,7 +210,7 @@ fn weight_matmuls_match_dequantize_then_matmul_at_every_isa() {
                     let dots = if int8 {
                         QuantDots::Int8
                     } else {
-                        QuantDots::default()
+                        QuantDots::F32
                     };
                     check_matmul(
                         CpuBackend::with_threads(threads).quant_dots(dots),

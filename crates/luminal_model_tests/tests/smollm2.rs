@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{argmax, fixture, ids, json, smollm2, smollm2_int8};
+use common::{argmax, fixture, ids, json, smollm2, smollm2_f32};
 use luminal_cpu::CpuRuntime;
 use luminal_models::{LlamaModel, Model, Tokenizer};
 use serde_json::Value;
@@ -14,9 +14,10 @@ fn reference() -> Value {
     json(fixture("smollm2_reference.json"))
 }
 
+/// f32 activations: the products compute what transformers computes, up to summation order.
 #[test]
 fn teacher_forced_logits_match_transformers() {
-    let Some(m) = smollm2() else { return };
+    let Some(m) = smollm2_f32() else { return };
     let mut guard = m.lock().unwrap();
     let (model, tok) = &mut *guard;
     let r = reference();
@@ -102,29 +103,30 @@ fn decode_agreement(m: &std::sync::Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>) -
     (agree as f64 / positions as f64, max_diff)
 }
 
+/// The default (int8 activations in the skinny quantized products, per group of 16; the
+/// logits in f32): measured 132/134 (98.5%) top-1 agreement, largest logit error 1.33.
 #[test]
 fn decode_steps_agree_with_transformers() {
     let Some(m) = smollm2() else { return };
     let (rate, max_diff) = decode_agreement(m);
     assert!(rate >= 0.98, "top-1 agreement {rate}");
+    assert!(max_diff < 2.0, "max |Δlogit| {max_diff}");
+}
+
+/// f32 activations everywhere: the decode kernels only reorder sums.
+#[test]
+fn f32_decode_steps_agree_with_transformers() {
+    let Some(m) = smollm2_f32() else { return };
+    let (rate, max_diff) = decode_agreement(m);
+    assert!(rate >= 0.98, "top-1 agreement {rate}");
     assert!(max_diff < 5e-3, "max |Δlogit| {max_diff}");
 }
 
-/// Int8 activations (opt-in): measured here 130/134 (97.0%) top-1 agreement and a largest
-/// logit error of 1.78; the bounds guard against the path breaking, not a target.
-#[test]
-fn int8_decode_steps_stay_close_to_transformers() {
-    let Some(m) = smollm2_int8() else { return };
-    let (rate, max_diff) = decode_agreement(m);
-    assert!(rate >= 0.95, "top-1 agreement {rate}");
-    assert!(max_diff < 2.5, "max |Δlogit| {max_diff}");
-}
-
-/// With f32 activations (the default), decode steps through the KV cache compute what the
-/// full recompute does (int8 activations add their own rounding, checked above).
+/// With f32 activations, decode steps through the KV cache compute what the full recompute
+/// does (int8 activations add their own rounding, checked above).
 #[test]
 fn kv_cache_decode_equals_full_recompute() {
-    let Some(m) = smollm2() else { return };
+    let Some(m) = smollm2_f32() else { return };
     let mut guard = m.lock().unwrap();
     let (model, _) = &mut *guard;
     let tokens = ids(&reference()["prompts"][1]["ids"]);
@@ -142,4 +144,57 @@ fn kv_cache_decode_equals_full_recompute() {
         .fold(0f32, f32::max);
     assert_eq!(stepped.len(), tokens.len() * vocab);
     assert!(max_diff < 1e-3, "cached vs full: max |Δ| {max_diff}");
+}
+
+/// The cost of int8 activations over a longer text: 256 decode steps over `ppl.txt` with the
+/// default and with f32 activations (the int8 rounding is all that differs). Measured:
+/// top-1 agreement 97.3%, mean KL divergence 1.0e-3 nats, perplexity +0.53%. With one
+/// scale per 32 values (ggml's scheme) it was 96.9%, 2.0e-3 and +1.03%: the KL bound
+/// catches a coarser quantization.
+#[test]
+fn int8_decode_stays_close_to_f32_activations() {
+    let (Some(q), Some(f)) = (smollm2(), smollm2_f32()) else {
+        return;
+    };
+    let (mut q, mut f) = (q.lock().unwrap(), f.lock().unwrap());
+    let ((q, tok), (f, _)) = (&mut *q, &mut *f);
+    let text = std::fs::read_to_string(fixture("ppl.txt")).unwrap();
+    let tokens = tok.encode(&text, false).unwrap();
+    let n = tokens.len().min(256);
+    let (mut agree, mut kl, mut nll_q, mut nll_f) = (0, 0f64, 0f64, 0f64);
+    let log_softmax = |x: &[f32]| -> Vec<f64> {
+        let m = x.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
+        let lse = m + x.iter().map(|&v| (v as f64 - m).exp()).sum::<f64>().ln();
+        x.iter().map(|&v| v as f64 - lse).collect()
+    };
+    q.reset();
+    f.reset();
+    for i in 0..n {
+        let a = f.forward(&tokens[i..i + 1], 1).unwrap();
+        let b = q.forward(&tokens[i..i + 1], 1).unwrap();
+        agree += (argmax(&a) == argmax(&b)) as usize;
+        let (la, lb) = (log_softmax(&a), log_softmax(&b));
+        kl += la
+            .iter()
+            .zip(&lb)
+            .map(|(p, q)| p.exp() * (p - q))
+            .sum::<f64>();
+        if i + 1 < n {
+            let t = tokens[i + 1] as usize;
+            nll_f -= la[t];
+            nll_q -= lb[t];
+        }
+    }
+    q.reset();
+    f.reset();
+    let (rate, kl) = (agree as f64 / n as f64, kl / n as f64);
+    let excess = ((nll_q - nll_f) / (n - 1) as f64).exp() - 1.0;
+    println!(
+        "int8 vs f32 activations over {n} decode steps: top-1 agreement {:.2}%, mean KL {kl:.2e}, perplexity {:+.3}%",
+        rate * 100.0,
+        excess * 100.0
+    );
+    assert!(rate >= 0.95, "top-1 agreement {rate}");
+    assert!(kl < 1.5e-3, "mean KL {kl}");
+    assert!(excess.abs() < 0.01, "perplexity excess {excess}");
 }

@@ -58,11 +58,10 @@ fn tiny_qwen2_f32_gguf_logits_match_transformers() {
 
 /// Q8_0 weights against transformers on the same weights dequantized by gguf-py. The loader
 /// hands the blocks over as they are in the file (Q8_0 graph inputs read through
-/// `.dequantize()`); the CPU backend dequantizes them in registers against f32 activations,
-/// so the model is the same
-/// function as the reference and the f32 bound applies (measured: ~5e-6). A backend that
-/// rounds activations to 8 bits as llama.cpp's q8 dot products do would need a looser
-/// bound here. The distance to the f32 model (Q8_0 rounding of the weights, ~0.19) is
+/// `.dequantize()`); with f32 activations (`load` asks for them) the CPU backend
+/// dequantizes them in registers, so the model is the same function as the reference and
+/// the f32 bound applies (measured: ~5e-6). The default int8 activations (as llama.cpp's
+/// q8 dot products) would need a looser bound here; SmolLM2's tests check them. The distance to the f32 model (Q8_0 rounding of the weights, ~0.19) is
 /// printed for information.
 #[test]
 fn tiny_llama_q8_0_gguf_logits_match_transformers_on_dequantized_weights() {

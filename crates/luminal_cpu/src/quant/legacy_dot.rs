@@ -2,8 +2,8 @@
 //! are unpacked in registers and multiplied with the quantized activations (`int8.rs`) at
 //! once, without the scratch row the other formats go through.
 //!
-//! A block contributes `d_w · d_x · Σ u·q + b_w · d_x · Σ q`, with `u` and `b_w` as in
-//! `unpack.rs` (Q8_0: signed `u`, no bias). AVX-512 VNNI takes two blocks per `vpdpbusd`;
+//! A block contributes `d_w · Σ_g d_g · Σ u·q + b_w · Σ_g d_g · Σ q` over its two groups
+//! `g` of 16 activations, with `u` and `b_w` as in `unpack.rs` (Q8_0: signed `u`, no bias). AVX-512 VNNI takes two blocks per `vpdpbusd`;
 //! AVX2 one block per `vpmaddubsw` + `vpmaddwd`.
 
 use super::int8::{DotPath, QRow};
@@ -22,7 +22,7 @@ pub(crate) fn has_fused_dot(dtype: DType) -> bool {
 pub(crate) fn dot(path: DotPath, dtype: DType, row: &[u8], x: QRow) -> f32 {
     let nb = x.q.len() / 32;
     assert!(
-        row.len() == nb * dtype.block_bytes() && x.db.len() == nb && x.sb.len() == nb,
+        row.len() == nb * dtype.block_bytes() && x.dg.len() == 2 * nb && x.sb.len() == nb,
         "int8 dot: {} bytes of {dtype} against {} activations",
         row.len(),
         x.q.len()
@@ -88,8 +88,9 @@ unsafe fn bits16(p: *const u8) -> i16 {
     (p as *const i16).read_unaligned()
 }
 
-/// AVX-512 VNNI: four blocks an iteration — their scales converted and multiplied by the
-/// activation scales as one vector, then two `vpdpbusd` of two blocks each.
+/// AVX-512 VNNI: four blocks an iteration — their scales converted, doubled and multiplied
+/// by the eight group scales of the activations as one vector, then two `vpdpbusd` of two
+/// blocks each (a 128-bit lane of the product is one group of 16).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
 unsafe fn dot_vnni<const F: u8>(row: &[u8], x: QRow) -> f32 {
@@ -102,9 +103,10 @@ unsafe fn dot_vnni<const F: u8>(row: &[u8], x: QRow) -> f32 {
     // Per 128-bit lane: the low nibbles (elements 0-15), then the high ones (16-31).
     let four = 0x0004_0004_0004_0004;
     let shifts = _mm512_setr_epi64(0, 0, four, four, 0, 0, four, four);
-    // Lanes of blocks 0 and 1, and of blocks 2 and 3, of four scales.
-    let lanes01 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    let lanes23 = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    // Lanes of groups 0-3 (blocks 0 and 1) and 4-7 (blocks 2 and 3) of eight scales.
+    let lanes01 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    let lanes23 = _mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7);
+    let twice = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
     // Two blocks of weights (`b0`, `b0 + bb`) as 64 bytes.
     let pair = |b0: *const u8| -> __m512i {
         let b1 = b0.add(bb);
@@ -149,7 +151,10 @@ unsafe fn dot_vnni<const F: u8>(row: &[u8], x: QRow) -> f32 {
             0,
             0,
         ));
-        let c = _mm512_castps128_ps512(_mm_mul_ps(d, _mm_loadu_ps(x.db.as_ptr().add(b))));
+        let c = _mm512_castps256_ps512(_mm256_mul_ps(
+            _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d), twice),
+            _mm256_loadu_ps(x.dg.as_ptr().add(2 * b)),
+        ));
         let sb = _mm_loadu_ps(x.sb.as_ptr().add(b));
         match F {
             0 | 2 => bacc = _mm_fmadd_ps(d, sb, bacc),
@@ -241,7 +246,14 @@ unsafe fn dot_avx2<const F: u8>(row: &[u8], x: QRow) -> f32 {
         }
         let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv), ones);
         let d = half(blk);
-        let s = _mm256_set1_ps(d * *x.db.get_unchecked(b));
+        // Lanes 0-3 hold the first group of 16, lanes 4-7 the second.
+        let s = _mm256_mul_ps(
+            _mm256_set1_ps(d),
+            _mm256_set_m128(
+                _mm_set1_ps(*x.dg.get_unchecked(2 * b + 1)),
+                _mm_set1_ps(*x.dg.get_unchecked(2 * b)),
+            ),
+        );
         acc[b % 2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc[b % 2]);
         if F != 4 {
             bsum += bias::<F>(blk, d) * *x.sb.get_unchecked(b);

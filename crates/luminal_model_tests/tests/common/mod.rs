@@ -47,9 +47,11 @@ pub fn logits(case: &Value) -> Vec<f32> {
         .collect()
 }
 
+/// A fixture model on two threads with f32 activations (`QuantDots::F32`): the tight
+/// bounds against transformers apply (int8 activations are checked on SmolLM2).
 pub fn load(file: &str) -> (LlamaModel<CpuRuntime>, Tokenizer) {
     let opts = LoadOptions { max_ctx: 64 };
-    let backend = CpuBackend::with_threads(2);
+    let backend = CpuBackend::with_threads(2).quant_dots(QuantDots::F32);
     LlamaModel::load(fixture(file), backend, &opts, |_, _| {}).unwrap()
 }
 
@@ -145,8 +147,9 @@ pub fn check_tokenizer_and_greedy(file: &str, model_name: &str) {
     assert_eq!(got, want, "{file}: greedy generation");
 }
 
-/// The real SmolLM2 GGUF (fetched by `scripts/fetch-models.sh`) on the default CPU backend,
-/// loaded once per test binary and shared; `None` (with a message) when the file is absent.
+/// The real SmolLM2 GGUF (fetched by `scripts/fetch-models.sh`) on the default CPU backend
+/// (int8 activations in the skinny quantized products, the logits excepted), loaded once
+/// per test binary and shared; `None` (with a message) when the file is absent.
 pub fn smollm2() -> Option<&'static Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>> {
     static MODEL: OnceLock<Option<Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>>> = OnceLock::new();
     MODEL
@@ -154,13 +157,11 @@ pub fn smollm2() -> Option<&'static Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>> 
         .as_ref()
 }
 
-/// [`smollm2`] with int8 activations in the skinny quantized products (except the logits).
-pub fn smollm2_int8() -> Option<&'static Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>> {
+/// [`smollm2`] with f32 activations everywhere (`QuantDots::F32`).
+pub fn smollm2_f32() -> Option<&'static Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>> {
     static MODEL: OnceLock<Option<Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>>> = OnceLock::new();
     MODEL
-        .get_or_init(|| {
-            load_smollm2(CpuBackend::default().quant_dots(QuantDots::Int8ExceptOutputs))
-        })
+        .get_or_init(|| load_smollm2(CpuBackend::default().quant_dots(QuantDots::F32)))
         .as_ref()
 }
 
