@@ -172,6 +172,11 @@ unsafe fn skinny_cols_avx2_r<'w, H: HalfElem, const R: usize, const U: usize>(
         let wj = w(j);
         debug_assert_eq!(wj.len(), k);
         let wp = wj.as_ptr();
+        // Rows are usually contiguous: fetch the weight a few rows ahead (as `quant`).
+        crate::simd::prefetch_raw(
+            (wp as *const u8).wrapping_add(crate::quant::PREFETCH_AHEAD),
+            2 * k,
+        );
         // SAFETY (whole block): every access is at an index below `k` of a row of `rows`
         // or of `wj`, or at `r · n + j < R · n` of `out`, per the function's contract.
         unsafe {

@@ -242,3 +242,22 @@ pub use chain::*;
 pub use math::*;
 pub use reduce::*;
 pub use slices::*;
+
+/// Asks for the cache lines of `len` bytes from `p` to be brought into L1. Never faults and
+/// never reads: `p` may point anywhere (a row past the end of a weight is merely wasted).
+#[inline(always)]
+pub(crate) fn prefetch_raw(p: *const u8, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let mut o = 0;
+        while o < len {
+            // SAFETY: a prefetch is a hint with no architectural effect, valid on any
+            // address; the pointer is formed with wrapping arithmetic and not dereferenced.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o) as *const i8) };
+            o += 64;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (p, len);
+}
