@@ -330,3 +330,94 @@ unsafe fn dot_avx2<const SIGNED: bool>(w: URow, x: QRow) -> f32 {
     let sum = _mm256_add_ps(sum, bacc);
     crate::half_matvec::hsum(sum)
 }
+
+/// `Σ w·x` of an unpacked weight row and f32 activations (no activation rounding): each
+/// group's weights are rebuilt in registers as `a_g · u + b_g` and multiplied in f32. The
+/// f32-activation path of the formats without a fused f32 dot (the K-quants, Q5_x).
+#[inline]
+pub(crate) fn dot_f32(path: DotPath, w: URow, x: &[f32]) -> f32 {
+    let k = w.u.len();
+    assert!(
+        k.is_multiple_of(GROUP) && x.len() == k && w.a.len() == k / GROUP && w.b.len() == k / GROUP,
+        "f32 dot: {k} weights against {} activations",
+        x.len()
+    );
+    match path {
+        // SAFETY: the path was chosen from run-time detected features; lengths checked.
+        #[cfg(target_arch = "x86_64")]
+        DotPath::Vnni512 => unsafe { dot_f32_avx512(w, x) },
+        #[cfg(target_arch = "x86_64")]
+        DotPath::Avx2 => unsafe { dot_f32_avx2(w, x) },
+        _ => dot_f32_portable(w, x),
+    }
+}
+
+fn dot_f32_portable(w: URow, x: &[f32]) -> f32 {
+    let mut acc = 0f32;
+    let groups = w.u.chunks_exact(GROUP).zip(x.chunks_exact(GROUP));
+    for (g, (u, x)) in groups.enumerate() {
+        let (a, b) = (w.a[g], w.b[g]);
+        for (&u, &x) in u.iter().zip(x) {
+            let q = if w.signed { u as i8 as f32 } else { u as f32 };
+            acc += x * a.mul_add(q, b);
+        }
+    }
+    acc
+}
+
+/// AVX-512: one group of 16 per vector, four accumulators.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+unsafe fn dot_f32_avx512(w: URow, x: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let ng = w.u.len() / GROUP;
+    let (up, xp) = (w.u.as_ptr(), x.as_ptr());
+    let mut acc = [_mm512_setzero_ps(); 4];
+    for g in 0..ng {
+        let bytes = _mm_loadu_si128(up.add(g * GROUP) as *const __m128i);
+        let q = if w.signed {
+            _mm512_cvtepi8_epi32(bytes)
+        } else {
+            _mm512_cvtepu8_epi32(bytes)
+        };
+        let wv = _mm512_fmadd_ps(
+            _mm512_cvtepi32_ps(q),
+            _mm512_set1_ps(*w.a.get_unchecked(g)),
+            _mm512_set1_ps(*w.b.get_unchecked(g)),
+        );
+        let xv = _mm512_loadu_ps(xp.add(g * GROUP));
+        acc[g % 4] = _mm512_fmadd_ps(xv, wv, acc[g % 4]);
+    }
+    let s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+    _mm512_reduce_add_ps(s)
+}
+
+/// AVX2: one group of 16 as two vectors of 8.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_f32_avx2(w: URow, x: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let ng = w.u.len() / GROUP;
+    let (up, xp) = (w.u.as_ptr(), x.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); 4];
+    for g in 0..ng {
+        let (a, b) = (
+            _mm256_set1_ps(*w.a.get_unchecked(g)),
+            _mm256_set1_ps(*w.b.get_unchecked(g)),
+        );
+        for h in 0..2 {
+            let at = g * GROUP + 8 * h;
+            let bytes = _mm_loadl_epi64(up.add(at) as *const __m128i);
+            let q = if w.signed {
+                _mm256_cvtepi8_epi32(bytes)
+            } else {
+                _mm256_cvtepu8_epi32(bytes)
+            };
+            let wv = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), a, b);
+            let xv = _mm256_loadu_ps(xp.add(at));
+            acc[2 * (g % 2) + h] = _mm256_fmadd_ps(xv, wv, acc[2 * (g % 2) + h]);
+        }
+    }
+    let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    crate::half_matvec::hsum(s)
+}

@@ -249,6 +249,35 @@ pub(crate) fn weight_matmul(
         });
         return;
     }
+    if m <= MAX_ROWS && !dot::has_fused_dot(w.dtype) && unpack::has_int8_dot(w.dtype) {
+        // f32 activations against rows unpacked to bytes (`int8::dot_f32`).
+        let path = int8::DotPath::current();
+        let signed = unpack::signed_quants(w.dtype);
+        let rb = w.row_bytes();
+        split_columns(n, parallel, |j0, j1| {
+            let out = out;
+            let rows = |i: usize| &a[a_off + i * a_row..a_off + i * a_row + k];
+            with_unpacked(k, |u, sa, sb| {
+                for j in j0..j1 {
+                    prefetch(w.bytes, j * rb + PREFETCH_AHEAD, rb);
+                    unpack::unpack(w.dtype, &w.bytes[j * rb..(j + 1) * rb], u, sa, sb);
+                    let wr = int8::URow {
+                        u,
+                        a: sa,
+                        b: sb,
+                        signed,
+                    };
+                    for i in 0..m {
+                        let v = int8::dot_f32(path, wr, rows(i));
+                        // SAFETY: i < m, j < n, dst holds m·n values; no other task
+                        // writes column j.
+                        unsafe { *out.0.add(i * n + j) = v };
+                    }
+                }
+            })
+        });
+        return;
+    }
     if m <= MAX_ROWS {
         let isa = isa();
         let rb = w.row_bytes();
