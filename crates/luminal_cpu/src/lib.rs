@@ -72,27 +72,33 @@ pub struct CpuBackend {
 /// Activations of skinny products (M ≤ 8 rows: decode steps) with block-quantized weights.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum QuantDots {
-    /// f32 activations: each weight row is dequantized in registers (Q4_0, Q4_1, Q8_0) or
-    /// into scratch, and dotted in f32 (`LUMINAL_CPU_QDOT=f32`).
+    /// f32 activations: each weight row is dequantized in registers and dotted in f32
+    /// (`LUMINAL_CPU_QDOT=f32`).
     F32,
-    /// The default. Quantized per group of 16 to int8 and dotted with integer instructions
-    /// (as llama.cpp does per 32; AVX-512 VNNI, AVX2), except in products whose result is
-    /// a graph output (the logits), where the rounding would reach the result undamped.
-    /// On SmolLM2 Q4_1 it keeps 98.5% top-1 agreement with transformers over the decode
-    /// test's 134 steps and adds 0.2% to the perplexity of f32 activations
-    /// (`LUMINAL_CPU_QDOT=int8`).
+    /// The default. Activations quantized per group of 16 to int8 and dotted with integer
+    /// instructions (as llama.cpp does per 32; AVX-512 VNNI, AVX2). In products whose
+    /// result is a graph output (the logits), the 32 largest entries of each row are then
+    /// recomputed with f32 activations: argmax, top-k and the log-probabilities of the
+    /// likely tokens are those of f32 activations, the rest carry the int8 rounding
+    /// (`LUMINAL_CPU_QDOT=int8`). On SmolLM2 Q4_1 decode: 98.5% top-1 agreement with
+    /// transformers over the test's 134 steps, +0.5% perplexity over f32 activations.
     #[default]
+    Int8RefineOutputs,
+    /// Int8, except in products whose result is a graph output, which keep f32 activations
+    /// throughout (`LUMINAL_CPU_QDOT=int8-f32-outputs`).
     Int8ExceptOutputs,
-    /// Int8 everywhere, logits included (`LUMINAL_CPU_QDOT=int8-all`).
+    /// Int8 everywhere, logits included, no refinement (`LUMINAL_CPU_QDOT=int8-all`).
     Int8,
 }
 
 impl QuantDots {
-    /// `self`, unless `LUMINAL_CPU_QDOT` names another choice (`f32`, `int8`, `int8-all`).
+    /// `self`, unless `LUMINAL_CPU_QDOT` names another choice (`f32`, `int8`,
+    /// `int8-f32-outputs`, `int8-all`).
     fn resolved(self) -> QuantDots {
         match std::env::var("LUMINAL_CPU_QDOT").as_deref() {
             Ok("f32") => QuantDots::F32,
-            Ok("int8") => QuantDots::Int8ExceptOutputs,
+            Ok("int8") => QuantDots::Int8RefineOutputs,
+            Ok("int8-f32-outputs") => QuantDots::Int8ExceptOutputs,
             Ok("int8-all") => QuantDots::Int8,
             _ => self,
         }

@@ -34,7 +34,14 @@ pub struct MatmulKernel {
     /// see `quant/int8.rs`): set for products whose result is a graph output (the logits),
     /// where the activation rounding reaches the result undamped.
     pub exact: bool,
+    /// With int8 activations: recompute the `refine` largest entries of each output row
+    /// with f32 activations (0 = none). Set for graph outputs (the logits): the likely
+    /// tokens come out exact (argmax, top-k, their log-probabilities) at int8 speed.
+    pub refine: usize,
 }
+
+/// Entries of each logits row a refined int8 product recomputes exactly.
+pub const REFINE_TOP: usize = 32;
 
 /// Batch count, M, N, K of the resolved product shape.
 fn mnk(dims: &[i64]) -> (usize, usize, usize, usize) {
@@ -61,6 +68,7 @@ impl MatmulKernel {
             epilogue: None,
             weight: None,
             exact: false,
+            refine: 0,
         }
     }
 
@@ -273,19 +281,16 @@ impl MatmulKernel {
         let r = self.a_view.dims.len();
         let sa = &self.a_view.strides;
         let mut rows = vec![];
+        let refine = self.refine.min(n);
+        let refine = if self.exact || m > crate::matvec::MAX_ROWS || !dtype.is_quantized() {
+            0
+        } else {
+            refine
+        };
         for (i, d) in dst.chunks_mut((m * n).max(1)).enumerate() {
             let (oa, _) = self.batch_offsets(i, (self.a_view.offset, 0));
-            if sa[r - 1] == 1 && sa[r - 3] >= 0 {
-                weight_matmul(
-                    a,
-                    oa as usize,
-                    sa[r - 3] as usize,
-                    w,
-                    d,
-                    m,
-                    self.threads,
-                    self.exact,
-                );
+            let (x, x_off, x_row) = if sa[r - 1] == 1 && sa[r - 3] >= 0 {
+                (&a[..], oa as usize, sa[r - 3] as usize)
             } else {
                 // Rows not contiguous along K (a transposed activation): gathered first.
                 rows.clear();
@@ -294,10 +299,50 @@ impl MatmulKernel {
                         rows.push(a[(oa + row * sa[r - 3] + kk * sa[r - 1]) as usize]);
                     }
                 }
-                weight_matmul(&rows, 0, k, w, d, m, self.threads, self.exact);
+                (&rows[..], 0, k)
+            };
+            weight_matmul(x, x_off, x_row, w, d, m, self.threads, self.exact);
+            if refine > 0 {
+                for (row, out) in d.chunks_mut(n).enumerate() {
+                    refine_row(&x[x_off + row * x_row..][..k], w, out, refine);
+                }
             }
         }
         Ok(())
+    }
+}
+
+/// Recomputes the `top` largest entries of `out` (one output row of `x · Wᵀ` computed with
+/// int8 activations) as f32-activation dots. No allocation (`top ≤ REFINE_TOP`).
+fn refine_row(x: &[f32], w: WeightRef, out: &mut [f32], top: usize) {
+    let top = top.min(REFINE_TOP);
+    // The `top` largest so far, ascending by value (a small insertion-sorted array).
+    let mut best = [(f32::NEG_INFINITY, 0usize); REFINE_TOP];
+    let best = &mut best[..top];
+    for (j, &v) in out.iter().enumerate() {
+        if v > best[0].0 {
+            let mut p = 0;
+            while p + 1 < top && best[p + 1].0 < v {
+                best[p] = best[p + 1];
+                p += 1;
+            }
+            best[p] = (v, j);
+        }
+    }
+    let rb = w.row_bytes();
+    for &(v, j) in best.iter() {
+        if v == f32::NEG_INFINITY {
+            continue;
+        }
+        let row = WeightRef {
+            dtype: w.dtype,
+            bytes: &w.bytes[j * rb..(j + 1) * rb],
+            n: 1,
+            k: w.k,
+        };
+        let mut exact = [0f32];
+        weight_matmul(x, 0, w.k, row, &mut exact, 1, 1, true);
+        out[j] = exact[0];
     }
 }
 

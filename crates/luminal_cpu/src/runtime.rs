@@ -78,11 +78,15 @@ impl CpuRuntime {
         let mut kernels = crate::plan::lower(&graph, &order, &names, threads)?;
         for k in &mut kernels {
             if let KernelKind::Matmul(m) = &mut k.kind {
+                let output = graph.outputs.contains(&k.node);
                 m.exact = match dots {
                     crate::QuantDots::F32 => true,
-                    crate::QuantDots::Int8 => false,
-                    crate::QuantDots::Int8ExceptOutputs => graph.outputs.contains(&k.node),
+                    crate::QuantDots::Int8 | crate::QuantDots::Int8RefineOutputs => false,
+                    crate::QuantDots::Int8ExceptOutputs => output,
                 };
+                if dots == crate::QuantDots::Int8RefineOutputs && output {
+                    m.refine = crate::matmul::REFINE_TOP;
+                }
             }
         }
 

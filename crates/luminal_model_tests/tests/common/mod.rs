@@ -148,7 +148,7 @@ pub fn check_tokenizer_and_greedy(file: &str, model_name: &str) {
 }
 
 /// The real SmolLM2 GGUF (fetched by `scripts/fetch-models.sh`) on the default CPU backend
-/// (int8 activations in the skinny quantized products, the logits excepted), loaded once
+/// (int8 activations in the skinny quantized products, the top logits refined), loaded once
 /// per test binary and shared; `None` (with a message) when the file is absent.
 pub fn smollm2() -> Option<&'static Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>> {
     static MODEL: OnceLock<Option<Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>>> = OnceLock::new();
