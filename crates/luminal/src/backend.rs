@@ -64,6 +64,16 @@ pub trait Runtime {
         })
     }
 
+    /// [`Runtime::get`] into `out` (replacing its contents). Runtimes that can copy from
+    /// their own buffers make no allocation once `out` has the capacity (decode loops).
+    fn get_into<T: Element>(&self, tensor: impl Into<TensorRef>, out: &mut Vec<T>) -> Result<()>
+    where
+        Self: Sized,
+    {
+        *out = self.get(tensor)?;
+        Ok(())
+    }
+
     /// Reads an output as `f32` whatever its dtype.
     fn get_f32(&self, tensor: impl Into<TensorRef>) -> Result<Vec<f32>>
     where

@@ -177,33 +177,61 @@ impl GraphData {
         data: &HostData,
         dims: &HashMap<String, i64>,
     ) -> Result<NodeId> {
+        self.check_input_as(t, data.dtype(), data.len(), dims)
+    }
+
+    /// [`GraphData::check_input`] for `len` values of `dtype` (data not yet in a `HostData`).
+    pub fn check_input_as(
+        &self,
+        t: impl Into<TensorRef>,
+        dtype: DType,
+        len: usize,
+        dims: &HashMap<String, i64>,
+    ) -> Result<NodeId> {
         let entry = self.tensor_entry(t)?;
         let node = self.node(entry.node);
         let is_input = matches!(node.op, Op::Input { .. });
         if !is_input || !entry.view.is_contiguous() || entry.view.dims() != node.shape {
             return Err(LuminalError::NotAnInput(entry.label.clone()));
         }
-        if data.dtype() != entry.dtype {
+        self.check_input_data(entry, dtype, len, dims)?;
+        Ok(entry.node)
+    }
+
+    /// The data part of [`GraphData::check_input_as`] (dtype, and length where `dims` bind
+    /// the shape) for an entry already known to be a whole input. Allocates nothing.
+    pub fn check_input_data(
+        &self,
+        entry: &TensorEntry,
+        dtype: DType,
+        len: usize,
+        dims: &HashMap<String, i64>,
+    ) -> Result<()> {
+        if dtype != entry.dtype {
             return Err(LuminalError::WrongDType {
                 tensor: entry.label.clone(),
                 expected: entry.dtype,
-                got: data.dtype(),
+                got: dtype,
             });
         }
-        let known = node.shape.iter().try_fold(1usize, |acc, d| {
-            d.eval_with(&|n| dims.get(n).copied())
-                .map(|v| acc * v.max(0) as usize)
-        });
+        let known = self
+            .node(entry.node)
+            .shape
+            .iter()
+            .try_fold(1usize, |acc, d| {
+                d.eval_with(&|n| dims.get(n).copied())
+                    .map(|v| acc * v.max(0) as usize)
+            });
         if let Ok(n) = known {
-            if n != data.len() {
+            if n != len {
                 return Err(LuminalError::WrongLength {
                     tensor: entry.label.clone(),
                     expected: n,
-                    got: data.len(),
+                    got: len,
                 });
             }
         }
-        Ok(entry.node)
+        Ok(())
     }
 
     /// The checks every runtime's `get` makes: the handle is an output read as a whole.

@@ -252,7 +252,12 @@ impl Runtime for ReferenceRuntime {
     }
 
     fn set_dim(&mut self, name: &str, value: usize) {
-        self.dims.insert(name.to_string(), value as i64);
+        match self.dims.get_mut(name) {
+            Some(v) => *v = value as i64,
+            None => {
+                self.dims.insert(name.to_string(), value as i64);
+            }
+        }
     }
 
     fn run(&mut self) -> Result<()> {

@@ -119,8 +119,9 @@ pub fn run(args: BenchArgs) -> CliResult {
 /// `n` decode steps of one token each from an empty cache.
 fn decode(model: &mut CliModel, tokens: &[u32]) -> luminal_models::Result<()> {
     model.reset();
+    let mut logits = Vec::new();
     for &t in tokens {
-        model.forward(&[t], 1)?;
+        model.forward_into(&[t], 1, &mut logits)?;
     }
     Ok(())
 }

@@ -10,7 +10,7 @@ use luminal::graph::{GraphData, NodeId, TensorRef};
 use luminal::op::Op;
 use luminal::passes::live_nodes;
 use luminal::shape::CompiledExpression;
-use luminal::{HostData, LuminalError, Result, Runtime};
+use luminal::{Element, HostData, LuminalError, Result, Runtime};
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
@@ -46,6 +46,9 @@ pub struct CpuRuntime {
     timings: Vec<Duration>,
     /// f32 scratch of the f16 / bf16 matmuls, shared by all of them.
     half_scratch: HalfScratch,
+    /// Handles that passed the (allocating, symbolic) whole-tensor check of `set` or
+    /// `get_into`: an input stays an input, so later calls check only dtype and length.
+    checked: std::sync::Mutex<Vec<(TensorRef, bool)>>,
 }
 
 impl CpuRuntime {
@@ -219,6 +222,7 @@ impl CpuRuntime {
             profile: std::env::var("LUMINAL_PROFILE").is_ok_and(|v| v == "1"),
             timings: vec![Duration::ZERO; n],
             half_scratch: HalfScratch::default(),
+            checked: Default::default(),
         })
     }
 
@@ -238,6 +242,17 @@ impl CpuRuntime {
     pub fn buffer_count(&self) -> usize {
         self.bufs.len()
     }
+    /// Whether `t` passed the whole-input (`output: false`, `set`) or whole-output
+    /// (`get_into`) check before.
+    fn checked_handle(&self, t: TensorRef, output: bool) -> bool {
+        let seen = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+        seen.contains(&(t, output))
+    }
+    fn remember_handle(&self, t: TensorRef, output: bool) {
+        let mut seen = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+        seen.push((t, output));
+    }
+
     /// Threads of the runtime's pool.
     pub fn threads(&self) -> usize {
         self.threads
@@ -376,7 +391,61 @@ impl Runtime for CpuRuntime {
     }
 
     fn set_dim(&mut self, name: &str, value: usize) {
-        self.dims.insert(name.to_string(), value as i64);
+        match self.dims.get_mut(name) {
+            Some(v) => *v = value as i64,
+            None => {
+                self.dims.insert(name.to_string(), value as i64);
+            }
+        }
+    }
+
+    /// Copies `data` into the input's buffer when it already holds that element kind (no
+    /// allocation once it has grown: the tokens of a decode step); otherwise as `set_data`.
+    fn set<T: Element>(&mut self, tensor: impl Into<TensorRef>, data: &[T]) -> Result<()> {
+        let tensor: TensorRef = tensor.into();
+        // The symbolic whole-tensor check allocates: done once per handle.
+        let node = if self.checked_handle(tensor, false) {
+            let entry = self.graph.tensor_entry(tensor)?;
+            self.graph
+                .check_input_data(entry, T::DTYPE, data.len(), &self.dims)?;
+            entry.node
+        } else {
+            let node = self
+                .graph
+                .check_input_as(tensor, T::DTYPE, data.len(), &self.dims)?;
+            self.remember_handle(tensor, false);
+            node
+        };
+        if let Some(slot) = self.inputs.iter_mut().find(|s| s.node == node) {
+            if !self.bufs[slot.buf].write_from(data) {
+                self.bufs[slot.buf] = Storage::from_host(T::to_host(data), slot.weight_only);
+            }
+            slot.present = true;
+        }
+        Ok(())
+    }
+
+    /// Copies an f32 output straight from its buffer (no allocation once `out` has grown).
+    fn get_into<T: Element>(&self, tensor: impl Into<TensorRef>, out: &mut Vec<T>) -> Result<()> {
+        let tensor: TensorRef = tensor.into();
+        let entry = if self.checked_handle(tensor, true) {
+            self.graph.tensor_entry(tensor)?
+        } else {
+            let entry = self.graph.check_output(tensor)?;
+            self.remember_handle(tensor, true);
+            entry
+        };
+        if let (Some(&(buf, Some(k))), true) = (self.node_buf.get(&entry.node), self.computed) {
+            if let Storage::F32(v) = &self.bufs[buf] {
+                if let Some(src) = crate::storage::as_elements::<T, _>(&v[..self.kernel_len[k]]) {
+                    out.clear();
+                    out.extend_from_slice(src);
+                    return Ok(());
+                }
+            }
+        }
+        *out = self.get(tensor)?;
+        Ok(())
     }
 
     fn run(&mut self) -> Result<()> {

@@ -102,6 +102,61 @@ impl Storage {
     }
 
     /// Grows to at least `n` elements; never shrinks, so the same dims never reallocate.
+    /// Replaces the contents with `data` when this buffer holds `T`'s element kind (f32 as
+    /// f32, halves as halves, integers and booleans as f64); `false` otherwise. Reuses the
+    /// capacity.
+    pub fn write_from<T: luminal::Element>(&mut self, data: &[T]) -> bool {
+        use std::any::TypeId;
+        let t = TypeId::of::<T>();
+        match self {
+            Storage::F32(v) => match as_elements::<f32, _>(data) {
+                Some(src) => {
+                    v.clear();
+                    v.extend_from_slice(src);
+                    true
+                }
+                None => false,
+            },
+            Storage::F64(v) if t == TypeId::of::<i32>() => {
+                v.clear();
+                v.extend(
+                    as_elements::<i32, _>(data)
+                        .unwrap()
+                        .iter()
+                        .map(|&x| x as f64),
+                );
+                true
+            }
+            Storage::F64(v) if t == TypeId::of::<bool>() => {
+                v.clear();
+                v.extend(
+                    as_elements::<bool, _>(data)
+                        .unwrap()
+                        .iter()
+                        .map(|&x| x as u8 as f64),
+                );
+                true
+            }
+            Storage::F16(v) => match as_elements::<f16, _>(data) {
+                Some(src) => {
+                    v.clear();
+                    v.extend_from_slice(src);
+                    true
+                }
+                None => false,
+            },
+            Storage::BF16(v) => match as_elements::<bf16, _>(data) {
+                Some(src) => {
+                    v.clear();
+                    v.extend_from_slice(src);
+                    true
+                }
+                None => false,
+            },
+            _ => false,
+        }
+    }
+
     pub fn ensure_len(&mut self, n: usize) {
         match self {
             Storage::F32(v) if v.len() < n => v.resize(n, 0.0),
@@ -192,4 +247,12 @@ impl<'a> BufRef<'a> {
             }
         }
     }
+}
+
+/// `data` as a slice of `U` when `T` is `U` (same type), else `None`.
+pub fn as_elements<U: 'static, T: 'static>(data: &[T]) -> Option<&[U]> {
+    (std::any::TypeId::of::<T>() == std::any::TypeId::of::<U>()).then(|| {
+        // SAFETY: `T` and `U` are the same type, so the layout is identical.
+        unsafe { std::slice::from_raw_parts(data.as_ptr() as *const U, data.len()) }
+    })
 }

@@ -238,7 +238,7 @@ pub fn generate<M: Model + ?Sized>(
             stop_reason = StopReason::ContextFull;
             break;
         }
-        logits = model.forward(&[next], 1)?;
+        model.forward_into(&[next], 1, &mut logits)?;
     }
     if !stopped_by_string {
         let mut rest = String::new();

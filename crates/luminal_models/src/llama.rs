@@ -187,6 +187,8 @@ pub struct LlamaModel<R> {
     caches: Vec<TensorRef>,
     max_ctx: usize,
     pos: usize,
+    /// The token ids of the last call, as the graph's i32 input (kept: no allocation).
+    ids: Vec<i32>,
     pub stats: LoadStats,
 }
 
@@ -401,6 +403,7 @@ impl<R: Runtime> LlamaModel<R> {
             caches: cache_refs,
             max_ctx,
             pos: 0,
+            ids: Vec::new(),
             stats: LoadStats::default(),
         };
         model.clear_cache()?;
@@ -447,9 +450,9 @@ impl<R: Runtime> Model for LlamaModel<R> {
         self.pos = 0;
     }
 
-    /// Runs `tokens` at positions `pos..pos + len` (appending them to the cache) and returns
-    /// the logits of the last `n_out` of them, row-major `[n_out, vocab]`.
-    fn forward(&mut self, tokens: &[u32], n_out: usize) -> Result<Vec<f32>> {
+    /// Runs `tokens` at positions `pos..pos + len` (appending them to the cache) and writes
+    /// the logits of the last `n_out` of them, row-major `[n_out, vocab]`, into `logits`.
+    fn forward_into(&mut self, tokens: &[u32], n_out: usize, logits: &mut Vec<f32>) -> Result<()> {
         if tokens.is_empty() {
             return Err(ModelError::Other("forward needs at least one token".into()));
         }
@@ -465,14 +468,16 @@ impl<R: Runtime> Model for LlamaModel<R> {
             });
         }
         let n_out = n_out.clamp(1, tokens.len());
-        let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+        self.ids.clear();
+        self.ids.extend(tokens.iter().map(|&t| t as i32));
         self.runtime.set_dim("s", tokens.len());
         self.runtime.set_dim("p", self.pos);
         self.runtime.set_dim("n_out", n_out);
-        self.runtime.set(self.tokens, &ids)?;
+        self.runtime.set(self.tokens, &self.ids)?;
         self.runtime.run()?;
         self.pos = needed;
-        Ok(self.runtime.get::<f32>(self.logits)?)
+        self.runtime.get_into(self.logits, logits)?;
+        Ok(())
     }
 
     /// Logits for every position of `tokens` from an empty cache (teacher forcing).

@@ -15,7 +15,14 @@ pub trait Model {
     fn reset(&mut self);
     /// Runs `tokens` at positions `pos..pos + len` (appending them to the cache) and returns
     /// the logits of the last `n_out` of them, row-major `[n_out, vocab]`.
-    fn forward(&mut self, tokens: &[u32], n_out: usize) -> Result<Vec<f32>>;
+    fn forward(&mut self, tokens: &[u32], n_out: usize) -> Result<Vec<f32>> {
+        let mut logits = Vec::new();
+        self.forward_into(tokens, n_out, &mut logits)?;
+        Ok(logits)
+    }
+    /// [`Model::forward`] into `logits` (its contents replaced). On the CPU backend a decode
+    /// step through this makes no heap allocation once `logits` has grown.
+    fn forward_into(&mut self, tokens: &[u32], n_out: usize, logits: &mut Vec<f32>) -> Result<()>;
     /// Logits for every position of `tokens` from an empty cache (teacher forcing).
     fn logits_all(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
         self.reset();

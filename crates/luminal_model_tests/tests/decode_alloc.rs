@@ -1,0 +1,84 @@
+//! A decode step makes no heap allocation: once the buffers have grown to a context length
+//! (a first pass over the positions), `Model::forward_into` through the KV cache allocates
+//! nothing, on any thread (a counting global allocator sees every allocation). The tiny Q8_0
+//! GGUF exercises the default int8 path with its refined logits; the f32 file the f32 one.
+
+use luminal_cpu::{CpuBackend, QuantDots};
+use luminal_models::{LlamaModel, LoadOptions, Model};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+struct Counting;
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; only counts calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
+        System.alloc(l)
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        System.dealloc(p, l)
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
+        System.realloc(p, l, n)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+/// Allocations during the decode steps of a second pass over the same positions.
+fn decode_allocations(file: &str, dots: QuantDots, threads: usize) -> usize {
+    let backend = CpuBackend::with_threads(threads).quant_dots(dots);
+    let opts = LoadOptions { max_ctx: 48 };
+    let (mut model, _) = LlamaModel::load(fixture(file), backend, &opts, |_, _| {}).unwrap();
+    let prompt = [1u32, 5, 9, 3, 7];
+    let steps: Vec<u32> = (0..40).map(|i| (i * 7 + 2) % 50).collect();
+    let mut logits = Vec::new();
+    let mut total = 0;
+    for pass in 0..2 {
+        model.reset();
+        model.forward_into(&prompt, 1, &mut logits).unwrap();
+        ALLOCS.store(0, Ordering::SeqCst);
+        COUNTING.store(pass == 1, Ordering::SeqCst);
+        for &t in &steps {
+            model.forward_into(&[t], 1, &mut logits).unwrap();
+        }
+        COUNTING.store(false, Ordering::SeqCst);
+        total = ALLOCS.load(Ordering::SeqCst);
+        assert_eq!(logits.len(), model.vocab_size());
+        assert!(logits.iter().all(|v| v.is_finite()));
+    }
+    total
+}
+
+#[test]
+fn decode_steps_allocate_nothing() {
+    for threads in [1, 2] {
+        for (file, dots) in [
+            ("tiny-llama.q8_0.gguf", QuantDots::default()),
+            ("tiny-llama.q8_0.gguf", QuantDots::F32),
+            ("tiny-llama.gguf", QuantDots::default()),
+        ] {
+            let n = decode_allocations(file, dots, threads);
+            assert_eq!(
+                n, 0,
+                "{file} {dots:?} {threads} threads: {n} allocations in 40 steps"
+            );
+        }
+    }
+}
