@@ -174,11 +174,12 @@ fn int8_activations(x: &[f32], k: usize) -> (Vec<f32>, Vec<f64>) {
 /// formats, Ks that are not multiples of the 64- and 128-value SIMD steps).
 fn shapes(dtype: DType) -> Vec<(usize, usize, usize)> {
     let bs = dtype.block_size().max(32);
-    // 32-value formats: also 5 and 18 blocks (the four-block SIMD steps and a tail).
+    // 32-value formats: also 5 and 18 blocks (the four-block SIMD steps and a tail);
+    // super-block formats: 1, 2, 3 and 9 super-blocks (K = 256, 512, 768, 2304).
     let ks = if bs == 32 {
         vec![bs, 3 * bs, 5 * bs, 18 * bs]
     } else {
-        vec![bs, 3 * bs]
+        vec![bs, 2 * bs, 3 * bs, 9 * bs]
     };
     let mut v = vec![];
     for m in [1, 7, 128] {

@@ -4,8 +4,10 @@
 //! f32 copy of a weight exists at any time:
 //!
 //! - **skinny products** (`M ≤ 8` rows, decode steps): each output is one weight row's dot
-//!   with each activation row; Q4_0, Q4_1 and Q8_0 dequantize in registers (`dot.rs`), the
-//!   other formats decode the row into an L1-sized scratch first;
+//!   with each activation row. With int8 activations, Q4_0 … Q8_0 (`legacy_dot.rs`) and
+//!   Q4_K, Q6_K (`kquant_dot.rs`) are unpacked in registers, the other formats into a
+//!   scratch row (`unpack.rs`, `int8.rs`); with f32 activations Q4_0, Q4_1 and Q8_0
+//!   dequantize in registers (`dot.rs`), the other formats decode the row into scratch;
 //! - **wide products** (prefill): tiles of weight rows are decoded into scratch and
 //!   multiplied by `gemm`, so the decode cost is shared by all `M` rows;
 //! - **gather**: the picked rows are decoded straight into the output.
@@ -15,6 +17,7 @@
 
 mod dot;
 mod int8;
+mod kquant_dot;
 mod legacy_dot;
 mod unpack;
 
@@ -154,15 +157,14 @@ fn with_unpacked<R>(k: usize, f: impl FnOnce(&mut [u8], &mut [f32], &mut [f32]) 
     })
 }
 
+/// A fused int8 dot (`legacy_dot::dot`, `kquant_dot::dot`): one weight row's blocks read in
+/// place against one quantized activation row.
+type FusedDot = fn(int8::DotPath, DType, &[u8], int8::QRow) -> f32;
+
 /// Bytes of decoded weight rows a wide-product tile holds (fits in L2 with room for the
 /// activation panel).
 const TILE_BYTES: usize = 512 << 10;
 
-/// `dst[i·n + j] = Σ_k a[a_off + i·a_row + k] · W[j, k]` for `i < m`, `j < n`: the product
-/// `x · Wᵀ` with `W` read in place. Allocates nothing once the per-thread scratch has grown.
-/// Skinny products with block-quantized weights take int8 dots (activations quantized per
-/// block of 32, see `int8.rs`) unless `exact`.
-#[allow(clippy::too_many_arguments)]
 /// Bytes ahead of the row being read that skinny products prefetch: a weight streamed from
 /// memory once per step outruns the hardware prefetcher (one thread, 128 MiB weight, int8
 /// path, ns per 64 weights: Q4_1 K = 576 6.6 -> 4.6, K = 1536 5.9 -> 3.9, Q8_0 9.4 -> 6.2;
@@ -175,6 +177,11 @@ fn prefetch(bytes: &[u8], at: usize, len: usize) {
     crate::simd::prefetch_raw(bytes.as_ptr().wrapping_add(at), len);
 }
 
+/// `dst[i·n + j] = Σ_k a[a_off + i·a_row + k] · W[j, k]` for `i < m`, `j < n`: the product
+/// `x · Wᵀ` with `W` read in place. Allocates nothing once the per-thread scratch has grown.
+/// Skinny products with block-quantized weights take int8 dots (activations quantized per
+/// group of 16, see `int8.rs`) unless `exact`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn weight_matmul(
     a: &[f32],
     a_off: usize,
@@ -209,14 +216,21 @@ pub(crate) fn weight_matmul(
             let mut q = q.borrow_mut();
             q.quantize(m, k, rows);
             let q = &*q;
-            if path != int8::DotPath::Portable && legacy_dot::has_fused_dot(w.dtype) {
+            // Formats whose int8 dot reads the blocks in place (no scratch row).
+            let fused: Option<FusedDot> = match path {
+                int8::DotPath::Portable => None,
+                _ if legacy_dot::has_fused_dot(w.dtype) => Some(legacy_dot::dot),
+                _ if kquant_dot::has_fused_dot(w.dtype) => Some(kquant_dot::dot),
+                _ => None,
+            };
+            if let Some(fused_dot) = fused {
                 split_columns(n, parallel, |j0, j1| {
                     let out = out;
                     for j in j0..j1 {
                         prefetch(w.bytes, j * rb + PREFETCH_AHEAD, rb);
                         let row = &w.bytes[j * rb..(j + 1) * rb];
                         for i in 0..m {
-                            let v = legacy_dot::dot(path, w.dtype, row, q.row(i));
+                            let v = fused_dot(path, w.dtype, row, q.row(i));
                             // SAFETY: i < m, j < n, dst holds m·n values; no other task
                             // writes column j.
                             unsafe { *out.0.add(i * n + j) = v };
@@ -431,6 +445,7 @@ mod timing {
             DType::Q4_1,
             DType::Q8_0,
             DType::Q5_0,
+            DType::Q4_K,
             DType::Q6_K,
         ] {
             let k = if dtype.block_size() == 256 { 768 } else { k };
@@ -490,10 +505,17 @@ mod timing {
             }
             let td = t.elapsed().as_secs_f64() / reps as f64;
             let t = std::time::Instant::now();
-            if legacy_dot::has_fused_dot(dtype) {
+            let fused: Option<FusedDot> = if legacy_dot::has_fused_dot(dtype) {
+                Some(legacy_dot::dot)
+            } else if kquant_dot::has_fused_dot(dtype) {
+                Some(kquant_dot::dot)
+            } else {
+                None
+            };
+            if let Some(fused) = fused {
                 for _ in 0..reps {
                     for j in 0..n {
-                        s += legacy_dot::dot(path, dtype, &bytes[j * rb..(j + 1) * rb], q.row(0));
+                        s += fused(path, dtype, &bytes[j * rb..(j + 1) * rb], q.row(0));
                     }
                 }
             }
@@ -526,26 +548,41 @@ mod timing {
             (DType::Q4_1, 1536),
             (DType::Q4_0, 576),
             (DType::Q8_0, 576),
+            (DType::Q4_K, 2048),
+            (DType::Q6_K, 2048),
         ] {
-            let n = (128usize << 20) / (k / 32 * dtype.block_bytes());
+            let rb = dtype.bytes_for(k).unwrap();
+            let n = (128usize << 20) / rb;
             let mut bytes: Vec<u8> = (0..dtype.bytes_for(n * k).unwrap())
                 .map(|i| (i * 7919 % 251) as u8)
                 .collect();
+            // The f16 scale(s) of each block set to 0.1.
+            let at: &[usize] = match dtype {
+                DType::Q4_1 | DType::Q4_K => &[0, 2],
+                DType::Q6_K => &[208],
+                _ => &[0],
+            };
             for blk in bytes.chunks_mut(dtype.block_bytes()) {
-                blk[0] = 0x66;
-                blk[1] = 0x2E;
+                for &o in at {
+                    blk[o] = 0x66;
+                    blk[o + 1] = 0x2E;
+                }
             }
             let x: Vec<f32> = (0..k).map(|i| (i as f32 * 0.37).sin()).collect();
             let mut q = int8::QActs::default();
             q.quantize(1, k, |_| &x);
             let path = int8::DotPath::current();
-            let rb = k / 32 * dtype.block_bytes();
+            let dot = if kquant_dot::has_fused_dot(dtype) {
+                kquant_dot::dot
+            } else {
+                legacy_dot::dot
+            };
             let mut s = 0.0;
             let mut best = f64::MAX;
             for _ in 0..5 {
                 let t = std::time::Instant::now();
                 for j in 0..n {
-                    s += legacy_dot::dot(path, dtype, &bytes[j * rb..(j + 1) * rb], q.row(0));
+                    s += dot(path, dtype, &bytes[j * rb..(j + 1) * rb], q.row(0));
                 }
                 best = best.min(t.elapsed().as_secs_f64());
             }
