@@ -394,7 +394,8 @@ run_ppl() {
         measure "$stem.llama" "$LLAMA_BIN/llama-perplexity" -m "$MODELS_DIR/$f" -f "$text" \
             -c "$PPL_CTX" -b "$PPL_CTX" -t "$t"
         measure "$stem.ours" env ${OURS_ENV[@]+"${OURS_ENV[@]}"} "$OURS" perplexity \
-            --model "$MODELS_DIR/$f" --file "$text" --ctx "$PPL_CTX" --threads "$t"
+            --model "$MODELS_DIR/$f" --file "$text" --ctx "$PPL_CTX" --threads "$t" \
+            --protocol llama-cpp
     done
 }
 

@@ -320,7 +320,10 @@ def report(args):
             op = f"{float(ms[-1]):.4f}" if ms else failure(stem + ".ours")
             mt = re.search(r"tokens: (\d+), windows: (\d+)", ot)
             lw, ow = wall_s(stem + ".llama.time"), wall_s(stem + ".ours.time")
-            ppl_rows.append((f, t, op, lp, ow, lw, mt.group(1) if mt else "?"))
+            ratio = "–"
+            if ms and m:
+                ratio = f"{float(ms[-1]) / float(m.group(1)) - 1:+.2%}"
+            ppl_rows.append((f, t, op, lp, ratio, ow, lw, mt.group(1) if mt else "?"))
     if ppl_rows:
         text = "?"
         try:
@@ -330,15 +333,14 @@ def report(args):
         p()
         p(f"Perplexity of `{text}`, window {args.ppl_ctx}:")
         p()
-        p("| file | threads | ours ppl | llama.cpp ppl | ours wall s | llama.cpp wall s |")
-        p("|---|---|---|---|---|---|")
-        for f, t, op, lp, ow, lw, ntok in ppl_rows:
-            p(f"| {f} | {t} | {op} | {lp} | {ow if ow is not None else '–'} | {lw if lw is not None else '–'} |")
+        p("| file | threads | ours ppl | llama.cpp ppl | ours vs llama.cpp | ours wall s | llama.cpp wall s |")
+        p("|---|---|---|---|---|---|---|")
+        for f, t, op, lp, ratio, ow, lw, ntok in ppl_rows:
+            p(f"| {f} | {t} | {op} | {lp} | {ratio} | {ow if ow is not None else '–'} | {lw if lw is not None else '–'} |")
         p()
-        p("The protocols differ, so compare each column's trend across files, not the two columns: ours "
-          "(`luminal perplexity`) scores every token of non-overlapping windows after the window's first; "
-          "`llama-perplexity` scores only the second half of each window (first half is context, so its "
-          "numbers are lower) and drops a last partial window. Wall time includes loading.")
+        p("Same protocol on both sides: `luminal perplexity --protocol llama-cpp` scores what "
+          "`llama-perplexity` scores (BOS where the model adds one, whole windows only, the second half "
+          "of each window). Wall time includes loading.")
 
 
 def main():

@@ -2,7 +2,7 @@
 
 use crate::common::{load_model, CliError, CliResult, Device};
 use clap::Args;
-use luminal_models::generate::perplexity_with_progress;
+use luminal_models::generate::{perplexity_llama_cpp, perplexity_with_progress};
 use luminal_models::Model;
 use std::io::Write;
 use std::path::PathBuf;
@@ -24,6 +24,18 @@ pub struct PerplexityArgs {
     /// CPU threads (default: every core)
     #[arg(short, long)]
     threads: Option<usize>,
+    /// Which tokens are scored: `luminal` = every token of each window after its first;
+    /// `llama-cpp` = llama-perplexity's protocol (BOS prefix, whole chunks only, second half
+    /// of each chunk scored), so that the numbers compare with llama.cpp's
+    #[arg(long, value_enum, default_value_t = Protocol::Luminal)]
+    protocol: Protocol,
+}
+
+/// The token-scoring protocol of `luminal perplexity`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    Luminal,
+    LlamaCpp,
 }
 
 pub fn run(args: PerplexityArgs) -> CliResult {
@@ -47,13 +59,17 @@ pub fn run(args: PerplexityArgs) -> CliResult {
     let mut out = stdout.lock();
     let mut write_error = None;
     let start = std::time::Instant::now();
-    let result = perplexity_with_progress(&mut model, &tok, &text, args.ctx, |w, n, ppl| {
+    let progress = |w: usize, n: usize, ppl: f64| {
         if write_error.is_none() {
             if let Err(e) = writeln!(out, "[{w}/{n}] running perplexity {ppl:.4}") {
                 write_error = Some(e);
             }
         }
-    })?;
+    };
+    let result = match args.protocol {
+        Protocol::Luminal => perplexity_with_progress(&mut model, &tok, &text, args.ctx, progress)?,
+        Protocol::LlamaCpp => perplexity_llama_cpp(&mut model, &tok, &text, args.ctx, progress)?,
+    };
     if let Some(e) = write_error {
         return Err(e.into());
     }

@@ -345,6 +345,74 @@ pub fn perplexity_with_progress<M: Model + ?Sized>(
     })
 }
 
+/// The perplexity of `text` by `llama-perplexity`'s protocol, so that the two programs'
+/// numbers compare directly: tokenize the whole text with the model's special prefix
+/// (`encode(text, true)`: BOS where the model adds one), cut it into `len / ctx` whole
+/// chunks of `ctx` tokens (a last partial chunk is dropped), put BOS in place of each
+/// chunk's first token when the model adds BOS, run each chunk from an empty cache and
+/// score only its second half: the logits at positions `ctx/2 .. ctx-2` predict the tokens
+/// after them. `ppl = exp(mean NLL)`. Errors if the text has fewer than `2·ctx` tokens (as
+/// llama-perplexity does).
+///
+/// `progress(chunk, n_chunks, running_ppl)` is called after each chunk (1-based).
+pub fn perplexity_llama_cpp<M: Model + ?Sized>(
+    model: &mut M,
+    tok: &Tokenizer,
+    text: &str,
+    ctx: usize,
+    mut progress: impl FnMut(usize, usize, f64),
+) -> Result<PerplexityResult> {
+    if ctx < 4 {
+        return Err(ModelError::Other(format!(
+            "the llama.cpp perplexity protocol needs a context of at least 4 tokens, got {ctx}"
+        )));
+    }
+    if ctx > model.max_ctx() {
+        return Err(ModelError::ContextFull {
+            needed: ctx,
+            max: model.max_ctx(),
+        });
+    }
+    let ids = tok.encode(text, true)?;
+    if ids.len() < 2 * ctx {
+        return Err(ModelError::Other(format!(
+            "the text has {} token(s): the llama.cpp protocol needs at least {} (2 × ctx)",
+            ids.len(),
+            2 * ctx
+        )));
+    }
+    let bos = if tok.add_bos() { tok.bos_id() } else { None };
+    let (n_chunks, first) = (ids.len() / ctx, ctx / 2);
+    let vocab = model.vocab_size();
+    let (mut nll_sum, mut n_scored) = (0f64, 0usize);
+    let mut chunk = Vec::with_capacity(ctx);
+    let mut logits = Vec::new();
+    for c in 0..n_chunks {
+        chunk.clear();
+        chunk.extend_from_slice(&ids[c * ctx..(c + 1) * ctx]);
+        if let Some(b) = bos {
+            chunk[0] = b;
+        }
+        model.reset();
+        // Positions `first .. ctx - 2` predict tokens `first + 1 .. ctx - 1`.
+        model.forward_into(&chunk[..ctx - 1], ctx - 1 - first, &mut logits)?;
+        for (row, &target) in logits.chunks_exact(vocab).zip(&chunk[first + 1..]) {
+            nll_sum += token_nll(row, target as usize);
+        }
+        n_scored += ctx - 1 - first;
+        progress(c + 1, n_chunks, (nll_sum / n_scored as f64).exp());
+    }
+    model.reset();
+    let mean_nll = nll_sum / n_scored as f64;
+    Ok(PerplexityResult {
+        ppl: mean_nll.exp(),
+        mean_nll,
+        n_tokens: ids.len(),
+        n_scored,
+        n_windows: n_chunks,
+    })
+}
+
 /// `-log_softmax(row)[target]`, computed in f64.
 pub fn token_nll(row: &[f32], target: usize) -> f64 {
     let max = row.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(x as f64));
