@@ -41,21 +41,27 @@ pub fn causal_attention_windowed<'g>(
     );
     let head_dim = qs[3].as_constant().unwrap();
     let groups = hq / hkv;
-    // Share each kv head with its `groups` query heads.
-    let repeat = |t: GraphTensor<'g>| {
-        if groups == 1 {
-            return t;
-        }
-        let s = t.shape();
-        t.expand(2, groups).reshape(vec![
-            s[0].clone(),
-            Expression::from(hq),
-            s[2].clone(),
-            s[3].clone(),
-        ])
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    // Grouped-query attention without copying the cache: the query heads are viewed as
+    // [b, hkv, groups, s, d] and each kv head is broadcast over its group (a stride-0 view
+    // the matmuls read in place), instead of materialising k and v repeated per query head.
+    let grouped = groups > 1;
+    let (q, k, v) = if grouped {
+        let split = |t: GraphTensor<'g>| {
+            let s = t.shape();
+            t.reshape(vec![
+                s[0].clone(),
+                Expression::from(hkv),
+                Expression::from(groups),
+                s[2].clone(),
+                s[3].clone(),
+            ])
+        };
+        (split(q), k.expand(2, groups), v.expand(2, groups))
+    } else {
+        (q, k, v)
     };
-    let (k, v) = (repeat(k), repeat(v));
-    let scores = q.matmul(k.transpose(-1, -2)) * (1.0 / (head_dim as f32).sqrt()); // [b, hq, s, t]
+    let scores = q.matmul(k.transpose(-1, -2)) * scale; // [b, (hkv, groups | hq), s, t]
     let (s, t) = (qs[2].clone(), ks[2].clone());
     // Additive mask: log2(1) = 0 where visible, log2(0) = -inf elsewhere, visible where
     // key index − query index ≤ t − s. Built in f32 from two aranges (the indices are small
@@ -73,7 +79,17 @@ pub fn causal_attention_windowed<'g>(
     }
     let bias = visible.cast(DType::F32).log2();
     let scores = scores + bias.expand_to(scores.shape());
-    scores.softmax(-1).matmul(v)
+    let out = scores.softmax(-1).matmul(v);
+    if grouped {
+        out.reshape(vec![
+            qs[0].clone(),
+            qs[1].clone(),
+            qs[2].clone(),
+            qs[3].clone(),
+        ])
+    } else {
+        out
+    }
 }
 
 /// Llama-family attention: q/k/v/o projections (optional q/k/v bias, as in Qwen2), RoPE,
