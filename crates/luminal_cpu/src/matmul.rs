@@ -30,8 +30,8 @@ pub struct MatmulKernel {
     /// `b` is a quantized or half weight input `W: [N, K]` read in place as `Wᵀ` (the cast
     /// of `w.dequantize()` folded in, see `quant/`): its dtype.
     pub weight: Option<DType>,
-    /// Keep f32 activations in the skinny quantized-weight products (no int8 quantization,
-    /// see `quant/int8.rs`): set for products whose result is a graph output (the logits),
+    /// Keep f32 activations in the quantized-weight products (no int8 quantization, see
+    /// `quant/int8.rs`): set for products whose result is a graph output (the logits),
     /// where the activation rounding reaches the result undamped.
     pub exact: bool,
     /// With int8 activations: recompute the `refine` largest entries of each output row
@@ -282,7 +282,7 @@ impl MatmulKernel {
         let sa = &self.a_view.strides;
         let mut rows = vec![];
         let refine = self.refine.min(n);
-        let refine = if self.exact || m > crate::matvec::MAX_ROWS || !dtype.is_quantized() {
+        let refine = if !crate::quant::takes_int8(dtype, m, self.exact) {
             0
         } else {
             refine
@@ -303,9 +303,10 @@ impl MatmulKernel {
             };
             weight_matmul(x, x_off, x_row, w, d, m, self.threads, self.exact);
             if refine > 0 {
-                for (row, out) in d.chunks_mut(n).enumerate() {
-                    refine_row(&x[x_off + row * x_row..][..k], w, out, refine);
-                }
+                // Rows in parallel (a prefill's logits: one task per row).
+                crate::par::for_each_chunk(d, n, |row, out| {
+                    refine_row(&x[x_off + row * x_row..][..k], w, out, refine)
+                });
             }
         }
         Ok(())

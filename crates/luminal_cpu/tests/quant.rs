@@ -7,12 +7,16 @@
 //! Bound: the kernels sum f32 products in their own order (and the wide path runs gemm on the
 //! decoded rows), so each output may differ from the exact sum by `1e-5 · Σ|x·w|`.
 //!
-//! With `QuantDots::Int8`, skinny products (M ≤ 8) with block-quantized weights quantize the
-//! activations per group of 16 to int8 (ggml's Q8_0 scheme on half blocks: `d = max|x| / 127`,
-//! `q = round(x / d)`, ties to even). There each output must equal, within the same `1e-5`
-//! bound, the dot of the weights with the activations quantized that way (computed here),
-//! and differ from the exact dot by at most `Σ |w| · d / 2` (the activation rounding). The
-//! default policy keeps f32 activations for a product that is a graph output, as here.
+//! With `QuantDots::Int8`, products with block-quantized weights quantize the activations per
+//! group of 16 to int8 (ggml's Q8_0 scheme on half blocks: `d = max|x| / 127`,
+//! `q = round(x / d)`, ties to even): skinny products (M ≤ 8, decode) at every level, and
+//! wide ones (M = 13, 128: prefill, in the span layout) where the level has AVX-512 VNNI
+//! (elsewhere they keep f32 activations and `gemm`, the faster there). There each output
+//! must equal, within the same `1e-5` bound, the dot of the weights with the activations
+//! quantized that way (computed here), and differ from the exact dot by at most
+//! `Σ |w| · d / 2` (the activation rounding). `QuantDots::F32` keeps f32 activations; the
+//! default policy refines a product that is a graph output, as here (checked for a wide
+//! product below).
 
 use luminal::prelude::*;
 use luminal::quant::decode;
@@ -117,7 +121,7 @@ fn check_matmul<B: Backend>(
     .unwrap();
     rt.run().unwrap();
     let got: Vec<f32> = rt.get(y).unwrap();
-    let int8 = int8 && dtype.is_quantized() && m <= 8;
+    let int8 = int8 && dtype.is_quantized();
     let (xq, xd) = int8_activations(&x, k);
     for i in 0..m {
         for j in 0..n {
@@ -170,7 +174,7 @@ fn int8_activations(x: &[f32], k: usize) -> (Vec<f32>, Vec<f64>) {
     (xq, scales)
 }
 
-/// The shapes of the issue: M = 1, 7, 128; K one block and several blocks (for the 32-value
+/// The shapes of the issue: M = 1, 7, 13, 128; K one block and several blocks (for the 32-value
 /// formats, Ks that are not multiples of the 64- and 128-value SIMD steps).
 fn shapes(dtype: DType) -> Vec<(usize, usize, usize)> {
     let bs = dtype.block_size().max(32);
@@ -182,7 +186,7 @@ fn shapes(dtype: DType) -> Vec<(usize, usize, usize)> {
         vec![bs, 2 * bs, 3 * bs, 9 * bs]
     };
     let mut v = vec![];
-    for m in [1, 7, 128] {
+    for m in [1, 7, 13, 128] {
         for &k in &ks {
             v.push((m, 37, k));
         }
@@ -190,8 +194,21 @@ fn shapes(dtype: DType) -> Vec<(usize, usize, usize)> {
     v
 }
 
+/// Held by the tests that depend on the instruction-set cap (a process-wide setting).
+static ISA_CAP: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Whether wide products take int8 activations at `isa` (AVX-512 VNNI).
+fn wide_int8(isa: Isa) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    let vnni = std::arch::is_x86_feature_detected!("avx512vnni");
+    #[cfg(not(target_arch = "x86_64"))]
+    let vnni = false;
+    isa == Isa::Avx512 && vnni
+}
+
 #[test]
 fn weight_matmuls_match_dequantize_then_matmul_at_every_isa() {
+    let _cap = ISA_CAP.lock().unwrap_or_else(|e| e.into_inner());
     let mut levels = vec![Isa::Generic];
     if detected_isa() >= Isa::Avx2 {
         levels.push(Isa::Avx2);
@@ -221,13 +238,81 @@ fn weight_matmuls_match_dequantize_then_matmul_at_every_isa() {
                         k,
                         seed,
                         &what,
-                        int8,
+                        int8 && (m <= 8 || wide_int8(isa)),
                     );
                 }
             }
         }
     }
     set_max_isa(Isa::Avx512);
+}
+
+/// The default policy on a wide product that is a graph output (a prefill's logits): int8
+/// activations, then the 32 largest entries of every row recomputed with f32 activations —
+/// at least 32 exact entries a row, the rest within the int8 rounding, the argmax the exact
+/// one. (A refined entry may fall below an unrefined one: the final top 32 need not all be
+/// exact.)
+#[test]
+fn wide_graph_outputs_are_refined() {
+    let _cap = ISA_CAP.lock().unwrap_or_else(|e| e.into_inner());
+    set_max_isa(detected_isa());
+    let (m, n) = (20, 300);
+    for (c, (dtype, k)) in [(DType::Q4_0, 96), (DType::Q6_K, 256)]
+        .into_iter()
+        .enumerate()
+    {
+        let mut rng = Rng(0x51 + c as u64);
+        let wb = random_blocks(dtype, n * k, &mut rng);
+        let x: Vec<f32> = (0..m * k).map(|_| rng.uniform() * 2.0 - 1.0).collect();
+        let w = decoded(dtype, &wb);
+        let cx = Graph::new();
+        let xt = cx.tensor("x", (m, k));
+        let wt = cx.input("w", (n, k), dtype);
+        let y = xt.matmul(wt.dequantize().transpose(0, 1)).output();
+        let backend = CpuBackend::with_threads(2);
+        assert_eq!(backend.quant_dots, QuantDots::Int8RefineOutputs);
+        let mut rt = cx.compile(backend, CompileOptions::default()).unwrap();
+        rt.set(xt, &x).unwrap();
+        let data = HostData::from_bytes(dtype, SharedBytes::from_vec(wb)).unwrap();
+        rt.set_data(wt, data).unwrap();
+        rt.run().unwrap();
+        let got: Vec<f32> = rt.get(y).unwrap();
+        let (_, xd) = int8_activations(&x, k);
+        let mut total = 0;
+        for i in 0..m {
+            let mut refined = 0;
+            let out = &got[i * n..(i + 1) * n];
+            let mut best = (f64::NEG_INFINITY, 0);
+            for (j, &g) in out.iter().enumerate() {
+                let (mut want, mut mag, mut rounding) = (0f64, 0f64, 0f64);
+                for kk in 0..k {
+                    let p = x[i * k + kk] as f64 * w[j * k + kk] as f64;
+                    want += p;
+                    mag += p.abs();
+                    rounding += (w[j * k + kk] as f64).abs() * xd[(i * k + kk) / 16] / 2.0;
+                }
+                if want > best.0 {
+                    best = (want, j);
+                }
+                let g = g as f64;
+                refined += ((g - want).abs() <= 1e-5 * mag + 1e-6) as usize;
+                assert!(
+                    (g - want).abs() <= rounding * 1.0001 + 1e-5 * mag + 1e-6,
+                    "{dtype} row {i} [{j}] = {g}, want {want} within {rounding}"
+                );
+            }
+            assert!(refined >= 32, "{dtype} row {i}: {refined} exact entries");
+            let argmax = (0..n).max_by(|&p, &q| out[p].total_cmp(&out[q]));
+            assert_eq!(argmax, Some(best.1), "{dtype} row {i} argmax");
+            total += refined;
+        }
+        if wide_int8(detected_isa()) {
+            // The rest carries the int8 rounding (the product did take the int8 path).
+            assert!(total < m * n / 2, "{dtype}: {total} of {} exact", m * n);
+        } else {
+            assert_eq!(total, m * n, "{dtype}: f32 activations");
+        }
+    }
 }
 
 #[test]
@@ -367,4 +452,19 @@ fn arithmetic_on_quantized_tensors_panics_at_build() {
     let cx = Graph::new();
     let w = cx.input("w", (4, 32), DType::Q4_0);
     let _ = w + w;
+}
+
+/// Wide products of every row count from 9 to 17 (chunks of eight rows, tails shared by
+/// two, four or eight rows: K = 384, 576, 32) at the detected level.
+#[test]
+fn wide_products_of_every_row_count() {
+    let _cap = ISA_CAP.lock().unwrap_or_else(|e| e.into_inner());
+    let isa = set_max_isa(detected_isa());
+    for m in 9..=17 {
+        for (dtype, k) in [(DType::Q8_0, 384), (DType::Q4_1, 576), (DType::Q5_0, 32)] {
+            let backend = CpuBackend::with_threads(2).quant_dots(QuantDots::Int8);
+            let what = format!("{isa:?} rows");
+            check_matmul(backend, dtype, m, 40, k, 3, &what, wide_int8(isa));
+        }
+    }
 }

@@ -68,18 +68,71 @@ pub(crate) struct QRow<'a> {
     pub q: &'a [i8],
     pub dg: &'a [f32],
     pub sg: &'a [f32],
-    pub sb: &'a [f32],
 }
 
-impl<'a> QRow<'a> {
-    /// The row from block `b` (of 32 values) on.
-    pub(crate) fn tail(self, b: usize) -> QRow<'a> {
-        QRow {
+/// `rows` consecutive quantized activation rows of `k` values each (`k` a multiple of 32),
+/// `stride` values apart: row `r` is `q[r · stride ..][..k]`, its group scales and sums
+/// `dg`, `sg` from `r · stride / 16` on and its block sums `sb` from `r · stride / 32` on.
+/// What the multi-row fused dots read (`legacy_dot.rs`, `kquant_dot.rs`).
+#[derive(Clone, Copy)]
+pub(crate) struct QRows<'a> {
+    pub q: &'a [i8],
+    pub dg: &'a [f32],
+    pub sg: &'a [f32],
+    pub sb: &'a [f32],
+    pub k: usize,
+    pub stride: usize,
+    pub rows: usize,
+}
+
+impl<'a> QRows<'a> {
+    /// Whether the slices hold every value the rows address (what the kernels assume).
+    pub(crate) fn is_valid(&self) -> bool {
+        let span = (self.rows.max(1) - 1) * self.stride + self.k;
+        self.rows >= 1
+            && self.k.is_multiple_of(ABLOCK)
+            && self.stride.is_multiple_of(ABLOCK)
+            && (self.rows == 1 || self.stride >= self.k)
+            && self.q.len() >= span
+            && self.dg.len() >= span / GROUP
+            && self.sg.len() >= span / GROUP
+            && self.sb.len() >= span / ABLOCK
+    }
+
+    /// The rows from block `b` (of 32 values) on.
+    pub(crate) fn tail(self, b: usize) -> QRows<'a> {
+        QRows {
             q: &self.q[32 * b..],
             dg: &self.dg[2 * b..],
             sg: &self.sg[2 * b..],
             sb: &self.sb[b..],
+            k: self.k - 32 * b,
+            ..self
         }
+    }
+
+    /// Row `r`'s quants.
+    #[inline(always)]
+    pub(crate) fn q_at(&self, r: usize) -> *const i8 {
+        self.q.as_ptr().wrapping_add(r * self.stride)
+    }
+
+    /// Row `r`'s group scales.
+    #[inline(always)]
+    pub(crate) fn dg_at(&self, r: usize) -> *const f32 {
+        self.dg.as_ptr().wrapping_add(r * self.stride / GROUP)
+    }
+
+    /// Row `r`'s group sums `dg · Σ q`.
+    #[inline(always)]
+    pub(crate) fn sg_at(&self, r: usize) -> *const f32 {
+        self.sg.as_ptr().wrapping_add(r * self.stride / GROUP)
+    }
+
+    /// Row `r`'s block sums.
+    #[inline(always)]
+    pub(crate) fn sb_at(&self, r: usize) -> *const f32 {
+        self.sb.as_ptr().wrapping_add(r * self.stride / ABLOCK)
     }
 }
 
@@ -94,29 +147,150 @@ impl QActs {
         self.sb.resize(m * k / ABLOCK, 0.0);
         let (g, nb) = (k / GROUP, k / ABLOCK);
         for i in 0..m {
-            crate::simd::run(Quantize {
-                x: &row(i)[..k],
-                q: &mut self.q[i * k..(i + 1) * k],
-                dg: &mut self.dg[i * g..(i + 1) * g],
-                sg: &mut self.sg[i * g..(i + 1) * g],
-            });
-            for b in i * nb..(i + 1) * nb {
-                self.sb[b] = self.sg[2 * b] + self.sg[2 * b + 1];
+            let sg = &mut self.sg[i * g..(i + 1) * g];
+            quantize_row(
+                &row(i)[..k],
+                &mut self.q[i * k..(i + 1) * k],
+                &mut self.dg[i * g..(i + 1) * g],
+                sg,
+            );
+            for (b, s) in self.sb[i * nb..(i + 1) * nb].iter_mut().enumerate() {
+                *s = sg[2 * b] + sg[2 * b + 1];
             }
         }
     }
 
-    pub(crate) fn row(&self, i: usize) -> QRow<'_> {
+    /// Rows `i .. i + rows`.
+    pub(crate) fn rows(&self, i: usize, rows: usize) -> QRows<'_> {
         let (k, g, nb) = (self.k, self.k / GROUP, self.k / ABLOCK);
+        QRows {
+            q: &self.q[i * k..(i + rows) * k],
+            dg: &self.dg[i * g..(i + rows) * g],
+            sg: &self.sg[i * g..(i + rows) * g],
+            sb: &self.sb[i * nb..(i + rows) * nb],
+            k,
+            stride: k,
+            rows,
+        }
+    }
+
+    pub(crate) fn row(&self, i: usize) -> QRow<'_> {
+        let (k, g) = (self.k, self.k / GROUP);
         QRow {
             q: &self.q[i * k..(i + 1) * k],
             dg: &self.dg[i * g..(i + 1) * g],
             sg: &self.sg[i * g..(i + 1) * g],
-            sb: &self.sb[i * nb..(i + 1) * nb],
         }
     }
 }
 
+/// One row quantized per group of 16 (`x` whole groups; `q`, `dg`, `sg` its quants,
+/// scales and scaled sums): SIMD for the groups of finite values, else [`Quantize`] (the
+/// reference, which the SIMD code reproduces bit for bit).
+pub(crate) fn quantize_row(x: &[f32], q: &mut [i8], dg: &mut [f32], sg: &mut [f32]) {
+    let g = x.len() / GROUP;
+    assert!(q.len() == x.len() && dg.len() == g && sg.len() == g && x.len() == g * GROUP);
+    let done = match isa() {
+        // SAFETY: the features were detected at run time; lengths checked above.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { quantize_avx512(x, q, dg, sg) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { quantize_avx2(x, q, dg, sg) },
+        _ => false,
+    };
+    if !done {
+        crate::simd::run(Quantize { x, q, dg, sg });
+    }
+}
+
+/// The group's scale and its inverse (`amax / 127`, `1 / d` or 0), as [`Quantize`].
+#[inline(always)]
+fn scale_of(amax: f32) -> (f32, f32) {
+    let d = amax / 127.0;
+    (d, if d > 0.0 { 1.0 / d } else { 0.0 })
+}
+
+/// AVX-512: one group a vector. Returns false (nothing trusted) when a group holds a value
+/// that is not finite, or its scale's inverse is not: the caller then runs the reference
+/// code.
+///
+/// # Safety
+/// The CPU has AVX-512 F/BW/VL/DQ; lengths as [`quantize_row`] checks.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+unsafe fn quantize_avx512(x: &[f32], q: &mut [i8], dg: &mut [f32], sg: &mut [f32]) -> bool {
+    use std::arch::x86_64::*;
+    for g in 0..dg.len() {
+        let v = _mm512_loadu_ps(x.as_ptr().add(GROUP * g));
+        let amax = _mm512_reduce_max_ps(_mm512_abs_ps(v));
+        let (d, id) = scale_of(amax);
+        // Not finite: an infinity or NaN in the group, or a scale so small its inverse
+        // overflows (the conversions would then differ from Rust's saturating casts).
+        if !id.is_finite() || !amax.is_finite() || _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v) != 0 {
+            return false;
+        }
+        // Round to nearest, ties to even (the default rounding mode).
+        let qi = _mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(id)));
+        _mm_storeu_si128(
+            q.as_mut_ptr().add(GROUP * g) as *mut __m128i,
+            _mm512_cvtsepi32_epi8(qi),
+        );
+        dg[g] = d;
+        sg[g] = d * _mm512_reduce_add_epi32(qi) as f32;
+    }
+    true
+}
+
+/// AVX2: one group as two vectors; as [`quantize_avx512`].
+///
+/// # Safety
+/// The CPU has AVX2; lengths as [`quantize_row`] checks.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn quantize_avx2(x: &[f32], q: &mut [i8], dg: &mut [f32], sg: &mut [f32]) -> bool {
+    use std::arch::x86_64::*;
+    let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
+    for g in 0..dg.len() {
+        let p = x.as_ptr().add(GROUP * g);
+        let (v0, v1) = (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)));
+        let unordered = _mm256_or_ps(
+            _mm256_cmp_ps::<_CMP_UNORD_Q>(v0, v0),
+            _mm256_cmp_ps::<_CMP_UNORD_Q>(v1, v1),
+        );
+        let m = _mm256_max_ps(_mm256_and_ps(v0, abs), _mm256_and_ps(v1, abs));
+        let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps::<1>(m, m)));
+        let (d, id) = scale_of(amax);
+        if !id.is_finite() || !amax.is_finite() || _mm256_movemask_ps(unordered) != 0 {
+            return false;
+        }
+        let s = _mm256_set1_ps(id);
+        let q0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, s));
+        let q1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, s));
+        let h0 = _mm_packs_epi32(
+            _mm256_castsi256_si128(q0),
+            _mm256_extracti128_si256::<1>(q0),
+        );
+        let h1 = _mm_packs_epi32(
+            _mm256_castsi256_si128(q1),
+            _mm256_extracti128_si256::<1>(q1),
+        );
+        _mm_storeu_si128(
+            q.as_mut_ptr().add(GROUP * g) as *mut __m128i,
+            _mm_packs_epi16(h0, h1),
+        );
+        let t = _mm256_add_epi32(q0, q1);
+        let t = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256::<1>(t));
+        let t = _mm_add_epi32(t, _mm_shuffle_epi32::<0b01_00_11_10>(t));
+        let t = _mm_add_epi32(t, _mm_shuffle_epi32::<0b10_11_00_01>(t));
+        dg[g] = d;
+        sg[g] = d * _mm_cvtsi128_si32(t) as f32;
+    }
+    true
+}
+
+/// The reference quantizer (portable; also every group's result on the SIMD paths).
 struct Quantize<'a> {
     x: &'a [f32],
     q: &'a mut [i8],
@@ -140,8 +314,7 @@ impl Task for Quantize<'_> {
                 .enumerate()
             {
                 let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-                let d = amax / 127.0;
-                let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+                let (d, id) = scale_of(amax);
                 for (q, &v) in q.iter_mut().zip(x) {
                     *q = (v * id).round_ties_even() as i8;
                 }
@@ -420,4 +593,71 @@ unsafe fn dot_f32_avx2(w: URow, x: &[f32]) -> f32 {
     }
     let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
     crate::half_matvec::hsum(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The SIMD quantizers give the reference's quants, scales and sums bit for bit, and
+    /// decline groups they would get wrong (non-finite values, an overflowing inverse).
+    #[test]
+    fn simd_quantizers_match_the_reference() {
+        let mut s = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        };
+        let mut x: Vec<f32> = (0..64 * GROUP).map(|_| next() * 3.0).collect();
+        // Zeros, a tiny group, halves that round to even, a group of one sign.
+        x[..GROUP].fill(0.0);
+        x[GROUP..2 * GROUP].iter_mut().for_each(|v| *v *= 1e-30);
+        for (i, v) in x[2 * GROUP..3 * GROUP].iter_mut().enumerate() {
+            *v = (i as f32 - 7.5) * 127.0 / 8.5;
+        }
+        x[3 * GROUP..4 * GROUP]
+            .iter_mut()
+            .for_each(|v| *v = v.abs());
+        let reference = |x: &[f32]| {
+            let g = x.len() / GROUP;
+            let (mut q, mut dg, mut sg) = (vec![0i8; x.len()], vec![0f32; g], vec![0f32; g]);
+            Quantize {
+                x,
+                q: &mut q,
+                dg: &mut dg,
+                sg: &mut sg,
+            }
+            .run::<false>();
+            (q, dg, sg)
+        };
+        type Simd = unsafe fn(&[f32], &mut [i8], &mut [f32], &mut [f32]) -> bool;
+        let mut paths: Vec<(&str, Simd)> = vec![];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if crate::detected_isa() >= Isa::Avx512 {
+                paths.push(("avx512", quantize_avx512));
+            }
+            if crate::detected_isa() >= Isa::Avx2 {
+                paths.push(("avx2", quantize_avx2));
+            }
+        }
+        for (name, f) in paths {
+            let want = reference(&x);
+            let g = x.len() / GROUP;
+            let (mut q, mut dg, mut sg) = (vec![0i8; x.len()], vec![0f32; g], vec![0f32; g]);
+            // SAFETY: the features were detected; the lengths agree.
+            assert!(unsafe { f(&x, &mut q, &mut dg, &mut sg) }, "{name}");
+            assert_eq!((q, dg, sg), want, "{name}");
+            // A subnormal scale (its inverse overflows), an infinity, a NaN: declined.
+            for bad in [1e-40f32, f32::INFINITY, f32::NAN] {
+                let mut y = x[..GROUP].to_vec();
+                y[3] = bad;
+                let (mut q, mut dg, mut sg) = (vec![0i8; GROUP], [0f32], [0f32]);
+                // SAFETY: as above.
+                assert!(!unsafe { f(&y, &mut q, &mut dg, &mut sg) }, "{name} {bad}");
+            }
+        }
+    }
 }

@@ -1,6 +1,9 @@
 //! Fused int8 dots for Q4_K and Q6_K (the two types of llama-quantize's Q4_K_M): the quants
 //! of a super-block (256 values) are unpacked in registers and multiplied with the quantized
-//! activations (`int8.rs`) at once, without the scratch row of `unpack.rs`.
+//! activations (`int8.rs`) at once, without the scratch row of `unpack.rs`. Each kernel
+//! takes `R ≤ 4` activation rows (a const generic) and unpacks a super-block once for all
+//! of them; with one row the arithmetic is the single-row kernel's (with several, AVX2 adds
+//! the bias terms into the accumulators, a different summation order).
 //!
 //! A weight group `g` of 16 values is `w = a_g · u + b_g` (as in `unpack.rs`), so a
 //! super-block contributes `Σ_g a_g · dg_g · Σ u·q + Σ_g b_g · sg_g` over its 16 groups:
@@ -23,7 +26,7 @@
 //! them by `vpermps`. AVX2: eight vectors of 32 values; after `vpmaddubsw` + `vpmaddwd`,
 //! lanes 0-3 of vector `t` hold group `2t` and lanes 4-7 group `2t + 1`.
 
-use super::int8::{DotPath, QRow};
+use super::int8::{DotPath, QRows};
 use luminal::DType;
 
 /// Values per super-block.
@@ -37,31 +40,47 @@ pub(crate) fn has_fused_dot(dtype: DType) -> bool {
     matches!(dtype, DType::Q4_K | DType::Q6_K)
 }
 
-/// `Σ w·x` of one weight row (whole blocks of `dtype`, a [`has_fused_dot`] format) and a
-/// quantized activation row of the same length, on a SIMD path (`path` is not portable).
-pub(crate) fn dot(path: DotPath, dtype: DType, row: &[u8], x: QRow) -> f32 {
-    let nb = x.q.len() / QK;
+/// Most activation rows one call dots with a weight row (see [`dot_rows`]).
+pub(crate) const MAX_R: usize = 4;
+
+/// `out[r] = Σ w·x_r` of one weight row (whole blocks of `dtype`, a [`has_fused_dot`]
+/// format) and each of the `x.rows ≤ MAX_R` quantized activation rows `x_r` of the same
+/// length, on a SIMD path (`path` is not portable). Each super-block is unpacked in
+/// registers once and multiplied with every row.
+pub(crate) fn dot_rows(path: DotPath, dtype: DType, row: &[u8], x: QRows, out: &mut [f32]) {
+    let nb = x.k / QK;
     assert!(
         has_fused_dot(dtype)
-            && x.q.len() == nb * QK
+            && x.is_valid()
+            && x.k == nb * QK
             && row.len() == nb * dtype.block_bytes()
-            && x.dg.len() == 16 * nb
-            && x.sg.len() == 16 * nb
-            && x.sb.len() == 8 * nb,
-        "int8 dot: {} bytes of {dtype} against {} activations",
+            && out.len() == x.rows
+            && x.rows <= MAX_R,
+        "int8 dot: {} bytes of {dtype} against {} rows of {} activations",
         row.len(),
-        x.q.len()
+        x.rows,
+        x.k
     );
+    macro_rules! go {
+        ($f:ident) => {
+            match x.rows {
+                1 => out.copy_from_slice(&$f::<1>(row, x)),
+                2 => out.copy_from_slice(&$f::<2>(row, x)),
+                3 => out.copy_from_slice(&$f::<3>(row, x)),
+                _ => out.copy_from_slice(&$f::<4>(row, x)),
+            }
+        };
+    }
     match (path, dtype) {
         // SAFETY: the path's features were detected at run time; lengths checked above.
         #[cfg(target_arch = "x86_64")]
-        (DotPath::Vnni512, DType::Q4_K) => unsafe { q4_k_vnni(row, x) },
+        (DotPath::Vnni512, DType::Q4_K) => unsafe { go!(q4_k_vnni) },
         #[cfg(target_arch = "x86_64")]
-        (DotPath::Vnni512, _) => unsafe { q6_k_vnni(row, x) },
+        (DotPath::Vnni512, _) => unsafe { go!(q6_k_vnni) },
         #[cfg(target_arch = "x86_64")]
-        (DotPath::Avx2, DType::Q4_K) => unsafe { q4_k_avx2(row, x) },
+        (DotPath::Avx2, DType::Q4_K) => unsafe { go!(q4_k_avx2) },
         #[cfg(target_arch = "x86_64")]
-        (DotPath::Avx2, _) => unsafe { q6_k_avx2(row, x) },
+        (DotPath::Avx2, _) => unsafe { go!(q6_k_avx2) },
         _ => unreachable!("fused K-quant dot on the portable path"),
     }
 }
@@ -140,23 +159,26 @@ const LANE_GROUPS: [[i32; 16]; 4] = [
 const AND_OR: i32 = 0xEA;
 
 /// AVX-512 VNNI Q4_K: per super-block, the 16 group factors `d · sc_{g/2} · dg_g` as one
-/// vector, then four `vpdpbusd` of 64 values: 32 bytes of `qs` broadcast to both halves,
-/// the upper half shifted right by 4, masked to nibbles (sub-blocks `2t`, `2t + 1`).
+/// vector per activation row, then four `vpdpbusd` of 64 values per row: 32 bytes of `qs`
+/// broadcast to both halves, the upper half shifted right by 4, masked to nibbles
+/// (sub-blocks `2t`, `2t + 1`), unpacked once for all `R` rows.
 ///
 /// # Safety
-/// The CPU has the enabled features; `row` holds `x.q.len() / 256` blocks and `x` the
-/// matching scales (checked by [`dot`]).
+/// The CPU has the enabled features; `row` holds `x.k / 256` blocks and `x` is valid
+/// (checked by [`dot_rows`]).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-unsafe fn q4_k_vnni(row: &[u8], x: QRow) -> f32 {
+unsafe fn q4_k_vnni<const R: usize>(row: &[u8], x: QRows) -> [f32; R] {
     use std::arch::x86_64::*;
-    let nb = x.q.len() / QK;
-    let (wp, qp) = (row.as_ptr(), x.q.as_ptr());
+    let nb = x.k / QK;
+    let wp = row.as_ptr();
     let zero = _mm512_setzero_si512();
     let low = _mm512_set1_epi8(15);
     let idx = LANE_GROUPS.map(|v| _mm512_loadu_si512(v.as_ptr() as *const _));
-    let mut acc = [_mm512_setzero_ps(); 4];
-    let mut macc = _mm256_setzero_ps();
+    // One row: four accumulators; more rows: one each (the rows interleave).
+    let slots = if R == 1 { 4 } else { 1 };
+    let mut acc = [[_mm512_setzero_ps(); 4]; R];
+    let mut macc = [_mm256_setzero_ps(); R];
     for b in 0..nb {
         let blk = wp.add(b * Q4K_BYTES);
         // Lane 0: d, lane 1: dmin.
@@ -165,56 +187,67 @@ unsafe fn q4_k_vnni(row: &[u8], x: QRow) -> f32 {
         let sc = _mm_cvtsi64_si128(sc as i64);
         // Each sub-block scale twice: one per group of 16.
         let sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(sc, sc)));
-        let c = _mm512_mul_ps(
-            _mm512_mul_ps(sc, _mm512_broadcastss_ps(dm)),
-            _mm512_loadu_ps(x.dg.as_ptr().add(16 * b)),
-        );
+        let a = _mm512_mul_ps(sc, _mm512_broadcastss_ps(dm));
         let mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(mn as i64)));
         let dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
-        macc = _mm256_fmadd_ps(
-            _mm256_mul_ps(mn, dmin),
-            _mm256_loadu_ps(x.sb.as_ptr().add(8 * b)),
-            macc,
-        );
-        for (t, acc) in acc.iter_mut().enumerate() {
+        let mn = _mm256_mul_ps(mn, dmin);
+        let mut c = [_mm512_setzero_ps(); R];
+        for_rows!(R, |r| {
+            c[r] = _mm512_mul_ps(a, _mm512_loadu_ps(x.dg_at(r).add(16 * b)));
+            macc[r] = _mm256_fmadd_ps(mn, _mm256_loadu_ps(x.sb_at(r).add(8 * b)), macc[r]);
+        });
+        for t in 0..4 {
             let q = _mm256_loadu_si256(blk.add(16 + 32 * t) as *const __m256i);
             let z = _mm512_broadcast_i64x4(q);
             let w = _mm512_and_si512(_mm512_mask_srli_epi16::<4>(z, 0xFFFF_0000, z), low);
-            let xv = _mm512_loadu_si512(qp.add(QK * b + 64 * t) as *const _);
-            let p = _mm512_dpbusd_epi32(zero, w, xv);
-            let scale = _mm512_permutexvar_ps(idx[t], c);
-            *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, *acc);
+            for_rows!(R, |r| {
+                let xv = _mm512_loadu_si512(x.q_at(r).add(QK * b + 64 * t) as *const _);
+                let p = _mm512_dpbusd_epi32(zero, w, xv);
+                let scale = _mm512_permutexvar_ps(idx[t], c[r]);
+                let a = &mut acc[r][t % slots];
+                *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, *a);
+            });
         }
     }
-    let sum = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
-    _mm512_reduce_add_ps(sum) - crate::half_matvec::hsum(macc)
+    let mut out = [0f32; R];
+    for r in 0..R {
+        let a = &acc[r];
+        let sum = _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3]));
+        out[r] = _mm512_reduce_add_ps(sum) - crate::half_matvec::hsum(macc[r]);
+    }
+    out
 }
 
 /// AVX-512 VNNI Q6_K: per super-block, the 16 group factors `d · sc_g · dg_g` and the bias
-/// term `d · sc_g · sg_g` (times −32 at the end) as vectors; per half `h`, 64 bytes of `ql`
-/// give vectors `2h` (low nibbles) and `2h + 1` (high nibbles), and 32 bytes of `qh`
-/// broadcast to both halves (the upper half shifted right by 2) give their bits 4 and 5.
+/// term `d · sc_g · sg_g` (times −32 at the end) as vectors per activation row; per half
+/// `h`, 64 bytes of `ql` give vectors `2h` (low nibbles) and `2h + 1` (high nibbles), and 32
+/// bytes of `qh` broadcast to both halves (the upper half shifted right by 2) give their bits
+/// 4 and 5; unpacked once for all `R` rows.
 ///
 /// # Safety
 /// As [`q4_k_vnni`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-unsafe fn q6_k_vnni(row: &[u8], x: QRow) -> f32 {
+unsafe fn q6_k_vnni<const R: usize>(row: &[u8], x: QRows) -> [f32; R] {
     use std::arch::x86_64::*;
-    let nb = x.q.len() / QK;
-    let (wp, qp) = (row.as_ptr(), x.q.as_ptr());
+    let nb = x.k / QK;
+    let wp = row.as_ptr();
     let zero = _mm512_setzero_si512();
     let nib = _mm512_set1_epi8(0x0F);
     let bits45 = _mm512_set1_epi8(0x30);
     let idx = LANE_GROUPS.map(|v| _mm512_loadu_si512(v.as_ptr() as *const _));
-    let mut acc = [_mm512_setzero_ps(); 4];
-    let mut bacc = _mm512_setzero_ps();
+    let slots = if R == 1 { 4 } else { 1 };
+    let mut acc = [[_mm512_setzero_ps(); 4]; R];
+    let mut bacc = [_mm512_setzero_ps(); R];
     for b in 0..nb {
         let blk = wp.add(b * Q6K_BYTES);
         let sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(192) as *const __m128i));
         let a = _mm512_mul_ps(_mm512_cvtepi32_ps(sc), _mm512_set1_ps(half(blk.add(208))));
-        let c = _mm512_mul_ps(a, _mm512_loadu_ps(x.dg.as_ptr().add(16 * b)));
-        bacc = _mm512_fmadd_ps(a, _mm512_loadu_ps(x.sg.as_ptr().add(16 * b)), bacc);
+        let mut c = [_mm512_setzero_ps(); R];
+        for_rows!(R, |r| {
+            c[r] = _mm512_mul_ps(a, _mm512_loadu_ps(x.dg_at(r).add(16 * b)));
+            bacc[r] = _mm512_fmadd_ps(a, _mm512_loadu_ps(x.sg_at(r).add(16 * b)), bacc[r]);
+        });
         for h in 0..2 {
             let l = _mm512_loadu_si512(blk.add(64 * h) as *const _);
             let qh = _mm256_loadu_si256(blk.add(128 + 32 * h) as *const __m256i);
@@ -227,15 +260,23 @@ unsafe fn q6_k_vnni(row: &[u8], x: QRow) -> f32 {
             let wa = _mm512_ternarylogic_epi32::<AND_OR>(l, nib, ha);
             let wb = _mm512_ternarylogic_epi32::<AND_OR>(_mm512_srli_epi16::<4>(l), nib, hb);
             for (v, w) in [(2 * h, wa), (2 * h + 1, wb)] {
-                let xv = _mm512_loadu_si512(qp.add(QK * b + 64 * v) as *const _);
-                let p = _mm512_dpbusd_epi32(zero, w, xv);
-                let scale = _mm512_permutexvar_ps(idx[v], c);
-                acc[v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[v]);
+                for_rows!(R, |r| {
+                    let xv = _mm512_loadu_si512(x.q_at(r).add(QK * b + 64 * v) as *const _);
+                    let p = _mm512_dpbusd_epi32(zero, w, xv);
+                    let scale = _mm512_permutexvar_ps(idx[v], c[r]);
+                    let a = &mut acc[r][v % slots];
+                    *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, *a);
+                });
             }
         }
     }
-    let sum = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
-    _mm512_reduce_add_ps(sum) - 32.0 * _mm512_reduce_add_ps(bacc)
+    let mut out = [0f32; R];
+    for r in 0..R {
+        let a = &acc[r];
+        let sum = _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3]));
+        out[r] = _mm512_reduce_add_ps(sum) - 32.0 * _mm512_reduce_add_ps(bacc[r]);
+    }
+    out
 }
 
 /// `vpermps` indices for the AVX2 vector `t` (of 32 values) within its half of the 16
@@ -264,20 +305,23 @@ unsafe fn madd_scaled(
     _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc)
 }
 
-/// AVX2 Q4_K: per super-block the group factors as two vectors (groups 0-7, 8-15); each
-/// 32 bytes of `qs` give two vectors of 32 values (low, then high nibbles).
+/// AVX2 Q4_K: per super-block and half (groups 0-7, 8-15), the group factors as one vector
+/// per activation row; each 32 bytes of `qs` give two vectors of 32 values (low, then high
+/// nibbles), unpacked once for all `R` rows. With several rows the bias goes straight into
+/// the accumulators (fewer registers live).
 ///
 /// # Safety
-/// As [`q4_k_vnni`].
+/// As [`q4_k_vnni`] (AVX2, FMA, F16C).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_k_avx2(row: &[u8], x: QRow) -> f32 {
+unsafe fn q4_k_avx2<const R: usize>(row: &[u8], x: QRows) -> [f32; R] {
     use std::arch::x86_64::*;
-    let nb = x.q.len() / QK;
-    let (wp, qp) = (row.as_ptr(), x.q.as_ptr());
+    let nb = x.k / QK;
+    let wp = row.as_ptr();
     let low = _mm256_set1_epi8(15);
     let lanes = [pair_lanes(0), pair_lanes(1), pair_lanes(2), pair_lanes(3)];
-    let mut acc = [_mm256_setzero_ps(); 4];
+    let slots = if R == 1 { 4 } else { 1 };
+    let mut acc = [[_mm256_setzero_ps(); 4]; R];
     let mut macc = _mm256_setzero_ps();
     for b in 0..nb {
         let blk = wp.add(b * Q4K_BYTES);
@@ -286,79 +330,98 @@ unsafe fn q4_k_avx2(row: &[u8], x: QRow) -> f32 {
         let (sc, mn) = scales_mins_at(blk);
         let sc = _mm_cvtsi64_si128(sc as i64);
         let sc = _mm_unpacklo_epi8(sc, sc);
-        let dg = x.dg.as_ptr().add(16 * b);
-        let c = [
-            _mm256_mul_ps(
-                _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc)), d),
-                _mm256_loadu_ps(dg),
-            ),
-            _mm256_mul_ps(
-                _mm256_mul_ps(
-                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(sc, sc))),
-                    d,
-                ),
-                _mm256_loadu_ps(dg.add(8)),
-            ),
-        ];
         let mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(mn as i64)));
         let dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
-        macc = _mm256_fmadd_ps(
-            _mm256_mul_ps(mn, dmin),
-            _mm256_loadu_ps(x.sb.as_ptr().add(8 * b)),
-            macc,
-        );
-        let q = qp.add(QK * b);
-        for i in 0..4 {
-            let bytes = _mm256_loadu_si256(blk.add(16 + 32 * i) as *const __m256i);
-            let lo = _mm256_and_si256(bytes, low);
-            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(bytes), low);
-            // Vectors 2i and 2i + 1: groups 4i .. 4i + 3, in half i / 2 of the factors.
-            let c = c[i / 2];
-            let (t0, t1) = (2 * (i % 2), 2 * (i % 2) + 1);
-            let s0 = _mm256_permutevar8x32_ps(c, lanes[t0]);
-            let s1 = _mm256_permutevar8x32_ps(c, lanes[t1]);
-            acc[t0] = madd_scaled(lo, q.add(64 * i), s0, acc[t0]);
-            acc[t1] = madd_scaled(hi, q.add(64 * i + 32), s1, acc[t1]);
+        let mn = _mm256_mul_ps(mn, dmin);
+        for_rows!(R, |r| {
+            let sb = _mm256_loadu_ps(x.sb_at(r).add(8 * b));
+            if R == 1 {
+                macc = _mm256_fmadd_ps(mn, sb, macc);
+            } else {
+                acc[r][0] = _mm256_fnmadd_ps(mn, sb, acc[r][0]);
+            }
+        });
+        for h in 0..2 {
+            let sc = if h == 0 {
+                sc
+            } else {
+                _mm_unpackhi_epi64(sc, sc)
+            };
+            let a = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc)), d);
+            let mut c = [_mm256_setzero_ps(); R];
+            for_rows!(R, |r| {
+                c[r] = _mm256_mul_ps(a, _mm256_loadu_ps(x.dg_at(r).add(16 * b + 8 * h)));
+            });
+            for i in 2 * h..2 * h + 2 {
+                let bytes = _mm256_loadu_si256(blk.add(16 + 32 * i) as *const __m256i);
+                let lo = _mm256_and_si256(bytes, low);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(bytes), low);
+                // Vectors 2i and 2i + 1: groups 4i .. 4i + 3, in half i / 2 of the factors.
+                let (t0, t1) = (2 * (i % 2), 2 * (i % 2) + 1);
+                for_rows!(R, |r| {
+                    let q = x.q_at(r).add(QK * b + 64 * i);
+                    let s0 = _mm256_permutevar8x32_ps(c[r], lanes[t0]);
+                    let s1 = _mm256_permutevar8x32_ps(c[r], lanes[t1]);
+                    let a = &mut acc[r];
+                    a[t0 % slots] = madd_scaled(lo, q, s0, a[t0 % slots]);
+                    a[t1 % slots] = madd_scaled(hi, q.add(32), s1, a[t1 % slots]);
+                });
+            }
         }
     }
-    let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-    crate::half_matvec::hsum(sum) - crate::half_matvec::hsum(macc)
+    let mut out = [0f32; R];
+    for r in 0..R {
+        let a = &acc[r];
+        let sum = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
+        out[r] = crate::half_matvec::hsum(sum) - crate::half_matvec::hsum(macc);
+    }
+    out
 }
 
 /// AVX2 Q6_K: per half `h`, 64 bytes of `ql` (two vectors) and 32 of `qh` give four
 /// vectors of 32 values (`k = 0 .. 3`: low nibbles of each `ql` vector, then high ones,
-/// with bits `2k, 2k + 1` of `qh` at bits 4 and 5).
+/// with bits `2k, 2k + 1` of `qh` at bits 4 and 5), unpacked once for all `R` rows. With
+/// several rows the bias goes straight into the accumulators.
 ///
 /// # Safety
-/// As [`q4_k_vnni`].
+/// As [`q4_k_vnni`] (AVX2, FMA, F16C).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6_k_avx2(row: &[u8], x: QRow) -> f32 {
+unsafe fn q6_k_avx2<const R: usize>(row: &[u8], x: QRows) -> [f32; R] {
     use std::arch::x86_64::*;
-    let nb = x.q.len() / QK;
-    let (wp, qp) = (row.as_ptr(), x.q.as_ptr());
+    let nb = x.k / QK;
+    let wp = row.as_ptr();
     let nib = _mm256_set1_epi8(0x0F);
     let bits45 = _mm256_set1_epi8(0x30);
     let lanes = [pair_lanes(0), pair_lanes(1), pair_lanes(2), pair_lanes(3)];
-    let mut acc = [_mm256_setzero_ps(); 4];
+    let slots = if R == 1 { 4 } else { 1 };
+    let mut acc = [[_mm256_setzero_ps(); 4]; R];
     let mut bacc = _mm256_setzero_ps();
     for b in 0..nb {
         let blk = wp.add(b * Q6K_BYTES);
         let d = _mm256_set1_ps(half(blk.add(208)));
         let sc = _mm_loadu_si128(blk.add(192) as *const __m128i);
-        let (dg, sg) = (x.dg.as_ptr().add(16 * b), x.sg.as_ptr().add(16 * b));
-        let mut c = [_mm256_setzero_ps(); 2];
-        for (s, c) in c.iter_mut().enumerate() {
-            let sc = if s == 0 {
+        for h in 0..2 {
+            let sc = if h == 0 {
                 sc
             } else {
                 _mm_unpackhi_epi64(sc, sc)
             };
             let a = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)), d);
-            *c = _mm256_mul_ps(a, _mm256_loadu_ps(dg.add(8 * s)));
-            bacc = _mm256_fmadd_ps(a, _mm256_loadu_ps(sg.add(8 * s)), bacc);
-        }
-        for (h, &c) in c.iter().enumerate() {
+            let mut c = [_mm256_setzero_ps(); R];
+            for_rows!(R, |r| {
+                let (dg, sg) = (
+                    x.dg_at(r).add(16 * b + 8 * h),
+                    x.sg_at(r).add(16 * b + 8 * h),
+                );
+                c[r] = _mm256_mul_ps(a, _mm256_loadu_ps(dg));
+                if R == 1 {
+                    bacc = _mm256_fmadd_ps(a, _mm256_loadu_ps(sg), bacc);
+                } else {
+                    let a32 = _mm256_mul_ps(a, _mm256_set1_ps(32.0));
+                    acc[r][0] = _mm256_fnmadd_ps(a32, _mm256_loadu_ps(sg), acc[r][0]);
+                }
+            });
             let l0 = _mm256_loadu_si256(blk.add(64 * h) as *const __m256i);
             let l1 = _mm256_loadu_si256(blk.add(64 * h + 32) as *const __m256i);
             let qh = _mm256_loadu_si256(blk.add(128 + 32 * h) as *const __m256i);
@@ -371,13 +434,22 @@ unsafe fn q6_k_avx2(row: &[u8], x: QRow) -> f32 {
             for (k, (l, hb)) in w.into_iter().enumerate() {
                 let w = _mm256_or_si256(_mm256_and_si256(l, nib), _mm256_and_si256(hb, bits45));
                 // Vector 4h + k: groups 8h + 2k and the next, in half h of the factors.
-                let s = _mm256_permutevar8x32_ps(c, lanes[k]);
-                acc[k] = madd_scaled(w, qp.add(QK * b + 128 * h + 32 * k), s, acc[k]);
+                for_rows!(R, |r| {
+                    let s = _mm256_permutevar8x32_ps(c[r], lanes[k]);
+                    let q = x.q_at(r).add(QK * b + 128 * h + 32 * k);
+                    let a = &mut acc[r][k % slots];
+                    *a = madd_scaled(w, q, s, *a);
+                });
             }
         }
     }
-    let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-    crate::half_matvec::hsum(sum) - 32.0 * crate::half_matvec::hsum(bacc)
+    let mut out = [0f32; R];
+    for r in 0..R {
+        let a = &acc[r];
+        let sum = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
+        out[r] = crate::half_matvec::hsum(sum) - 32.0 * crate::half_matvec::hsum(bacc);
+    }
+    out
 }
 
 #[cfg(test)]

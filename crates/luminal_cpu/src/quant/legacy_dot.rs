@@ -3,10 +3,14 @@
 //! once, without the scratch row the other formats go through.
 //!
 //! A block contributes `d_w · Σ_g d_g · Σ u·q + b_w · Σ_g d_g · Σ q` over its two groups
-//! `g` of 16 activations, with `u` and `b_w` as in `unpack.rs` (Q8_0: signed `u`, no bias). AVX-512 VNNI takes two blocks per `vpdpbusd`;
-//! AVX2 one block per `vpmaddubsw` + `vpmaddwd`.
+//! `g` of 16 activations, with `u` and `b_w` as in `unpack.rs` (Q8_0: signed `u`, no bias).
+//! AVX-512 VNNI takes two blocks per `vpdpbusd`; AVX2 one block per `vpmaddubsw` +
+//! `vpmaddwd`. Each kernel takes `R ≤ 4` activation rows (a const generic): the blocks are
+//! unpacked once and dotted with every row (one accumulator set per row), so a skinny
+//! product of `M` rows unpacks each weight row `⌈M / 4⌉` times, not `M` times; with one row
+//! the arithmetic is the single-row kernel's.
 
-use super::int8::{DotPath, QRow};
+use super::int8::{DotPath, QRows};
 use luminal::DType;
 
 /// Formats with a fused dot.
@@ -17,34 +21,72 @@ pub(crate) fn has_fused_dot(dtype: DType) -> bool {
     )
 }
 
-/// `Σ w·x` of one weight row (whole blocks of `dtype`, a [`has_fused_dot`] format) and a
-/// quantized activation row of the same length, on a SIMD path (`path` is not portable).
-pub(crate) fn dot(path: DotPath, dtype: DType, row: &[u8], x: QRow) -> f32 {
-    let nb = x.q.len() / 32;
+/// Most activation rows one call dots with a weight row (see [`dot_rows`]).
+pub(crate) const MAX_R: usize = 4;
+
+/// `out[r] = Σ w·x_r` of one weight row (whole blocks of `dtype`, a [`has_fused_dot`]
+/// format) and each of the `x.rows ≤ MAX_R` quantized activation rows `x_r` of the same
+/// length, on a SIMD path (`path` is not portable). The weight's blocks are unpacked in
+/// registers once and multiplied with every row.
+pub(crate) fn dot_rows(path: DotPath, dtype: DType, row: &[u8], x: QRows, out: &mut [f32]) {
+    let nb = x.k / 32;
     assert!(
-        row.len() == nb * dtype.block_bytes() && x.dg.len() == 2 * nb && x.sb.len() == nb,
-        "int8 dot: {} bytes of {dtype} against {} activations",
+        has_fused_dot(dtype)
+            && x.is_valid()
+            && row.len() == nb * dtype.block_bytes()
+            && out.len() == x.rows
+            && x.rows <= MAX_R,
+        "int8 dot: {} bytes of {dtype} against {} rows of {} activations",
         row.len(),
-        x.q.len()
+        x.rows,
+        x.k
     );
     macro_rules! go {
         ($f:ident) => {
             match dtype {
-                DType::Q4_0 => $f::<0>(row, x),
-                DType::Q4_1 => $f::<1>(row, x),
-                DType::Q5_0 => $f::<2>(row, x),
-                DType::Q5_1 => $f::<3>(row, x),
-                _ => $f::<4>(row, x),
+                DType::Q4_0 => $f::<0>(row, x, out),
+                DType::Q4_1 => $f::<1>(row, x, out),
+                DType::Q5_0 => $f::<2>(row, x, out),
+                DType::Q5_1 => $f::<3>(row, x, out),
+                _ => $f::<4>(row, x, out),
             }
         };
     }
     match path {
         // SAFETY: the path's features were detected at run time; lengths checked above.
         #[cfg(target_arch = "x86_64")]
-        DotPath::Vnni512 => unsafe { go!(dot_vnni) },
+        DotPath::Vnni512 => unsafe { go!(rows_vnni) },
         #[cfg(target_arch = "x86_64")]
-        DotPath::Avx2 => unsafe { go!(dot_avx2) },
+        DotPath::Avx2 => unsafe { go!(rows_avx2) },
         _ => unreachable!("fused int8 dot on the portable path"),
+    }
+}
+
+/// [`dot_vnni`] for `x.rows` rows.
+///
+/// # Safety
+/// As [`dot_vnni`].
+#[cfg(target_arch = "x86_64")]
+unsafe fn rows_vnni<const F: u8>(row: &[u8], x: QRows, out: &mut [f32]) {
+    match x.rows {
+        1 => out.copy_from_slice(&dot_vnni::<F, 1>(row, x)),
+        2 => out.copy_from_slice(&dot_vnni::<F, 2>(row, x)),
+        3 => out.copy_from_slice(&dot_vnni::<F, 3>(row, x)),
+        _ => out.copy_from_slice(&dot_vnni::<F, 4>(row, x)),
+    }
+}
+
+/// [`dot_avx2`] for `x.rows` rows.
+///
+/// # Safety
+/// As [`dot_avx2`].
+#[cfg(target_arch = "x86_64")]
+unsafe fn rows_avx2<const F: u8>(row: &[u8], x: QRows, out: &mut [f32]) {
+    match x.rows {
+        1 => out.copy_from_slice(&dot_avx2::<F, 1>(row, x)),
+        2 => out.copy_from_slice(&dot_avx2::<F, 2>(row, x)),
+        3 => out.copy_from_slice(&dot_avx2::<F, 3>(row, x)),
+        _ => out.copy_from_slice(&dot_avx2::<F, 4>(row, x)),
     }
 }
 
@@ -90,14 +132,19 @@ unsafe fn bits16(p: *const u8) -> i16 {
 
 /// AVX-512 VNNI: four blocks an iteration — their scales converted, doubled and multiplied
 /// by the eight group scales of the activations as one vector, then two `vpdpbusd` of two
-/// blocks each (a 128-bit lane of the product is one group of 16).
+/// blocks each (a 128-bit lane of the product is one group of 16). The weights are unpacked
+/// once per iteration for all `R` activation rows.
+///
+/// # Safety
+/// The CPU has the enabled features; `row` holds `x.k / 32` blocks and `x` is valid
+/// (checked by [`dot_rows`]).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-unsafe fn dot_vnni<const F: u8>(row: &[u8], x: QRow) -> f32 {
+unsafe fn dot_vnni<const F: u8, const R: usize>(row: &[u8], x: QRows) -> [f32; R] {
     use std::arch::x86_64::*;
     let bb = block_bytes(F);
-    let nb = x.q.len() / 32;
-    let (wp, qp) = (row.as_ptr(), x.q.as_ptr());
+    let nb = x.k / 32;
+    let wp = row.as_ptr();
     let zero = _mm512_setzero_si512();
     let low = _mm512_set1_epi8(15);
     // Per 128-bit lane: the low nibbles (elements 0-15), then the high ones (16-31).
@@ -126,18 +173,27 @@ unsafe fn dot_vnni<const F: u8>(row: &[u8], x: QRow) -> f32 {
         }
         w
     };
-    let product = |w: __m512i, at: usize| -> __m512 {
-        let mut w = w;
-        let mut xv = _mm512_loadu_si512(qp.add(at) as *const _);
+    // `Σ u·q` per lane of unsigned weights `w` (Q8_0: `|w|`, with `neg` its negative
+    // bytes) and the 64 activations at `q`.
+    let product = |w: __m512i, neg: __mmask64, q: *const i8| -> __m512 {
+        let mut xv = _mm512_loadu_si512(q as *const _);
         if F == 4 {
-            let neg = _mm512_movepi8_mask(w);
             xv = _mm512_mask_sub_epi8(xv, neg, zero, xv);
-            w = _mm512_abs_epi8(w);
         }
         _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, w, xv))
     };
-    let (mut acc0, mut acc1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
-    let mut bacc = _mm_setzero_ps();
+    // Q8_0: the weights' signs moved onto the activations.
+    let unsigned = |w: __m512i| -> (__m512i, __mmask64) {
+        if F == 4 {
+            (_mm512_abs_epi8(w), _mm512_movepi8_mask(w))
+        } else {
+            (w, 0)
+        }
+    };
+    // One row: two accumulators; more rows: one each (the rows interleave).
+    let second = if R == 1 { 1 } else { 0 };
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
+    let mut bacc = [_mm_setzero_ps(); R];
     let mut b = 0;
     while b + 4 <= nb {
         let blk = wp.add(b * bb);
@@ -151,48 +207,58 @@ unsafe fn dot_vnni<const F: u8>(row: &[u8], x: QRow) -> f32 {
             0,
             0,
         ));
-        let c = _mm512_castps256_ps512(_mm256_mul_ps(
-            _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d), twice),
-            _mm256_loadu_ps(x.dg.as_ptr().add(2 * b)),
-        ));
-        let sb = _mm_loadu_ps(x.sb.as_ptr().add(b));
-        match F {
-            0 | 2 => bacc = _mm_fmadd_ps(d, sb, bacc),
-            1 | 3 => {
-                let m = _mm_cvtph_ps(_mm_setr_epi16(
-                    bits16(blk.add(2)),
-                    bits16(blk.add(bb + 2)),
-                    bits16(blk.add(2 * bb + 2)),
-                    bits16(blk.add(3 * bb + 2)),
-                    0,
-                    0,
-                    0,
-                    0,
-                ));
-                bacc = _mm_fmadd_ps(m, sb, bacc);
+        let d2 = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d), twice);
+        // The factor of `sb` in the bias: d (Q4_0 / Q5_0), the minimum (Q4_1 / Q5_1).
+        let bw = match F {
+            1 | 3 => _mm_cvtph_ps(_mm_setr_epi16(
+                bits16(blk.add(2)),
+                bits16(blk.add(bb + 2)),
+                bits16(blk.add(2 * bb + 2)),
+                bits16(blk.add(3 * bb + 2)),
+                0,
+                0,
+                0,
+                0,
+            )),
+            _ => d,
+        };
+        let (w0, n0) = unsigned(pair(blk));
+        let (w1, n1) = unsigned(pair(blk.add(2 * bb)));
+        for_rows!(R, |r| {
+            let c =
+                _mm512_castps256_ps512(_mm256_mul_ps(d2, _mm256_loadu_ps(x.dg_at(r).add(2 * b))));
+            if F != 4 {
+                bacc[r] = _mm_fmadd_ps(bw, _mm_loadu_ps(x.sb_at(r).add(b)), bacc[r]);
             }
-            _ => {}
-        }
-        let p0 = product(pair(blk), 32 * b);
-        let p1 = product(pair(blk.add(2 * bb)), 32 * b + 64);
-        acc0 = _mm512_fmadd_ps(p0, _mm512_permutexvar_ps(lanes01, c), acc0);
-        acc1 = _mm512_fmadd_ps(p1, _mm512_permutexvar_ps(lanes23, c), acc1);
+            let q = x.q_at(r).add(32 * b);
+            let p0 = product(w0, n0, q);
+            let p1 = product(w1, n1, q.add(64));
+            let a = &mut acc[r];
+            a[0] = _mm512_fmadd_ps(p0, _mm512_permutexvar_ps(lanes01, c), a[0]);
+            a[second] = _mm512_fmadd_ps(p1, _mm512_permutexvar_ps(lanes23, c), a[second]);
+        });
         b += 4;
     }
     // Q4_0 / Q5_0: the bias is −8d / −16d.
-    let bscale = match F {
+    let bscale = _mm_set1_ps(match F {
         0 => -8.0,
         2 => -16.0,
         _ => 1.0,
-    };
-    let bias = _mm_mul_ps(bacc, _mm_set1_ps(bscale));
-    let b2 = _mm_add_ps(bias, _mm_movehl_ps(bias, bias));
-    let b1 = _mm_add_ss(b2, _mm_shuffle_ps(b2, b2, 1));
-    let mut total = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + _mm_cvtss_f32(b1);
-    if b < nb {
-        total += dot_avx2::<F>(&row[b * bb..], x.tail(b));
+    });
+    let mut out = [0f32; R];
+    for r in 0..R {
+        let bias = _mm_mul_ps(bacc[r], bscale);
+        let b2 = _mm_add_ps(bias, _mm_movehl_ps(bias, bias));
+        let b1 = _mm_add_ss(b2, _mm_shuffle_ps(b2, b2, 1));
+        out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1])) + _mm_cvtss_f32(b1);
     }
-    total
+    if b < nb {
+        let tail = dot_avx2::<F, R>(&row[b * bb..], x.tail(b));
+        for (o, t) in out.iter_mut().zip(tail) {
+            *o += t;
+        }
+    }
+    out
 }
 
 /// `v`'s 32 bits as 32 bytes, `0xFF` where the bit is set.
@@ -213,20 +279,26 @@ unsafe fn bytes_from_bits(v: u32) -> std::arch::x86_64::__m256i {
     _mm256_cmpeq_epi8(_mm256_and_si256(rep, bit), bit)
 }
 
+/// AVX2: one block a step (`vpmaddubsw` + `vpmaddwd`), unpacked once for all `R` rows.
+///
+/// # Safety
+/// As [`dot_vnni`] (AVX2, FMA, F16C).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_avx2<const F: u8>(row: &[u8], x: QRow) -> f32 {
+unsafe fn dot_avx2<const F: u8, const R: usize>(row: &[u8], x: QRows) -> [f32; R] {
     use std::arch::x86_64::*;
     let bb = block_bytes(F);
-    let nb = x.q.len() / 32;
-    let (wp, qp) = (row.as_ptr(), x.q.as_ptr());
+    let nb = x.k / 32;
+    let wp = row.as_ptr();
     let low = _mm256_set1_epi8(15);
     let ones = _mm256_set1_epi16(1);
-    let mut acc = [_mm256_setzero_ps(); 2];
-    let mut bsum = 0f32;
+    // Up to two rows: two accumulators each (alternate blocks); more: one each.
+    let alternate = R <= 2;
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    let mut bsum = [0f32; R];
     for b in 0..nb {
         let blk = wp.add(b * bb);
-        let mut w = if F == 4 {
+        let w = if F == 4 {
             _mm256_loadu_si256(blk.add(2) as *const __m256i)
         } else {
             let q = _mm_loadu_si128(blk.add(bb - 16) as *const __m128i);
@@ -239,26 +311,158 @@ unsafe fn dot_avx2<const F: u8>(row: &[u8], x: QRow) -> f32 {
             }
             w
         };
-        let mut xv = _mm256_loadu_si256(qp.add(32 * b) as *const __m256i);
-        if F == 4 {
-            xv = _mm256_sign_epi8(xv, w);
-            w = _mm256_abs_epi8(w);
-        }
-        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv), ones);
+        // Q8_0: the weights' signs moved onto the activations.
+        let wu = if F == 4 { _mm256_abs_epi8(w) } else { w };
         let d = half(blk);
-        // Lanes 0-3 hold the first group of 16, lanes 4-7 the second.
-        let s = _mm256_mul_ps(
-            _mm256_set1_ps(d),
-            _mm256_set_m128(
-                _mm_set1_ps(*x.dg.get_unchecked(2 * b + 1)),
-                _mm_set1_ps(*x.dg.get_unchecked(2 * b)),
-            ),
-        );
-        acc[b % 2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc[b % 2]);
-        if F != 4 {
-            bsum += bias::<F>(blk, d) * *x.sb.get_unchecked(b);
+        let dv = _mm256_set1_ps(d);
+        let bias = bias::<F>(blk, d);
+        let slot = if alternate { b % 2 } else { 0 };
+        for_rows!(R, |r| {
+            let mut xv = _mm256_loadu_si256(x.q_at(r).add(32 * b) as *const __m256i);
+            if F == 4 {
+                xv = _mm256_sign_epi8(xv, w);
+            }
+            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wu, xv), ones);
+            let dg = x.dg_at(r).add(2 * b);
+            // Lanes 0-3 hold the first group of 16, lanes 4-7 the second.
+            let s = _mm256_mul_ps(
+                dv,
+                _mm256_set_m128(_mm_set1_ps(*dg.add(1)), _mm_set1_ps(*dg)),
+            );
+            acc[r][slot] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc[r][slot]);
+            if F != 4 {
+                bsum[r] += bias * *x.sb_at(r).add(b);
+            }
+        });
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        let sum = _mm256_add_ps(acc[r][0], acc[r][1]);
+        out[r] = crate::half_matvec::hsum(sum) + bsum[r];
+    }
+    out
+}
+
+/// [`unpack::unpack`](super::unpack::unpack) of a row of a [`has_fused_dot`] format with
+/// AVX2 (the wide products' panel fill, which runs with AVX-512 VNNI): the same bytes, scales
+/// and biases, one block a step instead of one value (Q5_0 16.5 -> ~3 ns per 64 weights).
+/// Returns false (nothing written) without AVX2 and F16C.
+pub(crate) fn unpack_row(
+    dtype: DType,
+    row: &[u8],
+    u: &mut [u8],
+    a: &mut [f32],
+    b: &mut [f32],
+) -> bool {
+    let nb = u.len() / 32;
+    assert!(
+        has_fused_dot(dtype)
+            && u.len() == nb * 32
+            && row.len() == nb * dtype.block_bytes()
+            && a.len() == 2 * nb
+            && b.len() == 2 * nb,
+        "unpack {dtype}: {} bytes into {} values",
+        row.len(),
+        u.len()
+    );
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c") {
+        // SAFETY: the features were detected; lengths checked above.
+        unsafe {
+            match dtype {
+                DType::Q4_0 => unpack_avx2::<0>(row, u, a, b),
+                DType::Q4_1 => unpack_avx2::<1>(row, u, a, b),
+                DType::Q5_0 => unpack_avx2::<2>(row, u, a, b),
+                DType::Q5_1 => unpack_avx2::<3>(row, u, a, b),
+                _ => unpack_avx2::<4>(row, u, a, b),
+            }
+        }
+        return true;
+    }
+    false
+}
+
+/// # Safety
+/// AVX2 and F16C; `row` holds `u.len() / 32` blocks of format `F`, `a` and `b` two groups
+/// a block.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn unpack_avx2<const F: u8>(row: &[u8], u: &mut [u8], a: &mut [f32], b: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let bb = block_bytes(F);
+    let low = _mm256_set1_epi8(15);
+    for blk_i in 0..u.len() / 32 {
+        let blk = row.as_ptr().add(blk_i * bb);
+        let w = if F == 4 {
+            _mm256_loadu_si256(blk.add(2) as *const __m256i)
+        } else {
+            let q = _mm_loadu_si128(blk.add(bb - 16) as *const __m128i);
+            let w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), low);
+            if F == 2 || F == 3 {
+                let at = if F == 2 { 2 } else { 4 };
+                let high = bytes_from_bits(fifth_bits(blk.add(at)));
+                _mm256_or_si256(w, _mm256_and_si256(high, _mm256_set1_epi8(0x10)))
+            } else {
+                w
+            }
+        };
+        _mm256_storeu_si256(u.as_mut_ptr().add(32 * blk_i) as *mut __m256i, w);
+        let d = half(blk);
+        let bias = match F {
+            4 => 0.0,
+            _ => bias::<F>(blk, d),
+        };
+        a[2 * blk_i] = d;
+        a[2 * blk_i + 1] = d;
+        b[2 * blk_i] = bias;
+        b[2 * blk_i + 1] = bias;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn simd_unpack_matches_the_reference() {
+        let mut s = 0x9E37_79B9_7F4A_7C15u64;
+        for dtype in [
+            DType::Q4_0,
+            DType::Q4_1,
+            DType::Q5_0,
+            DType::Q5_1,
+            DType::Q8_0,
+        ] {
+            let nb = 7;
+            let mut row: Vec<u8> = (0..nb * dtype.block_bytes())
+                .map(|_| {
+                    s ^= s << 13;
+                    s ^= s >> 7;
+                    s ^= s << 17;
+                    s as u8
+                })
+                .collect();
+            // Finite scales (and minimums): 0x2E66 ≈ 0.1, sign from the random bit.
+            for blk in row.chunks_mut(dtype.block_bytes()) {
+                for at in [0, 2]
+                    .into_iter()
+                    .take(1 + matches!(dtype, DType::Q4_1 | DType::Q5_1) as usize)
+                {
+                    blk[at] = 0x66;
+                    blk[at + 1] = 0x2E | (blk[at + 1] & 0x80);
+                }
+            }
+            let want = {
+                let (mut u, mut a, mut b) =
+                    (vec![0u8; 32 * nb], vec![0f32; 2 * nb], vec![0f32; 2 * nb]);
+                super::super::unpack::unpack(dtype, &row, &mut u, &mut a, &mut b);
+                (u, a, b)
+            };
+            let (mut u, mut a, mut b) =
+                (vec![0u8; 32 * nb], vec![0f32; 2 * nb], vec![0f32; 2 * nb]);
+            if unpack_row(dtype, &row, &mut u, &mut a, &mut b) {
+                assert_eq!((u, a, b), want, "{dtype}");
+            }
         }
     }
-    let sum = _mm256_add_ps(acc[0], acc[1]);
-    crate::half_matvec::hsum(sum) + bsum
 }

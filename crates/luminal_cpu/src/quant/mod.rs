@@ -3,22 +3,49 @@
 //! rows). The lowering folds the cast into the consumer (see [`dequantized_weight`]), so no
 //! f32 copy of a weight exists at any time:
 //!
-//! - **skinny products** (`M ≤ 8` rows, decode steps): each output is one weight row's dot
-//!   with each activation row. With int8 activations, Q4_0 … Q8_0 (`legacy_dot.rs`) and
-//!   Q4_K, Q6_K (`kquant_dot.rs`) are unpacked in registers, the other formats into a
-//!   scratch row (`unpack.rs`, `int8.rs`); with f32 activations Q4_0, Q4_1 and Q8_0
-//!   dequantize in registers (`dot.rs`), the other formats decode the row into scratch;
-//! - **wide products** (prefill): tiles of weight rows are decoded into scratch and
-//!   multiplied by `gemm`, so the decode cost is shared by all `M` rows;
+//! - **int8 products** (block-quantized weights, unless the product is `exact`):
+//!   activations quantized per group of 16 (`int8.rs`), each weight row's dot with each
+//!   activation row in integer arithmetic (`int8_matmul.rs`). Skinny products (`M ≤ 8`,
+//!   decode): Q4_0 … Q8_0 (`legacy_dot.rs`) and Q4_K, Q6_K (`kquant_dot.rs`) unpacked in
+//!   registers once per chunk of up to four activation rows, the other formats into a
+//!   scratch row (`unpack.rs`). Wide products (prefill) with AVX-512 VNNI: blocks of weight
+//!   rows unpacked into a panel in the span layout (`span_acts.rs`, `span_dot.rs`), one
+//!   lane a group, shared by all `M` rows;
+//! - **skinny exact products** (`M ≤ 8` rows, decode steps, f32 activations): Q4_0, Q4_1
+//!   and Q8_0 dequantize in registers (`dot.rs`), the other formats are unpacked to bytes
+//!   (`int8::dot_f32`), halves decode the row into scratch;
+//! - **wide f32 products** (prefill with f32 activations or without VNNI, and halves):
+//!   tiles of weight rows are decoded into scratch and multiplied by `gemm`, so the decode
+//!   cost is shared by all `M` rows;
 //! - **gather**: the picked rows are decoded straight into the output.
 //!
 //! Decoding is the core's reference decoder ([`luminal::quant::decode`]); anything else
 //! reading a quantized input goes through [`DequantKernel`] (decode, then read the view).
 
+/// `$body` for `$r` = 0, 1, … `$n − 1` (`$n` a constant ≤ 8), unrolled: with `$r` a
+/// literal, per-row accumulator arrays stay in registers (a loop over rows may not be
+/// unrolled by the compiler, and then indexes them in memory).
+macro_rules! for_rows {
+    ($n:expr, |$r:ident| $body:block) => {
+        for_rows!(@ $n, $r, $body, 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15)
+    };
+    (@ $n:expr, $r:ident, $body:block, $($i:literal)*) => {
+        $(
+            if $i < $n {
+                let $r: usize = $i;
+                $body
+            }
+        )*
+    };
+}
+
 mod dot;
 mod int8;
+mod int8_matmul;
 mod kquant_dot;
 mod legacy_dot;
+mod span_acts;
+mod span_dot;
 mod unpack;
 
 use crate::halfvec::HalfElem;
@@ -135,13 +162,12 @@ fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
 }
 
 thread_local! {
-    /// The current product's quantized activation rows (on the thread running the kernel).
-    static QACTS: RefCell<int8::QActs> = RefCell::new(int8::QActs::default());
-    /// This thread's unpacked weight row: quants, group scales, group biases.
+    /// This thread's unpacked weight rows: quants, group scales, group biases.
     static UNPACKED: RefCell<(Vec<u8>, Vec<f32>, Vec<f32>)> =
         const { RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
 }
 
+/// `f` on this thread's unpacked-row scratch for `k` values (`k / 16` groups).
 fn with_unpacked<R>(k: usize, f: impl FnOnce(&mut [u8], &mut [f32], &mut [f32]) -> R) -> R {
     UNPACKED.with(|s| {
         let (u, a, b) = &mut *s.borrow_mut();
@@ -157,13 +183,13 @@ fn with_unpacked<R>(k: usize, f: impl FnOnce(&mut [u8], &mut [f32], &mut [f32]) 
     })
 }
 
-/// A fused int8 dot (`legacy_dot::dot`, `kquant_dot::dot`): one weight row's blocks read in
-/// place against one quantized activation row.
-type FusedDot = fn(int8::DotPath, DType, &[u8], int8::QRow) -> f32;
-
 /// Bytes of decoded weight rows a wide-product tile holds (fits in L2 with room for the
 /// activation panel).
 const TILE_BYTES: usize = 512 << 10;
+
+/// Bytes of weight rows an int8 product with many activation rows keeps hot while every
+/// activation row passes over them (see `int8_matmul.rs`).
+const PANEL_BYTES: usize = 64 << 10;
 
 /// Bytes ahead of the row being read that skinny products prefetch: a weight streamed from
 /// memory once per step outruns the hardware prefetcher (one thread, 128 MiB weight, int8
@@ -177,10 +203,20 @@ fn prefetch(bytes: &[u8], at: usize, len: usize) {
     crate::simd::prefetch_raw(bytes.as_ptr().wrapping_add(at), len);
 }
 
+/// Whether [`weight_matmul`] computes an `m`-row product with a `dtype` weight with int8
+/// activations: block-quantized weights, not `exact`, and a skinny product or a CPU with
+/// AVX-512 VNNI (elsewhere wide products keep f32 activations and `gemm`, see
+/// `span_dot.rs`).
+pub(crate) fn takes_int8(dtype: DType, m: usize, exact: bool) -> bool {
+    !exact
+        && unpack::has_int8_dot(dtype)
+        && (m <= MAX_ROWS || span_dot::wide_int8(int8::DotPath::current()))
+}
+
 /// `dst[i·n + j] = Σ_k a[a_off + i·a_row + k] · W[j, k]` for `i < m`, `j < n`: the product
 /// `x · Wᵀ` with `W` read in place. Allocates nothing once the per-thread scratch has grown.
-/// Skinny products with block-quantized weights take int8 dots (activations quantized per
-/// group of 16, see `int8.rs`) unless `exact`.
+/// Products with block-quantized weights take int8 dots (activations quantized per group
+/// of 16, see `int8.rs`) unless `exact` (see [`takes_int8`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn weight_matmul(
     a: &[f32],
@@ -207,60 +243,8 @@ pub(crate) fn weight_matmul(
     );
     let out = OutPtr(dst.as_mut_ptr());
     let parallel = threads > 1 && m * n * k >= (1 << 15);
-    if m <= MAX_ROWS && !exact && unpack::has_int8_dot(w.dtype) {
-        let path = int8::DotPath::current();
-        let signed = unpack::signed_quants(w.dtype);
-        let rb = w.row_bytes();
-        let rows = |i: usize| &a[a_off + i * a_row..a_off + i * a_row + k];
-        QACTS.with(|q| {
-            let mut q = q.borrow_mut();
-            q.quantize(m, k, rows);
-            let q = &*q;
-            // Formats whose int8 dot reads the blocks in place (no scratch row).
-            let fused: Option<FusedDot> = match path {
-                int8::DotPath::Portable => None,
-                _ if legacy_dot::has_fused_dot(w.dtype) => Some(legacy_dot::dot),
-                _ if kquant_dot::has_fused_dot(w.dtype) => Some(kquant_dot::dot),
-                _ => None,
-            };
-            if let Some(fused_dot) = fused {
-                split_columns(n, parallel, |j0, j1| {
-                    let out = out;
-                    for j in j0..j1 {
-                        prefetch(w.bytes, j * rb + PREFETCH_AHEAD, rb);
-                        let row = &w.bytes[j * rb..(j + 1) * rb];
-                        for i in 0..m {
-                            let v = fused_dot(path, w.dtype, row, q.row(i));
-                            // SAFETY: i < m, j < n, dst holds m·n values; no other task
-                            // writes column j.
-                            unsafe { *out.0.add(i * n + j) = v };
-                        }
-                    }
-                });
-                return;
-            }
-            split_columns(n, parallel, |j0, j1| {
-                let out = out;
-                with_unpacked(k, |u, sa, sb| {
-                    for j in j0..j1 {
-                        prefetch(w.bytes, j * rb + PREFETCH_AHEAD, rb);
-                        unpack::unpack(w.dtype, &w.bytes[j * rb..(j + 1) * rb], u, sa, sb);
-                        let wr = int8::URow {
-                            u,
-                            a: sa,
-                            b: sb,
-                            signed,
-                        };
-                        for i in 0..m {
-                            let v = int8::dot(path, wr, q.row(i));
-                            // SAFETY: i < m, j < n, dst holds m·n values; no other task
-                            // writes column j.
-                            unsafe { *out.0.add(i * n + j) = v };
-                        }
-                    }
-                })
-            });
-        });
+    if takes_int8(w.dtype, m, exact) {
+        int8_matmul::int8_matmul(a, a_off, a_row, w, out, m, parallel);
         return;
     }
     if m <= MAX_ROWS && !dot::has_fused_dot(w.dtype) && unpack::has_int8_dot(w.dtype) {
@@ -505,17 +489,18 @@ mod timing {
             }
             let td = t.elapsed().as_secs_f64() / reps as f64;
             let t = std::time::Instant::now();
-            let fused: Option<FusedDot> = if legacy_dot::has_fused_dot(dtype) {
-                Some(legacy_dot::dot)
-            } else if kquant_dot::has_fused_dot(dtype) {
-                Some(kquant_dot::dot)
-            } else {
-                None
-            };
-            if let Some(fused) = fused {
+            if let Some((fused, _)) = int8_matmul::fused_rows_dot(path, dtype) {
+                let mut o = [0f32];
                 for _ in 0..reps {
                     for j in 0..n {
-                        s += fused(path, dtype, &bytes[j * rb..(j + 1) * rb], q.row(0));
+                        fused(
+                            path,
+                            dtype,
+                            &bytes[j * rb..(j + 1) * rb],
+                            q.rows(0, 1),
+                            &mut o,
+                        );
+                        s += o[0];
                     }
                 }
             }
@@ -572,17 +557,21 @@ mod timing {
             let mut q = int8::QActs::default();
             q.quantize(1, k, |_| &x);
             let path = int8::DotPath::current();
-            let dot = if kquant_dot::has_fused_dot(dtype) {
-                kquant_dot::dot
-            } else {
-                legacy_dot::dot
-            };
+            let (dot, _) = int8_matmul::fused_rows_dot(path, dtype).unwrap();
             let mut s = 0.0;
             let mut best = f64::MAX;
+            let mut o = [0f32];
             for _ in 0..5 {
                 let t = std::time::Instant::now();
                 for j in 0..n {
-                    s += dot(path, dtype, &bytes[j * rb..(j + 1) * rb], q.row(0));
+                    dot(
+                        path,
+                        dtype,
+                        &bytes[j * rb..(j + 1) * rb],
+                        q.rows(0, 1),
+                        &mut o,
+                    );
+                    s += o[0];
                 }
                 best = best.min(t.elapsed().as_secs_f64());
             }

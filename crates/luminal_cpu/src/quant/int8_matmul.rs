@@ -1,0 +1,422 @@
+//! Products `x · Wᵀ` with block-quantized weights and int8 activations (the policy allows
+//! int8: `exact == false`; see `mod.rs`'s `takes_int8`). The activation rows are quantized
+//! once per product, the weight rows split over the threads by column ranges
+//! ([`split_columns`]), and each task walks its range in blocks of weight rows (at most
+//! [`PANEL_BYTES`]) that stay in L1/L2 while every chunk of activation rows passes over
+//! them:
+//!
+//! - **skinny** (`M ≤ 8`, decode): formats with a fused dot (`legacy_dot.rs`,
+//!   `kquant_dot.rs`, SIMD paths) unpack a weight row in registers once per chunk of up to
+//!   four activation rows (`dot_rows`), instead of once per row; the other formats (and the
+//!   portable path) unpack each weight row into scratch (`unpack.rs`) for `int8::dot`;
+//! - **wide** (`M > 8`, prefill, AVX-512 VNNI): activations quantized in the span layout
+//!   (`span_acts.rs`, in parallel), blocks of weight rows unpacked into a panel in the same
+//!   layout, then `span_dot::dot_rows` for chunks of up to 16 activation rows; the results
+//!   of a block and chunk are stored row by row.
+
+use super::{int8, kquant_dot, legacy_dot, prefetch, span_acts, span_dot, unpack};
+use super::{with_unpacked, WeightRef};
+use super::{PANEL_BYTES, PREFETCH_AHEAD};
+use crate::matvec::{split_columns, OutPtr, MAX_ROWS};
+use luminal::DType;
+use std::cell::RefCell;
+
+thread_local! {
+    /// The current product's quantized activation rows (on the thread running the kernel).
+    static QACTS: RefCell<int8::QActs> = RefCell::new(int8::QActs::default());
+}
+
+thread_local! {
+    /// The current wide product's activation rows in the span layout.
+    static SPAN_ACTS: RefCell<span_acts::SpanActs> = RefCell::new(span_acts::SpanActs::default());
+    /// This thread's panel of weight rows in the span layout: quants, group scales, biases.
+    static PANEL: RefCell<Panel> = RefCell::new(Panel::default());
+}
+
+/// `out[at] = v` (through the wrapper: tasks capture the `Sync` wrapper, not its pointer).
+///
+/// # Safety
+/// `at` is inside the output and no other task writes it.
+#[inline(always)]
+unsafe fn put(out: &OutPtr, at: usize, v: f32) {
+    *out.0.add(at) = v;
+}
+
+/// `out[at ..][..vals.len()] = vals`.
+///
+/// # Safety
+/// As [`put`], for every value.
+#[inline(always)]
+unsafe fn put_row(out: &OutPtr, at: usize, vals: &[f32]) {
+    std::ptr::copy_nonoverlapping(vals.as_ptr(), out.0.add(at), vals.len());
+}
+
+/// Weight rows in the span layout: quants, group scales, group biases.
+#[derive(Default)]
+struct Panel {
+    u: span_acts::Aligned<u8>,
+    a: span_acts::Aligned<f32>,
+    b: span_acts::Aligned<f32>,
+}
+
+/// A wide product on a SIMD path (`span_dot.rs`): the `m` activation rows (`rows(i)`)
+/// quantized in the span layout, then each task unpacks blocks of its weight rows into a
+/// panel (at most [`PANEL_BYTES`]) and dots every chunk of activation rows with every panel
+/// row.
+fn wide<'x>(
+    path: int8::DotPath,
+    w: WeightRef,
+    rows: impl Fn(usize) -> &'x [f32] + Sync,
+    out: OutPtr,
+    m: usize,
+    par: bool,
+) {
+    let (n, k) = (w.n, w.k);
+    let rb = w.row_bytes();
+    let l = span_acts::Layout::new(k);
+    let (su, sg) = (l.spans() * span_acts::SPAN, l.spans() * 16);
+    let g = k / unpack::GROUP;
+    let signed = unpack::signed_quants(w.dtype);
+    let legacy = legacy_dot::has_fused_dot(w.dtype);
+    let max_r = span_dot::MAX_R;
+    // Panel bytes per row: the quants and two f32 per group of 16. At most 64 rows (the
+    // result tile below holds MAX_R × 64 values).
+    let block = (PANEL_BYTES / (su + 8 * sg)).clamp(4, 64);
+    SPAN_ACTS.with(|q| {
+        let mut q = q.borrow_mut();
+        q.quantize(l, m, rows, par);
+        let q = &*q;
+        split_columns(n, par, |j0, j1| {
+            let mut res = [0f32; span_dot::MAX_R];
+            let mut tile = [0f32; span_dot::MAX_R * 64];
+            PANEL.with(|p| {
+                let p = &mut *p.borrow_mut();
+                if p.u.len() < block * su {
+                    p.u.resize(block * su);
+                    p.a.resize(block * sg);
+                    p.b.resize(block * sg);
+                }
+                let (pu, pa, pb) = (p.u.as_mut_slice(), p.a.as_mut_slice(), p.b.as_mut_slice());
+                let panel = |s: usize| (s * su..(s + 1) * su, s * sg..(s + 1) * sg);
+                for jb in (j0..j1).step_by(block) {
+                    let je = (jb + block).min(j1);
+                    for j in jb..je {
+                        let (ru, rg) = panel(j - jb);
+                        let (u, a, b) = (&mut pu[ru], &mut pa[rg.clone()], &mut pb[rg]);
+                        prefetch(w.bytes, j * rb + PREFETCH_AHEAD, rb);
+                        let row = &w.bytes[j * rb..(j + 1) * rb];
+                        let (uk, ag, bg) = (&mut u[..k], &mut a[..g], &mut b[..g]);
+                        if !(legacy && legacy_dot::unpack_row(w.dtype, row, uk, ag, bg)) {
+                            unpack::unpack(w.dtype, row, uk, ag, bg);
+                        }
+                        span_acts::finish_row(l, signed, u, a, b);
+                    }
+                    let width = je - jb;
+                    for i in (0..m).step_by(max_r) {
+                        let r = (m - i).min(max_r);
+                        let x = q.rows(i, r);
+                        for j in jb..je {
+                            let (ru, rg) = panel(j - jb);
+                            let row = span_acts::SpanRow {
+                                u: &pu[ru],
+                                a: &pa[rg.clone()],
+                                b: &pb[rg],
+                            };
+                            span_dot::dot_rows(path, row, x, &mut res[..r]);
+                            for (t, &v) in res[..r].iter().enumerate() {
+                                tile[t * width + j - jb] = v;
+                            }
+                        }
+                        // The chunk's rows of this block, stored row by row.
+                        for (t, vals) in tile[..r * width].chunks_exact(width).enumerate() {
+                            // SAFETY: rows i + t < m, columns jb .. je ≤ n of the m·n output;
+                            // no other task writes these columns.
+                            unsafe { put_row(&out, (i + t) * n + jb, vals) };
+                        }
+                    }
+                }
+            })
+        });
+    });
+}
+
+/// A fused multi-row int8 dot (`legacy_dot::dot_rows`, `kquant_dot::dot_rows`).
+type RowsDot = fn(int8::DotPath, DType, &[u8], int8::QRows, &mut [f32]);
+
+/// The fused multi-row dot of `dtype` on `path` and the most rows it takes, if any.
+pub(super) fn fused_rows_dot(path: int8::DotPath, dtype: DType) -> Option<(RowsDot, usize)> {
+    match path {
+        int8::DotPath::Portable => None,
+        _ if legacy_dot::has_fused_dot(dtype) => Some((legacy_dot::dot_rows, legacy_dot::MAX_R)),
+        _ if kquant_dot::has_fused_dot(dtype) => Some((kquant_dot::dot_rows, kquant_dot::MAX_R)),
+        _ => None,
+    }
+}
+
+/// `out[i·n + j] = Σ_k q_i[k] · W[j, k]` for `i < m`, `j < n`, with `q_i` row `i` of `a`
+/// (from `a_off`, rows `a_row` apart) quantized to int8. The caller checked the lengths.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn int8_matmul(
+    a: &[f32],
+    a_off: usize,
+    a_row: usize,
+    w: WeightRef,
+    out: OutPtr,
+    m: usize,
+    parallel: bool,
+) {
+    let (n, k) = (w.n, w.k);
+    let path = int8::DotPath::current();
+    let rb = w.row_bytes();
+    let rows = |i: usize| &a[a_off + i * a_row..a_off + i * a_row + k];
+    if m > MAX_ROWS {
+        assert!(span_dot::wide_int8(path), "wide int8 product without VNNI");
+        return wide(path, w, rows, out, m, parallel);
+    }
+    QACTS.with(|q| {
+        let mut q = q.borrow_mut();
+        q.quantize(m, k, rows);
+        let q = &*q;
+        if let Some((dot_rows, max_r)) = fused_rows_dot(path, w.dtype) {
+            let block = (PANEL_BYTES / rb).clamp(8, 64);
+            split_columns(n, parallel, |j0, j1| {
+                let mut res = [0f32; MAX_ROWS];
+                for jb in (j0..j1).step_by(block) {
+                    let je = (jb + block).min(j1);
+                    for i in (0..m).step_by(max_r) {
+                        let r = (m - i).min(max_r);
+                        let x = q.rows(i, r);
+                        for j in jb..je {
+                            if i == 0 {
+                                prefetch(w.bytes, j * rb + PREFETCH_AHEAD, rb);
+                            }
+                            dot_rows(
+                                path,
+                                w.dtype,
+                                &w.bytes[j * rb..(j + 1) * rb],
+                                x,
+                                &mut res[..r],
+                            );
+                            for (t, &v) in res[..r].iter().enumerate() {
+                                // SAFETY: i + t < m, j < n, the output holds m·n values; no
+                                // other task writes column j.
+                                unsafe { put(&out, (i + t) * n + j, v) };
+                            }
+                        }
+                    }
+                }
+            });
+            return;
+        }
+        // The other formats: each weight row unpacked into scratch, then dotted with every
+        // activation row.
+        let signed = unpack::signed_quants(w.dtype);
+        split_columns(n, parallel, |j0, j1| {
+            with_unpacked(k, |u, sa, sb| {
+                for j in j0..j1 {
+                    prefetch(w.bytes, j * rb + PREFETCH_AHEAD, rb);
+                    unpack::unpack(w.dtype, &w.bytes[j * rb..(j + 1) * rb], u, sa, sb);
+                    let wr = int8::URow {
+                        u,
+                        a: sa,
+                        b: sb,
+                        signed,
+                    };
+                    for i in 0..m {
+                        let v = int8::dot(path, wr, q.row(i));
+                        // SAFETY: i < m, j < n, the output holds m·n values; no other task
+                        // writes column j.
+                        unsafe { put(&out, i * n + j, v) };
+                    }
+                }
+            })
+        });
+    });
+}
+
+/// Timings of the multi-row dots and of wide products (a measurement that asserts nothing,
+/// so ignored by default): `cargo test --release -p luminal_cpu --lib int8_rows --
+/// --ignored --nocapture`.
+#[cfg(test)]
+mod timing {
+    use super::super::weight_matmul;
+    use super::*;
+
+    #[test]
+    #[ignore]
+    fn int8_rows() {
+        let (n, k) = (1536usize, 576usize);
+        for isa in [crate::Isa::Avx2, crate::Isa::Avx512] {
+            if crate::set_max_isa(isa) != isa {
+                continue;
+            }
+            let path = int8::DotPath::current();
+            for dtype in [
+                DType::Q4_0,
+                DType::Q4_1,
+                DType::Q8_0,
+                DType::Q5_0,
+                DType::Q4_K,
+                DType::Q6_K,
+            ] {
+                let k = if dtype.block_size() == 256 { 768 } else { k };
+                let mut bytes: Vec<u8> = (0..dtype.bytes_for(n * k).unwrap())
+                    .map(|i| (i * 7919 % 251) as u8)
+                    .collect();
+                let at: &[usize] = match dtype {
+                    DType::Q4_1 | DType::Q4_K => &[0, 2],
+                    DType::Q6_K => &[208],
+                    _ => &[0],
+                };
+                for blk in bytes.chunks_mut(dtype.block_bytes()) {
+                    for &o in at {
+                        blk[o] = 0x66;
+                        blk[o + 1] = 0x2E;
+                    }
+                }
+                let m = 128;
+                let x: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
+                let mut q = int8::QActs::default();
+                q.quantize(m, k, |i| &x[i * k..(i + 1) * k]);
+                let (dot, max_r) = fused_rows_dot(path, dtype).unwrap();
+                let rb = dtype.bytes_for(k).unwrap();
+                let mut line = format!("{isa:?} {dtype}: ns/64w/row");
+                let mut res = [0f32; 16];
+                // 64 weight rows (L1/L2) against every activation row, R at a time.
+                for r in 1..=max_r {
+                    let t = std::time::Instant::now();
+                    let reps = 20;
+                    for _ in 0..reps {
+                        for i in (0..m - r + 1).step_by(r) {
+                            for j in 0..64 {
+                                let row = &bytes[j * rb..(j + 1) * rb];
+                                dot(path, dtype, row, q.rows(i, r), &mut res[..r]);
+                            }
+                        }
+                    }
+                    let rows = (m / r * r * 64 * reps) as f64;
+                    let ns = t.elapsed().as_secs_f64() * 1e9 / rows / (k as f64 / 64.0);
+                    line += &format!(" R={r} {ns:.2}");
+                }
+                // The span kernel alone: 16 panel rows against every activation row.
+                if !span_dot::wide_int8(path) {
+                    println!("{line}");
+                    continue;
+                }
+                let l = span_acts::Layout::new(k);
+                let (su, sg) = (l.spans() * span_acts::SPAN, l.spans() * 16);
+                let signed = unpack::signed_quants(dtype);
+                let mut qs = span_acts::SpanActs::default();
+                qs.quantize(l, m, |i| &x[i * k..(i + 1) * k], false);
+                let t = std::time::Instant::now();
+                qs.quantize(l, m, |i| &x[i * k..(i + 1) * k], false);
+                let tq = t.elapsed().as_secs_f64();
+                let mut panel = Panel::default();
+                panel.u.resize(16 * su);
+                panel.a.resize(16 * sg);
+                panel.b.resize(16 * sg);
+                let (pu, pa, pb) = (
+                    panel.u.as_mut_slice(),
+                    panel.a.as_mut_slice(),
+                    panel.b.as_mut_slice(),
+                );
+                let g = k / 16;
+                let (mut tu, mut tf) = (f64::MAX, f64::MAX);
+                for _ in 0..20 {
+                    let t = std::time::Instant::now();
+                    for j in 0..16 {
+                        let (u, a, b) = (
+                            &mut pu[j * su..(j + 1) * su],
+                            &mut pa[j * sg..(j + 1) * sg],
+                            &mut pb[j * sg..(j + 1) * sg],
+                        );
+                        let row = &bytes[j * rb..(j + 1) * rb];
+                        let (uk, ag, bg) = (&mut u[..k], &mut a[..g], &mut b[..g]);
+                        if !(legacy_dot::has_fused_dot(dtype)
+                            && legacy_dot::unpack_row(dtype, row, uk, ag, bg))
+                        {
+                            unpack::unpack(dtype, row, uk, ag, bg);
+                        }
+                    }
+                    tu = tu.min(t.elapsed().as_secs_f64() / 16.0);
+                    let t = std::time::Instant::now();
+                    for j in 0..16 {
+                        let (u, a, b) = (
+                            &mut pu[j * su..(j + 1) * su],
+                            &mut pa[j * sg..(j + 1) * sg],
+                            &mut pb[j * sg..(j + 1) * sg],
+                        );
+                        span_acts::finish_row(l, signed, u, a, b);
+                    }
+                    tf = tf.min(t.elapsed().as_secs_f64() / 16.0);
+                }
+                line += &format!(" unpack {:.2} ns/64w", tu * 1e9 / (k as f64 / 64.0));
+                // The panel as the kernels read it (filled last above).
+                for j in 0..16 {
+                    let (u, a, b) = (
+                        &mut pu[j * su..(j + 1) * su],
+                        &mut pa[j * sg..(j + 1) * sg],
+                        &mut pb[j * sg..(j + 1) * sg],
+                    );
+                    let row = &bytes[j * rb..(j + 1) * rb];
+                    unpack::unpack(dtype, row, &mut u[..k], &mut a[..g], &mut b[..g]);
+                    span_acts::finish_row(l, signed, u, a, b);
+                }
+                let mr = span_dot::MAX_R;
+                let reps = 20;
+                let t = std::time::Instant::now();
+                for _ in 0..reps {
+                    for i in (0..m).step_by(mr) {
+                        let xr = qs.rows(i, mr);
+                        for j in 0..16 {
+                            let row = span_acts::SpanRow {
+                                u: &pu[j * su..(j + 1) * su],
+                                a: &pa[j * sg..(j + 1) * sg],
+                                b: &pb[j * sg..(j + 1) * sg],
+                            };
+                            span_dot::dot_rows(path, row, xr, &mut res[..mr]);
+                        }
+                    }
+                }
+                let ns =
+                    t.elapsed().as_secs_f64() * 1e9 / (m * 16 * reps) as f64 / (k as f64 / 64.0);
+                line += &format!(
+                    " | span R={mr} {ns:.2} (quantize {:.2} ns/value, finish {:.2} ns/64w)",
+                    tq * 1e9 / (m * k) as f64,
+                    tf * 1e9 / (k as f64 / 64.0)
+                );
+                let w = WeightRef {
+                    dtype,
+                    bytes: &bytes,
+                    n,
+                    k,
+                };
+                let mut out = vec![0f32; m * n];
+                for exact in [false, true] {
+                    let mut best = f64::MAX;
+                    for _ in 0..3 {
+                        let t = std::time::Instant::now();
+                        weight_matmul(&x, 0, k, w, &mut out, m, 1, exact);
+                        best = best.min(t.elapsed().as_secs_f64());
+                    }
+                    let ns = best * 1e9 / (m * n) as f64 / (k as f64 / 64.0);
+                    line += &format!(" | M=128 {} {ns:.2}", if exact { "f32" } else { "int8" });
+                }
+                let pool = crate::par::Pool::new(2).unwrap();
+                for exact in [false, true] {
+                    let mut best = f64::MAX;
+                    for _ in 0..3 {
+                        let t = std::time::Instant::now();
+                        pool.enter(|| weight_matmul(&x, 0, k, w, &mut out, m, 2, exact));
+                        best = best.min(t.elapsed().as_secs_f64());
+                    }
+                    let ns = best * 1e9 / (m * n) as f64 / (k as f64 / 64.0);
+                    let what = if exact { "f32" } else { "int8" };
+                    line += &format!(" | 2 threads {what} {ns:.2}");
+                }
+                println!("{line} {}", res[0]);
+            }
+        }
+        crate::set_max_isa(crate::detected_isa());
+    }
+}
