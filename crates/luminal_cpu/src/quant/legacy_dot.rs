@@ -295,50 +295,58 @@ unsafe fn dot_avx2<const F: u8, const R: usize>(row: &[u8], x: QRows) -> [f32; R
     // Up to two rows: two accumulators each (alternate blocks); more: one each.
     let alternate = R <= 2;
     let mut acc = [[_mm256_setzero_ps(); 2]; R];
-    let mut bsum = [0f32; R];
-    for b in 0..nb {
-        let blk = wp.add(b * bb);
-        let w = if F == 4 {
-            _mm256_loadu_si256(blk.add(2) as *const __m256i)
-        } else {
-            let q = _mm_loadu_si128(blk.add(bb - 16) as *const __m128i);
-            let both = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
-            let mut w = _mm256_and_si256(both, low);
-            if F == 2 || F == 3 {
-                let at = if F == 2 { 2 } else { 4 };
-                let high = bytes_from_bits(fifth_bits(blk.add(at)));
-                w = _mm256_or_si256(w, _mm256_and_si256(high, _mm256_set1_epi8(0x10)));
+    // Two bias sums per row (even and odd blocks): one scalar chain of adds limited Q4_0 to
+    // one block per add latency.
+    let mut bsum = [[0f32; 2]; R];
+    for b2 in (0..nb).step_by(2) {
+        for h in 0..2 {
+            let b = b2 + h;
+            if b >= nb {
+                break;
             }
-            w
-        };
-        // Q8_0: the weights' signs moved onto the activations.
-        let wu = if F == 4 { _mm256_abs_epi8(w) } else { w };
-        let d = half(blk);
-        let dv = _mm256_set1_ps(d);
-        let bias = bias::<F>(blk, d);
-        let slot = if alternate { b % 2 } else { 0 };
-        for_rows!(R, |r| {
-            let mut xv = _mm256_loadu_si256(x.q_at(r).add(32 * b) as *const __m256i);
-            if F == 4 {
-                xv = _mm256_sign_epi8(xv, w);
-            }
-            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wu, xv), ones);
-            let dg = x.dg_at(r).add(2 * b);
-            // Lanes 0-3 hold the first group of 16, lanes 4-7 the second.
-            let s = _mm256_mul_ps(
-                dv,
-                _mm256_set_m128(_mm_set1_ps(*dg.add(1)), _mm_set1_ps(*dg)),
-            );
-            acc[r][slot] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc[r][slot]);
-            if F != 4 {
-                bsum[r] += bias * *x.sb_at(r).add(b);
-            }
-        });
+            let blk = wp.add(b * bb);
+            let w = if F == 4 {
+                _mm256_loadu_si256(blk.add(2) as *const __m256i)
+            } else {
+                let q = _mm_loadu_si128(blk.add(bb - 16) as *const __m128i);
+                let both = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
+                let mut w = _mm256_and_si256(both, low);
+                if F == 2 || F == 3 {
+                    let at = if F == 2 { 2 } else { 4 };
+                    let high = bytes_from_bits(fifth_bits(blk.add(at)));
+                    w = _mm256_or_si256(w, _mm256_and_si256(high, _mm256_set1_epi8(0x10)));
+                }
+                w
+            };
+            // Q8_0: the weights' signs moved onto the activations.
+            let wu = if F == 4 { _mm256_abs_epi8(w) } else { w };
+            let d = half(blk);
+            let dv = _mm256_set1_ps(d);
+            let bias = bias::<F>(blk, d);
+            let slot = if alternate { h } else { 0 };
+            for_rows!(R, |r| {
+                let mut xv = _mm256_loadu_si256(x.q_at(r).add(32 * b) as *const __m256i);
+                if F == 4 {
+                    xv = _mm256_sign_epi8(xv, w);
+                }
+                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wu, xv), ones);
+                let dg = x.dg_at(r).add(2 * b);
+                // Lanes 0-3 hold the first group of 16, lanes 4-7 the second.
+                let s = _mm256_mul_ps(
+                    dv,
+                    _mm256_set_m128(_mm_set1_ps(*dg.add(1)), _mm_set1_ps(*dg)),
+                );
+                acc[r][slot] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc[r][slot]);
+                if F != 4 {
+                    bsum[r][h] += bias * *x.sb_at(r).add(b);
+                }
+            });
+        }
     }
     let mut out = [0f32; R];
     for r in 0..R {
         let sum = _mm256_add_ps(acc[r][0], acc[r][1]);
-        out[r] = crate::half_matvec::hsum(sum) + bsum[r];
+        out[r] = crate::half_matvec::hsum(sum) + (bsum[r][0] + bsum[r][1]);
     }
     out
 }
