@@ -303,17 +303,7 @@ pub fn perplexity_with_progress<M: Model + ?Sized>(
     ctx: usize,
     mut progress: impl FnMut(usize, usize, f64),
 ) -> Result<PerplexityResult> {
-    if ctx < 2 {
-        return Err(ModelError::Other(format!(
-            "perplexity needs a context of at least 2 tokens, got {ctx}"
-        )));
-    }
-    if ctx > model.max_ctx() {
-        return Err(ModelError::ContextFull {
-            needed: ctx,
-            max: model.max_ctx(),
-        });
-    }
+    check_ppl_ctx(model, ctx, 2, "perplexity")?;
     let ids = tok.encode(text, false)?;
     let windows: Vec<&[u32]> = ids.chunks(ctx).filter(|w| w.len() >= 2).collect();
     if windows.is_empty() {
@@ -322,27 +312,68 @@ pub fn perplexity_with_progress<M: Model + ?Sized>(
             ids.len()
         )));
     }
-    let vocab = model.vocab_size();
     let (mut nll_sum, mut n_scored) = (0f64, 0usize);
+    let mut logits = Vec::new();
     for (w, window) in windows.iter().enumerate() {
         // Logits of every position but the last predict the next token of the window.
-        model.reset();
-        let logits = model.forward(&window[..window.len() - 1], window.len() - 1)?;
-        for (row, &target) in logits.chunks_exact(vocab).zip(&window[1..]) {
-            nll_sum += token_nll(row, target as usize);
-        }
-        n_scored += window.len() - 1;
+        let n = window.len() - 1;
+        nll_sum += score(model, &window[..n], n, &window[1..], &mut logits)?;
+        n_scored += n;
         progress(w + 1, windows.len(), (nll_sum / n_scored as f64).exp());
     }
     model.reset();
+    Ok(ppl_result(nll_sum, n_scored, ids.len(), windows.len()))
+}
+
+/// The context checks of the perplexity protocols: `ctx ≥ min` and within the model.
+fn check_ppl_ctx<M: Model + ?Sized>(model: &M, ctx: usize, min: usize, what: &str) -> Result<()> {
+    if ctx < min {
+        return Err(ModelError::Other(format!(
+            "{what} needs a context of at least {min} tokens, got {ctx}"
+        )));
+    }
+    if ctx > model.max_ctx() {
+        return Err(ModelError::ContextFull {
+            needed: ctx,
+            max: model.max_ctx(),
+        });
+    }
+    Ok(())
+}
+
+/// Runs `input` from an empty cache and returns the summed NLL of `targets` under the
+/// logits of its last `n_out` positions (row `i` predicts `targets[i]`).
+fn score<M: Model + ?Sized>(
+    model: &mut M,
+    input: &[u32],
+    n_out: usize,
+    targets: &[u32],
+    logits: &mut Vec<f32>,
+) -> Result<f64> {
+    model.reset();
+    model.forward_into(input, n_out, logits)?;
+    let vocab = model.vocab_size();
+    Ok(logits
+        .chunks_exact(vocab)
+        .zip(targets)
+        .map(|(row, &t)| token_nll(row, t as usize))
+        .sum())
+}
+
+fn ppl_result(
+    nll_sum: f64,
+    n_scored: usize,
+    n_tokens: usize,
+    n_windows: usize,
+) -> PerplexityResult {
     let mean_nll = nll_sum / n_scored as f64;
-    Ok(PerplexityResult {
+    PerplexityResult {
         ppl: mean_nll.exp(),
         mean_nll,
-        n_tokens: ids.len(),
+        n_tokens,
         n_scored,
-        n_windows: windows.len(),
-    })
+        n_windows,
+    }
 }
 
 /// The perplexity of `text` by `llama-perplexity`'s protocol, so that the two programs'
@@ -362,17 +393,7 @@ pub fn perplexity_llama_cpp<M: Model + ?Sized>(
     ctx: usize,
     mut progress: impl FnMut(usize, usize, f64),
 ) -> Result<PerplexityResult> {
-    if ctx < 4 {
-        return Err(ModelError::Other(format!(
-            "the llama.cpp perplexity protocol needs a context of at least 4 tokens, got {ctx}"
-        )));
-    }
-    if ctx > model.max_ctx() {
-        return Err(ModelError::ContextFull {
-            needed: ctx,
-            max: model.max_ctx(),
-        });
-    }
+    check_ppl_ctx(model, ctx, 4, "the llama.cpp perplexity protocol")?;
     let ids = tok.encode(text, true)?;
     if ids.len() < 2 * ctx {
         return Err(ModelError::Other(format!(
@@ -383,7 +404,6 @@ pub fn perplexity_llama_cpp<M: Model + ?Sized>(
     }
     let bos = if tok.add_bos() { tok.bos_id() } else { None };
     let (n_chunks, first) = (ids.len() / ctx, ctx / 2);
-    let vocab = model.vocab_size();
     let (mut nll_sum, mut n_scored) = (0f64, 0usize);
     let mut chunk = Vec::with_capacity(ctx);
     let mut logits = Vec::new();
@@ -393,24 +413,20 @@ pub fn perplexity_llama_cpp<M: Model + ?Sized>(
         if let Some(b) = bos {
             chunk[0] = b;
         }
-        model.reset();
         // Positions `first .. ctx - 2` predict tokens `first + 1 .. ctx - 1`.
-        model.forward_into(&chunk[..ctx - 1], ctx - 1 - first, &mut logits)?;
-        for (row, &target) in logits.chunks_exact(vocab).zip(&chunk[first + 1..]) {
-            nll_sum += token_nll(row, target as usize);
-        }
-        n_scored += ctx - 1 - first;
+        let n = ctx - 1 - first;
+        nll_sum += score(
+            model,
+            &chunk[..ctx - 1],
+            n,
+            &chunk[first + 1..],
+            &mut logits,
+        )?;
+        n_scored += n;
         progress(c + 1, n_chunks, (nll_sum / n_scored as f64).exp());
     }
     model.reset();
-    let mean_nll = nll_sum / n_scored as f64;
-    Ok(PerplexityResult {
-        ppl: mean_nll.exp(),
-        mean_nll,
-        n_tokens: ids.len(),
-        n_scored,
-        n_windows: n_chunks,
-    })
+    Ok(ppl_result(nll_sum, n_scored, ids.len(), n_chunks))
 }
 
 /// `-log_softmax(row)[target]`, computed in f64.

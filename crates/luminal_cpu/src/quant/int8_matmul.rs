@@ -260,20 +260,7 @@ mod timing {
                 DType::Q6_K,
             ] {
                 let k = if dtype.block_size() == 256 { 768 } else { k };
-                let mut bytes: Vec<u8> = (0..dtype.bytes_for(n * k).unwrap())
-                    .map(|i| (i * 7919 % 251) as u8)
-                    .collect();
-                let at: &[usize] = match dtype {
-                    DType::Q4_1 | DType::Q4_K => &[0, 2],
-                    DType::Q6_K => &[208],
-                    _ => &[0],
-                };
-                for blk in bytes.chunks_mut(dtype.block_bytes()) {
-                    for &o in at {
-                        blk[o] = 0x66;
-                        blk[o + 1] = 0x2E;
-                    }
-                }
+                let bytes = crate::quant::timing::timing_weight(dtype, n, k);
                 let m = 128;
                 let x: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
                 let mut q = int8::QActs::default();

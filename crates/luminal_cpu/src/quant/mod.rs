@@ -418,8 +418,30 @@ impl DequantKernel {
 /// ignored by default; quoted in `benches/README.md`): `cargo test --release -p luminal_cpu
 /// --lib timing -- --ignored --nocapture`.
 #[cfg(test)]
-mod timing {
+pub(crate) mod timing {
     use super::*;
+
+    /// `n × k` values of `dtype` as deterministic pseudo-random blocks whose f16 scale (and
+    /// min) fields are set to 0.1: ordinary numbers for the timing loops.
+    pub(crate) fn timing_weight(dtype: DType, n: usize, k: usize) -> Vec<u8> {
+        let mut bytes: Vec<u8> = (0..dtype.bytes_for(n * k).unwrap())
+            .map(|i| (i * 7919 % 251) as u8)
+            .collect();
+        let at: &[usize] = match dtype {
+            DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
+            DType::Q6_K => &[208],
+            DType::Q2_K => &[80, 82],
+            DType::Q3_K => &[108],
+            _ => &[0],
+        };
+        for blk in bytes.chunks_mut(dtype.block_bytes()) {
+            for &o in at {
+                blk[o] = 0x66;
+                blk[o + 1] = 0x2E;
+            }
+        }
+        bytes
+    }
     #[test]
     #[ignore]
     fn int8_parts() {
@@ -433,23 +455,7 @@ mod timing {
             DType::Q6_K,
         ] {
             let k = if dtype.block_size() == 256 { 768 } else { k };
-            let mut bytes: Vec<u8> = (0..dtype.bytes_for(n * k).unwrap())
-                .map(|i| (i * 7919 % 251) as u8)
-                .collect();
-            let bb = dtype.block_bytes();
-            let at: &[usize] = match dtype {
-                DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
-                DType::Q6_K => &[208],
-                DType::Q2_K => &[80, 82],
-                DType::Q3_K => &[108],
-                _ => &[0],
-            };
-            for blk in bytes.chunks_mut(bb) {
-                for &o in at {
-                    blk[o] = 0x66;
-                    blk[o + 1] = 0x2E;
-                }
-            }
+            let bytes = timing_weight(dtype, n, k);
             let w = WeightRef {
                 dtype,
                 bytes: &bytes,
@@ -538,21 +544,7 @@ mod timing {
         ] {
             let rb = dtype.bytes_for(k).unwrap();
             let n = (128usize << 20) / rb;
-            let mut bytes: Vec<u8> = (0..dtype.bytes_for(n * k).unwrap())
-                .map(|i| (i * 7919 % 251) as u8)
-                .collect();
-            // The f16 scale(s) of each block set to 0.1.
-            let at: &[usize] = match dtype {
-                DType::Q4_1 | DType::Q4_K => &[0, 2],
-                DType::Q6_K => &[208],
-                _ => &[0],
-            };
-            for blk in bytes.chunks_mut(dtype.block_bytes()) {
-                for &o in at {
-                    blk[o] = 0x66;
-                    blk[o + 1] = 0x2E;
-                }
-            }
+            let bytes = timing_weight(dtype, n, k);
             let x: Vec<f32> = (0..k).map(|i| (i as f32 * 0.37).sin()).collect();
             let mut q = int8::QActs::default();
             q.quantize(1, k, |_| &x);
