@@ -383,9 +383,10 @@ fn dot_portable(w: URow, x: QRow) -> f32 {
     acc + bias
 }
 
-/// Lane `l` of the 64-value chunk `t` of a 256-value span belongs to group `4t + l / 4`.
+/// Lane `l` of the 64-value chunk `t` of a 256-value span belongs to group `4t + l / 4`
+/// (`vpermps` indices spreading 16 group factors over a `vpdpbusd` result).
 #[cfg(target_arch = "x86_64")]
-const fn lane_groups(t: i32) -> [i32; 16] {
+pub(crate) const fn lane_groups(t: i32) -> [i32; 16] {
     let mut idx = [0; 16];
     let mut l = 0;
     while l < 16 {

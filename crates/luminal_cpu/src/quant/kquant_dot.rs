@@ -27,6 +27,8 @@
 //! lanes 0-3 of vector `t` hold group `2t` and lanes 4-7 group `2t + 1`.
 
 use super::int8::{DotPath, QRows};
+#[cfg(target_arch = "x86_64")]
+use super::{int8::lane_groups, legacy_dot::half};
 use luminal::DType;
 
 /// Values per super-block.
@@ -119,31 +121,6 @@ fn q4_k_scales_mins(packed: &[u8; 12]) -> (u64, u64) {
 #[inline(always)]
 unsafe fn scales_mins_at(blk: *const u8) -> (u64, u64) {
     q4_k_scales_mins(&*(blk.add(4) as *const [u8; 12]))
-}
-
-/// The f16 at `p` by F16C.
-///
-/// # Safety
-/// `p .. p + 2` is readable and the CPU has F16C.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn half(p: *const u8) -> f32 {
-    use std::arch::x86_64::*;
-    let bits = (p as *const u16).read_unaligned();
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
-}
-
-/// `vpermps` indices spreading the 16 group factors over the lanes of the 64-value vector
-/// `t` of a super-block: lane `l` belongs to group `4t + l / 4`.
-#[cfg(target_arch = "x86_64")]
-const fn lane_groups(t: i32) -> [i32; 16] {
-    let mut idx = [0; 16];
-    let mut l = 0;
-    while l < 16 {
-        idx[l] = 4 * t + l as i32 / 4;
-        l += 1;
-    }
-    idx
 }
 
 #[cfg(target_arch = "x86_64")]

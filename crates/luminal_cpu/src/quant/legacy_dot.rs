@@ -110,9 +110,12 @@ unsafe fn bias<const F: u8>(blk: *const u8, d: f32) -> f32 {
 }
 
 /// The f16 at `p` by F16C.
+///
+/// # Safety
+/// `p .. p + 2` is readable and the CPU has F16C.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn half(p: *const u8) -> f32 {
+pub(crate) unsafe fn half(p: *const u8) -> f32 {
     use std::arch::x86_64::*;
     let bits = (p as *const u16).read_unaligned();
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
