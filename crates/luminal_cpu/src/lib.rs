@@ -36,27 +36,14 @@
 //! assert_eq!(rt.get::<f32>(c).unwrap(), vec![1., 2., 3., 4., 2., 4., 6., 8., 3., 6., 9., 12.]);
 //! ```
 
-mod compile;
-mod direct;
-mod fallback;
-mod fused;
-mod half_matvec;
-mod halfvec;
-mod halves;
-mod matmul;
-mod matvec;
-mod par;
-mod plan;
-mod profile;
-mod quant;
-mod rows;
-mod runtime;
+mod exec;
+mod kernels;
+mod lower;
 mod simd;
 mod storage;
 mod view;
-mod write;
 
-pub use runtime::CpuRuntime;
+pub use exec::runtime::CpuRuntime;
 pub use simd::{detected_isa, set_max_isa, Isa};
 
 use luminal::{Backend, CompileOptions, GraphData, Result};

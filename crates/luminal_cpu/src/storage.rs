@@ -4,7 +4,7 @@
 //! half weights handed over as raw bytes) keep their raw blocks (`Bytes`), which only the
 //! weight kernels of `quant/` read.
 
-use crate::halfvec::HalfElem;
+use crate::simd::half::HalfElem;
 use half::{bf16, f16};
 use luminal::{ByteData, DType, HostData};
 

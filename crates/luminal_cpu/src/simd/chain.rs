@@ -42,7 +42,7 @@ pub fn chain<const F: bool>(
     out: &mut [f32],
     stream: bool,
 ) {
-    chain_with::<F>(a, ops, out, stream, crate::halfvec::fast())
+    chain_with::<F>(a, ops, out, stream, crate::simd::half::fast())
 }
 
 /// [`chain`], with the AVX2 tile loop (`avx2`: the CPU must have AVX2, FMA and F16C) or the
@@ -171,7 +171,7 @@ pub(crate) fn chain_in_place<const F: bool>(op: ChainOp, b: Operand<'_>, i: usiz
                 tmp.copy_from_slice(piece);
                 match op {
                     ChainOp::Unary(u) => unary::<F>(u, tmp, piece),
-                    ChainOp::Round(kind) => crate::halfvec::round_block(kind, tmp, piece),
+                    ChainOp::Round(kind) => crate::simd::half::round_block(kind, tmp, piece),
                     _ => unreachable!(),
                 }
             }

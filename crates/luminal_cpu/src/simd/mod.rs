@@ -6,7 +6,7 @@
 //! and the target's baseline — and [`run`] picks the best one the CPU supports, detected
 //! once at run time (`LUMINAL_CPU_ISA=generic|avx2|avx512` caps the choice).
 
-use crate::halfvec::HalfKind;
+use crate::simd::half::HalfKind;
 use luminal::op::{BinaryOp, ReduceOp, UnaryOp};
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -232,6 +232,7 @@ pub fn store_fence() {
 }
 
 mod chain;
+pub(crate) mod half;
 mod math;
 mod reduce;
 mod slices;

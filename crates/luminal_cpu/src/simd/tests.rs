@@ -66,7 +66,7 @@ fn sin_close_to_libm() {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn exp2_avx2_matches_scalar() {
-    if !crate::halfvec::fast() {
+    if !crate::simd::half::fast() {
         return;
     }
     let xs: Vec<f32> = samples().collect();
@@ -181,7 +181,7 @@ fn chains_match_op_by_op() {
         ChainOp::Round(HalfKind::F16),
         ChainOp::Round(HalfKind::BF16),
     ];
-    let avx2_options: &[bool] = if crate::halfvec::fast() {
+    let avx2_options: &[bool] = if crate::simd::half::fast() {
         &[false, true]
     } else {
         &[false]
@@ -255,7 +255,7 @@ fn chains_match_op_by_op() {
                         ChainOp::Max => max_one(x, y),
                         ChainOp::Unary(u) => unary_one::<true>(u, x),
                         ChainOp::NotZero => (x != 0.0) as u8 as f32,
-                        ChainOp::Round(kind) => crate::halfvec::round_one(kind, x),
+                        ChainOp::Round(kind) => crate::simd::half::round_one(kind, x),
                     }
                 })
             })

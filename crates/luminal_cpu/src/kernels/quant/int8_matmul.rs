@@ -17,7 +17,7 @@
 use super::{int8, kquant_dot, legacy_dot, prefetch, span_acts, span_dot, unpack};
 use super::{with_unpacked, WeightRef};
 use super::{PANEL_BYTES, PREFETCH_AHEAD};
-use crate::matvec::{split_columns, OutPtr, MAX_ROWS};
+use crate::kernels::matmul::skinny_f32::{split_columns, OutPtr, MAX_ROWS};
 use luminal::DType;
 use std::cell::RefCell;
 
@@ -260,7 +260,7 @@ mod timing {
                 DType::Q6_K,
             ] {
                 let k = if dtype.block_size() == 256 { 768 } else { k };
-                let bytes = crate::quant::timing::timing_weight(dtype, n, k);
+                let bytes = crate::kernels::quant::timing::timing_weight(dtype, n, k);
                 let m = 128;
                 let x: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
                 let mut q = int8::QActs::default();
@@ -389,7 +389,7 @@ mod timing {
                     let ns = best * 1e9 / (m * n) as f64 / (k as f64 / 64.0);
                     line += &format!(" | M=128 {} {ns:.2}", if exact { "f32" } else { "int8" });
                 }
-                let pool = crate::par::Pool::new(2).unwrap();
+                let pool = crate::exec::par::Pool::new(2).unwrap();
                 for exact in [false, true] {
                     let mut best = f64::MAX;
                     for _ in 0..3 {

@@ -38,9 +38,9 @@
 //! order (multiples of 2^-24 below 2^29), so they use several lanes; longer f16 rows and
 //! bf16 (whose exponent range no f64 sum holds exactly) are summed in order.
 
-use crate::fused::{task_len, Program, ReduceShape, Regs, RowEnv, BLOCK};
-use crate::halfvec::{HalfElem, HalfKind};
-use crate::matmul::MatmulKernel;
+use crate::kernels::fused::{task_len, Program, ReduceShape, Regs, RowEnv, BLOCK};
+use crate::kernels::matmul::MatmulKernel;
+use crate::simd::half::{HalfElem, HalfKind};
 use crate::simd::{self, Task};
 use crate::storage::{BufRef, Storage, StorageKind};
 use crate::view::{DimNames, DimValues, ResolvedView, ViewExprs};
@@ -108,15 +108,15 @@ impl CastKernel {
         }
         let view = &self.view;
         match out {
-            Storage::F32(o) => crate::par::for_each_chunk(&mut o[..n], CHUNK, |t, c| {
+            Storage::F32(o) => crate::exec::par::for_each_chunk(&mut o[..n], CHUNK, |t, c| {
                 for (j, blk) in c.chunks_mut(BLOCK).enumerate() {
                     view.load(src, t * CHUNK + j * BLOCK, blk);
                 }
             }),
-            Storage::F16(o) => crate::par::for_each_chunk(&mut o[..n], CHUNK, |t, c| {
+            Storage::F16(o) => crate::exec::par::for_each_chunk(&mut o[..n], CHUNK, |t, c| {
                 narrow_view(src, view, t * CHUNK, c)
             }),
-            Storage::BF16(o) => crate::par::for_each_chunk(&mut o[..n], CHUNK, |t, c| {
+            Storage::BF16(o) => crate::exec::par::for_each_chunk(&mut o[..n], CHUNK, |t, c| {
                 narrow_view(src, view, t * CHUNK, c)
             }),
             Storage::F64(_) | Storage::Bytes(_) => {
@@ -190,13 +190,13 @@ fn span(view: &ResolvedView) -> (i64, usize) {
 
 /// Buffer elements `lo .. lo + dst.len()` of `src`, exactly, as `f32`.
 fn widen(src: BufRef<'_>, lo: usize, dst: &mut [f32]) {
-    crate::par::for_each_chunk(dst, CHUNK, |t, c| src.copy_to_f32(lo + t * CHUNK, c));
+    crate::exec::par::for_each_chunk(dst, CHUNK, |t, c| src.copy_to_f32(lo + t * CHUNK, c));
 }
 
 /// Rounds `src` into the first `src.len()` elements of `out`.
 fn narrow_into(src: &[f32], out: &mut Storage) -> Result<()> {
     fn go<H: Half + Send>(src: &[f32], o: &mut [H]) {
-        crate::par::for_each_chunk(&mut o[..src.len()], CHUNK, |t, c| {
+        crate::exec::par::for_each_chunk(&mut o[..src.len()], CHUNK, |t, c| {
             H::narrow(&src[t * CHUNK..t * CHUNK + c.len()], c)
         })
     }
@@ -282,7 +282,7 @@ impl SkinnyPath {
         if depth == 0 || sa[r - 1] != 1 || sa[r - 3] < 0 {
             return None;
         }
-        if m <= crate::matvec::MAX_ROWS && sb[r - 1] == 1 && sb[r - 2] >= 0 {
+        if m <= crate::kernels::matmul::skinny_f32::MAX_ROWS && sb[r - 1] == 1 && sb[r - 2] >= 0 {
             Some(SkinnyPath::Dots)
         } else if m == 1 && sb[r - 2] == 1 && sb[r - 1] >= 0 && n > 1 {
             Some(SkinnyPath::Axpy)
@@ -311,7 +311,7 @@ impl SkinnyPath {
             }
             let (oa, ob) = (oa as usize, ob as usize);
             match self {
-                SkinnyPath::Dots => crate::half_matvec::skinny(
+                SkinnyPath::Dots => crate::kernels::matmul::skinny_half::skinny(
                     a,
                     (oa, sa[r - 3] as usize),
                     b,
@@ -320,9 +320,15 @@ impl SkinnyPath {
                     (m, n, depth),
                     parallel,
                 ),
-                SkinnyPath::Axpy => {
-                    crate::half_matvec::axpy(a, oa, b, (ob, sb[r - 1] as usize), d, depth, parallel)
-                }
+                SkinnyPath::Axpy => crate::kernels::matmul::skinny_half::axpy(
+                    a,
+                    oa,
+                    b,
+                    (ob, sb[r - 1] as usize),
+                    d,
+                    depth,
+                    parallel,
+                ),
             }
         }
     }
@@ -432,7 +438,7 @@ pub fn run_half_reduce(
     if s.len > 0 && n_out > 0 {
         // Whole rows per task (`inner` outputs each), a few tasks per thread.
         let chunk = task_len(s.outer, s.len * s.inner) * s.inner;
-        crate::par::for_each_chunk(acc, chunk, |t, c| {
+        crate::exec::par::for_each_chunk(acc, chunk, |t, c| {
             prog.with_regs(|mut regs| {
                 simd::run(HalfReduceTask {
                     op,

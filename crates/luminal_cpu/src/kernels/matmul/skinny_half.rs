@@ -11,12 +11,12 @@
 //! Without AVX2 + F16C (or with the instruction set capped below AVX2) the same loops run
 //! on short blocks widened with `half`'s slice conversions.
 
-use crate::halfvec::{fast, HalfElem};
-use crate::matvec::MAX_ROWS;
+use crate::kernels::matmul::skinny_f32::MAX_ROWS;
+use crate::simd::half::{fast, HalfElem};
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use crate::matvec::OutPtr;
+use crate::kernels::matmul::skinny_f32::OutPtr;
 
 /// Elements of `K` widened at a time by the portable kernels (a stack block in L1).
 const KC: usize = 256;
@@ -79,7 +79,7 @@ pub fn skinny<H: HalfElem>(
             }
         }
     };
-    crate::matvec::split_columns(n, parallel, cols);
+    crate::kernels::matmul::skinny_f32::split_columns(n, parallel, cols);
 }
 
 /// `Σ_q rows[i][q] · w[q]` for every row, widening `w` a block at a time.
@@ -174,7 +174,7 @@ unsafe fn skinny_cols_avx2_r<'w, H: HalfElem, const R: usize, const U: usize>(
         let wp = wj.as_ptr();
         // Rows are usually contiguous: fetch the weight a few rows ahead (as `quant`).
         crate::simd::prefetch_raw(
-            (wp as *const u8).wrapping_add(crate::quant::PREFETCH_AHEAD),
+            (wp as *const u8).wrapping_add(crate::kernels::quant::PREFETCH_AHEAD),
             2 * k,
         );
         // SAFETY (whole block): every access is at an index below `k` of a row of `rows`
@@ -245,7 +245,11 @@ pub fn axpy<H: HalfElem>(
     let use_fast = fast();
     // One column chunk per thread (longer row segments stream better than more, shorter
     // tasks), at least 256 wide; the chunk of output stays in L1.
-    let threads = if parallel { crate::par::threads() } else { 1 };
+    let threads = if parallel {
+        crate::exec::par::threads()
+    } else {
+        1
+    };
     let cols = n.div_ceil(threads).max(256).next_multiple_of(16);
     let task = |t: usize, out: &mut [f32]| {
         let c0 = t * cols;
@@ -262,7 +266,7 @@ pub fn axpy<H: HalfElem>(
         axpy_portable(x, &row, out);
     };
     if parallel {
-        crate::par::for_each_chunk(dst, cols, task);
+        crate::exec::par::for_each_chunk(dst, cols, task);
     } else {
         dst.chunks_mut(cols)
             .enumerate()

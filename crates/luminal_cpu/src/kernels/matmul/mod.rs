@@ -5,13 +5,16 @@
 //! takes row and column strides, so the operands are read in place whatever their layout
 //! (transposed weights, sliced batches, broadcast batch dims): no copies.
 
-use crate::quant::{weight_matmul, WeightRef};
+pub(crate) mod skinny_f32;
+pub(crate) mod skinny_half;
+
+use crate::kernels::quant::{weight_matmul, WeightRef};
 use crate::storage::Storage;
 use crate::view::{DimValues, ResolvedView, ViewExprs};
 use gemm::Parallelism;
 use luminal::{DType, LuminalError, Result};
 
-use crate::fused::{run_epilogue, Program};
+use crate::kernels::fused::{run_epilogue, Program};
 use crate::simd::{self, Task};
 
 #[derive(Clone, Debug)]
@@ -99,7 +102,7 @@ impl MatmulKernel {
         &self,
         bufs: &[Storage],
         out: &mut Storage,
-        scratch: &mut crate::halves::HalfScratch,
+        scratch: &mut crate::kernels::half::HalfScratch,
     ) -> Result<()> {
         if let Some(dtype) = self.weight {
             let Storage::F32(dst) = out else {
@@ -122,7 +125,7 @@ impl MatmulKernel {
                 Ok(())
             }
             // Epilogues are only fused into f32 products (see `Lowering::epilogue_matmul`).
-            (_, _, out) => crate::halves::run_half_matmul(self, bufs, out, scratch),
+            (_, _, out) => crate::kernels::half::run_half_matmul(self, bufs, out, scratch),
         }
     }
 
@@ -188,7 +191,7 @@ impl MatmulKernel {
             self.matvec_axpy(a, b, dst, batch, n, k, &offsets);
             return Ok(());
         }
-        if m <= crate::matvec::MAX_ROWS
+        if m <= crate::kernels::matmul::skinny_f32::MAX_ROWS
             && sa[r - 1] == 1
             && sb[r - 1] == 1
             && sa[r - 3] >= 0
@@ -198,7 +201,7 @@ impl MatmulKernel {
             let parallel = self.threads > 1 && flops_per >= (1 << 15);
             for (i, d) in dst.chunks_mut(m * n).enumerate() {
                 let (oa, ob) = offsets(i);
-                crate::matvec::skinny(
+                crate::kernels::matmul::skinny_f32::skinny(
                     a,
                     oa as usize,
                     sa[r - 3] as usize,
@@ -216,24 +219,24 @@ impl MatmulKernel {
         }
         if batch >= self.threads && flops_per < (1 << 21) && self.threads > 1 {
             // Many small matrices: one gemm per task, each single-threaded.
-            crate::par::for_each_chunk(dst, m * n, call);
-        } else if flops_per >= (1 << 16) && crate::par::threads() > 1 {
+            crate::exec::par::for_each_chunk(dst, m * n, call);
+        } else if flops_per >= (1 << 16) && crate::exec::par::threads() > 1 {
             // One product at a time, split into one block per thread: along N in
             // multiples of 16 columns when it is wide enough, else along M.
-            let threads = crate::par::threads();
-            let out = crate::matvec::OutPtr(dst.as_mut_ptr());
+            let threads = crate::exec::par::threads();
+            let out = crate::kernels::matmul::skinny_f32::OutPtr(dst.as_mut_ptr());
             for i in 0..batch {
                 let d = out.0.wrapping_add(i * m * n);
-                let d = crate::matvec::OutPtr(d);
+                let d = crate::kernels::matmul::skinny_f32::OutPtr(d);
                 if n >= 32 * threads {
                     let w = n.div_ceil(threads).next_multiple_of(16);
-                    crate::par::for_each(n.div_ceil(w), |t| {
+                    crate::exec::par::for_each(n.div_ceil(w), |t| {
                         let d = d;
                         block(i, d.0, (0, m), (t * w, ((t + 1) * w).min(n)))
                     });
                 } else {
                     let h = m.div_ceil(threads);
-                    crate::par::for_each(m.div_ceil(h), |t| {
+                    crate::exec::par::for_each(m.div_ceil(h), |t| {
                         let d = d;
                         block(i, d.0, (t * h, ((t + 1) * h).min(m)), (0, n))
                     });
@@ -282,7 +285,7 @@ impl MatmulKernel {
         let sa = &self.a_view.strides;
         let mut rows = vec![];
         let refine = self.refine.min(n);
-        let refine = if !crate::quant::takes_int8(dtype, m, self.exact) {
+        let refine = if !crate::kernels::quant::takes_int8(dtype, m, self.exact) {
             0
         } else {
             refine
@@ -304,7 +307,7 @@ impl MatmulKernel {
             weight_matmul(x, x_off, x_row, w, d, m, self.threads, self.exact);
             if refine > 0 {
                 // Rows in parallel (a prefill's logits: one task per row).
-                crate::par::for_each_chunk(d, n, |row, out| {
+                crate::exec::par::for_each_chunk(d, n, |row, out| {
                     refine_row(&x[x_off + row * x_row..][..k], w, out, refine)
                 });
             }
@@ -436,12 +439,12 @@ impl MatmulKernel {
         // One column chunk per thread (longer row segments stream better than more,
         // shorter tasks), at least 256 wide.
         let cols = n
-            .div_ceil(crate::par::threads())
+            .div_ceil(crate::exec::par::threads())
             .max(256)
             .next_multiple_of(16);
-        crate::par::for_each_chunk(&mut dst[..batch * n], n, |i, row_out| {
+        crate::exec::par::for_each_chunk(&mut dst[..batch * n], n, |i, row_out| {
             let (oa, ob) = offsets(i);
-            crate::par::for_each_chunk(row_out, cols, |t, out| {
+            crate::exec::par::for_each_chunk(row_out, cols, |t, out| {
                 simd::run(AxpyTask {
                     a,
                     b,

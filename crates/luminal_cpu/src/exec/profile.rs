@@ -1,7 +1,7 @@
 //! The per-kernel profile table (`LUMINAL_PROFILE=1` or `CpuRuntime::profile()`).
 
-use crate::plan::KernelKind;
-use crate::runtime::CpuRuntime;
+use crate::exec::runtime::CpuRuntime;
+use crate::lower::KernelKind;
 use std::fmt::Write;
 
 /// Markdown table: kernel, time, bytes moved (output + buffers read), FLOPs, GB/s, GFLOP/s.

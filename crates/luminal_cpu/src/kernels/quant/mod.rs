@@ -48,9 +48,9 @@ mod span_acts;
 mod span_dot;
 mod unpack;
 
-use crate::halfvec::HalfElem;
-use crate::halves::CastKernel;
-use crate::matvec::{split_columns, OutPtr, MAX_ROWS};
+use crate::kernels::half::CastKernel;
+use crate::kernels::matmul::skinny_f32::{split_columns, OutPtr, MAX_ROWS};
+use crate::simd::half::HalfElem;
 use crate::simd::isa;
 use crate::storage::{BufRef, Storage};
 use crate::view::{DimNames, DimValues};
@@ -297,7 +297,7 @@ pub(crate) fn weight_matmul(
                     with_scratch(k, |s| {
                         decode(w.dtype, row, s);
                         for i in 0..m {
-                            let v = crate::matvec::dot(isa, rows(i), s);
+                            let v = crate::kernels::matmul::skinny_f32::dot(isa, rows(i), s);
                             // SAFETY: as above.
                             unsafe { *out.0.add(i * n + j) = v };
                         }
@@ -345,7 +345,7 @@ pub(crate) fn weight_matmul(
         });
     };
     if parallel && tasks > 1 {
-        crate::par::for_each(tasks, run_tile);
+        crate::exec::par::for_each(tasks, run_tile);
     } else {
         (0..tasks).for_each(run_tile);
     }
@@ -359,7 +359,7 @@ pub(crate) fn gather_rows(w: WeightRef, picked: &[usize], out: &mut [f32]) {
         return;
     }
     let per_task = (1usize << 16).div_ceil(width).max(1);
-    crate::par::for_each_chunk(out, per_task * width, |t, chunk| {
+    crate::exec::par::for_each_chunk(out, per_task * width, |t, chunk| {
         for (s, dst) in chunk.chunks_mut(width).enumerate() {
             w.decode_rows(picked[t * per_task + s], dst);
         }

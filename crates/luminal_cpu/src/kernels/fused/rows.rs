@@ -11,8 +11,8 @@
 //! reach memory: softmax, log_softmax, rms_norm and layer_norm read their input once and
 //! write their output once.
 
-use crate::fused::{task_len, Instr, Program, RowEnv, BLOCK};
-use crate::plan::{Kernel, KernelKind};
+use crate::kernels::fused::{task_len, Instr, Program, RowEnv, BLOCK};
+use crate::lower::{Kernel, KernelKind};
 use crate::simd::{self, reduce_identity, Acc, Task};
 use crate::storage::Storage;
 use crate::view::{eval, DimNames, DimValues};
@@ -403,9 +403,9 @@ impl RowKernel {
                 need.0.max(self.reserved.0 * 2).max(1024),
                 need.1.max(self.reserved.1),
             );
-            crate::par::broadcast(|| {
+            crate::exec::par::broadcast(|| {
                 reserve_rows(grow.0);
-                crate::fused::reserve_scratch(grow.1);
+                crate::kernels::fused::reserve_scratch(grow.1);
             });
             self.reserved = grow;
         }
@@ -421,13 +421,13 @@ impl RowKernel {
         };
         let this = &*self;
         let stream = rows * per_row * 4 >= simd::stream_threshold_bytes();
-        crate::par::for_each_chunk(&mut out[..rows * per_row], chunk * per_row, |t, o| {
+        crate::exec::par::for_each_chunk(&mut out[..rows * per_row], chunk * per_row, |t, o| {
             ROW_SCRATCH.with(|rs| {
                 let mut rs = rs.borrow_mut();
                 if rs.len() < this.n_row_regs * c {
                     rs.resize(this.n_row_regs * c, 0.0);
                 }
-                crate::fused::with_scratch(slots, regs, |mut regs| {
+                crate::kernels::fused::with_scratch(slots, regs, |mut regs| {
                     simd::run(RowTask {
                         k: this,
                         bufs,
@@ -453,7 +453,7 @@ struct RowTask<'a, 'r, 's> {
     out: &'a mut [f32],
     /// Write output rows with non-temporal stores.
     stream: bool,
-    regs: &'r mut crate::fused::Regs<'s>,
+    regs: &'r mut crate::kernels::fused::Regs<'s>,
     row_regs: &'r mut [f32],
 }
 

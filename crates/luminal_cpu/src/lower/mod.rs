@@ -17,12 +17,12 @@
 //!   direct data-movement kernels (`direct.rs`); anything else not float (ints, bools, casts
 //!   between halves and ints) runs the reference-semantics fallback.
 
-use crate::fallback::FallbackKernel;
-use crate::fused::{ConstSrc, Instr, Leaf, Program};
-use crate::halfvec::HalfKind;
-use crate::matmul::MatmulKernel;
+use crate::kernels::fallback::FallbackKernel;
+use crate::kernels::fused::{ConstSrc, Instr, Leaf, Program};
+use crate::kernels::matmul::MatmulKernel;
+use crate::kernels::movement::write::WriteSliceKernel;
+use crate::simd::half::HalfKind;
 use crate::view::{DimNames, ResolvedView, ViewExprs};
-use crate::write::WriteSliceKernel;
 use luminal::graph::{Edge, GraphData, NodeId};
 use luminal::op::{BinaryOp, ConstValue, Op, ReduceOp};
 use luminal::shape::CompiledExpression;
@@ -47,13 +47,13 @@ pub enum KernelKind {
     /// In-place write into a state input's buffer (`out` is that buffer).
     WriteSlice(WriteSliceKernel),
     /// Row-wise fused reduce group (see `rows.rs`).
-    Rows(crate::rows::RowKernel),
+    Rows(crate::kernels::fused::rows::RowKernel),
     /// Gather, iota or concat as data movement (see `direct.rs`).
-    Direct(crate::direct::DirectKernel),
+    Direct(crate::kernels::movement::DirectKernel),
     /// Conversion between f32, f16 and bf16 (see `halves.rs`).
-    Cast(crate::halves::CastKernel),
+    Cast(crate::kernels::half::CastKernel),
     /// A quantized tensor decoded and read through a view (see `quant/`).
-    Dequant(crate::quant::DequantKernel),
+    Dequant(crate::kernels::quant::DequantKernel),
 }
 
 /// One launch: computes node `node` into buffer `out`.
@@ -76,7 +76,9 @@ impl Kernel {
     pub fn weight_input(&self) -> Option<usize> {
         match &self.kind {
             KernelKind::Matmul(m) if m.weight.is_some() => Some(m.b),
-            KernelKind::Direct(crate::direct::DirectKernel::Gather(g)) => g.weight_table(),
+            KernelKind::Direct(crate::kernels::movement::DirectKernel::Gather(g)) => {
+                g.weight_table()
+            }
             _ => None,
         }
     }
@@ -262,7 +264,9 @@ struct Lowering<'a> {
 
 impl Lowering<'_> {
     fn fusable(&self, id: NodeId) -> bool {
-        fusable(self.g, id) || crate::halves::fusable(self.g, id) || self.pair_max.contains_key(&id)
+        fusable(self.g, id)
+            || crate::kernels::half::fusable(self.g, id)
+            || self.pair_max.contains_key(&id)
     }
 
     /// A fusable single-use producer that is not an output.
@@ -422,7 +426,7 @@ impl Lowering<'_> {
             other => unreachable!("{} is not fusable", other.name()),
         };
         prog.instrs.push(instr);
-        if let Some(kind) = crate::halves::rounds_to(self.g, id) {
+        if let Some(kind) = crate::kernels::half::rounds_to(self.g, id) {
             prog.instrs.push(Instr::Round(kind, prog.instrs.len() - 1));
         }
         Ok(Some(prog.instrs.len() - 1))
@@ -465,7 +469,7 @@ impl Lowering<'_> {
                 reads,
             ));
         }
-        if let Some(d) = crate::quant::DequantKernel::try_new(self.g, id, self.names)? {
+        if let Some(d) = crate::kernels::quant::DequantKernel::try_new(self.g, id, self.names)? {
             let from = self.g.node(node.inputs[0].node).dtype;
             let reads = vec![d.cast.input];
             return Ok(kernel(
@@ -500,7 +504,7 @@ impl Lowering<'_> {
         }
         // Casts to f32 are fused above (their consumers and row kernels read the half data
         // directly); casts to f16 / bf16 convert in a kernel of their own.
-        if let Some(c) = crate::halves::CastKernel::try_new(self.g, id, self.names)? {
+        if let Some(c) = crate::kernels::half::CastKernel::try_new(self.g, id, self.names)? {
             let from = self.g.node(node.inputs[0].node).dtype;
             let reads = vec![c.input];
             return Ok(kernel(
@@ -532,7 +536,9 @@ impl Lowering<'_> {
                 return Ok(kernel(name, kind, reads));
             }
         }
-        if let Some((name, k, reads)) = crate::direct::lower(self.g, id, &self.uses, self.names)? {
+        if let Some((name, k, reads)) =
+            crate::kernels::movement::lower(self.g, id, &self.uses, self.names)?
+        {
             return Ok(kernel(name, KernelKind::Direct(k), reads));
         }
         let in_bufs: Vec<usize> = node.inputs.iter().map(|e| e.node.0 as usize).collect();
@@ -605,7 +611,7 @@ impl Lowering<'_> {
         };
         // `b` = `w.dequantize()ᵀ` of a quantized or half weight read as the plain `Wᵀ`
         // (`[.., M, N, K]` with strides `[0.., 0, K, 1]`): read the blocks in place.
-        let weight = crate::quant::dequantized_weight(self.g, b).filter(|&(w, _)| {
+        let weight = crate::kernels::quant::dequantized_weight(self.g, b).filter(|&(w, _)| {
             let v = &b.view;
             let (st, shape) = (v.strides(), &self.g.node(w).shape);
             !v.is_masked()
@@ -668,6 +674,6 @@ pub fn lower(
         kernels.push(k);
     }
     kernels.reverse();
-    let kernels = crate::rows::fuse_rows(g, kernels, names)?;
-    crate::direct::replace_concats(g, kernels, &lw.uses, names)
+    let kernels = crate::kernels::fused::rows::fuse_rows(g, kernels, names)?;
+    crate::kernels::movement::replace_concats(g, kernels, &lw.uses, names)
 }

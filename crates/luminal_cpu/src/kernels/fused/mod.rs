@@ -16,8 +16,11 @@
 //!
 //! Evaluation and the kernel loops are compiled per instruction set (`simd::run`).
 
-use crate::compile::{Compiler, Operand, Src, Step, DST, MAX_CHAIN};
-use crate::halfvec::{HalfElem, HalfKind};
+pub(crate) mod compile;
+pub(crate) mod rows;
+
+use crate::kernels::fused::compile::{Compiler, Operand, Src, Step, DST, MAX_CHAIN};
+use crate::simd::half::{HalfElem, HalfKind};
 use crate::simd::{self, reduce_identity, Acc, ChainOp, Task};
 use crate::storage::{BufRef, Storage};
 use crate::view::{eval, DimValues, ResolvedView, ViewExprs};
@@ -294,7 +297,7 @@ impl Program {
         let rg = &mut *regs.regs;
         let last = self.steps.len().wrapping_sub(1);
         // Only the AVX2 chain tiles stream (see `simd::chain`).
-        let streams = sink.is_some() && crate::halfvec::fast();
+        let streams = sink.is_some() && crate::simd::half::fast();
         for (s, step) in self.steps.iter().enumerate() {
             if let Step::Load { leaf, reg } = *step {
                 let l = &self.leaves[leaf as usize];
@@ -370,7 +373,7 @@ impl Program {
                 slots[out as usize] = (slots[a as usize] != 0.0) as u8 as f32
             }
             Step::SRound { kind, a, out } => {
-                slots[out as usize] = crate::halfvec::round_one(kind, slots[a as usize])
+                slots[out as usize] = crate::simd::half::round_one(kind, slots[a as usize])
             }
             _ => return false,
         }
@@ -398,7 +401,7 @@ impl Program {
             Step::Round { kind, a, out } => {
                 let (o, ctx) = split_out(rg, out, dst, n);
                 let a = ctx.get(self, bufs, row, direct, a, z0, n);
-                crate::halfvec::round_block(kind, a, o);
+                crate::simd::half::round_block(kind, a, o);
             }
             Step::Unary { op, a, out } => {
                 let (o, ctx) = split_out(rg, out, dst, n);
@@ -583,7 +586,7 @@ impl<'r> Others<'r> {
 /// How many output elements a parallel task should cover, so that each task does at least
 /// ~64K element-ops and there are a few tasks per thread.
 pub fn task_len(n_out: usize, work_per_out: usize) -> usize {
-    let threads = crate::par::threads();
+    let threads = crate::exec::par::threads();
     let min_outs = (65536 / work_per_out.max(1)).max(1);
     let per_task = n_out.div_ceil(threads * 4).max(1);
     per_task.max(min_outs)
@@ -698,7 +701,7 @@ fn narrow_blocks<H: HalfElem>(
 /// One parallel task of an elementwise kernel per output type.
 macro_rules! elementwise_tasks {
     ($prog:ident, $bufs:ident, $o:ident, $n:ident, $chunk:ident, $stream:expr, $variant:ident) => {
-        crate::par::for_each_chunk(&mut $o[..$n], $chunk, |t, c| {
+        crate::exec::par::for_each_chunk(&mut $o[..$n], $chunk, |t, c| {
             $prog.with_regs(|mut regs| {
                 simd::run(ElementwiseTask {
                     prog: $prog,
@@ -718,7 +721,7 @@ pub fn run_elementwise(prog: &Program, bufs: &[Storage], out: &mut Storage, n: u
     let chunk = task_len(n, 1).next_multiple_of(BLOCK);
     let stream = n * 4 >= simd::stream_threshold_bytes();
     match out {
-        Storage::F32(o) => crate::par::for_each_chunk(&mut o[..n], chunk, |t, c| {
+        Storage::F32(o) => crate::exec::par::for_each_chunk(&mut o[..n], chunk, |t, c| {
             prog.with_regs(|mut regs| {
                 simd::run(ElementwiseTask {
                     prog,
@@ -730,7 +733,7 @@ pub fn run_elementwise(prog: &Program, bufs: &[Storage], out: &mut Storage, n: u
                 })
             })
         }),
-        Storage::F64(o) => crate::par::for_each_chunk(&mut o[..n], chunk, |t, c| {
+        Storage::F64(o) => crate::exec::par::for_each_chunk(&mut o[..n], chunk, |t, c| {
             prog.with_regs(|mut regs| {
                 simd::run(ElementwiseTask {
                     prog,
@@ -754,7 +757,7 @@ pub fn run_elementwise(prog: &Program, bufs: &[Storage], out: &mut Storage, n: u
 /// program may read its input anywhere in the block while the block is overwritten.
 pub fn run_epilogue(prog: &Program, bufs: &[Storage], data: &mut [f32]) {
     let chunk = task_len(data.len(), 1).next_multiple_of(BLOCK);
-    crate::par::for_each_chunk(data, chunk, |t, c| {
+    crate::exec::par::for_each_chunk(data, chunk, |t, c| {
         prog.with_regs(|mut regs| {
             simd::run(EpilogueTask {
                 prog,
@@ -827,7 +830,7 @@ pub fn run_reduce(op: ReduceOp, prog: &Program, bufs: &[Storage], out: &mut [f32
     }
     if s.inner == 1 {
         let chunk = task_len(n_out, s.len);
-        crate::par::for_each_chunk(out, chunk, |t, c| {
+        crate::exec::par::for_each_chunk(out, chunk, |t, c| {
             prog.with_regs(|mut regs| {
                 simd::run(ReduceRowsTask {
                     op,
@@ -843,7 +846,7 @@ pub fn run_reduce(op: ReduceOp, prog: &Program, bufs: &[Storage], out: &mut [f32
     } else {
         let row = s.inner; // outputs per outer index
         let chunk = task_len(s.outer, s.len * s.inner) * row;
-        crate::par::for_each_chunk(out, chunk, |t, c| {
+        crate::exec::par::for_each_chunk(out, chunk, |t, c| {
             prog.with_regs(|mut regs| {
                 simd::run(ReduceStridedTask {
                     op,

@@ -1,9 +1,9 @@
 //! `CpuRuntime`: the kernels, the static buffer plan, and the `Runtime` API with the same
 //! semantics (and typed errors) as the reference runtime.
 
-use crate::fused::{run_elementwise, run_reduce, ReduceShape};
-use crate::halves::HalfScratch;
-use crate::plan::{Kernel, KernelKind};
+use crate::kernels::fused::{run_elementwise, run_reduce, ReduceShape};
+use crate::kernels::half::HalfScratch;
+use crate::lower::{Kernel, KernelKind};
 use crate::storage::{Storage, StorageKind};
 use crate::view::{eval, DimNames, DimValues, MAX_DYN_DIMS};
 use luminal::graph::{GraphData, NodeId, TensorRef};
@@ -40,7 +40,7 @@ pub struct CpuRuntime {
     /// Buffer and producing kernel of every node whose buffer is readable by `get`.
     node_buf: HashMap<NodeId, (usize, Option<usize>)>,
     computed: bool,
-    pool: std::sync::Arc<crate::par::Pool>,
+    pool: std::sync::Arc<crate::exec::par::Pool>,
     threads: usize,
     profile: bool,
     timings: Vec<Duration>,
@@ -78,7 +78,7 @@ impl CpuRuntime {
             )));
         }
         let names = DimNames(all_dims.into_iter().collect());
-        let mut kernels = crate::plan::lower(&graph, &order, &names, threads)?;
+        let mut kernels = crate::lower::lower(&graph, &order, &names, threads)?;
         for k in &mut kernels {
             if let KernelKind::Matmul(m) = &mut k.kind {
                 let output = graph.outputs.contains(&k.node);
@@ -88,7 +88,7 @@ impl CpuRuntime {
                     crate::QuantDots::Int8ExceptOutputs => output,
                 };
                 if dots == crate::QuantDots::Int8RefineOutputs && output {
-                    m.refine = crate::matmul::REFINE_TOP;
+                    m.refine = crate::kernels::matmul::REFINE_TOP;
                 }
             }
         }
@@ -191,7 +191,7 @@ impl CpuRuntime {
         for s in &inputs {
             readable.insert(s.node, (s.buf, None));
         }
-        let pool = crate::par::Pool::new(threads)
+        let pool = crate::exec::par::Pool::new(threads)
             .map_err(|e| LuminalError::Backend(format!("thread pool: {e}")))?;
         let max_instrs = kernels
             .iter()
@@ -202,7 +202,9 @@ impl CpuRuntime {
             })
             .max()
             .unwrap_or(0);
-        pool.enter(|| crate::par::broadcast(|| crate::fused::reserve_scratch(max_instrs)));
+        pool.enter(|| {
+            crate::exec::par::broadcast(|| crate::kernels::fused::reserve_scratch(max_instrs))
+        });
         let pool = std::sync::Arc::new(pool);
         let n = kernels.len();
         Ok(CpuRuntime {
@@ -264,7 +266,7 @@ impl CpuRuntime {
 
     /// The per-kernel profile of the last run: name, time, bytes moved, FLOPs.
     pub fn profile(&self) -> String {
-        crate::profile::table(self)
+        crate::exec::profile::table(self)
     }
 
     pub(crate) fn profile_rows(&self) -> impl Iterator<Item = (&Kernel, Duration, usize)> {
@@ -353,7 +355,14 @@ fn run_kernel(
             };
             match out {
                 Storage::F32(o) => run_reduce(*op, prog, bufs, o, shape),
-                _ => crate::halves::run_half_reduce(*op, prog, bufs, out, shape, half_scratch)?,
+                _ => crate::kernels::half::run_half_reduce(
+                    *op,
+                    prog,
+                    bufs,
+                    out,
+                    shape,
+                    half_scratch,
+                )?,
             }
         }
         KernelKind::Matmul(m) => {

@@ -305,12 +305,12 @@ impl SpanActs {
         };
         let units = m.div_ceil(l.p);
         let tasks = if parallel {
-            crate::par::threads().min(units)
+            crate::exec::par::threads().min(units)
         } else {
             1
         };
         let per = units.div_ceil(tasks.max(1));
-        crate::par::for_each(units.div_ceil(per), |t| {
+        crate::exec::par::for_each(units.div_ceil(per), |t| {
             (t * per..((t + 1) * per).min(units)).for_each(&unit)
         });
     }

@@ -15,8 +15,10 @@
 //! The kernels are generic over the element type ([`Elem`]): a new storage variant needs one
 //! `Elem` impl and one arm in [`with_elem!`].
 
-use crate::fused::task_len;
-use crate::plan::{Kernel, KernelKind};
+pub(crate) mod write;
+
+use crate::kernels::fused::task_len;
+use crate::lower::{Kernel, KernelKind};
 use crate::storage::{BufRef, Storage};
 use crate::view::{DimNames, DimValues, LaunchExpr, ResolvedView, ViewExprs};
 use luminal::graph::{Edge, GraphData, NodeId};
@@ -190,7 +192,7 @@ pub fn lower(
             let mut table = node.inputs[0].clone();
             // Rows of `w.dequantize()` for a quantized or half weight read whole: decoded
             // from the weight's blocks in place.
-            let weight = crate::quant::dequantized_weight(g, &table).filter(|_| {
+            let weight = crate::kernels::quant::dequantized_weight(g, &table).filter(|_| {
                 table.view.is_contiguous() && table.view.dims() == g.node(table.node).shape
             });
             if let Some((w, _)) = weight {
@@ -467,11 +469,12 @@ impl GatherKernel {
         }
         let (table, picked) = (&self.table, &self.picked[..]);
         if let Some(dtype) = self.weight {
-            let w = crate::quant::WeightRef::of(&bufs[table.buf], dtype, rows as usize, width);
+            let w =
+                crate::kernels::quant::WeightRef::of(&bufs[table.buf], dtype, rows as usize, width);
             let (Some(w), Storage::F32(o)) = (w, out) else {
                 return Err(kind_error("gather of a weight"));
             };
-            crate::quant::gather_rows(w, picked, &mut o[..n_ids * width]);
+            crate::kernels::quant::gather_rows(w, picked, &mut o[..n_ids * width]);
             return Ok(());
         }
         with_elem!(out, |o| gather_rows(
@@ -498,7 +501,7 @@ fn gather_rows<T: Elem>(
     // Whole rows are contiguous runs of the buffer: one `copy_from_slice` per row.
     let contiguous_rows = !v.masked && (v.strides[1] == 1 || width == 1);
     let rows_per_task = copy_task_len(out.len(), width) / width;
-    crate::par::for_each_chunk(out, rows_per_task * width, |t, chunk| {
+    crate::exec::par::for_each_chunk(out, rows_per_task * width, |t, chunk| {
         for (j, dst) in chunk.chunks_mut(width).enumerate() {
             let r = picked[t * rows_per_task + j];
             if contiguous_rows {
@@ -578,7 +581,7 @@ impl IotaKernel {
         let chunk = task_len(out.len(), 4);
         if let Some((start, step)) = &self.affine {
             let (start, step) = (start.eval(dims)?, step.eval(dims)?);
-            crate::par::for_each_chunk(out, chunk, |t, c| {
+            crate::exec::par::for_each_chunk(out, chunk, |t, c| {
                 let mut v = start.wrapping_add(((t * chunk) as i64).wrapping_mul(step));
                 for o in c {
                     *o = T::from_f64(dt.round(v as f64));
@@ -588,7 +591,7 @@ impl IotaKernel {
             return Ok(());
         }
         let first_error: Mutex<Option<LuminalError>> = Mutex::new(None);
-        crate::par::for_each_chunk(out, chunk, |t, c| {
+        crate::exec::par::for_each_chunk(out, chunk, |t, c| {
             let mut vars = *dims;
             for (j, o) in c.iter_mut().enumerate() {
                 vars[0] = (t * chunk + j) as i64;
@@ -833,7 +836,7 @@ fn concat_copy<T: Elem>(
         return;
     }
     let chunk = copy_task_len(out.len(), 1);
-    crate::par::for_each_chunk(out, chunk, |t, c| {
+    crate::exec::par::for_each_chunk(out, chunk, |t, c| {
         let (z0, z1) = (t * chunk, t * chunk + c.len());
         let mut z = z0;
         while z < z1 {

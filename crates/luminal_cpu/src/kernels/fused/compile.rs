@@ -1,8 +1,8 @@
 //! Compiling a fused program's instructions into the steps the block interpreter runs
 //! (see [`Compiler`]).
 
-use crate::fused::Instr;
-use crate::halfvec::HalfKind;
+use crate::kernels::fused::Instr;
+use crate::simd::half::HalfKind;
 use crate::simd::ChainOp;
 use luminal::op::{BinaryOp, UnaryOp};
 

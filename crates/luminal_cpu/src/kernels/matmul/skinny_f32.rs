@@ -165,10 +165,10 @@ unsafe impl Sync for OutPtr {}
 /// Runs `cols(j0, j1)` over column ranges covering `0 .. n`: split over the threads (a
 /// few tasks per thread, multiples of 4 columns) when `parallel`, else one range.
 pub(crate) fn split_columns(n: usize, parallel: bool, cols: impl Fn(usize, usize) + Sync) {
-    let threads = crate::par::threads();
+    let threads = crate::exec::par::threads();
     if parallel && threads > 1 && n >= 32 {
         let chunk = n.div_ceil(threads * 4).max(16).next_multiple_of(4);
-        crate::par::for_each(n.div_ceil(chunk), |c| {
+        crate::exec::par::for_each(n.div_ceil(chunk), |c| {
             cols(c * chunk, ((c + 1) * chunk).min(n))
         });
     } else {

@@ -1,0 +1,9 @@
+//! Kernels by family. Each is built by a lowering rule (`lower/`) and launched by the
+//! runtime (`exec/`).
+
+pub(crate) mod fallback;
+pub(crate) mod fused;
+pub(crate) mod half;
+pub(crate) mod matmul;
+pub(crate) mod movement;
+pub(crate) mod quant;
