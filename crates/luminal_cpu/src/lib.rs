@@ -37,6 +37,7 @@
 //! ```
 
 mod exec;
+mod kernel;
 mod kernels;
 mod lower;
 mod simd;
@@ -54,6 +55,8 @@ pub struct CpuBackend {
     pub threads: Option<usize>,
     /// How skinny products (decode steps) with block-quantized weights treat activations.
     pub quant_dots: QuantDots,
+    /// Lowering rules and passes switched off (see [`CpuBackend::disable_rules`]).
+    pub disabled_rules: &'static [&'static str],
 }
 
 /// Activations of products with block-quantized weights: skinny ones (M ≤ 8 rows: decode
@@ -114,6 +117,20 @@ impl CpuBackend {
     }
 }
 
+impl CpuBackend {
+    /// This backend with the named lowering rules or passes switched off: the graph runs
+    /// on the remaining ones (ultimately the reference-semantics fallback) with the same
+    /// results. Rules: `write_slice`, `dequantize`, `fused_elementwise`, `half_cast`,
+    /// `matmul`, `fused_reduce`, `movement`; passes: `rows`, `concat`. Unknown names are
+    /// an error at compile time.
+    pub fn disable_rules(self, rules: &'static [&'static str]) -> CpuBackend {
+        CpuBackend {
+            disabled_rules: rules,
+            ..self
+        }
+    }
+}
+
 impl Backend for CpuBackend {
     type Runtime = CpuRuntime;
     fn compile(&self, graph: GraphData, _: &CompileOptions) -> Result<CpuRuntime> {
@@ -121,6 +138,11 @@ impl Backend for CpuBackend {
             .threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
             .max(1);
-        CpuRuntime::new(graph, threads, self.quant_dots.resolved())
+        CpuRuntime::new(
+            graph,
+            threads,
+            self.quant_dots.resolved(),
+            self.disabled_rules,
+        )
     }
 }

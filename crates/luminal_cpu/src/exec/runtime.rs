@@ -1,10 +1,9 @@
 //! `CpuRuntime`: the kernels, the static buffer plan, and the `Runtime` API with the same
 //! semantics (and typed errors) as the reference runtime.
 
-use crate::kernels::fused::{run_elementwise, run_reduce, ReduceShape};
+use crate::kernel::{BufId, Kernel, RunCtx};
 use crate::kernels::half::HalfScratch;
-use crate::lower::{Kernel, KernelKind};
-use crate::storage::{Storage, StorageKind};
+use crate::storage::Storage;
 use crate::view::{eval, DimNames, DimValues, MAX_DYN_DIMS};
 use luminal::graph::{GraphData, NodeId, TensorRef};
 use luminal::op::Op;
@@ -18,7 +17,7 @@ use std::time::{Duration, Instant};
 struct InputSlot {
     node: NodeId,
     name: String,
-    buf: usize,
+    buf: BufId,
     numel: CompiledExpression,
     present: bool,
     /// Only weight kernels read it (see `quant/`): raw float data is kept as is.
@@ -38,7 +37,7 @@ pub struct CpuRuntime {
     bufs: Vec<Storage>,
     inputs: Vec<InputSlot>,
     /// Buffer and producing kernel of every node whose buffer is readable by `get`.
-    node_buf: HashMap<NodeId, (usize, Option<usize>)>,
+    node_buf: HashMap<NodeId, (BufId, Option<usize>)>,
     computed: bool,
     pool: std::sync::Arc<crate::exec::par::Pool>,
     threads: usize,
@@ -56,6 +55,7 @@ impl CpuRuntime {
         graph: GraphData,
         threads: usize,
         dots: crate::QuantDots,
+        disabled_rules: &[&str],
     ) -> Result<CpuRuntime> {
         let live = live_nodes(&graph);
         let order: Vec<NodeId> = graph
@@ -78,109 +78,23 @@ impl CpuRuntime {
             )));
         }
         let names = DimNames(all_dims.into_iter().collect());
-        let mut kernels = crate::lower::lower(&graph, &order, &names, threads)?;
-        for k in &mut kernels {
-            if let KernelKind::Matmul(m) = &mut k.kind {
-                let output = graph.outputs.contains(&k.node);
-                m.exact = match dots {
-                    crate::QuantDots::F32 => true,
-                    crate::QuantDots::Int8 | crate::QuantDots::Int8RefineOutputs => false,
-                    crate::QuantDots::Int8ExceptOutputs => output,
-                };
-                if dots == crate::QuantDots::Int8RefineOutputs && output {
-                    m.refine = crate::kernels::matmul::REFINE_TOP;
-                }
-            }
-        }
-
-        // Static memory plan: inputs own their buffers; each kernel output takes a free
-        // buffer of its storage kind, and buffers return to the pool after their last read.
-        // Outputs are never reused, so they stay readable after the run.
-        let mut bufs: Vec<Storage> = vec![];
-        let mut node_buf: HashMap<usize, usize> = HashMap::new();
+        let mut kernels =
+            crate::lower::lower(&graph, &order, &names, threads, dots, disabled_rules)?;
+        let plan = crate::exec::memory::plan(&graph, &order, &mut kernels);
         let mut inputs = vec![];
-        for &id in &order {
+        for &(id, buf) in &plan.inputs {
             let node = graph.node(id);
-            if let Op::Input { name } = &node.op {
-                node_buf.insert(id.0 as usize, bufs.len());
-                inputs.push(InputSlot {
-                    node: id,
-                    name: name.clone(),
-                    buf: bufs.len(),
-                    numel: names.compile(&node.shape.iter().product())?,
-                    present: false,
-                    weight_only: weight_only(&kernels, id.0 as usize),
-                });
-                bufs.push(Storage::empty(node.dtype));
-            }
-        }
-        let mut last_read: HashMap<usize, usize> = HashMap::new();
-        for (i, k) in kernels.iter().enumerate() {
-            for &r in &k.reads {
-                last_read.insert(r, i);
-            }
-        }
-        let is_input = |n: usize| matches!(graph.node(NodeId(n as u32)).op, Op::Input { .. });
-        let mut free: Vec<usize> = vec![];
-        for (i, k) in kernels.iter().enumerate() {
-            if let KernelKind::WriteSlice(w) = &k.kind {
-                // Written in place: the result is the state input's own buffer.
-                node_buf.insert(k.out, node_buf[&w.dest]);
-                continue;
-            }
-            let kind = StorageKind::of(k.dtype);
-            let slot = if graph.outputs.contains(&k.node) {
-                None
-            } else {
-                free.iter().position(|&b| bufs[b].kind() == kind)
+            let Op::Input { name } = &node.op else {
+                unreachable!("an input slot holds an input")
             };
-            let buf = match slot {
-                Some(p) => free.swap_remove(p),
-                None => {
-                    bufs.push(Storage::empty(k.dtype));
-                    bufs.len() - 1
-                }
-            };
-            node_buf.insert(k.out, buf);
-            let mut reads = k.reads.clone();
-            reads.sort_unstable();
-            reads.dedup();
-            for r in reads {
-                if last_read.get(&r) == Some(&i)
-                    && !is_input(r)
-                    && !graph.outputs.contains(&NodeId(r as u32))
-                {
-                    free.push(node_buf[&r]);
-                }
-            }
-        }
-        for k in &mut kernels {
-            let map = |n: usize| node_buf[&n];
-            k.out = map(k.out);
-            k.reads.iter_mut().for_each(|r| *r = map(*r));
-            match &mut k.kind {
-                KernelKind::Elementwise(p) | KernelKind::Reduce { prog: p, .. } => {
-                    p.leaves.iter_mut().for_each(|l| l.buf = map(l.buf))
-                }
-                KernelKind::Matmul(m) => {
-                    m.a = map(m.a);
-                    m.b = map(m.b);
-                    if let Some(e) = &mut m.epilogue {
-                        e.leaves.iter_mut().for_each(|l| l.buf = map(l.buf));
-                    }
-                }
-                KernelKind::Fallback(f) => f.remap_bufs(&map),
-                KernelKind::Direct(d) => d.remap_bufs(&map),
-                KernelKind::Cast(c) => c.input = map(c.input),
-                KernelKind::Dequant(d) => d.cast.input = map(d.cast.input),
-                KernelKind::WriteSlice(w) => {
-                    w.dest = map(w.dest);
-                    w.src = map(w.src);
-                }
-                KernelKind::Rows(r) => r
-                    .programs_mut()
-                    .for_each(|p| p.leaves.iter_mut().for_each(|l| l.buf = map(l.buf))),
-            }
+            inputs.push(InputSlot {
+                node: id,
+                name: name.clone(),
+                buf,
+                numel: names.compile(&node.shape.iter().product())?,
+                present: false,
+                weight_only: weight_only(&kernels, buf),
+            });
         }
         let mut readable = HashMap::new();
         for (i, k) in kernels.iter().enumerate() {
@@ -195,11 +109,7 @@ impl CpuRuntime {
             .map_err(|e| LuminalError::Backend(format!("thread pool: {e}")))?;
         let max_instrs = kernels
             .iter()
-            .map(|k| match &k.kind {
-                KernelKind::Elementwise(p) | KernelKind::Reduce { prog: p, .. } => p.instrs.len(),
-                KernelKind::Matmul(m) => m.epilogue.as_ref().map_or(0, |p| p.instrs.len()),
-                _ => 0,
-            })
+            .map(|k| k.kind.scratch().instrs)
             .max()
             .unwrap_or(0);
         pool.enter(|| {
@@ -215,7 +125,7 @@ impl CpuRuntime {
             dim_values: [0; MAX_DYN_DIMS + 1],
             kernels,
             kernel_len: vec![0; n],
-            bufs,
+            bufs: plan.bufs,
             inputs,
             node_buf: readable,
             computed: false,
@@ -277,8 +187,8 @@ impl CpuRuntime {
             .map(|((k, &t), &n)| (k, t, n))
     }
     /// Bytes buffer `b` holds (as the kernels read it: f64-stored ints count 4 bytes).
-    pub(crate) fn buf_bytes(&self, b: usize) -> usize {
-        match &self.bufs[b] {
+    pub(crate) fn buf_bytes(&self, b: BufId) -> usize {
+        match &self.bufs[b.idx()] {
             Storage::Bytes(d) => d.as_slice().len(),
             Storage::F16(v) => 2 * v.len(),
             Storage::BF16(v) => 2 * v.len(),
@@ -298,11 +208,17 @@ impl CpuRuntime {
             let start = profile.then(Instant::now);
             let n = eval(&k.numel, &dims)?.max(0) as usize;
             self.kernel_len[i] = n;
-            self.bufs[k.out].ensure_len(n);
-            let mut out = std::mem::replace(&mut self.bufs[k.out], Storage::F32(Vec::new()));
-            let scratch = &mut self.half_scratch;
-            let res = run_kernel(k, &self.bufs, &mut out, n, &dims, scratch);
-            self.bufs[k.out] = out;
+            let o = k.out.idx();
+            self.bufs[o].ensure_len(n);
+            let mut out = std::mem::replace(&mut self.bufs[o], Storage::F32(Vec::new()));
+            let cx = RunCtx {
+                bufs: &self.bufs,
+                n,
+                dims: &dims,
+                half_scratch: &mut self.half_scratch,
+            };
+            let res = k.kind.run(cx, &mut out);
+            self.bufs[o] = out;
             res?;
             if let Some(s) = start {
                 self.timings[i] = s.elapsed();
@@ -312,12 +228,12 @@ impl CpuRuntime {
     }
 }
 
-/// Whether every kernel reading node `input` (an input) reads it as a weight, in place.
-fn weight_only(kernels: &[Kernel], input: usize) -> bool {
+/// Whether every kernel reading buffer `input` (an input's) reads it as a weight, in place.
+fn weight_only(kernels: &[Kernel], input: BufId) -> bool {
     let mut any = false;
     for k in kernels {
-        for &r in k.reads.iter().filter(|&&r| r == input) {
-            if k.weight_input() != Some(r) {
+        for r in k.reads().into_iter().filter(|&r| r == input) {
+            if k.kind.weight_input() != Some(r) {
                 return false;
             }
             any = true;
@@ -326,74 +242,12 @@ fn weight_only(kernels: &[Kernel], input: usize) -> bool {
     any
 }
 
-fn run_kernel(
-    k: &mut Kernel,
-    bufs: &[Storage],
-    out: &mut Storage,
-    n: usize,
-    dims: &DimValues,
-    half_scratch: &mut HalfScratch,
-) -> Result<()> {
-    match &mut k.kind {
-        KernelKind::Elementwise(p) => {
-            p.prepare(dims, bufs)?;
-            run_elementwise(p, bufs, out, n);
-        }
-        KernelKind::Reduce {
-            op,
-            prog,
-            len,
-            inner,
-        } => {
-            prog.prepare(dims, bufs)?;
-            let len = eval(len, dims)?.max(0) as usize;
-            let inner = (eval(inner, dims)?.max(0) as usize).max(1);
-            let shape = ReduceShape {
-                outer: n / inner,
-                len,
-                inner,
-            };
-            match out {
-                Storage::F32(o) => run_reduce(*op, prog, bufs, o, shape),
-                _ => crate::kernels::half::run_half_reduce(
-                    *op,
-                    prog,
-                    bufs,
-                    out,
-                    shape,
-                    half_scratch,
-                )?,
-            }
-        }
-        KernelKind::Matmul(m) => {
-            m.prepare(dims, bufs)?;
-            m.run(bufs, out, half_scratch)?;
-        }
-        KernelKind::Cast(c) => {
-            c.prepare(dims, bufs)?;
-            c.run(bufs, out, n)?;
-        }
-        KernelKind::Fallback(f) => f.run(bufs, out, n, dims)?,
-        KernelKind::Dequant(d) => {
-            d.prepare(dims, bufs)?;
-            d.run(bufs, out, n)?;
-        }
-        KernelKind::Direct(d) => d.run(bufs, out, n, dims)?,
-        KernelKind::WriteSlice(w) => w.run(bufs, out, dims)?,
-        KernelKind::Rows(r) => {
-            r.prepare(dims, bufs)?;
-            r.run(bufs, out, n, dims)?;
-        }
-    }
-    Ok(())
-}
-
 impl Runtime for CpuRuntime {
     fn set_data(&mut self, tensor: impl Into<TensorRef>, data: HostData) -> Result<()> {
         let node = self.graph.check_input(tensor, &data, &self.dims)?;
         // An input the outputs do not need has no slot: accept and drop the data.
         if let Some(slot) = self.inputs.iter_mut().find(|s| s.node == node) {
-            self.bufs[slot.buf] = Storage::from_host(data, slot.weight_only);
+            self.bufs[slot.buf.idx()] = Storage::from_host(data, slot.weight_only);
             slot.present = true;
         }
         Ok(())
@@ -426,8 +280,8 @@ impl Runtime for CpuRuntime {
             node
         };
         if let Some(slot) = self.inputs.iter_mut().find(|s| s.node == node) {
-            if !self.bufs[slot.buf].write_from(data) {
-                self.bufs[slot.buf] = Storage::from_host(T::to_host(data), slot.weight_only);
+            if !self.bufs[slot.buf.idx()].write_from(data) {
+                self.bufs[slot.buf.idx()] = Storage::from_host(T::to_host(data), slot.weight_only);
             }
             slot.present = true;
         }
@@ -445,7 +299,7 @@ impl Runtime for CpuRuntime {
             entry
         };
         if let (Some(&(buf, Some(k))), true) = (self.node_buf.get(&entry.node), self.computed) {
-            if let Storage::F32(v) = &self.bufs[buf] {
+            if let Storage::F32(v) = &self.bufs[buf.idx()] {
                 if let Some(src) = crate::storage::as_elements::<T, _>(&v[..self.kernel_len[k]]) {
                     out.clear();
                     out.extend_from_slice(src);
@@ -473,11 +327,11 @@ impl Runtime for CpuRuntime {
                 return Err(LuminalError::MissingInput(s.name.clone()));
             }
             let n = self.numel(&s.numel)?;
-            if self.bufs[s.buf].len() != n {
+            if self.bufs[s.buf.idx()].len() != n {
                 return Err(LuminalError::WrongLength {
                     tensor: s.name.clone(),
                     expected: n,
-                    got: self.bufs[s.buf].len(),
+                    got: self.bufs[s.buf.idx()].len(),
                 });
             }
         }
@@ -509,9 +363,9 @@ impl Runtime for CpuRuntime {
                 if !slot.is_some_and(|s| s.present) {
                     return Err(not_computed());
                 }
-                self.bufs[buf].len()
+                self.bufs[buf.idx()].len()
             }
         };
-        Ok(self.bufs[buf].to_host(entry.dtype, len))
+        Ok(self.bufs[buf.idx()].to_host(entry.dtype, len))
     }
 }

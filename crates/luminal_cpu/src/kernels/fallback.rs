@@ -3,6 +3,7 @@
 //! the primops' own `apply`). It is what makes every graph run; the fast paths replace it
 //! wherever they apply.
 
+use crate::kernel::{BufId, CpuKernel, RunCtx};
 use crate::storage::{BufRef, Storage};
 use crate::view::{eval, DimNames, DimValues};
 use luminal::graph::Node;
@@ -13,12 +14,12 @@ use luminal::{DType, LuminalError, Result};
 /// One input read through its view: element `z` is at `index(z)` when `valid(z) != 0`.
 #[derive(Clone, Debug)]
 struct Reader {
-    buf: usize,
+    buf: BufId,
     index: CompiledExpression,
     valid: Option<CompiledExpression>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct FallbackKernel {
     op: Op,
     dtype: DType,
@@ -37,7 +38,7 @@ fn expr_err(e: luminal::shape::ExprError) -> LuminalError {
 impl FallbackKernel {
     pub fn new(
         node: &Node,
-        in_bufs: &[usize],
+        in_bufs: &[BufId],
         in_dtype: DType,
         names: &DimNames,
     ) -> Result<FallbackKernel> {
@@ -83,13 +84,8 @@ impl FallbackKernel {
         })
     }
 
-    /// Points the input readers at their assigned buffers.
-    pub fn remap_bufs(&mut self, map: &dyn Fn(usize) -> usize) {
-        self.inputs.iter_mut().for_each(|r| r.buf = map(r.buf));
-    }
-
     /// Computes the node's `n` output elements.
-    pub fn run(
+    fn compute(
         &self,
         bufs: &[Storage],
         out: &mut Storage,
@@ -188,5 +184,20 @@ impl FallbackKernel {
             }
         }
         Ok(())
+    }
+}
+
+impl CpuKernel for FallbackKernel {
+    fn reads(&self) -> Vec<BufId> {
+        self.inputs.iter().map(|r| r.buf).collect()
+    }
+    fn remap(&mut self, map: &dyn Fn(BufId) -> BufId) {
+        self.inputs.iter_mut().for_each(|r| r.buf = map(r.buf));
+    }
+    fn run(&mut self, cx: RunCtx<'_>, out: &mut Storage) -> Result<()> {
+        self.compute(cx.bufs, out, cx.n, cx.dims)
+    }
+    fn flops(&self, n: usize) -> usize {
+        n
     }
 }

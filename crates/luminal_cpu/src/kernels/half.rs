@@ -38,6 +38,7 @@
 //! order (multiples of 2^-24 below 2^29), so they use several lanes; longer f16 rows and
 //! bf16 (whose exponent range no f64 sum holds exactly) are summed in order.
 
+use crate::kernel::{BufId, CpuKernel, RunCtx};
 use crate::kernels::fused::{task_len, Program, ReduceShape, Regs, RowEnv, BLOCK};
 use crate::kernels::matmul::MatmulKernel;
 use crate::simd::half::{HalfElem, HalfKind};
@@ -60,7 +61,7 @@ fn is_float(dtype: DType) -> bool {
 #[derive(Clone, Debug)]
 pub struct CastKernel {
     /// The input's buffer.
-    pub input: usize,
+    pub input: BufId,
     exprs: ViewExprs,
     view: ResolvedView,
 }
@@ -83,7 +84,7 @@ impl CastKernel {
     /// A conversion of whatever float data is read through `e` (see [`CastKernel::run_from`]).
     pub fn reading(e: &Edge, names: &DimNames) -> Result<CastKernel> {
         Ok(CastKernel {
-            input: e.node.0 as usize,
+            input: BufId::of(e.node),
             exprs: ViewExprs::new(&e.view, names)?,
             view: ResolvedView::default(),
         })
@@ -92,11 +93,6 @@ impl CastKernel {
     pub fn prepare(&mut self, dims: &DimValues, bufs: &[Storage]) -> Result<()> {
         self.exprs.resolve(dims, &mut self.view)?;
         self.view.check_bounds(bufs[self.input].len())
-    }
-
-    /// Writes the `n` converted elements into `out`.
-    pub fn run(&self, bufs: &[Storage], out: &mut Storage, n: usize) -> Result<()> {
-        self.run_from(bufs[self.input].as_ref(), out, n)
     }
 
     /// Writes the `n` converted elements of `src` read through the input's view into `out`.
@@ -126,6 +122,22 @@ impl CastKernel {
             }
         }
         Ok(())
+    }
+}
+
+impl CpuKernel for CastKernel {
+    fn reads(&self) -> Vec<BufId> {
+        vec![self.input]
+    }
+    fn remap(&mut self, map: &dyn Fn(BufId) -> BufId) {
+        self.input = map(self.input);
+    }
+    fn run(&mut self, cx: RunCtx<'_>, out: &mut Storage) -> Result<()> {
+        self.prepare(cx.dims, cx.bufs)?;
+        self.run_from(cx.bufs[self.input].as_ref(), out, cx.n)
+    }
+    fn flops(&self, _n: usize) -> usize {
+        0
     }
 }
 

@@ -17,7 +17,9 @@
 //!   direct data-movement kernels (`direct.rs`); anything else not float (ints, bools, casts
 //!   between halves and ints) runs the reference-semantics fallback.
 
+use crate::kernel::{BufId, CpuKernel, Kernel};
 use crate::kernels::fallback::FallbackKernel;
+use crate::kernels::fused::kernel::{ElementwiseKernel, ReduceKernel};
 use crate::kernels::fused::{ConstSrc, Instr, Leaf, Program};
 use crate::kernels::matmul::MatmulKernel;
 use crate::kernels::movement::write::WriteSliceKernel;
@@ -25,64 +27,9 @@ use crate::simd::half::HalfKind;
 use crate::view::{DimNames, ResolvedView, ViewExprs};
 use luminal::graph::{Edge, GraphData, NodeId};
 use luminal::op::{BinaryOp, ConstValue, Op, ReduceOp};
-use luminal::shape::CompiledExpression;
 use luminal::{DType, Expression, Result, ShapeTracker};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
-
-/// What a kernel computes.
-#[allow(clippy::large_enum_variant)] // a handful per graph; boxing buys nothing
-#[derive(Clone, Debug)]
-pub enum KernelKind {
-    Elementwise(Program),
-    Reduce {
-        op: ReduceOp,
-        prog: Program,
-        /// Reduced length and inner size (outer = numel / inner).
-        len: CompiledExpression,
-        inner: CompiledExpression,
-    },
-    Matmul(MatmulKernel),
-    Fallback(FallbackKernel),
-    /// In-place write into a state input's buffer (`out` is that buffer).
-    WriteSlice(WriteSliceKernel),
-    /// Row-wise fused reduce group (see `rows.rs`).
-    Rows(crate::kernels::fused::rows::RowKernel),
-    /// Gather, iota or concat as data movement (see `direct.rs`).
-    Direct(crate::kernels::movement::DirectKernel),
-    /// Conversion between f32, f16 and bf16 (see `halves.rs`).
-    Cast(crate::kernels::half::CastKernel),
-    /// A quantized tensor decoded and read through a view (see `quant/`).
-    Dequant(crate::kernels::quant::DequantKernel),
-}
-
-/// One launch: computes node `node` into buffer `out`.
-#[derive(Clone, Debug)]
-pub struct Kernel {
-    pub name: String,
-    pub node: NodeId,
-    pub dtype: DType,
-    /// Buffer (before buffer assignment: the node index) the kernel writes.
-    pub out: usize,
-    /// Buffers the kernel reads (node indices before assignment).
-    pub reads: Vec<usize>,
-    pub numel: CompiledExpression,
-    pub kind: KernelKind,
-}
-
-impl Kernel {
-    /// The buffer this kernel reads as a weight in place (quantized or half blocks; see
-    /// `quant/`), if any.
-    pub fn weight_input(&self) -> Option<usize> {
-        match &self.kind {
-            KernelKind::Matmul(m) if m.weight.is_some() => Some(m.b),
-            KernelKind::Direct(crate::kernels::movement::DirectKernel::Gather(g)) => {
-                g.weight_table()
-            }
-            _ => None,
-        }
-    }
-}
 
 /// Can this node be evaluated inside an f32 fused tree? Values are f32; `Bool` nodes hold
 /// exact 0/1.
@@ -257,9 +204,12 @@ struct Lowering<'a> {
     /// While lowering an f32 elementwise root: whether it may absorb a matmul producer as
     /// its epilogue, and the matmul (with its reads) once it did.
     epilogue_ok: Cell<bool>,
-    epilogue: RefCell<Option<(MatmulKernel, Vec<usize>)>>,
+    epilogue: RefCell<Option<MatmulKernel>>,
     names: &'a DimNames,
     threads: usize,
+    dots: crate::QuantDots,
+    /// Rules and passes switched off.
+    disabled: Vec<String>,
 }
 
 impl Lowering<'_> {
@@ -321,7 +271,6 @@ impl Lowering<'_> {
         &self,
         e: &Edge,
         prog: &mut Program,
-        reads: &mut Vec<usize>,
         xfs: &mut Vec<Broadcast>,
     ) -> Result<Option<usize>> {
         if let Some(c) = self.const_leaf(e) {
@@ -339,18 +288,13 @@ impl Lowering<'_> {
             }
         }
         if self.inlinable(e) {
-            return self.emit_node(e.node, prog, reads, xfs);
+            return self.emit_node(e.node, prog, xfs);
         }
         if self.private_fusable(e) {
             if let Some(b) = Broadcast::of(&e.view, &self.g.node(e.node).shape) {
-                let mark = (
-                    prog.instrs.len(),
-                    prog.leaves.len(),
-                    prog.consts.len(),
-                    reads.len(),
-                );
+                let mark = (prog.instrs.len(), prog.leaves.len(), prog.consts.len());
                 xfs.push(b);
-                let r = self.emit_node(e.node, prog, reads, xfs)?;
+                let r = self.emit_node(e.node, prog, xfs)?;
                 xfs.pop();
                 if r.is_some() {
                     return Ok(r);
@@ -358,7 +302,6 @@ impl Lowering<'_> {
                 prog.instrs.truncate(mark.0);
                 prog.leaves.truncate(mark.1);
                 prog.consts.truncate(mark.2);
-                reads.truncate(mark.3);
             }
         }
         let mut view = e.view.clone();
@@ -369,11 +312,10 @@ impl Lowering<'_> {
             }
         }
         prog.leaves.push(Leaf {
-            buf: e.node.0 as usize,
+            buf: BufId::of(e.node),
             exprs: ViewExprs::new(&view, self.names)?,
             view: ResolvedView::default(),
         });
-        reads.push(e.node.0 as usize);
         prog.instrs.push(Instr::Load(prog.leaves.len() - 1));
         Ok(Some(prog.instrs.len() - 1))
     }
@@ -383,14 +325,13 @@ impl Lowering<'_> {
         &self,
         id: NodeId,
         prog: &mut Program,
-        reads: &mut Vec<usize>,
         xfs: &mut Vec<Broadcast>,
     ) -> Result<Option<usize>> {
         let node = self.g.node(id);
         let mut args = [0usize; 2];
         if let Some(pair) = self.pair_max.get(&id) {
             for (i, e) in pair.iter().enumerate() {
-                match self.emit_edge(e, prog, reads, xfs)? {
+                match self.emit_edge(e, prog, xfs)? {
                     Some(a) => args[i] = a,
                     None => return Ok(None),
                 }
@@ -399,7 +340,7 @@ impl Lowering<'_> {
             return Ok(Some(prog.instrs.len() - 1));
         }
         for (i, e) in node.inputs.iter().enumerate().take(2) {
-            match self.emit_edge(e, prog, reads, xfs)? {
+            match self.emit_edge(e, prog, xfs)? {
                 Some(a) => args[i] = a,
                 None => return Ok(None),
             }
@@ -421,7 +362,7 @@ impl Lowering<'_> {
                     node: id,
                     view: ShapeTracker::new(node.shape.clone()),
                 };
-                return self.emit_edge(&e, prog, reads, xfs);
+                return self.emit_edge(&e, prog, xfs);
             }
             other => unreachable!("{} is not fusable", other.name()),
         };
@@ -447,101 +388,116 @@ impl Lowering<'_> {
         format!("{prefix}[{}]", ops.join(","))
     }
 
-    fn lower(&self, id: NodeId) -> Result<Kernel> {
-        let node = self.g.node(id);
-        let mut reads = vec![];
-        let numel = self.names.compile(&node.shape.iter().product())?;
-        let kernel = |name: String, kind: KernelKind, reads: Vec<usize>| Kernel {
-            name,
-            node: id,
-            dtype: node.dtype,
-            out: id.0 as usize,
-            reads,
-            numel: numel.clone(),
-            kind,
+    /// In-place write into a state input's buffer.
+    fn write_slice(&self, id: NodeId) -> Result<Option<Lowered>> {
+        if !matches!(self.g.node(id).op, Op::WriteSlice { .. }) {
+            return Ok(None);
+        }
+        let w = WriteSliceKernel::new(self.g, id, self.names)?;
+        Ok(Some(("write_slice".into(), Box::new(w))))
+    }
+
+    /// A cast of a quantized tensor read through any view: decoded, then cast.
+    fn dequantize(&self, id: NodeId) -> Result<Option<Lowered>> {
+        let Some(d) = crate::kernels::quant::DequantKernel::try_new(self.g, id, self.names)? else {
+            return Ok(None);
         };
-        if let Op::WriteSlice { .. } = node.op {
-            let w = WriteSliceKernel::new(self.g, id, self.names)?;
-            let reads = vec![w.src, w.dest];
-            return Ok(kernel(
-                "write_slice".into(),
-                KernelKind::WriteSlice(w),
-                reads,
-            ));
-        }
-        if let Some(d) = crate::kernels::quant::DequantKernel::try_new(self.g, id, self.names)? {
-            let from = self.g.node(node.inputs[0].node).dtype;
-            let reads = vec![d.cast.input];
-            return Ok(kernel(
-                format!("dequantize[{from}->{}]", node.dtype),
-                KernelKind::Dequant(d),
-                reads,
-            ));
-        }
-        // A cast to a half type fuses into the trees that read it; on its own it is a cast
-        // kernel (below).
+        let node = self.g.node(id);
+        let from = self.g.node(node.inputs[0].node).dtype;
+        let name = format!("dequantize[{from}->{}]", node.dtype);
+        Ok(Some((name, Box::new(d))))
+    }
+
+    /// A fusable root with its inlined producers: one fused elementwise kernel, or the
+    /// epilogue of the private f32 matmul it reads. A cast to a half type is left to
+    /// [`Lowering::half_cast`] (it fuses into the trees that read it).
+    fn fused_elementwise(&self, id: NodeId) -> Result<Option<Lowered>> {
+        let node = self.g.node(id);
         let half_cast = matches!(node.op, Op::Cast(_)) && HalfKind::of(node.dtype).is_some();
-        if self.fusable(id) && !half_cast {
-            let mut prog = Program::default();
-            self.epilogue_ok.set(node.dtype == DType::F32);
-            let r = self.emit_node(id, &mut prog, &mut reads, &mut vec![]);
-            self.epilogue_ok.set(false);
-            r?.expect("a root has no pending broadcast");
-            // A half root is rounded as it is stored: its own rounding step is redundant.
-            if let Some(&Instr::Round(kind, _)) = prog.instrs.last() {
-                if HalfKind::of(node.dtype) == Some(kind) {
-                    prog.instrs.pop();
-                }
-            }
-            if let Some((mut mm, mut mm_reads)) = self.epilogue.borrow_mut().take() {
-                let name = Self::name_of(&prog, "matmul+");
-                mm.epilogue = Some(prog);
-                mm_reads.extend(reads);
-                return Ok(kernel(name, KernelKind::Matmul(mm), mm_reads));
-            }
-            let name = Self::name_of(&prog, "elementwise");
-            return Ok(kernel(name, KernelKind::Elementwise(prog), reads));
+        if !self.fusable(id) || half_cast {
+            return Ok(None);
         }
-        // Casts to f32 are fused above (their consumers and row kernels read the half data
-        // directly); casts to f16 / bf16 convert in a kernel of their own.
-        if let Some(c) = crate::kernels::half::CastKernel::try_new(self.g, id, self.names)? {
-            let from = self.g.node(node.inputs[0].node).dtype;
-            let reads = vec![c.input];
-            return Ok(kernel(
-                format!("cast[{from}->{}]", node.dtype),
-                KernelKind::Cast(c),
-                reads,
-            ));
-        }
-        if let Op::Reduce { op, axis } = node.op {
-            let e = &node.inputs[0];
-            if let Some(k) = self.try_matmul(id, op, axis)? {
-                return Ok(kernel("matmul".into(), KernelKind::Matmul(k.0), k.1));
-            }
-            // f32, or f16 / bf16 accumulated in f64 (see `halves::run_half_reduce`).
-            let float = node.dtype == DType::F32 || HalfKind::of(node.dtype).is_some();
-            if float && self.g.node(e.node).dtype == node.dtype {
-                let mut prog = Program::default();
-                self.emit_edge(e, &mut prog, &mut reads, &mut vec![])?
-                    .expect("a root has no pending broadcast");
-                let dims = e.view.dims();
-                let inner: Expression = dims[axis + 1..].iter().product();
-                let name = Self::name_of(&prog, &format!("{}({axis})", op.name()));
-                let kind = KernelKind::Reduce {
-                    op,
-                    prog,
-                    len: self.names.compile(&dims[axis])?,
-                    inner: self.names.compile(&inner)?,
-                };
-                return Ok(kernel(name, kind, reads));
+        let mut prog = Program::default();
+        self.epilogue_ok
+            .set(node.dtype == DType::F32 && !self.disabled("matmul"));
+        let r = self.emit_node(id, &mut prog, &mut vec![]);
+        self.epilogue_ok.set(false);
+        r?.expect("a root has no pending broadcast");
+        // A half root is rounded as it is stored: its own rounding step is redundant.
+        if let Some(&Instr::Round(kind, _)) = prog.instrs.last() {
+            if HalfKind::of(node.dtype) == Some(kind) {
+                prog.instrs.pop();
             }
         }
-        if let Some((name, k, reads)) =
-            crate::kernels::movement::lower(self.g, id, &self.uses, self.names)?
-        {
-            return Ok(kernel(name, KernelKind::Direct(k), reads));
+        if let Some(mut mm) = self.epilogue.borrow_mut().take() {
+            let name = Self::name_of(&prog, "matmul+");
+            mm.epilogue = Some(prog);
+            self.set_dots(&mut mm, id);
+            return Ok(Some((name, Box::new(mm))));
         }
-        let in_bufs: Vec<usize> = node.inputs.iter().map(|e| e.node.0 as usize).collect();
+        let name = Self::name_of(&prog, "elementwise");
+        Ok(Some((name, Box::new(ElementwiseKernel { prog }))))
+    }
+
+    /// Casts to f16 / bf16 convert in a kernel of their own (casts to f32 are fused: their
+    /// consumers and row kernels read the half data directly).
+    fn half_cast(&self, id: NodeId) -> Result<Option<Lowered>> {
+        let Some(c) = crate::kernels::half::CastKernel::try_new(self.g, id, self.names)? else {
+            return Ok(None);
+        };
+        let node = self.g.node(id);
+        let from = self.g.node(node.inputs[0].node).dtype;
+        Ok(Some((format!("cast[{from}->{}]", node.dtype), Box::new(c))))
+    }
+
+    /// The matmul pattern (see [`Lowering::try_matmul`]).
+    fn matmul(&self, id: NodeId) -> Result<Option<Lowered>> {
+        let Op::Reduce { op, axis } = self.g.node(id).op else {
+            return Ok(None);
+        };
+        let Some(mut mm) = self.try_matmul(id, op, axis)? else {
+            return Ok(None);
+        };
+        self.set_dots(&mut mm, id);
+        Ok(Some(("matmul".into(), Box::new(mm))))
+    }
+
+    /// A reduction over a fused tree: f32, or f16 / bf16 accumulated in f64 (see
+    /// `half::run_half_reduce`).
+    fn fused_reduce(&self, id: NodeId) -> Result<Option<Lowered>> {
+        let node = self.g.node(id);
+        let Op::Reduce { op, axis } = node.op else {
+            return Ok(None);
+        };
+        let e = &node.inputs[0];
+        let float = node.dtype == DType::F32 || HalfKind::of(node.dtype).is_some();
+        if !float || self.g.node(e.node).dtype != node.dtype {
+            return Ok(None);
+        }
+        let mut prog = Program::default();
+        self.emit_edge(e, &mut prog, &mut vec![])?
+            .expect("a root has no pending broadcast");
+        let dims = e.view.dims();
+        let inner: Expression = dims[axis + 1..].iter().product();
+        let name = Self::name_of(&prog, &format!("{}({axis})", op.name()));
+        let k = ReduceKernel {
+            op,
+            prog,
+            len: self.names.compile(&dims[axis])?,
+            inner: self.names.compile(&inner)?,
+        };
+        Ok(Some((name, Box::new(k))))
+    }
+
+    /// Gather, iota and concatenation as data movement.
+    fn movement(&self, id: NodeId) -> Result<Option<Lowered>> {
+        crate::kernels::movement::lower(self.g, id, &self.uses, self.names)
+    }
+
+    /// Anything else, with the reference semantics.
+    fn fallback(&self, id: NodeId) -> Result<Option<Lowered>> {
+        let node = self.g.node(id);
+        let in_bufs: Vec<BufId> = node.inputs.iter().map(|e| BufId::of(e.node)).collect();
         let in_dtype = node
             .inputs
             .first()
@@ -549,11 +505,52 @@ impl Lowering<'_> {
             .unwrap_or(node.dtype);
         let fb = FallbackKernel::new(node, &in_bufs, in_dtype, self.names)?;
         let name = format!("fallback[{}:{}]", node.op.name(), node.dtype);
-        Ok(kernel(name, KernelKind::Fallback(fb), in_bufs))
+        Ok(Some((name, Box::new(fb))))
+    }
+
+    /// Whether the rule named `name` is switched off.
+    fn disabled(&self, name: &str) -> bool {
+        self.disabled.iter().any(|d| d == name)
+    }
+
+    /// The backend's activation policy for a product with a quantized weight: graph
+    /// outputs (the logits) keep or refine f32 activations (see [`crate::QuantDots`]).
+    fn set_dots(&self, mm: &mut MatmulKernel, id: NodeId) {
+        let output = self.g.outputs.contains(&id);
+        mm.exact = match self.dots {
+            crate::QuantDots::F32 => true,
+            crate::QuantDots::Int8 | crate::QuantDots::Int8RefineOutputs => false,
+            crate::QuantDots::Int8ExceptOutputs => output,
+        };
+        if self.dots == crate::QuantDots::Int8RefineOutputs && output {
+            mm.refine = crate::kernels::matmul::REFINE_TOP;
+        }
+    }
+
+    /// The kernel of node `id`: the first rule of [`RULES`] that applies and is not
+    /// switched off (`fallback` always applies).
+    fn lower(&self, id: NodeId) -> Result<Kernel> {
+        let node = self.g.node(id);
+        for &(name, rule) in RULES {
+            if name != "fallback" && self.disabled(name) {
+                continue;
+            }
+            if let Some((kname, kind)) = rule(self, id)? {
+                return Ok(Kernel {
+                    name: kname,
+                    node: id,
+                    dtype: node.dtype,
+                    out: BufId::of(id),
+                    numel: self.names.compile(&node.shape.iter().product())?,
+                    kind,
+                });
+            }
+        }
+        unreachable!("the fallback rule applies to every node")
     }
 
     /// A private f32 matmul read through the identity: the consumer can be its epilogue.
-    fn epilogue_matmul(&self, e: &Edge) -> Result<Option<(MatmulKernel, Vec<usize>)>> {
+    fn epilogue_matmul(&self, e: &Edge) -> Result<Option<MatmulKernel>> {
         let p = self.g.node(e.node);
         let Op::Reduce { op, axis } = p.op else {
             return Ok(None);
@@ -573,12 +570,7 @@ impl Lowering<'_> {
     /// throughout (the half `Mul` is single-use and read through the identity view, like an
     /// inlined f32 one; its per-product rounding is skipped: products of halves are exact in
     /// the f32 accumulation).
-    fn try_matmul(
-        &self,
-        id: NodeId,
-        op: ReduceOp,
-        axis: usize,
-    ) -> Result<Option<(MatmulKernel, Vec<usize>)>> {
+    fn try_matmul(&self, id: NodeId, op: ReduceOp, axis: usize) -> Result<Option<MatmulKernel>> {
         let node = self.g.node(id);
         let e = &node.inputs[0];
         let r = e.view.rank();
@@ -622,18 +614,42 @@ impl Lowering<'_> {
                 && dims[r - 1] == shape[1]
                 && st[..r - 2].iter().all(|s| s.is_zero())
         });
-        let b_buf = weight.map_or(b.node.0 as usize, |(w, _)| w.0 as usize);
+        let b_buf = BufId::of(weight.map_or(b.node, |(w, _)| w));
         let mut k = MatmulKernel::new(
-            a.node.0 as usize,
+            BufId::of(a.node),
             b_buf,
             ViewExprs::new(&a.view, self.names)?,
             ViewExprs::new(&b.view, self.names)?,
             self.threads,
         );
         k.weight = weight.map(|(_, dt)| dt);
-        Ok(Some((k, vec![a.node.0 as usize, b_buf])))
+        Ok(Some(k))
     }
 }
+
+/// A rule's result: the kernel's name and the kernel.
+type Lowered = (String, Box<dyn CpuKernel>);
+
+type Rule = fn(&Lowering<'_>, NodeId) -> Result<Option<Lowered>>;
+
+/// The lowering rules, in the order they are tried for each node that needs a kernel; the
+/// first that applies builds it. Any but `fallback` can be switched off
+/// (`CpuBackend::disable_rules`), as can the passes that merge kernels afterwards
+/// ([`PASSES`]): the graph then runs on what remains, with the same results.
+const RULES: &[(&str, Rule)] = &[
+    ("write_slice", |l, id| l.write_slice(id)),
+    ("dequantize", |l, id| l.dequantize(id)),
+    ("fused_elementwise", |l, id| l.fused_elementwise(id)),
+    ("half_cast", |l, id| l.half_cast(id)),
+    ("matmul", |l, id| l.matmul(id)),
+    ("fused_reduce", |l, id| l.fused_reduce(id)),
+    ("movement", |l, id| l.movement(id)),
+    ("fallback", |l, id| l.fallback(id)),
+];
+
+/// Passes over the lowered kernel list, in order: row fusion (`kernels/fused/rows.rs`),
+/// then concatenations found inside elementwise kernels (`kernels/movement`).
+const PASSES: &[&str] = &["rows", "concat"];
 
 /// Lowers the live part of `g` (what the outputs need) into kernels in launch order.
 pub fn lower(
@@ -641,7 +657,22 @@ pub fn lower(
     live_order: &[NodeId],
     names: &DimNames,
     threads: usize,
+    dots: crate::QuantDots,
+    disabled: &[&str],
 ) -> Result<Vec<Kernel>> {
+    for d in disabled {
+        if *d == "fallback" || !RULES.iter().any(|r| r.0 == *d) && !PASSES.contains(d) {
+            return Err(luminal::LuminalError::Backend(format!(
+                "no lowering rule or pass named {d:?} can be switched off (rules: {}; passes: {})",
+                RULES[..RULES.len() - 1]
+                    .iter()
+                    .map(|r| r.0)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                PASSES.join(", ")
+            )));
+        }
+    }
     let mut uses: HashMap<NodeId, usize> = HashMap::new();
     for &id in live_order {
         for e in &g.node(id).inputs {
@@ -660,20 +691,27 @@ pub fn lower(
         epilogue: RefCell::new(None),
         names,
         threads,
+        dots,
+        disabled: disabled.iter().map(|d| d.to_string()).collect(),
     };
     // Walk consumers before producers: a node gets a kernel only if some kernel (or the
     // user) reads its buffer.
-    let mut needed: HashSet<usize> = g.outputs.iter().map(|n| n.0 as usize).collect();
+    let mut needed: HashSet<BufId> = g.outputs.iter().map(|&n| BufId::of(n)).collect();
     let mut kernels = vec![];
     for &id in live_order.iter().rev() {
-        if !needed.contains(&(id.0 as usize)) || matches!(g.node(id).op, Op::Input { .. }) {
+        if !needed.contains(&BufId::of(id)) || matches!(g.node(id).op, Op::Input { .. }) {
             continue;
         }
         let k = lw.lower(id)?;
-        needed.extend(k.reads.iter().copied());
+        needed.extend(k.reads());
         kernels.push(k);
     }
     kernels.reverse();
-    let kernels = crate::kernels::fused::rows::fuse_rows(g, kernels, names)?;
-    crate::kernels::movement::replace_concats(g, kernels, &lw.uses, names)
+    if !lw.disabled("rows") {
+        kernels = crate::kernels::fused::rows::fuse_rows(g, kernels, names)?;
+    }
+    if !lw.disabled("concat") {
+        kernels = crate::kernels::movement::replace_concats(g, kernels, &lw.uses, names)?;
+    }
+    Ok(kernels)
 }

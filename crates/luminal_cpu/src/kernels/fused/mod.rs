@@ -17,6 +17,7 @@
 //! Evaluation and the kernel loops are compiled per instruction set (`simd::run`).
 
 pub(crate) mod compile;
+pub(crate) mod kernel;
 pub(crate) mod rows;
 
 use crate::kernels::fused::compile::{Compiler, Operand, Src, Step, DST, MAX_CHAIN};
@@ -65,7 +66,7 @@ pub enum Instr {
 /// A buffer read through a view.
 #[derive(Clone, Debug)]
 pub struct Leaf {
-    pub buf: usize,
+    pub buf: crate::kernel::BufId,
     pub exprs: ViewExprs,
     pub view: ResolvedView,
 }

@@ -11,8 +11,8 @@
 //! reach memory: softmax, log_softmax, rms_norm and layer_norm read their input once and
 //! write their output once.
 
+use crate::kernel::{BufId, CpuKernel, Fused, Kernel, RunCtx, Scratch};
 use crate::kernels::fused::{task_len, Instr, Program, RowEnv, BLOCK};
-use crate::lower::{Kernel, KernelKind};
 use crate::simd::{self, reduce_identity, Acc, Task};
 use crate::storage::Storage;
 use crate::view::{eval, DimNames, DimValues};
@@ -50,7 +50,7 @@ pub struct RowStage {
 }
 
 /// A fused group of row-wise kernels.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct RowKernel {
     pub stages: Vec<RowStage>,
     /// Row length `C`.
@@ -78,8 +78,8 @@ fn row_shape(g: &GraphData, k: &Kernel) -> Option<RowShape> {
         return None;
     }
     let node = g.node(k.node);
-    match (&k.kind, &node.op) {
-        (KernelKind::Reduce { .. }, Op::Reduce { op, axis }) => {
+    match (k.kind.fused()?, &node.op) {
+        (Fused::Reduce(..), Op::Reduce { op, axis }) => {
             let dims = node.inputs[0].view.dims();
             (*axis + 1 == dims.len()).then(|| RowShape {
                 reduce: Some(*op),
@@ -87,7 +87,7 @@ fn row_shape(g: &GraphData, k: &Kernel) -> Option<RowShape> {
                 len: dims[*axis].clone(),
             })
         }
-        (KernelKind::Elementwise(_), _) => {
+        (Fused::Elementwise(_), _) => {
             let (last, lead) = node.shape.split_last()?;
             Some(RowShape {
                 reduce: None,
@@ -125,9 +125,9 @@ fn reads_identity(v: &ShapeTracker, n: &Expression) -> bool {
 }
 
 fn program(k: &Kernel) -> &Program {
-    match &k.kind {
-        KernelKind::Elementwise(p) | KernelKind::Reduce { prog: p, .. } => p,
-        _ => unreachable!("row members are elementwise or reduce kernels"),
+    match k.kind.fused() {
+        Some(Fused::Elementwise(p) | Fused::Reduce(_, p)) => p,
+        None => unreachable!("row members are elementwise or reduce kernels"),
     }
 }
 
@@ -135,14 +135,14 @@ fn program(k: &Kernel) -> &Program {
 /// buffers are still node indices.
 pub fn fuse_rows(g: &GraphData, kernels: Vec<Kernel>, names: &DimNames) -> Result<Vec<Kernel>> {
     let shapes: Vec<Option<RowShape>> = kernels.iter().map(|k| row_shape(g, k)).collect();
-    let producer: HashMap<usize, usize> = kernels
+    let producer: HashMap<BufId, usize> = kernels
         .iter()
         .enumerate()
         .map(|(i, k)| (k.out, i))
         .collect();
-    let mut readers: HashMap<usize, BTreeSet<usize>> = HashMap::new();
+    let mut readers: HashMap<BufId, BTreeSet<usize>> = HashMap::new();
     for (i, k) in kernels.iter().enumerate() {
-        for &r in &k.reads {
+        for r in k.reads() {
             readers.entry(r).or_default().insert(i);
         }
     }
@@ -238,23 +238,22 @@ pub fn fuse_rows(g: &GraphData, kernels: Vec<Kernel>, names: &DimNames) -> Resul
 fn build(members: Vec<Kernel>, len: &Expression, names: &DimNames) -> Result<Kernel> {
     let n = members.len();
     // What each internal buffer becomes.
-    let mut internal: HashMap<usize, Instr> = HashMap::new();
+    let mut internal: HashMap<BufId, Instr> = HashMap::new();
     let mut stages = vec![];
     let mut n_row_regs = 0;
-    let mut reads = vec![];
     let mut parts = vec![];
     for (s, k) in members.iter().enumerate() {
         let root = s + 1 == n;
-        let (mut prog, kind) = match &k.kind {
-            KernelKind::Reduce { op, prog, .. } => (
+        let (mut prog, kind) = match k.kind.fused() {
+            Some(Fused::Reduce(op, prog)) => (
                 prog.clone(),
                 if root {
-                    StageKind::OutReduce(*op)
+                    StageKind::OutReduce(op)
                 } else {
-                    StageKind::Scalar(*op)
+                    StageKind::Scalar(op)
                 },
             ),
-            KernelKind::Elementwise(prog) => (
+            Some(Fused::Elementwise(prog)) => (
                 prog.clone(),
                 if root {
                     StageKind::Out
@@ -273,7 +272,6 @@ fn build(members: Vec<Kernel>, len: &Expression, names: &DimNames) -> Result<Ker
             if !internal.contains_key(&leaf.buf) {
                 leaf_map[l] = leaves.len();
                 leaves.push(leaf.clone());
-                reads.push(leaf.buf);
             }
         }
         let old_leaves = std::mem::take(&mut prog.leaves);
@@ -299,16 +297,13 @@ fn build(members: Vec<Kernel>, len: &Expression, names: &DimNames) -> Result<Ker
         stages.push(RowStage { kind, prog });
     }
     let root = members.last().unwrap();
-    reads.sort_unstable();
-    reads.dedup();
     Ok(Kernel {
         name: format!("rows[{}]", parts.join("; ")),
         node: root.node,
         dtype: root.dtype,
         out: root.out,
-        reads,
         numel: root.numel.clone(),
-        kind: KernelKind::Rows(RowKernel {
+        kind: Box::new(RowKernel {
             stages,
             len: names.compile(len)?,
             n_row_regs,
@@ -361,7 +356,7 @@ impl RowKernel {
     }
 
     /// Runs the kernel: `n` output elements (rows × C, or rows for a reducing root).
-    pub fn run(
+    fn run_rows(
         &mut self,
         bufs: &[Storage],
         out: &mut Storage,
@@ -559,5 +554,26 @@ impl Task for RowTask<'_, '_, '_> {
         if stream {
             simd::store_fence();
         }
+    }
+}
+
+impl CpuKernel for RowKernel {
+    fn reads(&self) -> Vec<BufId> {
+        self.programs().flat_map(|p| p.reads()).collect()
+    }
+    fn remap(&mut self, map: &dyn Fn(BufId) -> BufId) {
+        self.programs_mut().for_each(|p| p.remap(map))
+    }
+    fn scratch(&self) -> Scratch {
+        Scratch {
+            instrs: self.programs().map(|p| p.instrs.len()).max().unwrap_or(0),
+        }
+    }
+    fn run(&mut self, cx: RunCtx<'_>, out: &mut Storage) -> Result<()> {
+        self.prepare(cx.dims, cx.bufs)?;
+        self.run_rows(cx.bufs, out, cx.n, cx.dims)
+    }
+    fn flops(&self, _n: usize) -> usize {
+        self.flops()
     }
 }

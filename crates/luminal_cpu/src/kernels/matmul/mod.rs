@@ -8,6 +8,7 @@
 pub(crate) mod skinny_f32;
 pub(crate) mod skinny_half;
 
+use crate::kernel::{BufId, CpuKernel, RunCtx, Scratch};
 use crate::kernels::quant::{weight_matmul, WeightRef};
 use crate::storage::Storage;
 use crate::view::{DimValues, ResolvedView, ViewExprs};
@@ -17,10 +18,10 @@ use luminal::{DType, LuminalError, Result};
 use crate::kernels::fused::{run_epilogue, Program};
 use crate::simd::{self, Task};
 
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct MatmulKernel {
-    pub a: usize,
-    pub b: usize,
+    pub a: BufId,
+    pub b: BufId,
     pub a_exprs: ViewExprs,
     pub b_exprs: ViewExprs,
     a_view: ResolvedView,
@@ -59,7 +60,7 @@ fn mnk(dims: &[i64]) -> (usize, usize, usize, usize) {
 }
 
 impl MatmulKernel {
-    pub fn new(a: usize, b: usize, a_exprs: ViewExprs, b_exprs: ViewExprs, threads: usize) -> Self {
+    pub fn new(a: BufId, b: BufId, a_exprs: ViewExprs, b_exprs: ViewExprs, threads: usize) -> Self {
         MatmulKernel {
             a,
             b,
@@ -97,8 +98,8 @@ impl MatmulKernel {
     }
 
     /// Runs the product into `out` (f32 directly, f16 and bf16 through `scratch`, see
-    /// `halves.rs`), then the epilogue (if any) over it, in place.
-    pub fn run(
+    /// `half.rs`), then the epilogue (if any) over it, in place.
+    fn product(
         &self,
         bufs: &[Storage],
         out: &mut Storage,
@@ -457,5 +458,39 @@ impl MatmulKernel {
                 })
             })
         });
+    }
+}
+
+impl CpuKernel for MatmulKernel {
+    fn reads(&self) -> Vec<BufId> {
+        let mut r = vec![self.a, self.b];
+        if let Some(e) = &self.epilogue {
+            r.extend(e.reads());
+        }
+        r
+    }
+    fn remap(&mut self, map: &dyn Fn(BufId) -> BufId) {
+        self.a = map(self.a);
+        self.b = map(self.b);
+        if let Some(e) = &mut self.epilogue {
+            e.remap(map);
+        }
+    }
+    fn scratch(&self) -> Scratch {
+        Scratch {
+            instrs: self.epilogue.as_ref().map_or(0, |p| p.instrs.len()),
+        }
+    }
+    fn run(&mut self, cx: RunCtx<'_>, out: &mut Storage) -> Result<()> {
+        self.prepare(cx.dims, cx.bufs)?;
+        self.product(cx.bufs, out, cx.half_scratch)
+    }
+    fn flops(&self, _n: usize) -> usize {
+        let (b, m, n, k) = self.shape();
+        let epi = self.epilogue.as_ref().map_or(0, |p| p.flops_per_element());
+        b * m * n * (2 * k + epi)
+    }
+    fn weight_input(&self) -> Option<BufId> {
+        self.weight.map(|_| self.b)
     }
 }

@@ -17,8 +17,8 @@
 
 pub(crate) mod write;
 
+use crate::kernel::{BufId, CpuKernel, Fused, Kernel, RunCtx};
 use crate::kernels::fused::task_len;
-use crate::lower::{Kernel, KernelKind};
 use crate::storage::{BufRef, Storage};
 use crate::view::{DimNames, DimValues, LaunchExpr, ResolvedView, ViewExprs};
 use luminal::graph::{Edge, GraphData, NodeId};
@@ -139,53 +139,61 @@ fn kind_error(what: &str) -> LuminalError {
     ))
 }
 
-/// A kernel that moves data (see the module docs).
-#[allow(clippy::large_enum_variant)] // a handful per graph; boxing buys nothing
-#[derive(Clone, Debug)]
-pub enum DirectKernel {
-    Gather(GatherKernel),
-    Iota(IotaKernel),
-    Concat(ConcatKernel),
-}
-
-impl DirectKernel {
-    /// Points the kernel at its assigned buffers.
-    pub fn remap_bufs(&mut self, map: &dyn Fn(usize) -> usize) {
-        match self {
-            DirectKernel::Gather(k) => {
-                k.table.buf = map(k.table.buf);
-                k.ids.buf = map(k.ids.buf);
-            }
-            DirectKernel::Iota(_) => {}
-            DirectKernel::Concat(k) => k.pieces.iter_mut().for_each(|p| p.buf = map(p.buf)),
-        }
+impl CpuKernel for GatherKernel {
+    fn reads(&self) -> Vec<BufId> {
+        vec![self.table.buf, self.ids.buf]
     }
-
-    /// Computes the node's `n` output elements into `out`.
-    pub fn run(
-        &mut self,
-        bufs: &[Storage],
-        out: &mut Storage,
-        n: usize,
-        dims: &DimValues,
-    ) -> Result<()> {
-        match self {
-            DirectKernel::Gather(k) => k.run(bufs, out, n, dims),
-            DirectKernel::Iota(k) => k.run(out, n, dims),
-            DirectKernel::Concat(k) => k.run(bufs, out, n, dims),
-        }
+    fn remap(&mut self, map: &dyn Fn(BufId) -> BufId) {
+        self.table.buf = map(self.table.buf);
+        self.ids.buf = map(self.ids.buf);
+    }
+    fn run(&mut self, cx: RunCtx<'_>, out: &mut Storage) -> Result<()> {
+        self.gather(cx.bufs, out, cx.n, cx.dims)
+    }
+    fn flops(&self, _n: usize) -> usize {
+        0
+    }
+    fn weight_input(&self) -> Option<BufId> {
+        self.weight.map(|_| self.table.buf)
     }
 }
 
-/// The direct kernel for node `id` when one applies: its name, the kernel and the buffers
-/// (node indices) it reads. Gather and Iota always apply; an `Add` applies when it is a
-/// concatenation (see [`concat_kernel`]).
+impl CpuKernel for IotaKernel {
+    fn reads(&self) -> Vec<BufId> {
+        vec![]
+    }
+    fn remap(&mut self, _map: &dyn Fn(BufId) -> BufId) {}
+    fn run(&mut self, cx: RunCtx<'_>, out: &mut Storage) -> Result<()> {
+        with_elem!(out, |o| self.write(&mut o[..cx.n], cx.dims))
+    }
+    fn flops(&self, _n: usize) -> usize {
+        0
+    }
+}
+
+impl CpuKernel for ConcatKernel {
+    fn reads(&self) -> Vec<BufId> {
+        self.pieces.iter().map(|p| p.buf).collect()
+    }
+    fn remap(&mut self, map: &dyn Fn(BufId) -> BufId) {
+        self.pieces.iter_mut().for_each(|p| p.buf = map(p.buf));
+    }
+    fn run(&mut self, cx: RunCtx<'_>, out: &mut Storage) -> Result<()> {
+        self.concat(cx.bufs, out, cx.n, cx.dims)
+    }
+    fn flops(&self, _n: usize) -> usize {
+        0
+    }
+}
+
+/// The data-movement kernel for node `id` when one applies, with its name. Gather and Iota
+/// always apply; an `Add` applies when it is a concatenation (see [`concat_kernel`]).
 pub fn lower(
     g: &GraphData,
     id: NodeId,
     uses: &HashMap<NodeId, usize>,
     names: &DimNames,
-) -> Result<Option<(String, DirectKernel, Vec<usize>)>> {
+) -> Result<Option<(String, Box<dyn CpuKernel>)>> {
     let node = g.node(id);
     Ok(match &node.op {
         Op::Gather if node.inputs[0].view.rank() == 2 => {
@@ -200,8 +208,7 @@ pub fn lower(
             }
             let mut k = GatherKernel::new(&table, &node.inputs[1], names)?;
             k.weight = weight.map(|(_, dt)| dt);
-            let reads = vec![k.table.buf, k.ids.buf];
-            Some(("gather".into(), DirectKernel::Gather(k), reads))
+            Some(("gather".into(), Box::new(k)))
         }
         Op::Iota { expr } => {
             let k = IotaKernel::new(expr, node.dtype, names)?;
@@ -210,14 +217,12 @@ pub fn lower(
             } else {
                 "iota"
             };
-            Some((name.into(), DirectKernel::Iota(k), vec![]))
+            Some((name.into(), Box::new(k)))
         }
         Op::Binary(BinaryOp::Add) => concat_kernel(g, id, uses, names)?.map(|k| {
-            let reads = k.pieces.iter().map(|p| p.buf).collect();
             (
                 format!("concat({})", k.axis),
-                DirectKernel::Concat(k),
-                reads,
+                Box::new(k) as Box<dyn CpuKernel>,
             )
         }),
         _ => None,
@@ -235,13 +240,12 @@ pub fn replace_concats(
     kernels
         .into_iter()
         .map(|mut k| {
-            if matches!(k.kind, KernelKind::Elementwise(_))
+            if matches!(k.kind.fused(), Some(Fused::Elementwise(_)))
                 && g.node(k.node).op == Op::Binary(BinaryOp::Add)
             {
                 if let Some(c) = concat_kernel(g, k.node, uses, names)?.filter(|c| !c.short_runs) {
                     k.name = format!("concat({})", c.axis);
-                    k.reads = c.pieces.iter().map(|p| p.buf).collect();
-                    k.kind = KernelKind::Direct(DirectKernel::Concat(c));
+                    k.kind = Box::new(c);
                 }
             }
             Ok(k)
@@ -269,7 +273,7 @@ const MAX_RANK: usize = 16;
 /// A buffer read through a view: compiled expressions and their values for this launch.
 #[derive(Clone, Debug)]
 struct ViewInput {
-    buf: usize,
+    buf: BufId,
     exprs: ViewExprs,
     view: ResolvedView,
 }
@@ -277,7 +281,7 @@ struct ViewInput {
 impl ViewInput {
     fn new(e: &Edge, names: &DimNames) -> Result<ViewInput> {
         Ok(ViewInput {
-            buf: e.node.0 as usize,
+            buf: BufId::of(e.node),
             exprs: ViewExprs::new(&e.view, names)?,
             view: ResolvedView::default(),
         })
@@ -408,7 +412,7 @@ fn copy_run<T: Elem, const PLUS_ZERO: bool>(v: &ResolvedView, src: &[T], z0: usi
 // ---------------------------------------------------------------- gather
 
 /// `out[s, w] = table[ids[s], w]` for a `[rows, width]` table view.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct GatherKernel {
     table: ViewInput,
     ids: ViewInput,
@@ -429,12 +433,7 @@ impl GatherKernel {
         })
     }
 
-    /// The weight buffer it decodes rows of, if any.
-    pub fn weight_table(&self) -> Option<usize> {
-        self.weight.map(|_| self.table.buf)
-    }
-
-    fn run(
+    fn gather(
         &mut self,
         bufs: &[Storage],
         out: &mut Storage,
@@ -566,10 +565,6 @@ impl IotaKernel {
             expr: names.compile(expr)?,
             affine,
         })
-    }
-
-    fn run(&self, out: &mut Storage, n: usize, dims: &DimValues) -> Result<()> {
-        with_elem!(out, |o| self.write(&mut o[..n], dims))
     }
 
     fn write<T: Elem>(&self, out: &mut [T], dims: &DimValues) -> Result<()> {
@@ -760,7 +755,7 @@ fn window(v: &ResolvedView, axis: usize) -> Option<(i64, i64)> {
 }
 
 impl ConcatKernel {
-    fn run(
+    fn concat(
         &mut self,
         bufs: &[Storage],
         out: &mut Storage,
@@ -914,9 +909,9 @@ mod tests {
     use luminal::ShapeTracker;
 
     /// A piece reading buffer `buf` through `view` (constant dims).
-    fn piece(buf: usize, view: ShapeTracker) -> ViewInput {
+    fn piece(buf: u32, view: ShapeTracker) -> ViewInput {
         let mut p = ViewInput {
-            buf,
+            buf: BufId(buf),
             exprs: ViewExprs::new(&view, &DimNames::default()).unwrap(),
             view: ResolvedView::default(),
         };

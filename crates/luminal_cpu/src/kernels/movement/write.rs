@@ -1,6 +1,7 @@
 //! `WriteSlice`: copies the new rows into the state buffer in place (a KV cache append);
 //! the rest of the buffer is not touched.
 
+use crate::kernel::{BufId, CpuKernel, RunCtx};
 use crate::storage::Storage;
 use crate::view::{eval, DimNames, DimValues};
 use luminal::graph::{GraphData, NodeId};
@@ -8,12 +9,12 @@ use luminal::op::Op;
 use luminal::shape::CompiledExpression;
 use luminal::{Expression, LuminalError, Result};
 
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct WriteSliceKernel {
-    /// The destination input's buffer (node index before buffer assignment).
-    pub dest: usize,
+    /// The destination input's buffer.
+    dest: BufId,
     /// The contiguous source buffer.
-    pub src: usize,
+    src: BufId,
     outer: CompiledExpression,
     len: CompiledExpression,
     inner: CompiledExpression,
@@ -49,8 +50,8 @@ impl WriteSliceKernel {
         }
         let dims = src.view.dims();
         Ok(WriteSliceKernel {
-            dest: dest.node.0 as usize,
-            src: src.node.0 as usize,
+            dest: BufId::of(dest.node),
+            src: BufId::of(src.node),
             outer: names.compile(&dims[..*axis].iter().product::<Expression>())?,
             len: names.compile(&dims[*axis])?,
             inner: names.compile(&dims[axis + 1..].iter().product::<Expression>())?,
@@ -60,7 +61,7 @@ impl WriteSliceKernel {
     }
 
     /// Writes `src` into `out` (the destination's own buffer).
-    pub fn run(&self, bufs: &[Storage], out: &mut Storage, dims: &DimValues) -> Result<()> {
+    fn write(&self, bufs: &[Storage], out: &mut Storage, dims: &DimValues) -> Result<()> {
         let [outer, len, inner, size] = [&self.outer, &self.len, &self.inner, &self.size]
             .map(|e| eval(e, dims).map(|v| v.max(0) as usize));
         let (outer, len, inner, size) = (outer?, len?, inner?, size?);
@@ -121,5 +122,24 @@ impl WriteSliceKernel {
             }
         }
         Ok(())
+    }
+}
+
+impl CpuKernel for WriteSliceKernel {
+    fn reads(&self) -> Vec<BufId> {
+        vec![self.src, self.dest]
+    }
+    fn remap(&mut self, map: &dyn Fn(BufId) -> BufId) {
+        self.dest = map(self.dest);
+        self.src = map(self.src);
+    }
+    fn run(&mut self, cx: RunCtx<'_>, out: &mut Storage) -> Result<()> {
+        self.write(cx.bufs, out, cx.dims)
+    }
+    fn flops(&self, _n: usize) -> usize {
+        0
+    }
+    fn in_place_of(&self) -> Option<BufId> {
+        Some(self.dest)
     }
 }

@@ -48,12 +48,13 @@ mod span_acts;
 mod span_dot;
 mod unpack;
 
+use crate::kernel::{BufId, CpuKernel, RunCtx};
 use crate::kernels::half::CastKernel;
 use crate::kernels::matmul::skinny_f32::{split_columns, OutPtr, MAX_ROWS};
 use crate::simd::half::HalfElem;
 use crate::simd::isa;
 use crate::storage::{BufRef, Storage};
-use crate::view::{DimNames, DimValues};
+use crate::view::DimNames;
 use gemm::Parallelism;
 use half::{bf16, f16};
 use luminal::graph::{Edge, GraphData, NodeId};
@@ -369,7 +370,7 @@ pub(crate) fn gather_rows(w: WeightRef, picked: &[usize], out: &mut [f32]) {
 /// A cast of a quantized input to a float type read through any view (the general case the
 /// weight kernels do not cover): the input is decoded whole into kept scratch, which the
 /// float cast kernel then reads through the view (padding reads 0; halves round once).
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct DequantKernel {
     dtype: DType,
     /// Reads the decoded values; its `input` is the quantized input's buffer.
@@ -395,14 +396,19 @@ impl DequantKernel {
             decoded: vec![],
         }))
     }
+}
 
-    /// Resolves the view (checked against the input's value count).
-    pub(crate) fn prepare(&mut self, dims: &DimValues, bufs: &[Storage]) -> Result<()> {
-        self.cast.prepare(dims, bufs)
+impl CpuKernel for DequantKernel {
+    fn reads(&self) -> Vec<BufId> {
+        vec![self.cast.input]
     }
-
-    pub(crate) fn run(&mut self, bufs: &[Storage], out: &mut Storage, n: usize) -> Result<()> {
-        let Storage::Bytes(b) = &bufs[self.cast.input] else {
+    fn remap(&mut self, map: &dyn Fn(BufId) -> BufId) {
+        self.cast.input = map(self.cast.input);
+    }
+    fn run(&mut self, cx: RunCtx<'_>, out: &mut Storage) -> Result<()> {
+        // The view is checked against the input's value count.
+        self.cast.prepare(cx.dims, cx.bufs)?;
+        let Storage::Bytes(b) = &cx.bufs[self.cast.input] else {
             return Err(LuminalError::Backend(format!(
                 "dequantize: the input buffer does not hold {} blocks",
                 self.dtype
@@ -410,7 +416,10 @@ impl DequantKernel {
         };
         self.decoded.resize(b.len(), 0.0);
         luminal::quant::decode(self.dtype, b.as_slice(), &mut self.decoded);
-        self.cast.run_from(BufRef::F32(&self.decoded), out, n)
+        self.cast.run_from(BufRef::F32(&self.decoded), out, cx.n)
+    }
+    fn flops(&self, _n: usize) -> usize {
+        0
     }
 }
 

@@ -1,0 +1,112 @@
+//! The one kernel abstraction: every launch of a compiled plan is a [`Kernel`] whose work
+//! is a boxed [`CpuKernel`]. Lowering rules (`lower/`) build them; the runtime (`exec/`)
+//! plans their buffers through [`CpuKernel::reads`] / [`CpuKernel::remap`], reserves
+//! their [`CpuKernel::scratch`], launches [`CpuKernel::run`] and profiles their
+//! [`CpuKernel::flops`]. Nothing outside a kernel's own module knows its type.
+
+use crate::kernels::fused::Program;
+use crate::kernels::half::HalfScratch;
+use crate::storage::Storage;
+use crate::view::DimValues;
+use luminal::graph::NodeId;
+use luminal::op::ReduceOp;
+use luminal::shape::CompiledExpression;
+use luminal::{DType, Result};
+
+/// A buffer of the plan. While lowering, a kernel names the value of node `n` as
+/// `BufId::of(n)`; the memory plan then maps those onto the physical buffers
+/// ([`CpuKernel::remap`]). Distinct from [`NodeId`], so the two cannot be mixed up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BufId(pub u32);
+
+impl BufId {
+    /// The value of node `n` (before buffer assignment).
+    pub fn of(n: NodeId) -> BufId {
+        BufId(n.0)
+    }
+    /// Index into the runtime's buffer list.
+    #[inline(always)]
+    pub fn idx(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl std::ops::Index<BufId> for [Storage] {
+    type Output = Storage;
+    #[inline(always)]
+    fn index(&self, b: BufId) -> &Storage {
+        &self[b.idx()]
+    }
+}
+
+/// What a launch sees besides its output buffer.
+pub struct RunCtx<'a> {
+    /// Every buffer of the plan (the output's slot holds an empty placeholder).
+    pub bufs: &'a [Storage],
+    /// Output elements of this launch.
+    pub n: usize,
+    /// Values of the dynamic dims.
+    pub dims: &'a DimValues,
+    /// f32 scratch of the f16 / bf16 products, shared by all kernels of a runtime.
+    pub half_scratch: &'a mut HalfScratch,
+}
+
+/// Per-thread scratch a kernel needs, reserved on every pool thread at compile time so no
+/// launch allocates.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Scratch {
+    /// Instructions of the largest fused program it interprets.
+    pub instrs: usize,
+}
+
+/// A fused program as the later lowering passes (row fusion, concat detection) see it.
+pub enum Fused<'a> {
+    Elementwise(&'a Program),
+    Reduce(ReduceOp, &'a Program),
+}
+
+/// One kind of launch. Implemented by every kernel family in `kernels/`.
+pub trait CpuKernel: std::fmt::Debug + Send {
+    /// The buffers it reads (any order; duplicates allowed).
+    fn reads(&self) -> Vec<BufId>;
+    /// Points it at its assigned buffers.
+    fn remap(&mut self, map: &dyn Fn(BufId) -> BufId);
+    /// Per-thread scratch it needs.
+    fn scratch(&self) -> Scratch {
+        Scratch::default()
+    }
+    /// Computes its `cx.n` output elements into `out`.
+    fn run(&mut self, cx: RunCtx<'_>, out: &mut Storage) -> Result<()>;
+    /// Arithmetic operations of its last launch of `n` output elements (for the profile).
+    fn flops(&self, n: usize) -> usize;
+    /// The buffer it reads in place as a weight (quantized or half blocks; see `quant/`).
+    fn weight_input(&self) -> Option<BufId> {
+        None
+    }
+    /// The state input it writes in place: its result is that input's own buffer.
+    fn in_place_of(&self) -> Option<BufId> {
+        None
+    }
+    /// The fused program it evaluates, for the lowering passes that merge kernels.
+    fn fused(&self) -> Option<Fused<'_>> {
+        None
+    }
+}
+
+/// One launch: kernel `kind` computes node `node` into buffer `out`.
+#[derive(Debug)]
+pub struct Kernel {
+    pub name: String,
+    pub node: NodeId,
+    pub dtype: DType,
+    pub out: BufId,
+    pub numel: CompiledExpression,
+    pub kind: Box<dyn CpuKernel>,
+}
+
+impl Kernel {
+    /// The buffers it reads.
+    pub fn reads(&self) -> Vec<BufId> {
+        self.kind.reads()
+    }
+}
