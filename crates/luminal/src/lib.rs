@@ -26,6 +26,7 @@ pub mod op;
 pub mod passes;
 pub mod quant;
 pub mod reference;
+pub mod semantics;
 pub mod shape;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -197,8 +197,10 @@ pub enum Op {
     Cast(DType),
     /// Inputs `[dest, src]`: `src` (with `dest`'s shape except `len` along `axis`) written
     /// into `dest` at `start..start + len` along `axis`. `dest` is an `Input` that holds state
-    /// across runs (a KV cache): the output is the updated tensor, and after the run the
-    /// input holds it too. Backends write in place, so only `src`'s elements move.
+    /// across runs (a KV cache, optimizer state): the output is the updated tensor, and after
+    /// the run the input holds it too. Other readers of `dest` in the same run see its value
+    /// from before the run (an optimizer reads a weight, then writes its update). Backends
+    /// write in place, so only `src`'s elements move.
     WriteSlice {
         axis: usize,
         start: Expression,

@@ -6,8 +6,9 @@ use crate::backend::{Backend, CompileOptions, Runtime};
 use crate::dtype::HostData;
 use crate::error::{LuminalError, Result};
 use crate::graph::{Edge, GraphData, NodeId, TensorRef};
-use crate::op::{ConstValue, Op};
+use crate::op::Op;
 use crate::passes::live_nodes;
+use crate::semantics::{eval_node, node_exprs, Operands};
 use crate::shape::{CompiledExpression, Expression, ShapeTracker};
 use std::collections::{BTreeSet, HashMap};
 
@@ -130,117 +131,50 @@ impl ReferenceRuntime {
         ViewReader::new(&e.view, &self.dims)
     }
 
-    /// Computes one node's output buffer.
+    /// Computes one node's output buffer (see [`crate::semantics`]).
     fn compute(&self, id: NodeId) -> Result<Vec<f64>> {
         let node = self.graph.node(id);
         let n = self.numel(&node.shape)?;
-        let dt = node.dtype;
-        let input = |i: usize| -> Result<(ViewReader, &[f64])> {
-            let e = &node.inputs[i];
-            Ok((self.reader(e)?, self.buffer(e.node)))
-        };
-        let mut out = Vec::with_capacity(n);
-        match &node.op {
-            Op::Input { .. } => unreachable!("inputs are not computed"),
-            Op::Constant { value } => {
-                let v = match value {
-                    ConstValue::Float(v) => *v,
-                    ConstValue::Expr(e) => self.eval_dim(e)? as f64,
-                };
-                out.resize(n, dt.round(v));
-            }
-            Op::Iota { expr } => {
-                let bound =
-                    expr.substitute_all(&|name| self.dims.get(name).map(|&v| Expression::from(v)));
-                let f = bound
+        let readers = node
+            .inputs
+            .iter()
+            .map(|e| Ok((self.reader(e)?, self.buffer(e.node))))
+            .collect::<Result<Vec<_>>>()?;
+        let exprs = node_exprs(node)
+            .iter()
+            .map(|e| {
+                e.substitute_all(&|name| self.dims.get(name).map(|&v| Expression::from(v)))
                     .compile(&["z"])
-                    .map_err(|e| LuminalError::Expression(e.to_string()))?;
-                for z in 0..n {
-                    let v = f
-                        .eval(&[z as i64])
-                        .map_err(|e| LuminalError::Expression(e.to_string()))?;
-                    out.push(dt.round(v as f64));
-                }
-            }
-            Op::Unary(u) => {
-                let (r, buf) = input(0)?;
-                for z in 0..n {
-                    out.push(dt.round(u.apply(r.read(buf, z)?)));
-                }
-            }
-            Op::Binary(b) => {
-                let (ra, a) = input(0)?;
-                let (rb, bb) = input(1)?;
-                let in_dt = self.graph.node(node.inputs[0].node).dtype;
-                for z in 0..n {
-                    out.push(dt.round(b.apply(ra.read(a, z)?, rb.read(bb, z)?, in_dt)));
-                }
-            }
-            Op::Contiguous | Op::Cast(_) => {
-                let (r, buf) = input(0)?;
-                for z in 0..n {
-                    out.push(dt.round(r.read(buf, z)?));
-                }
-            }
-            Op::Reduce { op, axis } => {
-                let (r, buf) = input(0)?;
-                let dims = node.inputs[0].view.dims();
-                let len = self.eval_dim(&dims[*axis])?.max(0) as usize;
-                let inner = self.numel(&dims[axis + 1..])?;
-                for o in 0..n {
-                    let (outer, inn) = (o / inner.max(1), o % inner.max(1));
-                    let mut acc = op.identity(dt);
-                    for k in 0..len {
-                        acc = op.combine(acc, r.read(buf, (outer * len + k) * inner + inn)?);
-                    }
-                    out.push(dt.round(acc));
-                }
-            }
-            Op::WriteSlice { axis, start } => {
-                let dest = self.buffer(node.inputs[0].node);
-                let (rs, src) = input(1)?;
-                let dims = node.inputs[1].view.dims();
-                let len = self.eval_dim(&dims[*axis])?.max(0) as usize;
-                let size = self.eval_dim(&node.shape[*axis])?;
-                let start = self.eval_dim(start)?;
-                if start < 0 || start + len as i64 > size {
-                    return Err(LuminalError::IndexOutOfRange {
-                        op: "WriteSlice".into(),
-                        index: start + len as i64 - 1,
-                        size,
-                    });
-                }
-                let inner = self.numel(&dims[axis + 1..])?;
-                out.extend_from_slice(&dest[..n.min(dest.len())]);
-                let src_n = self.numel(&dims)?;
-                for z in 0..src_n {
-                    let (outer, rest) = (z / (len * inner).max(1), z % (len * inner).max(1));
-                    let at = (outer * size as usize + start as usize) * inner + rest;
-                    out[at] = rs.read(src, z)?;
-                }
-            }
-            Op::Gather => {
-                let (rt, table) = input(0)?;
-                let (ri, ids) = input(1)?;
-                let tdims = node.inputs[0].view.dims();
-                let rows = self.eval_dim(&tdims[0])?;
-                let width = self.eval_dim(&tdims[1])?.max(0) as usize;
-                for s in 0..n / width.max(1) {
-                    let id = ri.read(ids, s)? as i64;
-                    if id < 0 || id >= rows {
-                        return Err(LuminalError::IndexOutOfRange {
-                            op: "Gather".into(),
-                            index: id,
-                            size: rows,
-                        });
-                    }
-                    for w in 0..width {
-                        out.push(rt.read(table, id as usize * width + w)?);
-                    }
-                }
-            }
-        }
+                    .map_err(|e| LuminalError::Expression(e.to_string()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let in_dtype = node
+            .inputs
+            .first()
+            .map_or(node.dtype, |e| self.graph.node(e.node).dtype);
+        let mut out = vec![0.0; n];
+        let mut io = Io { readers, exprs };
+        eval_node(node, in_dtype, n, &mut io, &mut |z, v| out[z] = v)?;
         Ok(out)
+    }
+}
+
+/// The reference runtime's operands: views over its `f64` buffers, expressions with the
+/// dims substituted.
+struct Io<'a> {
+    readers: Vec<(ViewReader, &'a [f64])>,
+    exprs: Vec<CompiledExpression>,
+}
+
+impl Operands for Io<'_> {
+    fn read(&mut self, i: usize, z: usize) -> Result<f64> {
+        let (r, buf) = &self.readers[i];
+        r.read(buf, z)
+    }
+    fn expr(&mut self, k: usize, z: usize) -> Result<i64> {
+        self.exprs[k]
+            .eval(&[z as i64])
+            .map_err(|e| LuminalError::Expression(e.to_string()))
     }
 }
 
@@ -293,15 +227,16 @@ impl Runtime for ReferenceRuntime {
             }
         }
         self.results.clear();
+        // State written by `WriteSlice`s: the destination inputs take it after the run (their
+        // other readers in this run see the values from before it).
+        let mut state = vec![];
         for (step, &id) in self.order.clone().iter().enumerate() {
             if matches!(self.graph.node(id).op, Op::Input { .. }) {
                 continue;
             }
             let out = self.compute(id)?;
             if let Op::WriteSlice { .. } = self.graph.node(id).op {
-                // The destination input is state: it keeps the written value.
-                let dest = self.graph.node(id).inputs[0].node;
-                self.inputs.insert(dest, out.clone());
+                state.push((self.graph.node(id).inputs[0].node, out.clone()));
             }
             self.results.insert(id, out);
             for e in &self.graph.node(id).inputs {
@@ -310,6 +245,7 @@ impl Runtime for ReferenceRuntime {
                 }
             }
         }
+        self.inputs.extend(state);
         Ok(())
     }
 

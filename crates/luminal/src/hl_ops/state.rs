@@ -11,8 +11,9 @@ impl<'g> GraphTensor<'g> {
     ///
     /// The result (and the state input) are marked as outputs, so the write happens even if
     /// nothing reads it.
-    /// Read the state through the returned tensor only: the input itself must have no other
-    /// consumer (the order of such a read against the write would be undefined).
+    /// Other readers of the input in the same run see its value from before the run (an
+    /// optimizer step reads a weight and writes its update); read the new value through the
+    /// returned tensor.
     /// `start + len` past the end is a run-time `IndexOutOfRange` error.
     pub fn write_slice(
         self,

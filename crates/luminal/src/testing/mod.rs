@@ -39,7 +39,7 @@ mod cases_nn;
 mod cases_reduce;
 mod cases_unary;
 mod state;
-pub use state::check_write_slice;
+pub use state::{check_state_update, check_write_slice};
 
 use crate::backend::{Backend, CompileOptions, Runtime};
 use crate::dtype::{bf16_from_f64, f16_from_f64, DType, HostData};
@@ -665,6 +665,10 @@ macro_rules! op_suite {
             #[test]
             fn write_slice_state() {
                 $crate::testing::check_write_slice($backend);
+            }
+            #[test]
+            fn state_update_with_other_readers() {
+                $crate::testing::check_state_update($backend);
             }
         }
     };

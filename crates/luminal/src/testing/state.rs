@@ -62,3 +62,51 @@ pub fn check_write_slice<B: Backend>(backend: B) {
         other => panic!("write past the end: expected IndexOutOfRange, got {other:?}"),
     }
 }
+
+/// An in-place update whose state input has other readers (an optimizer step:
+/// `y = sum(w * x)` reads the weight, then `w ← w - 0.5 * x` writes it): every reader sees
+/// the value from before the run, whatever order the graph was built in, and the state
+/// keeps the update across runs.
+pub fn check_state_update<B: Backend + Clone>(backend: B) {
+    for write_first in [false, true] {
+        let cx = Graph::new();
+        let w = cx.tensor("w", 4);
+        let x = cx.tensor("x", 4);
+        let (updated, y) = if write_first {
+            let u = w.write_slice(0, 0, w - x * 0.5);
+            (u, (w * x).sum(0).output())
+        } else {
+            let y = (w * x).sum(0).output();
+            (w.write_slice(0, 0, w - x * 0.5), y)
+        };
+        let doubled = (updated * 2.0).output();
+        let mut rt = cx
+            .compile(backend.clone(), CompileOptions::default())
+            .unwrap();
+        let mut want_w = [1.0f32, -2.0, 3.0, 0.5];
+        rt.set(w, &want_w).unwrap();
+        for step in 0..3 {
+            let xs: Vec<f32> = (0..4).map(|i| (step * 4 + i) as f32 - 3.0).collect();
+            rt.set(x, &xs).unwrap();
+            rt.run().unwrap();
+            let want_y: f32 = want_w.iter().zip(&xs).map(|(a, b)| a * b).sum();
+            for (v, d) in want_w.iter_mut().zip(&xs) {
+                *v -= d * 0.5;
+            }
+            let case = format!("write built first: {write_first}, step {step}");
+            assert_eq!(
+                rt.get::<f32>(y).unwrap(),
+                vec![want_y],
+                "{case}: old value read"
+            );
+            assert_eq!(rt.get::<f32>(updated).unwrap(), want_w, "{case}: update");
+            assert_eq!(rt.get::<f32>(w).unwrap(), want_w, "{case}: state kept");
+            let twice: Vec<f32> = want_w.iter().map(|v| v * 2.0).collect();
+            assert_eq!(
+                rt.get::<f32>(doubled).unwrap(),
+                twice,
+                "{case}: new value read"
+            );
+        }
+    }
+}

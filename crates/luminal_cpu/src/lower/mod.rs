@@ -713,5 +713,85 @@ pub fn lower(
     if !lw.disabled("concat") {
         kernels = crate::kernels::movement::replace_concats(g, kernels, &lw.uses, names)?;
     }
-    Ok(kernels)
+    order_state_writes(kernels)
+}
+
+/// Orders every in-place state write (`WriteSlice`) after the other kernels that read its
+/// state input, which must see the value from before the run (an optimizer reads a weight,
+/// then writes its update over it). A stable topological sort of the launch list with
+/// those extra edges; an error when a reader of the old value also depends on the new one.
+fn order_state_writes(kernels: Vec<Kernel>) -> Result<Vec<Kernel>> {
+    let reads: Vec<Vec<BufId>> = kernels.iter().map(|k| k.reads()).collect();
+    let writes: Vec<(usize, BufId)> = kernels
+        .iter()
+        .enumerate()
+        .filter_map(|(i, k)| Some((i, k.kind.in_place_of()?)))
+        .collect();
+    // Extra edges: reader of a state input -> the write into it.
+    let mut extra: Vec<(usize, usize)> = vec![];
+    for &(w, dest) in &writes {
+        for (r, rd) in reads.iter().enumerate() {
+            if r != w && rd.contains(&dest) {
+                extra.push((r, w));
+            }
+        }
+    }
+    if extra.iter().all(|&(r, w)| r < w) {
+        return Ok(kernels);
+    }
+    let producer: HashMap<BufId, usize> = kernels
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (k.out, i))
+        .collect();
+    let n = kernels.len();
+    let mut succ: Vec<Vec<usize>> = vec![vec![]; n];
+    let mut indeg = vec![0usize; n];
+    let mut edge = |a: usize, b: usize, succ: &mut Vec<Vec<usize>>| {
+        succ[a].push(b);
+        indeg[b] += 1;
+    };
+    for (i, rd) in reads.iter().enumerate() {
+        for b in rd {
+            if let Some(&p) = producer.get(b) {
+                if p != i {
+                    edge(p, i, &mut succ);
+                }
+            }
+        }
+    }
+    for &(r, w) in &extra {
+        edge(r, w, &mut succ);
+    }
+    let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<usize>> = (0..n)
+        .filter(|&i| indeg[i] == 0)
+        .map(std::cmp::Reverse)
+        .collect();
+    let mut order = Vec::with_capacity(n);
+    while let Some(std::cmp::Reverse(i)) = ready.pop() {
+        order.push(i);
+        for &j in &succ[i] {
+            indeg[j] -= 1;
+            if indeg[j] == 0 {
+                ready.push(std::cmp::Reverse(j));
+            }
+        }
+    }
+    if order.len() < n {
+        let (w, dest) = writes
+            .iter()
+            .find(|&&(w, _)| indeg[w] > 0)
+            .copied()
+            .unwrap_or(writes[0]);
+        return Err(luminal::LuminalError::Backend(format!(
+            "WriteSlice #{}: state input #{} is read both before and after its update in \
+             the same run; read the new value through the write's result only",
+            kernels[w].node.0, dest.0
+        )));
+    }
+    let mut slots: Vec<Option<Kernel>> = kernels.into_iter().map(Some).collect();
+    Ok(order
+        .into_iter()
+        .map(|i| slots[i].take().unwrap())
+        .collect())
 }

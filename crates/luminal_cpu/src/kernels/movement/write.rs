@@ -34,20 +34,6 @@ impl WriteSliceKernel {
                 "WriteSlice: the source must be contiguous".into(),
             ));
         }
-        let consumers = g
-            .nodes
-            .iter()
-            .flatten()
-            .flat_map(|n| &n.inputs)
-            .filter(|e| e.node == dest.node)
-            .count();
-        if consumers != 1 {
-            return Err(LuminalError::Backend(format!(
-                "WriteSlice: state input #{} has {consumers} consumers; read it through the \
-                 write's result only",
-                dest.node.0
-            )));
-        }
         let dims = src.view.dims();
         Ok(WriteSliceKernel {
             dest: BufId::of(dest.node),
