@@ -5,7 +5,7 @@
 //! [`CpuKernel::flops`]. Nothing outside a kernel's own module knows its type.
 
 use crate::kernels::fused::Program;
-use crate::kernels::half::HalfScratch;
+pub use crate::storage::BufId;
 use crate::storage::Storage;
 use crate::view::DimValues;
 use luminal::graph::NodeId;
@@ -13,30 +13,16 @@ use luminal::op::ReduceOp;
 use luminal::shape::CompiledExpression;
 use luminal::{DType, Result};
 
-/// A buffer of the plan. While lowering, a kernel names the value of node `n` as
-/// `BufId::of(n)`; the memory plan then maps those onto the physical buffers
-/// ([`CpuKernel::remap`]). Distinct from [`NodeId`], so the two cannot be mixed up.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct BufId(pub u32);
-
-impl BufId {
-    /// The value of node `n` (before buffer assignment).
-    pub fn of(n: NodeId) -> BufId {
-        BufId(n.0)
-    }
-    /// Index into the runtime's buffer list.
-    #[inline(always)]
-    pub fn idx(self) -> usize {
-        self.0 as usize
-    }
-}
-
-impl std::ops::Index<BufId> for [Storage] {
-    type Output = Storage;
-    #[inline(always)]
-    fn index(&self, b: BufId) -> &Storage {
-        &self[b.idx()]
-    }
+/// Scratch shared by the kernels of a runtime (they run one at a time): the f16 / bf16
+/// matmuls' widened operands and unrounded product, the half reductions' accumulators
+/// (see `kernels/half.rs`). Grows to the largest use, then is reused.
+#[derive(Debug, Default)]
+pub struct HalfScratch {
+    pub(crate) a: Vec<f32>,
+    pub(crate) b: Vec<f32>,
+    pub(crate) out: Vec<f32>,
+    /// Accumulators of the half reductions.
+    pub(crate) acc: Vec<f64>,
 }
 
 /// What a launch sees besides its output buffer.

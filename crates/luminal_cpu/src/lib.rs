@@ -6,21 +6,36 @@
 //!   views) evaluated by a block interpreter in one pass over the output;
 //! - **reductions** fused with their elementwise producers, and last-axis reductions fused
 //!   with their producers and consumers into one *row kernel* (softmax, norms: one pass
-//!   over memory in, one out; see `rows.rs`);
+//!   over memory in, one out; see `kernels/fused/rows.rs`);
 //! - **matmul** recognised from its broadcast-multiply + sum-reduce pattern and run by
 //!   `gemm` on the operands' own strides (f32; f16 and bf16 widened to f32 scratch and
-//!   rounded once, see `halves.rs`; skinny half products read the half weight in place,
-//!   see `half_matvec.rs`), with an f32 elementwise consumer fused as an epilogue;
+//!   rounded once, see `kernels/half.rs`; skinny products read f32, half and block-quantized
+//!   weights in place, see `kernels/matmul/` and `kernels/quant/`), with an f32
+//!   elementwise consumer fused as an epilogue;
 //! - **f16 / bf16 compute** in the same fused kernels: values in f32, each half op's result
 //!   rounded to its type (the reference's result), half reductions accumulated in f64;
 //! - **casts** between f32, f16 and bf16 as direct conversion kernels (F16C where present);
-//! - **direct kernels** for data movement: gather (embedding rows copied whole), iota, and
-//!   concatenation (the pad + add pattern, copied piece by piece), any dtype (see `direct.rs`);
-//! - a **reference-semantics fallback** for everything else (ints, bools, casts between
-//!   halves and ints), so every graph runs with the reference's results.
+//! - **data movement** kernels: gather (embedding rows copied whole), iota, concatenation
+//!   (the pad + add pattern, copied piece by piece), in-place state writes, any dtype (see
+//!   `kernels/movement/`);
+//! - the core's **reference semantics** as the fallback for everything else (ints, bools,
+//!   casts between halves and ints), so every graph runs with the reference's results.
+//!
+//! Layout:
+//! - `lower/`: lowering as an ordered table of named rules (the first that applies to a
+//!   node builds its kernel; any but the fallback can be switched off with
+//!   [`CpuBackend::disable_rules`]), then the passes that merge kernels;
+//! - `kernel.rs`: the one kernel trait every family implements (reads, buffer remap,
+//!   scratch, run, cost) and the buffer ids, distinct from node ids;
+//! - `kernels/`: the kernel families (`fused/`, `matmul/`, `quant/`, `movement/`, `half.rs`,
+//!   `fallback.rs`);
+//! - `exec/`: the runtime, the static memory plan, the thread pool and the profile;
+//! - `simd/`: instruction-set detection and the ISA-specific inner loops; `storage.rs`: the
+//!   buffers, their element trait and the buffer ids.
 //!
 //! Buffers are planned at compile time and reused by liveness; after the first run for
-//! given dims, `run()` allocates nothing. Threads come from a persistent pool of spinning workers (`par`).
+//! given dims, `run()` allocates nothing. Threads come from a persistent pool of spinning
+//! workers (`exec/par.rs`).
 //!
 //! ```
 //! use luminal::prelude::*;

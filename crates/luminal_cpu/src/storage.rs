@@ -4,9 +4,13 @@
 //! half weights handed over as raw bytes) keep their raw blocks (`Bytes`), which only the
 //! weight kernels of `quant/` read.
 
-use crate::simd::half::HalfElem;
+use crate::simd::half::{bf16_bits, fast};
+use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
+use luminal::graph::NodeId;
 use luminal::{ByteData, DType, HostData};
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
 
 #[derive(Clone, Debug)]
 pub enum Storage {
@@ -238,8 +242,8 @@ impl<'a> BufRef<'a> {
         let range = start..start + out.len();
         match self {
             BufRef::F32(v) => out.copy_from_slice(&v[range]),
-            BufRef::F16(v) => HalfElem::widen(&v[range], out),
-            BufRef::BF16(v) => HalfElem::widen(&v[range], out),
+            BufRef::F16(v) => Elem::widen(&v[range], out),
+            BufRef::BF16(v) => Elem::widen(&v[range], out),
             BufRef::F64(v) => {
                 for (o, &x) in out.iter_mut().zip(&v[range]) {
                     *o = x as f32;
@@ -255,4 +259,263 @@ pub fn as_elements<U: 'static, T: 'static>(data: &[T]) -> Option<&[U]> {
         // SAFETY: `T` and `U` are the same type, so the layout is identical.
         unsafe { std::slice::from_raw_parts(data.as_ptr() as *const U, data.len()) }
     })
+}
+
+/// A buffer of the plan. While lowering, a kernel names the value of node `n` as
+/// `BufId::of(n)`; the memory plan then maps those onto the physical buffers
+/// (`CpuKernel::remap`). Distinct from `NodeId`, so the two cannot be mixed up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BufId(pub u32);
+
+impl BufId {
+    /// The value of node `n` (before buffer assignment).
+    pub fn of(n: NodeId) -> BufId {
+        BufId(n.0)
+    }
+    /// Index into the runtime's buffer list.
+    #[inline(always)]
+    pub fn idx(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl std::ops::Index<BufId> for [Storage] {
+    type Output = Storage;
+    #[inline(always)]
+    fn index(&self, b: BufId) -> &Storage {
+        &self[b.idx()]
+    }
+}
+
+// ---------------------------------------------------------------- the element trait
+
+// The one element trait: the value types a [`Storage`] variant holds (`f32`, `f64` for
+// integers and bools, `f16`, `bf16`), with the conversions every kernel family needs.
+// Data-movement kernels are generic over it (copies of any type), the half kernels read
+// and write through it (exact widening, one rounding when narrowing, F16C where present).
+
+/// An element type of a storage variant.
+pub trait Elem: Copy + Send + Sync + 'static {
+    const ZERO: Self;
+    /// The storage's data when it holds this element type.
+    fn of(s: &Storage) -> Option<&[Self]>;
+    /// `v` rounded once to this type (the reference's `DType::round`).
+    fn from_f64(v: f64) -> Self;
+    fn to_f64(self) -> f64;
+    /// The value as `f32` (exact for the float types).
+    fn to_f32(self) -> f32;
+    /// `self + 0` in the type's own arithmetic (what a padded `Add` computes: `-0.0`
+    /// becomes `0.0`, everything else is unchanged).
+    fn plus_zero(self) -> Self;
+    /// `src` converted into `dst` (same lengths; exact for the float types).
+    fn widen(src: &[Self], dst: &mut [f32]) {
+        assert_eq!(src.len(), dst.len());
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = s.to_f32();
+        }
+    }
+    /// `src` rounded into `dst` (same lengths).
+    fn narrow(src: &[f32], dst: &mut [Self]) {
+        assert_eq!(src.len(), dst.len());
+        for (d, &s) in dst.iter_mut().zip(src) {
+            *d = Self::from_f64(s as f64);
+        }
+    }
+    /// Eight elements from `p`, as `f32`.
+    ///
+    /// # Safety
+    /// The CPU supports AVX2 and F16C, and `p .. p + 8` is readable.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load8(p: *const Self) -> __m256;
+}
+
+impl Elem for f32 {
+    const ZERO: f32 = 0.0;
+    fn of(s: &Storage) -> Option<&[f32]> {
+        match s {
+            Storage::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+    #[inline]
+    fn from_f64(v: f64) -> f32 {
+        v as f32
+    }
+    #[inline]
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+    #[inline]
+    fn plus_zero(self) -> f32 {
+        self + 0.0
+    }
+    fn widen(src: &[f32], dst: &mut [f32]) {
+        dst.copy_from_slice(src)
+    }
+    fn narrow(src: &[f32], dst: &mut [f32]) {
+        dst.copy_from_slice(src)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load8(p: *const f32) -> __m256 {
+        // SAFETY: the caller guarantees AVX2 and 8 readable elements.
+        unsafe { _mm256_loadu_ps(p) }
+    }
+}
+
+impl Elem for f64 {
+    const ZERO: f64 = 0.0;
+    fn of(s: &Storage) -> Option<&[f64]> {
+        match s {
+            Storage::F64(v) => Some(v),
+            _ => None,
+        }
+    }
+    #[inline]
+    fn from_f64(v: f64) -> f64 {
+        v
+    }
+    #[inline]
+    fn to_f64(self) -> f64 {
+        self
+    }
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self as f32
+    }
+    #[inline]
+    fn plus_zero(self) -> f64 {
+        self + 0.0
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load8(p: *const f64) -> __m256 {
+        // SAFETY: the caller guarantees AVX2 and 8 readable elements.
+        unsafe {
+            let (lo, hi) = (
+                _mm256_cvtpd_ps(_mm256_loadu_pd(p)),
+                _mm256_cvtpd_ps(_mm256_loadu_pd(p.add(4))),
+            );
+            _mm256_set_m128(hi, lo)
+        }
+    }
+}
+
+impl Elem for f16 {
+    const ZERO: f16 = f16::ZERO;
+    fn of(s: &Storage) -> Option<&[f16]> {
+        match s {
+            Storage::F16(v) => Some(v),
+            _ => None,
+        }
+    }
+    #[inline]
+    fn from_f64(v: f64) -> f16 {
+        // One correct rounding, as the reference's `DType::round`.
+        luminal::dtype::f16_from_f64(v)
+    }
+    #[inline]
+    fn to_f64(self) -> f64 {
+        f16::to_f64(self)
+    }
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+    #[inline]
+    fn plus_zero(self) -> f16 {
+        // Exact in the half type: only `-0.0` changes (to `+0.0`).
+        if self == f16::ZERO {
+            f16::ZERO
+        } else {
+            self
+        }
+    }
+    #[inline]
+    fn widen(src: &[f16], dst: &mut [f32]) {
+        assert_eq!(src.len(), dst.len());
+        #[cfg(target_arch = "x86_64")]
+        if fast() {
+            // SAFETY: AVX2 and F16C were detected; the lengths match.
+            unsafe { crate::simd::half::widen_f16_f16c(src, dst) };
+            return;
+        }
+        src.convert_to_f32_slice(dst)
+    }
+    #[inline]
+    fn narrow(src: &[f32], dst: &mut [f16]) {
+        assert_eq!(src.len(), dst.len());
+        #[cfg(target_arch = "x86_64")]
+        if fast() {
+            // SAFETY: AVX2 and F16C were detected; the lengths match.
+            unsafe { crate::simd::half::narrow_f16_f16c(src, dst) };
+            return;
+        }
+        dst.convert_from_f32_slice(src)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load8(p: *const f16) -> __m256 {
+        // SAFETY: the caller guarantees F16C and 8 readable elements (16 bytes).
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
+    }
+}
+
+impl Elem for bf16 {
+    const ZERO: bf16 = bf16::ZERO;
+    fn of(s: &Storage) -> Option<&[bf16]> {
+        match s {
+            Storage::BF16(v) => Some(v),
+            _ => None,
+        }
+    }
+    #[inline]
+    fn from_f64(v: f64) -> bf16 {
+        // One correct rounding, as the reference's `DType::round`.
+        luminal::dtype::bf16_from_f64(v)
+    }
+    #[inline]
+    fn to_f64(self) -> f64 {
+        bf16::to_f64(self)
+    }
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+    #[inline]
+    fn plus_zero(self) -> bf16 {
+        // Exact in the half type: only `-0.0` changes (to `+0.0`).
+        if self == bf16::ZERO {
+            bf16::ZERO
+        } else {
+            self
+        }
+    }
+    #[inline(always)]
+    fn widen(src: &[bf16], dst: &mut [f32]) {
+        assert_eq!(src.len(), dst.len());
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = f32::from_bits((s.to_bits() as u32) << 16);
+        }
+    }
+    #[inline(always)]
+    fn narrow(src: &[f32], dst: &mut [bf16]) {
+        assert_eq!(src.len(), dst.len());
+        for (d, &s) in dst.iter_mut().zip(src) {
+            *d = bf16::from_bits(bf16_bits(s));
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load8(p: *const bf16) -> __m256 {
+        // SAFETY: the caller guarantees AVX2 and 8 readable elements (16 bytes).
+        unsafe {
+            let w = _mm256_cvtepu16_epi32(_mm_loadu_si128(p as *const __m128i));
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(w))
+        }
+    }
 }

@@ -1,8 +1,8 @@
 //! `CpuRuntime`: the kernels, the static buffer plan, and the `Runtime` API with the same
 //! semantics (and typed errors) as the reference runtime.
 
+use crate::kernel::HalfScratch;
 use crate::kernel::{BufId, Kernel, RunCtx};
-use crate::kernels::half::HalfScratch;
 use crate::storage::Storage;
 use crate::view::{eval, DimNames, DimValues, MAX_DYN_DIMS};
 use luminal::graph::{GraphData, NodeId, TensorRef};
@@ -176,16 +176,23 @@ impl CpuRuntime {
 
     /// The per-kernel profile of the last run: name, time, bytes moved, FLOPs.
     pub fn profile(&self) -> String {
-        crate::exec::profile::table(self)
-    }
-
-    pub(crate) fn profile_rows(&self) -> impl Iterator<Item = (&Kernel, Duration, usize)> {
-        self.kernels
+        let rows = self
+            .kernels
             .iter()
             .zip(&self.timings)
             .zip(&self.kernel_len)
-            .map(|((k, &t), &n)| (k, t, n))
+            .map(|((k, &time), &n)| {
+                let read: usize = k.reads().into_iter().map(|b| self.buf_bytes(b)).sum();
+                crate::exec::profile::Row {
+                    name: &k.name,
+                    time,
+                    bytes: n * k.dtype.size_bytes() + read,
+                    flops: k.kind.flops(n),
+                }
+            });
+        crate::exec::profile::table(rows)
     }
+
     /// Bytes buffer `b` holds (as the kernels read it: f64-stored ints count 4 bytes).
     pub(crate) fn buf_bytes(&self, b: BufId) -> usize {
         match &self.bufs[b.idx()] {

@@ -7,8 +7,9 @@
 //! `vcvtps2ph`) when the CPU has it and the kernels run at AVX2 or above (see
 //! [`crate::simd::set_max_isa`]), and `half`'s conversions otherwise.
 
-use half::slice::HalfFloatSliceExt;
-use half::{bf16, f16};
+#[cfg(test)]
+use half::bf16;
+use half::f16;
 use luminal::DType;
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -47,7 +48,7 @@ pub fn fast() -> bool {
 
 /// The bf16 bits of `x`, rounded to nearest even; NaN stays NaN (quieted, as `half` does).
 #[inline(always)]
-fn bf16_bits(x: f32) -> u16 {
+pub(crate) fn bf16_bits(x: f32) -> u16 {
     let b = x.to_bits();
     let rounded = (b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16) as u16;
     let nan = ((b >> 16) | 0x40) as u16;
@@ -64,94 +65,13 @@ fn bf16_round(x: f32) -> f32 {
     f32::from_bits((bf16_bits(x) as u32) << 16)
 }
 
-/// An element type of half storage.
-pub trait HalfElem: Copy + Send + Sync + 'static {
-    /// The value, exactly.
-    fn to_f32(self) -> f32;
-    /// `src` widened exactly into `dst` (same lengths).
-    fn widen(src: &[Self], dst: &mut [f32]);
-    /// `src` rounded into `dst` (same lengths).
-    fn narrow(src: &[f32], dst: &mut [Self]);
-    /// Eight elements from `p`, widened.
-    ///
-    /// # Safety
-    /// The CPU supports AVX2 and F16C, and `p .. p + 8` is readable.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn load8(p: *const Self) -> __m256;
-}
-
-impl HalfElem for f16 {
-    #[inline(always)]
-    fn to_f32(self) -> f32 {
-        f16::to_f32(self)
-    }
-    #[inline]
-    fn widen(src: &[f16], dst: &mut [f32]) {
-        assert_eq!(src.len(), dst.len());
-        #[cfg(target_arch = "x86_64")]
-        if fast() {
-            // SAFETY: AVX2 and F16C were detected; the lengths match.
-            unsafe { widen_f16_f16c(src, dst) };
-            return;
-        }
-        src.convert_to_f32_slice(dst)
-    }
-    #[inline]
-    fn narrow(src: &[f32], dst: &mut [f16]) {
-        assert_eq!(src.len(), dst.len());
-        #[cfg(target_arch = "x86_64")]
-        if fast() {
-            // SAFETY: AVX2 and F16C were detected; the lengths match.
-            unsafe { narrow_f16_f16c(src, dst) };
-            return;
-        }
-        dst.convert_from_f32_slice(src)
-    }
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn load8(p: *const f16) -> __m256 {
-        // SAFETY: the caller guarantees F16C and 8 readable elements (16 bytes).
-        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
-    }
-}
-
-impl HalfElem for bf16 {
-    #[inline(always)]
-    fn to_f32(self) -> f32 {
-        bf16::to_f32(self)
-    }
-    #[inline(always)]
-    fn widen(src: &[bf16], dst: &mut [f32]) {
-        assert_eq!(src.len(), dst.len());
-        for (d, s) in dst.iter_mut().zip(src) {
-            *d = f32::from_bits((s.to_bits() as u32) << 16);
-        }
-    }
-    #[inline(always)]
-    fn narrow(src: &[f32], dst: &mut [bf16]) {
-        assert_eq!(src.len(), dst.len());
-        for (d, &s) in dst.iter_mut().zip(src) {
-            *d = bf16::from_bits(bf16_bits(s));
-        }
-    }
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn load8(p: *const bf16) -> __m256 {
-        // SAFETY: the caller guarantees AVX2 and 8 readable elements (16 bytes).
-        unsafe {
-            let w = _mm256_cvtepu16_epi32(_mm_loadu_si128(p as *const __m128i));
-            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(w))
-        }
-    }
-}
-
 /// `src` widened into `dst` with F16C.
 ///
 /// # Safety
 /// The CPU supports AVX2 and F16C; `src.len() == dst.len()`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn widen_f16_f16c(src: &[f16], dst: &mut [f32]) {
+pub(crate) unsafe fn widen_f16_f16c(src: &[f16], dst: &mut [f32]) {
     let n = dst.len();
     let mut i = 0;
     while i + 8 <= n {
@@ -173,7 +93,7 @@ unsafe fn widen_f16_f16c(src: &[f16], dst: &mut [f32]) {
 /// The CPU supports AVX2 and F16C; `src.len() == dst.len()`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn narrow_f16_f16c(src: &[f32], dst: &mut [f16]) {
+pub(crate) unsafe fn narrow_f16_f16c(src: &[f32], dst: &mut [f16]) {
     let n = dst.len();
     let mut i = 0;
     while i + 8 <= n {
@@ -251,6 +171,7 @@ pub fn round_block(kind: HalfKind, src: &[f32], dst: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::Elem;
 
     /// Every f32 class: zeros, subnormals, ties of both half types, overflow, NaN.
     fn values() -> Vec<f32> {

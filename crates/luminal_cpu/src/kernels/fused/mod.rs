@@ -21,8 +21,9 @@ pub(crate) mod kernel;
 pub(crate) mod rows;
 
 use crate::kernels::fused::compile::{Compiler, Operand, Src, Step, DST, MAX_CHAIN};
-use crate::simd::half::{HalfElem, HalfKind};
+use crate::simd::half::HalfKind;
 use crate::simd::{self, reduce_identity, Acc, ChainOp, Task};
+use crate::storage::Elem;
 use crate::storage::{BufRef, Storage};
 use crate::view::{eval, DimValues, ResolvedView, ViewExprs};
 use luminal::op::{BinaryOp, ReduceOp, UnaryOp};
@@ -66,7 +67,7 @@ pub enum Instr {
 /// A buffer read through a view.
 #[derive(Clone, Debug)]
 pub struct Leaf {
-    pub buf: crate::kernel::BufId,
+    pub buf: crate::storage::BufId,
     pub exprs: ViewExprs,
     pub view: ResolvedView,
 }
@@ -679,7 +680,7 @@ impl Task for ElementwiseTask<'_, '_, '_, '_> {
 /// half output: the root's value rounded once, or stored exactly when a half op already
 /// rounded it).
 #[inline(always)]
-fn narrow_blocks<H: HalfElem>(
+fn narrow_blocks<H: Elem>(
     prog: &Program,
     bufs: &[Storage],
     z0: usize,

@@ -5,6 +5,7 @@
 //! takes row and column strides, so the operands are read in place whatever their layout
 //! (transposed weights, sliced batches, broadcast batch dims): no copies.
 
+pub(crate) mod half;
 pub(crate) mod skinny_f32;
 pub(crate) mod skinny_half;
 
@@ -103,7 +104,7 @@ impl MatmulKernel {
         &self,
         bufs: &[Storage],
         out: &mut Storage,
-        scratch: &mut crate::kernels::half::HalfScratch,
+        scratch: &mut crate::kernel::HalfScratch,
     ) -> Result<()> {
         if let Some(dtype) = self.weight {
             let Storage::F32(dst) = out else {
@@ -126,7 +127,7 @@ impl MatmulKernel {
                 Ok(())
             }
             // Epilogues are only fused into f32 products (see `Lowering::epilogue_matmul`).
-            (_, _, out) => crate::kernels::half::run_half_matmul(self, bufs, out, scratch),
+            (_, _, out) => half::run_half_matmul(self, bufs, out, scratch),
         }
     }
 

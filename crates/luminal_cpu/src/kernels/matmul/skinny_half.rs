@@ -12,7 +12,8 @@
 //! on short blocks widened with `half`'s slice conversions.
 
 use crate::kernels::matmul::skinny_f32::MAX_ROWS;
-use crate::simd::half::{fast, HalfElem};
+use crate::simd::half::fast;
+use crate::storage::Elem;
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
@@ -25,7 +26,7 @@ const KC: usize = 256;
 /// for `i < m ≤ MAX_ROWS`, `j < n`, `q < k`. Panics (before reading anything) when the
 /// operands are too short for those indices. Allocates nothing.
 #[allow(clippy::too_many_arguments)]
-pub fn skinny<H: HalfElem>(
+pub fn skinny<H: Elem>(
     a: &[f32],
     (a_off, a_row): (usize, usize),
     b: &[H],
@@ -83,7 +84,7 @@ pub fn skinny<H: HalfElem>(
 }
 
 /// `Σ_q rows[i][q] · w[q]` for every row, widening `w` a block at a time.
-fn dots_portable<H: HalfElem>(rows: &[&[f32]], w: &[H]) -> [f32; MAX_ROWS] {
+fn dots_portable<H: Elem>(rows: &[&[f32]], w: &[H]) -> [f32; MAX_ROWS] {
     let mut acc = [[0f32; 8]; MAX_ROWS];
     let mut tmp = [0f32; KC];
     for (c, wc) in w.chunks(KC).enumerate() {
@@ -105,25 +106,12 @@ fn dots_portable<H: HalfElem>(rows: &[&[f32]], w: &[H]) -> [f32; MAX_ROWS] {
     out
 }
 
-/// Sum of the eight lanes.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-pub(crate) unsafe fn hsum(v: __m256) -> f32 {
-    // SAFETY: AVX is enabled in every caller (they enable AVX2).
-    unsafe {
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_shuffle_ps::<1>(s, s));
-        _mm_cvtss_f32(s)
-    }
-}
-
 /// The skinny column loop with AVX2 + F16C: picks the register blocking for `rows.len()`.
 ///
 /// # Safety
 /// As [`skinny_cols_avx2_r`].
 #[cfg(target_arch = "x86_64")]
-unsafe fn skinny_cols_avx2<'w, H: HalfElem>(
+unsafe fn skinny_cols_avx2<'w, H: Elem>(
     rows: &[&[f32]],
     w: &impl Fn(usize) -> &'w [H],
     js: std::ops::Range<usize>,
@@ -160,7 +148,7 @@ unsafe fn skinny_cols_avx2<'w, H: HalfElem>(
 #[allow(clippy::needless_range_loop)] // fixed-size register tiles, indexed on purpose
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn skinny_cols_avx2_r<'w, H: HalfElem, const R: usize, const U: usize>(
+unsafe fn skinny_cols_avx2_r<'w, H: Elem, const R: usize, const U: usize>(
     rows: &[*const f32; MAX_ROWS],
     w: &impl Fn(usize) -> &'w [H],
     js: std::ops::Range<usize>,
@@ -174,7 +162,7 @@ unsafe fn skinny_cols_avx2_r<'w, H: HalfElem, const R: usize, const U: usize>(
         let wp = wj.as_ptr();
         // Rows are usually contiguous: fetch the weight a few rows ahead (as `quant`).
         crate::simd::prefetch_raw(
-            (wp as *const u8).wrapping_add(crate::kernels::quant::PREFETCH_AHEAD),
+            (wp as *const u8).wrapping_add(crate::simd::PREFETCH_AHEAD),
             2 * k,
         );
         // SAFETY (whole block): every access is at an index below `k` of a row of `rows`
@@ -213,7 +201,7 @@ unsafe fn skinny_cols_avx2_r<'w, H: HalfElem, const R: usize, const U: usize>(
                 for u in 1..U {
                     s = _mm256_add_ps(s, acc[r][u]);
                 }
-                *out.0.add(r * n + j) = hsum(s) + tail[r];
+                *out.0.add(r * n + j) = crate::simd::hsum(s) + tail[r];
             }
         }
     }
@@ -222,7 +210,7 @@ unsafe fn skinny_cols_avx2_r<'w, H: HalfElem, const R: usize, const U: usize>(
 /// An `M = 1` product with the weight contiguous along N:
 /// `dst[j] = Σ_q a[a_off + q] · b[b_off + q·b_row + j]` for `j < dst.len()`, `q < k`.
 /// Panics (before reading anything) when the operands are too short. Allocates nothing.
-pub fn axpy<H: HalfElem>(
+pub fn axpy<H: Elem>(
     a: &[f32],
     a_off: usize,
     b: &[H],
@@ -275,7 +263,7 @@ pub fn axpy<H: HalfElem>(
 }
 
 /// `out[c] = Σ_q x[q] · row(q)[c]`, widening the rows a block at a time.
-fn axpy_portable<'b, H: HalfElem>(x: &[f32], row: &impl Fn(usize) -> &'b [H], out: &mut [f32]) {
+fn axpy_portable<'b, H: Elem>(x: &[f32], row: &impl Fn(usize) -> &'b [H], out: &mut [f32]) {
     out.fill(0.0);
     let mut tmp = [0f32; KC];
     for (q, &xq) in x.iter().enumerate() {
@@ -298,7 +286,7 @@ fn axpy_portable<'b, H: HalfElem>(x: &[f32], row: &impl Fn(usize) -> &'b [H], ou
 /// The CPU supports AVX2, FMA and F16C; `row(q)` has `out.len()` elements for `q < x.len()`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn axpy_avx2<'b, H: HalfElem>(x: &[f32], row: &impl Fn(usize) -> &'b [H], out: &mut [f32]) {
+unsafe fn axpy_avx2<'b, H: Elem>(x: &[f32], row: &impl Fn(usize) -> &'b [H], out: &mut [f32]) {
     let (w, k) = (out.len(), x.len());
     out.fill(0.0);
     let o = out.as_mut_ptr();

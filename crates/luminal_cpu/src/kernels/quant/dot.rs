@@ -219,5 +219,5 @@ unsafe fn dot_avx2(dtype: DType, x: &[f32], w: &[u8]) -> f32 {
         }
     }
     let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-    crate::kernels::matmul::skinny_half::hsum(sum)
+    crate::simd::hsum(sum)
 }

@@ -502,7 +502,7 @@ unsafe fn dot_avx2<const SIGNED: bool>(w: URow, x: QRow) -> f32 {
     }
     let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
     let sum = _mm256_add_ps(sum, bacc);
-    crate::kernels::matmul::skinny_half::hsum(sum)
+    crate::simd::hsum(sum)
 }
 
 /// `Σ w·x` of an unpacked weight row and f32 activations (no activation rounding): each
@@ -593,7 +593,7 @@ unsafe fn dot_f32_avx2(w: URow, x: &[f32]) -> f32 {
         }
     }
     let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-    crate::kernels::matmul::skinny_half::hsum(s)
+    crate::simd::hsum(s)
 }
 
 #[cfg(test)]

@@ -14,10 +14,11 @@
 //!   layout, then `span_dot::dot_rows` for chunks of up to 16 activation rows; the results
 //!   of a block and chunk are stored row by row.
 
+use super::PANEL_BYTES;
 use super::{int8, kquant_dot, legacy_dot, prefetch, span_acts, span_dot, unpack};
 use super::{with_unpacked, WeightRef};
-use super::{PANEL_BYTES, PREFETCH_AHEAD};
 use crate::kernels::matmul::skinny_f32::{split_columns, OutPtr, MAX_ROWS};
+use crate::simd::PREFETCH_AHEAD;
 use luminal::DType;
 use std::cell::RefCell;
 

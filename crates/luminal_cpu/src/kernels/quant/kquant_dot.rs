@@ -190,7 +190,7 @@ unsafe fn q4_k_vnni<const R: usize>(row: &[u8], x: QRows) -> [f32; R] {
     for r in 0..R {
         let a = &acc[r];
         let sum = _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3]));
-        out[r] = _mm512_reduce_add_ps(sum) - crate::kernels::matmul::skinny_half::hsum(macc[r]);
+        out[r] = _mm512_reduce_add_ps(sum) - crate::simd::hsum(macc[r]);
     }
     out
 }
@@ -350,8 +350,7 @@ unsafe fn q4_k_avx2<const R: usize>(row: &[u8], x: QRows) -> [f32; R] {
     for r in 0..R {
         let a = &acc[r];
         let sum = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
-        out[r] = crate::kernels::matmul::skinny_half::hsum(sum)
-            - crate::kernels::matmul::skinny_half::hsum(macc);
+        out[r] = crate::simd::hsum(sum) - crate::simd::hsum(macc);
     }
     out
 }
@@ -425,8 +424,7 @@ unsafe fn q6_k_avx2<const R: usize>(row: &[u8], x: QRows) -> [f32; R] {
     for r in 0..R {
         let a = &acc[r];
         let sum = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
-        out[r] = crate::kernels::matmul::skinny_half::hsum(sum)
-            - 32.0 * crate::kernels::matmul::skinny_half::hsum(bacc);
+        out[r] = crate::simd::hsum(sum) - 32.0 * crate::simd::hsum(bacc);
     }
     out
 }

@@ -349,7 +349,7 @@ unsafe fn dot_avx2<const F: u8, const R: usize>(row: &[u8], x: QRows) -> [f32; R
     let mut out = [0f32; R];
     for r in 0..R {
         let sum = _mm256_add_ps(acc[r][0], acc[r][1]);
-        out[r] = crate::kernels::matmul::skinny_half::hsum(sum) + (bsum[r][0] + bsum[r][1]);
+        out[r] = crate::simd::hsum(sum) + (bsum[r][0] + bsum[r][1]);
     }
     out
 }

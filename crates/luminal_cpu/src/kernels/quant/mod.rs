@@ -51,8 +51,8 @@ mod unpack;
 use crate::kernel::{BufId, CpuKernel, RunCtx};
 use crate::kernels::half::CastKernel;
 use crate::kernels::matmul::skinny_f32::{split_columns, OutPtr, MAX_ROWS};
-use crate::simd::half::HalfElem;
 use crate::simd::isa;
+use crate::storage::Elem;
 use crate::storage::{BufRef, Storage};
 use crate::view::DimNames;
 use gemm::Parallelism;
@@ -192,12 +192,6 @@ const TILE_BYTES: usize = 512 << 10;
 /// activation row passes over them (see `int8_matmul.rs`).
 const PANEL_BYTES: usize = 64 << 10;
 
-/// Bytes ahead of the row being read that skinny products prefetch: a weight streamed from
-/// memory once per step outruns the hardware prefetcher (one thread, 128 MiB weight, int8
-/// path, ns per 64 weights: Q4_1 K = 576 6.6 -> 4.6, K = 1536 5.9 -> 3.9, Q8_0 9.4 -> 6.2;
-/// `timing::int8_stream`).
-pub(crate) const PREFETCH_AHEAD: usize = 2048;
-
 /// Prefetches `bytes[at .. at + len]` (see [`crate::simd::prefetch_raw`]).
 #[inline(always)]
 fn prefetch(bytes: &[u8], at: usize, len: usize) {
@@ -258,7 +252,7 @@ pub(crate) fn weight_matmul(
             let rows = |i: usize| &a[a_off + i * a_row..a_off + i * a_row + k];
             with_unpacked(k, |u, sa, sb| {
                 for j in j0..j1 {
-                    prefetch(w.bytes, j * rb + PREFETCH_AHEAD, rb);
+                    prefetch(w.bytes, j * rb + crate::simd::PREFETCH_AHEAD, rb);
                     unpack::unpack(w.dtype, &w.bytes[j * rb..(j + 1) * rb], u, sa, sb);
                     let wr = int8::URow {
                         u,
@@ -285,7 +279,7 @@ pub(crate) fn weight_matmul(
             let out = out;
             let rows = |i: usize| &a[a_off + i * a_row..a_off + i * a_row + k];
             for j in j0..j1 {
-                prefetch(w.bytes, j * rb + PREFETCH_AHEAD, rb);
+                prefetch(w.bytes, j * rb + crate::simd::PREFETCH_AHEAD, rb);
                 let row = &w.bytes[j * rb..(j + 1) * rb];
                 if fused {
                     for i in 0..m {
