@@ -108,7 +108,10 @@ fn default_first_token_is_a_near_tie_of_transformers() {
 }
 
 /// Decode steps (one token at a time: the skinny products) against transformers' argmax at
-/// every position of the reference prompts: top-1 agreement and the largest logit error.
+/// every position of the reference prompts (with the largest logit error over each
+/// position's reference top-32) and of the first 400 tokens of `ppl.txt`
+/// (`scripts/gen_smollm2_decode_fixture.py`, teacher-forced). Returns the top-1 agreement
+/// over all positions and the largest logit error.
 fn decode_agreement(m: &std::sync::Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>) -> (f64, f32) {
     let mut guard = m.lock().unwrap();
     let (model, _) = &mut *guard;
@@ -127,17 +130,42 @@ fn decode_agreement(m: &std::sync::Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>) -
             }
         }
     }
+    let (prompt_agree, prompt_positions) = (agree, positions);
+    let long = json(fixture("smollm2_decode_reference.json"));
+    let want = ids(&long["argmax"]);
+    let (mut near_ties, mut near_misses) = (0, 0);
     model.reset();
-    println!("decode steps vs transformers f32: top-1 agreement {agree}/{positions}, max |Δlogit| over the reference top-32 = {max_diff:.3}");
+    for (i, &t) in ids(&long["ids"]).iter().enumerate() {
+        let row = model.forward(&[t], 1).unwrap();
+        let hit = argmax(&row) == want[i];
+        positions += 1;
+        agree += hit as usize;
+        if long["top1_margin"][i].as_f64().unwrap() < 0.1 {
+            near_ties += 1;
+            near_misses += !hit as usize;
+        }
+    }
+    model.reset();
+    println!(
+        "decode steps vs transformers f32: top-1 agreement {agree}/{positions} (prompts \
+         {prompt_agree}/{prompt_positions}; text: {} of {} misses at the {near_ties} positions \
+         with a reference margin < 0.1), max |Δlogit| over the prompts' reference top-32 = \
+         {max_diff:.3}",
+        near_misses,
+        positions - agree - (prompt_positions - prompt_agree)
+    );
     (agree as f64 / positions as f64, max_diff)
 }
 
 /// The default (int8 activations in the skinny quantized products, per group of 16; the
-/// 32 largest logits of each step recomputed with f32 activations): measured 132/134
-/// (98.5%) top-1 agreement with AVX-512 VNNI, 131/134 (97.8%) with the AVX2 kernels (they
-/// sum the scaled partial products in another order, and a few of these 134 steps are
-/// near-ties), largest logit error 1.33 / 0.95 (the layers' int8 rounding). The bound
-/// allows 4 misses: below the issue's 98% on AVX2, which is open.
+/// 32 largest logits of each step recomputed with f32 activations). Measured on AVX-512
+/// VNNI: 522/534 (97.8%; the AVX2 kernels, `LUMINAL_CPU_ISA=avx2`: 521/534): 132/134 on the
+/// prompts, and on the text all 10 misses fall on the
+/// 39 positions where transformers' own top-2 margin is below 0.1 logits (int8 rounding in
+/// every layer moves logits by up to ~1.3). Keeping f32 activations in any one family of
+/// products recovers 2-5 of the 12 (mlp.up+gate: 527/534); f32 activations everywhere
+/// agree on all 534 (the next test). The bound is below the issue's 98%, which stays open
+/// for the int8 path.
 #[test]
 fn decode_steps_agree_with_transformers() {
     let Some(m) = smollm2() else { return };
@@ -146,12 +174,12 @@ fn decode_steps_agree_with_transformers() {
     assert!(max_diff < 2.0, "max |Δlogit| {max_diff}");
 }
 
-/// f32 activations everywhere: the decode kernels only reorder sums.
+/// f32 activations everywhere: the decode kernels only reorder sums (measured: 534/534).
 #[test]
 fn f32_decode_steps_agree_with_transformers() {
     let Some(m) = smollm2_f32() else { return };
     let (rate, max_diff) = decode_agreement(m);
-    assert!(rate >= 0.98, "top-1 agreement {rate}");
+    assert!(rate >= 0.99, "top-1 agreement {rate}");
     assert!(max_diff < 5e-3, "max |Δlogit| {max_diff}");
 }
 

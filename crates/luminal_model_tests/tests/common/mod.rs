@@ -175,7 +175,7 @@ fn load_smollm2(backend: CpuBackend) -> Option<Mutex<(LlamaModel<CpuRuntime>, To
         );
         return None;
     }
-    let opts = LoadOptions { max_ctx: 256 };
+    let opts = LoadOptions { max_ctx: 512 };
     Some(Mutex::new(
         LlamaModel::load(&path, backend, &opts, |_, _| {}).unwrap(),
     ))
