@@ -136,7 +136,7 @@ impl CpuBackend {
     /// This backend with the named lowering rules or passes switched off: the graph runs
     /// on the remaining ones (ultimately the reference-semantics fallback) with the same
     /// results. Rules: `write_slice`, `dequantize`, `fused_elementwise`, `half_cast`,
-    /// `matmul`, `fused_reduce`, `movement`; passes: `rows`, `concat`. Unknown names are
+    /// `matmul`, `fused_reduce`, `movement`; passes: `shared`, `rows`, `concat`. Unknown names are
     /// an error at compile time.
     pub fn disable_rules(self, rules: &'static [&'static str]) -> CpuBackend {
         CpuBackend {

@@ -72,6 +72,7 @@ const ALL: &[&str] = &[
     "matmul",
     "fused_reduce",
     "movement",
+    "shared",
     "rows",
     "concat",
 ];

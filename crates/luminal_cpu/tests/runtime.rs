@@ -33,6 +33,29 @@ fn check_against_reference(cx: &Graph, inputs: &[(GraphTensor, Vec<f32>)], out: 
 }
 
 #[test]
+fn shared_producers_fuse_into_their_one_consumer_kernel() {
+    // erf's polynomial reads `t` and `x/√2` several times; all of GELU is one loop.
+    for tanh in [false, true] {
+        let cx = Graph::new();
+        let x = cx.tensor("x", (4, 300));
+        let y = if tanh { x.gelu_tanh() } else { x.gelu() }.output();
+        let rt = compile(&cx);
+        assert_eq!(rt.kernel_count(), 1, "{:?}", rt.kernel_names());
+        check_against_reference(&cx, &[(x, ramp(1200))], y);
+    }
+    // A shared producer also read by an output stays a kernel of its own (and is right).
+    let cx = Graph::new();
+    let x = cx.tensor("x", 64);
+    let t = (x * 2.0).exp();
+    let a = t.output();
+    let b = (t * t + t).output();
+    let rt = compile(&cx);
+    assert_eq!(rt.kernel_count(), 2, "{:?}", rt.kernel_names());
+    check_against_reference(&cx, &[(x, ramp(64))], a);
+    check_against_reference(&cx, &[(x, ramp(64))], b);
+}
+
+#[test]
 fn softmax_is_one_kernel() {
     let cx = Graph::new();
     let x = cx.tensor("x", (8, 100));

@@ -210,6 +210,13 @@ struct Lowering<'a> {
     dots: crate::QuantDots,
     /// Rules and passes switched off.
     disabled: Vec<String>,
+    /// Fusable nodes read by several consumers, all inlined into one fused root: the root
+    /// they are computed in, once (see [`absorb_shared`]).
+    absorbed: HashMap<NodeId, NodeId>,
+    /// The fused root being emitted, and the instruction of each absorbed node emitted so
+    /// far in its program.
+    root: Cell<Option<NodeId>>,
+    memo: RefCell<HashMap<NodeId, usize>>,
 }
 
 impl Lowering<'_> {
@@ -286,6 +293,21 @@ impl Lowering<'_> {
                 prog.instrs.push(Instr::RowReg(0));
                 return Ok(Some(prog.instrs.len() - 1));
             }
+        }
+        if xfs.is_empty()
+            && self.root.get().is_some()
+            && self.absorbed.get(&e.node) == self.root.get().as_ref()
+            && flat_identity_edge(self.g, e)
+        {
+            // A shared producer computed once in this program.
+            if let Some(&i) = self.memo.borrow().get(&e.node) {
+                return Ok(Some(i));
+            }
+            let r = self.emit_node(e.node, prog, xfs)?;
+            if let Some(i) = r {
+                self.memo.borrow_mut().insert(e.node, i);
+            }
+            return Ok(r);
         }
         if self.inlinable(e) {
             return self.emit_node(e.node, prog, xfs);
@@ -420,7 +442,9 @@ impl Lowering<'_> {
         let mut prog = Program::default();
         self.epilogue_ok
             .set(node.dtype == DType::F32 && !self.disabled("matmul"));
+        self.begin_root(id);
         let r = self.emit_node(id, &mut prog, &mut vec![]);
+        self.root.set(None);
         self.epilogue_ok.set(false);
         r?.expect("a root has no pending broadcast");
         // A half root is rounded as it is stored: its own rounding step is redundant.
@@ -475,8 +499,10 @@ impl Lowering<'_> {
             return Ok(None);
         }
         let mut prog = Program::default();
-        self.emit_edge(e, &mut prog, &mut vec![])?
-            .expect("a root has no pending broadcast");
+        self.begin_root(id);
+        let r = self.emit_edge(e, &mut prog, &mut vec![]);
+        self.root.set(None);
+        r?.expect("a root has no pending broadcast");
         let dims = e.view.dims();
         let inner: Expression = dims[axis + 1..].iter().product();
         let name = Self::name_of(&prog, &format!("{}({axis})", op.name()));
@@ -506,6 +532,12 @@ impl Lowering<'_> {
         let fb = FallbackKernel::new(node, &in_bufs, in_dtype, self.names)?;
         let name = format!("fallback[{}:{}]", node.op.name(), node.dtype);
         Ok(Some((name, Box::new(fb))))
+    }
+
+    /// Starts emitting the program of fused root `id`.
+    fn begin_root(&self, id: NodeId) {
+        self.root.set(Some(id));
+        self.memo.borrow_mut().clear();
     }
 
     /// Whether the rule named `name` is switched off.
@@ -647,9 +679,78 @@ const RULES: &[(&str, Rule)] = &[
     ("fallback", |l, id| l.fallback(id)),
 ];
 
-/// Passes over the lowered kernel list, in order: row fusion (`kernels/fused/rows.rs`),
-/// then concatenations found inside elementwise kernels (`kernels/movement`).
-const PASSES: &[&str] = &["rows", "concat"];
+/// Passes, in order: shared producers computed inside their one fused root (`shared`,
+/// before lowering; see [`absorb_shared`]), then over the lowered kernel list: row fusion
+/// (`kernels/fused/rows.rs`), concatenations found inside elementwise kernels
+/// (`kernels/movement`).
+const PASSES: &[&str] = &["shared", "rows", "concat"];
+
+/// Fusable nodes with several consumers whose every read is an identity edge from inside
+/// the same fused root: they are computed once inside that root's program instead of as a
+/// kernel of their own (GELU's erf polynomial reads `t` eight times; before this, each such
+/// node was a separate pass over memory). Returns node -> root.
+fn absorb_shared(lw: &Lowering<'_>, live_order: &[NodeId]) -> HashMap<NodeId, NodeId> {
+    let g = lw.g;
+    // Who reads what, as the lowering emits it: a `maximum` pair reads its two operands
+    // through the re-viewed edges of [`pair_max`], and its private `Add` is never computed.
+    let pair_adds: HashSet<NodeId> = lw
+        .pair_max
+        .keys()
+        .map(|&m| g.node(m).inputs[0].node)
+        .collect();
+    let mut consumers: HashMap<NodeId, Vec<(NodeId, &Edge)>> = HashMap::new();
+    for &id in live_order {
+        if pair_adds.contains(&id) {
+            continue;
+        }
+        let edges = match lw.pair_max.get(&id) {
+            Some(pair) => &pair[..],
+            None => &g.node(id).inputs[..],
+        };
+        for e in edges {
+            consumers.entry(e.node).or_default().push((id, e));
+        }
+    }
+    let mut absorbed: HashMap<NodeId, NodeId> = HashMap::new();
+    // The kernel root each node's value is computed in (itself when it is a root).
+    let mut root_of: HashMap<NodeId, NodeId> = HashMap::new();
+    for &id in live_order.iter().rev() {
+        let node = g.node(id);
+        let cs = consumers.get(&id).map(Vec::as_slice).unwrap_or(&[]);
+        let candidate = lw.fusable(id)
+            && !matches!(node.op, Op::Constant { .. } | Op::Input { .. })
+            && !g.outputs.contains(&id)
+            && !pair_adds.contains(&id)
+            && !(matches!(node.op, Op::Cast(_)) && HalfKind::of(node.dtype).is_some());
+        let root = if candidate && cs.len() == 1 && flat_identity_edge(g, cs[0].1) {
+            // Single-use: inlined into its consumer (the existing rule).
+            root_of.get(&cs[0].0).copied()
+        } else if candidate && cs.len() > 1 {
+            let roots: Vec<Option<NodeId>> = cs
+                .iter()
+                .map(|(c, e)| {
+                    let consumer_fused = lw.fusable(*c)
+                        || matches!(g.node(*c).op, Op::Reduce { .. })
+                            && g.node(*c).dtype.is_float();
+                    (flat_identity_edge(g, e) && consumer_fused)
+                        .then(|| root_of.get(c).copied())
+                        .flatten()
+                })
+                .collect();
+            match roots[0] {
+                Some(r) if roots.iter().all(|x| *x == Some(r)) => {
+                    absorbed.insert(id, r);
+                    Some(r)
+                }
+                _ => None,
+            }
+        } else {
+            None
+        };
+        root_of.insert(id, root.unwrap_or(id));
+    }
+    absorbed
+}
 
 /// Lowers the live part of `g` (what the outputs need) into kernels in launch order.
 pub fn lower(
@@ -693,7 +794,14 @@ pub fn lower(
         threads,
         dots,
         disabled: disabled.iter().map(|d| d.to_string()).collect(),
+        absorbed: HashMap::new(),
+        root: Cell::new(None),
+        memo: RefCell::new(HashMap::new()),
     };
+    let mut lw = lw;
+    if !lw.disabled("shared") {
+        lw.absorbed = absorb_shared(&lw, live_order);
+    }
     // Walk consumers before producers: a node gets a kernel only if some kernel (or the
     // user) reads its buffer.
     let mut needed: HashSet<BufId> = g.outputs.iter().map(|&n| BufId::of(n)).collect();
