@@ -27,9 +27,13 @@ impl<'g> PositionEmbedding<'g> {
         start: impl Into<Expression>,
         len: impl Into<Expression>,
     ) -> GraphTensor<'g> {
-        let start = start.into();
-        let end = start.clone() + len.into();
-        self.weight.slice(0, start, end)
+        let (start, len) = (start.into(), len.into());
+        let dim = self.weight.shape()[1].clone();
+        // The slice's length reads `min(max_positions, start + len) − start`; the caller
+        // guarantees the table is long enough, so it is `len` (what shapes downstream use).
+        self.weight
+            .slice(0, start.clone(), start + len.clone())
+            .reshape(vec![len, dim])
     }
 
     /// Rows at explicit positions: `I32` ids of any shape → `[ids..., dim]`.
