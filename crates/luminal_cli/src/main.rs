@@ -1,7 +1,8 @@
-//! `luminal`: run Llama-family models (GGUF files or Hugging Face folders) from the command
-//! line.
+//! `luminal`: run Llama-family models (GGUF files or Hugging Face folders) and BERT /
+//! sentence-transformers embedding models from the command line.
 //!
 //! - `luminal generate`: stream a completion (or a chat answer with `--chat`);
+//! - `luminal embed`: sentence embeddings (and their cosine similarities);
 //! - `luminal perplexity`: perplexity of a text file over non-overlapping windows;
 //! - `luminal bench`: prefill / decode speed, like llama-bench;
 //! - `luminal inspect`: metadata, tensors and parameter count of a model file.
@@ -11,6 +12,7 @@
 
 mod bench;
 mod common;
+mod embed;
 mod generate;
 mod inspect;
 mod perplexity;
@@ -22,7 +24,7 @@ use std::process::ExitCode;
 #[command(
     name = "luminal",
     version,
-    about = "Run Llama-family models (GGUF or Hugging Face folders) on the Luminal CPU backend"
+    about = "Run Llama-family models (GGUF or Hugging Face folders) and BERT embedding models on the Luminal CPU backend"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -33,6 +35,8 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt, streaming it to stdout
     Generate(generate::GenerateArgs),
+    /// Sentence embeddings from a BERT / sentence-transformers folder
+    Embed(embed::EmbedArgs),
     /// Perplexity of a text file (non-overlapping windows of --ctx tokens)
     Perplexity(perplexity::PerplexityArgs),
     /// Prefill (pp) and decode (tg) speed, like llama-bench
@@ -45,6 +49,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Generate(args) => generate::run(args),
+        Command::Embed(args) => embed::run(args),
         Command::Perplexity(args) => perplexity::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Inspect(args) => inspect::run(args),
