@@ -5,12 +5,14 @@
 //! - `luminal embed`: sentence embeddings (and their cosine similarities);
 //! - `luminal perplexity`: perplexity of a text file over non-overlapping windows;
 //! - `luminal bench`: prefill / decode speed, like llama-bench;
+//! - `luminal bench-embed`: embedding throughput (sentences/s) of a BERT folder;
 //! - `luminal inspect`: metadata, tensors and parameter count of a model file.
 //!
 //! Errors print one line, `error: <message>`, on stderr and exit with code 1; command-line
 //! mistakes are reported by clap (exit code 2).
 
 mod bench;
+mod bench_embed;
 mod common;
 mod embed;
 mod generate;
@@ -41,6 +43,8 @@ enum Command {
     Perplexity(perplexity::PerplexityArgs),
     /// Prefill (pp) and decode (tg) speed, like llama-bench
     Bench(bench::BenchArgs),
+    /// Encoder throughput (sentences/s) of an embedding model on a synthetic batch
+    BenchEmbed(bench_embed::BenchEmbedArgs),
     /// Print a model file's metadata, tensors and parameter count
     Inspect(inspect::InspectArgs),
 }
@@ -52,6 +56,7 @@ fn main() -> ExitCode {
         Command::Embed(args) => embed::run(args),
         Command::Perplexity(args) => perplexity::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::BenchEmbed(args) => bench_embed::run(args),
         Command::Inspect(args) => inspect::run(args),
     };
     match result {
