@@ -18,6 +18,10 @@ Writes, under crates/luminal_model_tests/tests/fixtures/:
   mean and mean·sqrt(len) and then normalises; tiny-bert.reference.json: its token ids,
   sentence-transformers embeddings, and float64 transformers hidden states for a padded batch
   and for a sentence pair with token type ids 0/1.
+- tiny-bert-f16/: the same model saved in float16 (config, tokenizer and sentence-transformers
+  files copied); its reference hidden states and embeddings are computed in float64 from the
+  float16-rounded weights (tiny-bert-f16.reference.json), so a loader that keeps the matrices
+  in half precision and computes in f32 must match them closely.
 """
 import json
 import os
@@ -168,4 +172,34 @@ tiny_ref = {
 }
 with open(os.path.join(FIXTURES, "tiny-bert.reference.json"), "w") as f:
     json.dump(tiny_ref, f, separators=(",", ":"))
-print("wrote minilm_reference.json, tiny-bert/ and tiny-bert.reference.json")
+
+# ---- the same model stored in float16 -------------------------------------------------------
+f16_dir = os.path.join(FIXTURES, "tiny-bert-f16")
+shutil.rmtree(f16_dir, ignore_errors=True)
+shutil.copytree(tiny_dir, f16_dir)
+os.remove(os.path.join(f16_dir, "model.safetensors"))
+half = AutoModel.from_pretrained(tiny_dir).half()
+half.save_pretrained(f16_dir, safe_serialization=True)
+with open(os.path.join(f16_dir, "config.json")) as f:
+    cfg_json = json.load(f)
+cfg_json["dtype"] = "float16"
+with open(os.path.join(f16_dir, "config.json"), "w") as f:
+    json.dump(cfg_json, f, indent=2)
+ref64 = AutoModel.from_pretrained(f16_dir, dtype=torch.float16).double().eval()
+enc = tiny_tok(tiny_sentences, padding=True, return_tensors="pt")
+with torch.no_grad():
+    h = ref64(**enc).last_hidden_state
+# The folder's pooling (CLS, max, mean, mean·sqrt(len), normalised), in float64 through
+# sentence-transformers' own modules on the float64 token states.
+pool_st = SentenceTransformer(f16_dir, device="cpu")
+feats = {"token_embeddings": h, "attention_mask": enc["attention_mask"]}
+for module in list(pool_st)[1:]:
+    feats = module(feats)
+f16_ref = {
+    "sentences": tiny_sentences,
+    "embeddings": [r(e) for e in feats["sentence_embedding"].tolist()],
+    "hidden": summarise(h, enc["attention_mask"]),
+}
+with open(os.path.join(FIXTURES, "tiny-bert-f16.reference.json"), "w") as f:
+    json.dump(f16_ref, f, separators=(",", ":"))
+print("wrote minilm_reference.json, tiny-bert/, tiny-bert-f16/ and their reference.json files")

@@ -421,3 +421,46 @@ fn cpu_fuses_gelu_erf_into_one_kernel() {
         .unwrap();
     assert_eq!(rt.kernel_count(), 1, "{:?}", rt.kernel_names());
 }
+
+/// The tiny model stored in float16: the matrices stay half in the graph (read through
+/// `.dequantize()`), activations are f32; against float64 on the rounded weights.
+fn check_tiny_f16<R: Runtime>(what: &str, model: &mut BertModel<R>, tok: &Tokenizer) {
+    let r = json(fixture("tiny-bert-f16.reference.json"));
+    let sentences: Vec<&str> = r["sentences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    let half = model
+        .runtime()
+        .graph_data()
+        .tensors
+        .iter()
+        .filter(|e| e.dtype == DType::F16)
+        .count();
+    assert_eq!(
+        half,
+        1 + 2 * 6,
+        "word embeddings and 6 matrices per layer stay f16"
+    );
+    let encoded: Vec<Vec<u32>> = sentences
+        .iter()
+        .map(|s| tok.encode(s, true).unwrap())
+        .collect();
+    let out = model.forward(&encoded, None).unwrap();
+    check_hidden(what, &out, 32, &r["hidden"], 2e-5);
+    let got = model
+        .embed(tok, &sentences, &EmbedOptions::default())
+        .unwrap();
+    check_embeddings(what, &got, &r["embeddings"], 2e-6);
+}
+
+#[test]
+fn tiny_bert_f16_weights_on_reference_and_cpu() {
+    let dir = fixture("tiny-bert-f16");
+    let (mut model, tok) = BertModel::load(&dir, ReferenceBackend).unwrap();
+    check_tiny_f16("tiny BERT f16 (reference)", &mut model, &tok);
+    let (mut model, tok) = BertModel::load(&dir, CpuBackend::with_threads(2)).unwrap();
+    check_tiny_f16("tiny BERT f16 (cpu)", &mut model, &tok);
+}
