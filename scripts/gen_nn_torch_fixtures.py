@@ -143,6 +143,34 @@ for name, (cin, cout, k, kw, batched) in {
         inputs["conv.bias"] = conv.bias.float()
     add(name, inputs, conv(d(x)), options={"in": cin, "out": cout, "kernel": k, **kw})
 
+# Conv2d with PyTorch's defaults and options (square kernels).
+for name, (cin, cout, k, kw, batched) in {
+    "conv2d_default": (3, 4, 3, {}, True),
+    "conv2d_stride2_pad1_groups": (4, 6, 3, {"stride": 2, "padding": 1, "groups": 2}, True),
+    "conv2d_unbatched_nobias": (2, 3, 2, {"bias": False, "dilation": 2}, False),
+}.items():
+    conv = torch.nn.Conv2d(cin, cout, k, dtype=torch.float64, **kw)
+    with torch.no_grad():
+        conv.weight.copy_(d(conv.weight.float()))
+        if conv.bias is not None:
+            conv.bias.copy_(d(conv.bias.float()))
+    x = randn(2, cin, 7, 6) if batched else randn(cin, 7, 6)
+    inputs = {"x": x, "conv.weight": conv.weight.float()}
+    if conv.bias is not None:
+        inputs["conv.bias"] = conv.bias.float()
+    add(name, inputs, conv(d(x)), options={"in": cin, "out": cout, "kernel": k, **kw})
+
+# RMSNorm with and without a learned weight (torch.nn.RMSNorm).
+x = randn(3, 40, scale=2.0)
+for name, affine in [("rms_weight", True), ("rms_plain", False)]:
+    rms = torch.nn.RMSNorm(40, eps=1e-6, elementwise_affine=affine, dtype=torch.float64)
+    inputs = {"x": x}
+    if affine:
+        with torch.no_grad():
+            rms.weight.copy_(d(randn(40) * 0.5 + 1.0))
+        inputs["rms.weight"] = rms.weight.float()
+    add(name, inputs, rms(d(x)))
+
 # GELU feed-forward (fc1 → gelu → fc2, with biases).
 fc1_w, fc1_b, fc2_w, fc2_b = randn(20, 8, scale=0.4), randn(20), randn(8, 20, scale=0.3), randn(8)
 x = randn(2, 3, 8)

@@ -1,4 +1,5 @@
-//! Conv1d with PyTorch's defaults (stride 1, no padding, dilation 1, one group, bias).
+//! Conv1d and Conv2d with PyTorch's defaults (stride 1, no padding, dilation 1, one group,
+//! bias).
 
 use crate::{join, Module};
 use luminal::prelude::*;
@@ -54,23 +55,8 @@ impl<'g> Conv1d<'g> {
         kernel_size: usize,
         options: Conv1dOptions,
     ) -> Self {
-        let Conv1dOptions {
-            stride,
-            dilation,
-            groups,
-            ..
-        } = options;
-        assert!(
-            in_channels > 0 && out_channels > 0 && kernel_size > 0 && stride > 0 && dilation > 0,
-            "Conv1d: channels, kernel size, stride and dilation must be positive, got in \
-             {in_channels}, out {out_channels}, kernel {kernel_size}, {options:?}"
-        );
-        assert!(
-            groups > 0
-                && in_channels.is_multiple_of(groups)
-                && out_channels.is_multiple_of(groups),
-            "Conv1d: {groups} groups do not divide in {in_channels} and out {out_channels} channels"
-        );
+        check_conv("Conv1d", in_channels, out_channels, kernel_size, options);
+        let groups = options.groups;
         Conv1d {
             weight: cx.tensor(
                 &join(prefix, "weight"),
@@ -99,6 +85,86 @@ impl<'g> Module<'g> for Conv1d<'g> {
         );
         match self.bias {
             Some(b) => y + b.unsqueeze(1).expand_to(y.shape()),
+            None => y,
+        }
+    }
+    fn parameters(&self) -> Vec<GraphTensor<'g>> {
+        std::iter::once(self.weight).chain(self.bias).collect()
+    }
+}
+
+/// The keyword arguments of `torch.nn.Conv2d` (one value for height and width, as an int
+/// argument is there): the same fields and defaults as [`Conv1dOptions`].
+pub type Conv2dOptions = Conv1dOptions;
+
+fn check_conv(op: &str, in_channels: usize, out_channels: usize, kernel: usize, o: Conv1dOptions) {
+    assert!(
+        in_channels > 0 && out_channels > 0 && kernel > 0 && o.stride > 0 && o.dilation > 0,
+        "{op}: channels, kernel size, stride and dilation must be positive, got in \
+         {in_channels}, out {out_channels}, kernel {kernel}, {o:?}"
+    );
+    assert!(
+        o.groups > 0
+            && in_channels.is_multiple_of(o.groups)
+            && out_channels.is_multiple_of(o.groups),
+        "{op}: {} groups do not divide in {in_channels} and out {out_channels} channels",
+        o.groups
+    );
+}
+
+/// `torch.nn.Conv2d` with square kernels: `{prefix}.weight: [out, in / groups, k, k]` and
+/// (with `options.bias`) `{prefix}.bias: [out]`. Input `[N, C, H, W]` (or `[C, H, W]`
+/// unbatched), output `[N, out, H_out, W_out]`.
+pub struct Conv2d<'g> {
+    pub weight: GraphTensor<'g>,
+    pub bias: Option<GraphTensor<'g>>,
+    pub options: Conv2dOptions,
+}
+
+impl<'g> Conv2d<'g> {
+    pub fn new(
+        cx: &'g Graph,
+        prefix: &str,
+        in_channels: usize,
+        out_channels: usize,
+        kernel_size: usize,
+        options: Conv2dOptions,
+    ) -> Self {
+        check_conv("Conv2d", in_channels, out_channels, kernel_size, options);
+        Conv2d {
+            weight: cx.tensor(
+                &join(prefix, "weight"),
+                (
+                    out_channels,
+                    in_channels / options.groups,
+                    kernel_size,
+                    kernel_size,
+                ),
+            ),
+            bias: options
+                .bias
+                .then(|| cx.tensor(&join(prefix, "bias"), out_channels)),
+            options,
+        }
+    }
+}
+
+impl<'g> Module<'g> for Conv2d<'g> {
+    fn forward(&self, x: GraphTensor<'g>) -> GraphTensor<'g> {
+        if x.rank() == 3 {
+            return self.forward(x.unsqueeze(0)).squeeze(0);
+        }
+        let o = self.options;
+        let two = |v| (v, v);
+        let y = x.conv2d(
+            self.weight.dequantize(),
+            two(o.stride),
+            two(o.padding),
+            two(o.dilation),
+            o.groups,
+        );
+        match self.bias {
+            Some(b) => y + b.unsqueeze(1).unsqueeze(2).expand_to(y.shape()),
             None => y,
         }
     }

@@ -16,7 +16,7 @@ mod rope;
 pub use attention::{
     causal_attention, causal_attention_windowed, Attention, KvCache, TransformerBlock,
 };
-pub use conv::{Conv1d, Conv1dOptions};
+pub use conv::{Conv1d, Conv1dOptions, Conv2d, Conv2dOptions};
 pub use encoder::{attention, key_padding_bias, MultiHeadAttention};
 pub use linear::{Embedding, Linear};
 pub use mlp::{Activation, FeedForward, SwiGluMlp};

@@ -282,3 +282,51 @@ fn gelu_feed_forward() {
     inputs.push(x);
     check(&cx, "feed_forward_gelu", &inputs, y);
 }
+
+#[test]
+fn conv2d_pytorch_defaults_and_options() {
+    for case in [
+        "conv2d_default",
+        "conv2d_stride2_pad1_groups",
+        "conv2d_unbatched_nobias",
+    ] {
+        let f = fixture(case);
+        let o = &f["options"];
+        let get = |k: &str, default: u64| o[k].as_u64().unwrap_or(default) as usize;
+        let options = Conv2dOptions {
+            stride: get("stride", 1),
+            padding: get("padding", 0),
+            dilation: get("dilation", 1),
+            groups: get("groups", 1),
+            bias: o["bias"].as_bool().unwrap_or(true),
+        };
+        let cx = Graph::new();
+        let conv = Conv2d::new(
+            &cx,
+            "conv",
+            get("in", 0),
+            get("out", 0),
+            get("kernel", 0),
+            options,
+        );
+        let x = cx.tensor("x", shape(&f["inputs"]["x"]));
+        let y = conv.forward(x).output();
+        let mut inputs = conv.parameters();
+        inputs.push(x);
+        check(&cx, case, &inputs, y);
+    }
+}
+
+#[test]
+fn rms_norm_with_and_without_weight() {
+    for (case, affine) in [("rms_weight", true), ("rms_plain", false)] {
+        let cx = Graph::new();
+        let x = cx.tensor("x", (3, 40));
+        let norm = RmsNorm::with_affine(&cx, "rms", 40, affine, 1e-6);
+        assert_eq!(norm.parameters().len(), affine as usize);
+        let y = norm.forward(x).output();
+        let mut inputs = norm.parameters();
+        inputs.push(x);
+        check(&cx, case, &inputs, y);
+    }
+}
