@@ -12,6 +12,7 @@ pub mod generate;
 pub mod llama;
 pub mod model;
 pub mod sampling;
+pub mod whisper;
 
 pub use bert::{BertConfig, BertModel, EmbedOptions};
 pub use config::LlamaConfig;
