@@ -18,6 +18,7 @@
 
 mod config;
 
+pub(crate) use config::read_json;
 pub use config::{BertConfig, Pooling, SentenceConfig};
 
 use crate::error::{ModelError, Result};
