@@ -3,6 +3,7 @@
 //!
 //! - `luminal generate`: stream a completion (or a chat answer with `--chat`);
 //! - `luminal embed`: sentence embeddings (and their cosine similarities);
+//! - `luminal transcribe`: speech to text with Whisper;
 //! - `luminal perplexity`: perplexity of a text file over non-overlapping windows;
 //! - `luminal bench`: prefill / decode speed, like llama-bench;
 //! - `luminal bench-embed`: embedding throughput (sentences/s) of a BERT folder;
@@ -18,6 +19,7 @@ mod embed;
 mod generate;
 mod inspect;
 mod perplexity;
+mod transcribe;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -26,7 +28,7 @@ use std::process::ExitCode;
 #[command(
     name = "luminal",
     version,
-    about = "Run Llama-family models (GGUF or Hugging Face folders) and BERT embedding models on the Luminal CPU backend"
+    about = "Run Llama-family models (GGUF or Hugging Face folders) BERT embedding and Whisper speech models on the Luminal CPU backend"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -37,6 +39,8 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt, streaming it to stdout
     Generate(generate::GenerateArgs),
+    /// Speech to text with a Whisper model (greedy, no timestamps)
+    Transcribe(transcribe::TranscribeArgs),
     /// Sentence embeddings from a BERT / sentence-transformers folder
     Embed(embed::EmbedArgs),
     /// Perplexity of a text file (non-overlapping windows of --ctx tokens)
@@ -54,6 +58,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Generate(args) => generate::run(args),
         Command::Embed(args) => embed::run(args),
+        Command::Transcribe(args) => transcribe::run(args),
         Command::Perplexity(args) => perplexity::run(args),
         Command::Bench(args) => bench::run(args),
         Command::BenchEmbed(args) => bench_embed::run(args),

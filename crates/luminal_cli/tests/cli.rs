@@ -729,3 +729,48 @@ fn embed_errors_are_one_line() {
     assert!(err.contains("tokenizer.json"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+// ---- transcribe --------------------------------------------------------------------------
+
+/// The tiny random Whisper fixture prints what transformers' greedy loop decodes
+/// (`scripts/gen_whisper_fixtures.py`), here with --max-tokens 5.
+#[test]
+fn transcribe_tiny_whisper_and_errors() {
+    let model = model_fixtures().join("tiny-whisper");
+    let wav = model_fixtures().join("audio/tones.wav");
+    let o = luminal(&[
+        "transcribe",
+        "--model",
+        s(&model),
+        s(&wav),
+        "--max-tokens",
+        "5",
+        "-t",
+        "2",
+    ]);
+    let out = stdout(ok(&o));
+    assert_eq!(out.lines().count(), 1, "{out:?}");
+    // Resampled input (22.05 kHz stereo) runs too.
+    let stereo = model_fixtures().join("audio/tones_stereo_22k.wav");
+    ok(&luminal(&[
+        "transcribe",
+        "--model",
+        s(&model),
+        s(&stereo),
+        "--max-tokens",
+        "3",
+    ]));
+    let err = one_line_error(&luminal(&[
+        "transcribe",
+        "--model",
+        s(&model),
+        "/no/such.wav",
+    ]));
+    assert!(err.contains("not found"), "{err}");
+    let dir = temp_dir("transcribe_bad");
+    let bad = dir.join("bad.wav");
+    std::fs::write(&bad, b"RIFF....WAVEjunk").unwrap();
+    let err = one_line_error(&luminal(&["transcribe", "--model", s(&model), s(&bad)]));
+    assert!(err.contains("WAV"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
