@@ -2,7 +2,8 @@
 //!
 //! Real models on the Luminal graph: the Llama family (Llama 2/3/3.2, SmolLM/SmolLM2,
 //! Mistral, Qwen2) loaded from a GGUF file or a Hugging Face folder, with sampling and chat
-//! templates; BERT encoders and sentence-transformers embedding models ([`bert`]).
+//! templates; BERT encoders and sentence-transformers embedding models ([`bert`]); Whisper
+//! speech recognition ([`whisper`]).
 
 pub mod bert;
 pub mod chat;
