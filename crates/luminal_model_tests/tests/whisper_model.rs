@@ -1,5 +1,6 @@
 //! A tiny random Whisper (Hugging Face layout, `scripts/gen_whisper_fixtures.py`) against
-//! transformers in float64: encoder output, every decoder logit of a greedy run fed through
+//! transformers in float64: encoder output (four rows in full, every row's sum), every
+//! decoder logit of a greedy run fed through
 //! the KV cache, the greedy tokens with suppress_tokens / begin_suppress_tokens, on the CPU
 //! backend (and, ignored because slow, the reference backend for the first steps).
 
@@ -35,6 +36,29 @@ fn check_model<R: Runtime>(what: &str, model: &mut WhisperModel<R>, tok: &Tokeni
     let windows = model.log_mel().features(&audio.samples);
     assert_eq!(windows.len(), 1);
     model.encode(&windows[0]).unwrap();
+    // The encoder's output: four rows in full, every row's sum.
+    let states = model.encoder_states().unwrap();
+    let d = model.config().d_model;
+    assert_eq!(states.len(), 1500 * d);
+    let mut worst = 0f32;
+    for (row, want) in r["encoder_rows"].as_object().unwrap() {
+        let row: usize = row.parse().unwrap();
+        for (g, w) in states[row * d..(row + 1) * d].iter().zip(floats(want)) {
+            worst = worst.max((g - w).abs());
+            assert!(
+                (g - w).abs() <= 1e-4,
+                "{what}: encoder row {row}: {g} vs {w}"
+            );
+        }
+    }
+    for (row, w) in floats(&r["encoder_row_sums"]).iter().enumerate() {
+        let sum: f32 = states[row * d..(row + 1) * d].iter().sum();
+        assert!(
+            (sum - w).abs() <= 1e-3,
+            "{what}: encoder row {row} sum {sum} vs {w}"
+        );
+    }
+    println!("{what}: encoder max |error| {worst:.2e}");
 
     let prompt = model.prompt(tok, &TranscribeOptions::default()).unwrap();
     assert_eq!(prompt, ids(&r["prompt"]));

@@ -185,6 +185,8 @@ pub struct WhisperModel<R> {
     encoder: R,
     decoder: R,
     features: TensorRef,
+    /// The encoder's last hidden state `[1, 1500, d_model]`.
+    states: TensorRef,
     /// Per decoder layer: the encoder-side outputs and the decoder-side inputs of the
     /// cross-attention keys and values.
     cross_out: Vec<(TensorRef, TensorRef)>,
@@ -277,6 +279,7 @@ impl<R: Runtime> WhisperModel<R> {
         }
         let enc_norm = layer_norm(&cx, "model.encoder.layer_norm", d);
         let memory = enc_norm.forward(x);
+        let states = memory.output();
         params.extend(enc_norm.parameters());
         let mut cross_out = Vec::new();
         for i in 0..c.decoder_layers {
@@ -364,6 +367,7 @@ impl<R: Runtime> WhisperModel<R> {
             encoder,
             decoder,
             features,
+            states: states.handle(),
             cross_out,
             cross_in,
             tokens: tokens.handle(),
@@ -412,6 +416,12 @@ impl<R: Runtime> WhisperModel<R> {
         self.pos = 0;
         self.cached.clear();
         Ok(())
+    }
+
+    /// The encoder's last hidden state of the last [`WhisperModel::encode`], row-major
+    /// `[max_source_positions, d_model]`.
+    pub fn encoder_states(&self) -> Result<Vec<f32>> {
+        Ok(self.encoder.get(self.states)?)
     }
 
     /// Tokens in the decoder's cache.
