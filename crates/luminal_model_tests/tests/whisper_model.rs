@@ -1,8 +1,8 @@
 //! A tiny random Whisper (Hugging Face layout, `scripts/gen_whisper_fixtures.py`) against
 //! transformers in float64: encoder output (four rows in full, every row's sum), every
-//! decoder logit of a greedy run fed through
-//! the KV cache, the greedy tokens with suppress_tokens / begin_suppress_tokens, on the CPU
-//! backend (and, ignored because slow, the reference backend for the first steps).
+//! decoder logit of a greedy run fed through the KV cache, the greedy tokens with
+//! suppress_tokens / begin_suppress_tokens, on the CPU backend (and, ignored because slow,
+//! the reference backend for the first steps).
 
 mod common;
 
