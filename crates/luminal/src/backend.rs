@@ -54,13 +54,10 @@ pub trait Runtime {
         let data = self.get_data(tensor)?;
         let got = data.dtype();
         T::from_host(data).ok_or_else(|| LuminalError::WrongDType {
-            tensor: self
-                .graph_data()
-                .tensor_entry(tensor)
-                .map(|e| e.label.clone())
-                .unwrap_or_default(),
+            tensor: self.graph_data().describe_tensor(tensor),
             expected: got,
             got: T::DTYPE,
+            access: crate::error::DataAccess::Get,
         })
     }
 

@@ -3,6 +3,25 @@
 use crate::dtype::DType;
 use thiserror::Error;
 
+/// Which way data moved when an error was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataAccess {
+    /// `Runtime::set`: host data into an input.
+    Set,
+    /// `Runtime::get`: an output read back as a host type.
+    Get,
+}
+
+fn wrong_dtype_message(tensor: &str, expected: DType, got: DType, access: DataAccess) -> String {
+    match access {
+        DataAccess::Set => format!("tensor {tensor}: dtype is {expected}, but the data is {got}"),
+        DataAccess::Get => format!(
+            "tensor {tensor} holds {expected}, but was read as {got} \
+             (read it as its own dtype, or with get_f32 for any float or integer dtype)"
+        ),
+    }
+}
+
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum LuminalError {
     #[error("tensor {tensor}: expected {expected} elements, got {got}")]
@@ -11,11 +30,15 @@ pub enum LuminalError {
         expected: usize,
         got: usize,
     },
-    #[error("tensor {tensor}: dtype is {expected}, but the data is {got}")]
+    /// `set` was given data of another dtype than the input's, or `get` asked for another
+    /// dtype than the output's. `expected` is the tensor's dtype, `got` the data's (set) or
+    /// the requested one (get).
+    #[error("{}", wrong_dtype_message(tensor, *expected, *got, *access))]
     WrongDType {
         tensor: String,
         expected: DType,
         got: DType,
+        access: DataAccess,
     },
     #[error("tensor #{0} does not belong to the compiled graph (made by another graph or after compile)")]
     UnknownTensor(usize),

@@ -212,6 +212,7 @@ impl GraphData {
                 tensor: entry.label.clone(),
                 expected: entry.dtype,
                 got: dtype,
+                access: crate::error::DataAccess::Set,
             });
         }
         let known = self
@@ -232,6 +233,15 @@ impl GraphData {
             }
         }
         Ok(())
+    }
+
+    /// How errors name a tensor: its label (an input's name, a name given with
+    /// [`GraphTensor::named`], else `op#node`) and its shape.
+    pub fn describe_tensor(&self, t: impl Into<TensorRef>) -> String {
+        match self.tensor_entry(t) {
+            Ok(e) => format!("{} (shape {:?})", e.label, e.view.dims()),
+            Err(_) => "(unknown tensor)".to_string(),
+        }
     }
 
     /// The checks every runtime's `get` makes: the handle is an output read as a whole.
@@ -549,19 +559,42 @@ impl<'g> GraphTensor<'g> {
         );
     }
 
-    /// Marks this tensor as a result to read after `run()`. A non-trivial view is first
-    /// materialised, so use the returned handle with `get`.
+    /// Marks this tensor as a result to read after `run()`. A non-trivial view (permuted,
+    /// sliced, padded, broadcast) is first materialised; this handle (and the returned one,
+    /// the same tensor) then reads the materialised result, so `rt.get(t)` works whichever
+    /// of the two is used.
     pub fn output(self) -> GraphTensor<'g> {
         let e = self.entry();
         let node_shape = self.graph.data().node(e.node).shape.clone();
         let t = if e.view.is_contiguous() && e.view.dims() == node_shape {
             self
         } else {
-            self.contiguous()
+            let c = self.contiguous();
+            // Same values, now a whole node: point this handle at it, keeping its label.
+            let mut d = self.graph.data_mut();
+            let mut entry = d.tensors[c.id.0 as usize].clone();
+            entry.label = e.label.clone();
+            d.tensors[self.id.0 as usize] = entry;
+            c
         };
         let node = t.node();
         self.graph.data_mut().outputs.insert(node);
         t
+    }
+
+    /// Names this handle in error messages (e.g. `rt.get` of a wrong dtype says
+    /// `tensor logits …` instead of `tensor Add#57 …`). Returns a handle to the same tensor
+    /// (the graph is unchanged); an input keeps its input name for `set`.
+    pub fn named(self, name: &str) -> GraphTensor<'g> {
+        let mut entry = self.entry();
+        let is_input = matches!(
+            self.graph.data().node(entry.node).op,
+            crate::op::Op::Input { .. }
+        );
+        if !is_input {
+            entry.label = name.to_string();
+        }
+        self.graph.new_handle(entry)
     }
 }
 
@@ -689,6 +722,16 @@ impl<A: IntoAxis + Copy, const N: usize> ToAxes for [A; N] {
     }
 }
 impl<A: IntoAxis + Copy> ToAxes for &[A] {
+    fn to_axes(self) -> Vec<i64> {
+        self.iter().map(|a| a.into_axis()).collect()
+    }
+}
+impl<A: IntoAxis + Copy, const N: usize> ToAxes for &[A; N] {
+    fn to_axes(self) -> Vec<i64> {
+        self.iter().map(|a| a.into_axis()).collect()
+    }
+}
+impl<A: IntoAxis + Copy> ToAxes for &Vec<A> {
     fn to_axes(self) -> Vec<i64> {
         self.iter().map(|a| a.into_axis()).collect()
     }

@@ -35,7 +35,7 @@ pub use half;
 
 pub use backend::{Backend, CompileOptions, Runtime};
 pub use dtype::{ByteData, DType, Element, HostData};
-pub use error::{LuminalError, Result};
+pub use error::{DataAccess, LuminalError, Result};
 pub use graph::{Graph, GraphData, GraphTensor, NodeId, TensorId, TensorRef, ToAxes, ToShape};
 pub use quant::SharedBytes;
 pub use reference::{ReferenceBackend, ReferenceRuntime};
@@ -46,7 +46,7 @@ pub mod prelude {
     pub use crate::dtype::{DType, Element, HostData};
     pub use crate::error::{LuminalError, Result};
     pub use crate::graph::{Graph, GraphTensor, TensorRef, ToAxes, ToShape};
-    pub use crate::hl_ops::Operand;
+    pub use crate::hl_ops::{ConvOptions, Operand, PoolOptions};
     pub use crate::quant::SharedBytes;
     pub use crate::reference::{ReferenceBackend, ReferenceRuntime};
     pub use crate::shape::{Expression, ShapeTracker};

@@ -1,19 +1,25 @@
-//! `luminal`: run Llama-family models (GGUF files or Hugging Face folders) from the command
-//! line.
+//! `luminal`: run Llama-family models (GGUF files or Hugging Face folders) and BERT /
+//! sentence-transformers embedding models from the command line.
 //!
 //! - `luminal generate`: stream a completion (or a chat answer with `--chat`);
+//! - `luminal embed`: sentence embeddings (and their cosine similarities);
+//! - `luminal transcribe`: speech to text with Whisper;
 //! - `luminal perplexity`: perplexity of a text file over non-overlapping windows;
 //! - `luminal bench`: prefill / decode speed, like llama-bench;
+//! - `luminal bench-embed`: embedding throughput (sentences/s) of a BERT folder;
 //! - `luminal inspect`: metadata, tensors and parameter count of a model file.
 //!
 //! Errors print one line, `error: <message>`, on stderr and exit with code 1; command-line
 //! mistakes are reported by clap (exit code 2).
 
 mod bench;
+mod bench_embed;
 mod common;
+mod embed;
 mod generate;
 mod inspect;
 mod perplexity;
+mod transcribe;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -22,7 +28,7 @@ use std::process::ExitCode;
 #[command(
     name = "luminal",
     version,
-    about = "Run Llama-family models (GGUF or Hugging Face folders) on the Luminal CPU backend"
+    about = "Run Llama-family models (GGUF or Hugging Face folders) BERT embedding and Whisper speech models on the Luminal CPU backend"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -33,10 +39,16 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt, streaming it to stdout
     Generate(generate::GenerateArgs),
+    /// Speech to text with a Whisper model (greedy, no timestamps)
+    Transcribe(transcribe::TranscribeArgs),
+    /// Sentence embeddings from a BERT / sentence-transformers folder
+    Embed(embed::EmbedArgs),
     /// Perplexity of a text file (non-overlapping windows of --ctx tokens)
     Perplexity(perplexity::PerplexityArgs),
     /// Prefill (pp) and decode (tg) speed, like llama-bench
     Bench(bench::BenchArgs),
+    /// Encoder throughput (sentences/s) of an embedding model on a synthetic batch
+    BenchEmbed(bench_embed::BenchEmbedArgs),
     /// Print a model file's metadata, tensors and parameter count
     Inspect(inspect::InspectArgs),
 }
@@ -45,8 +57,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Generate(args) => generate::run(args),
+        Command::Embed(args) => embed::run(args),
+        Command::Transcribe(args) => transcribe::run(args),
         Command::Perplexity(args) => perplexity::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::BenchEmbed(args) => bench_embed::run(args),
         Command::Inspect(args) => inspect::run(args),
     };
     match result {

@@ -539,3 +539,238 @@ fn usage_errors_exit_with_code_2() {
     let o = luminal(&["frobnicate"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+// ---- embed -------------------------------------------------------------------------------
+
+fn tiny_bert() -> PathBuf {
+    model_fixtures().join("tiny-bert")
+}
+
+fn cosine(a: &[f64], b: &[f64]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let na: f64 = a.iter().map(|x| x * x).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|x| x * x).sum::<f64>().sqrt();
+    dot / (na * nb)
+}
+
+fn float_rows(v: &Value) -> Vec<Vec<f64>> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap())
+                .collect()
+        })
+        .collect()
+}
+
+/// `-o json` gives sentence-transformers' embeddings (scripts/gen_bert_fixtures.py) in input
+/// order, texts from --text and --file together.
+#[test]
+fn embed_json_matches_sentence_transformers_in_input_order() {
+    let r = read_json(model_fixtures().join("tiny-bert.reference.json"));
+    let sentences: Vec<&str> = r["sentences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    let dir = temp_dir("embed");
+    let file = dir.join("texts.txt");
+    std::fs::write(&file, format!("{}\n\n{}\n", sentences[2], sentences[3])).unwrap();
+    let model = tiny_bert();
+    let o = luminal(&[
+        "embed",
+        "--model",
+        s(&model),
+        "--text",
+        sentences[0],
+        "--text",
+        sentences[1],
+        "--file",
+        s(&file),
+        "-o",
+        "json",
+        "--batch-size",
+        "3",
+    ]);
+    let got = float_rows(&serde_json::from_str(&stdout(ok(&o))).unwrap());
+    let want = float_rows(&r["embeddings"]);
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g.len(), 128);
+        assert!(
+            cosine(g, w) >= 0.9999,
+            "embedding {i}: cosine {}",
+            cosine(g, w)
+        );
+        let worst = g
+            .iter()
+            .zip(w)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f64::max);
+        assert!(worst <= 1e-5, "embedding {i}: max |error| {worst}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Plain output: one line of values per text, then the symmetric cosine matrix with a unit
+/// diagonal.
+#[test]
+fn embed_text_prints_a_cosine_matrix_for_two_or_more_texts() {
+    let model = tiny_bert();
+    let o = luminal(&[
+        "embed",
+        "--model",
+        s(&model),
+        "--text",
+        "the cat sat",
+        "--text",
+        "a dog ran",
+    ]);
+    let out = stdout(ok(&o));
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("embedding 0 (128 values) of \"the cat sat\""),
+        "{out}"
+    );
+    assert_eq!(lines[1].split_whitespace().count(), 128);
+    assert_eq!(lines[4], "cosine similarity:");
+    let row = |l: &str| -> Vec<f64> {
+        l.split_whitespace()
+            .skip(1)
+            .map(|x| x.parse().unwrap())
+            .collect()
+    };
+    let (r0, r1) = (row(lines[6]), row(lines[7]));
+    assert_eq!((r0[0], r1[1]), (1.0, 1.0));
+    assert_eq!(r0[1], r1[0]);
+    assert!(r0[1] < 0.9999);
+    // One text: no matrix.
+    let o = luminal(&["embed", "--model", s(&model), "--text", "the cat sat"]);
+    assert!(!stdout(ok(&o)).contains("cosine"));
+}
+
+#[test]
+fn embed_with_all_minilm_l6_v2_when_fetched() {
+    let p = root().join("models/all-MiniLM-L6-v2");
+    if !p.join("model.safetensors").exists() {
+        eprintln!(
+            "skipping: {} is absent (run scripts/fetch-models.sh minilm)",
+            p.display()
+        );
+        return;
+    }
+    let r = read_json(model_fixtures().join("minilm_reference.json"));
+    let (a, b) = (
+        r["sentences"][1].as_str().unwrap(),
+        r["sentences"][2].as_str().unwrap(),
+    );
+    let o = luminal(&[
+        "embed",
+        "--model",
+        s(&p),
+        "--text",
+        a,
+        "--text",
+        b,
+        "-o",
+        "json",
+        "-t",
+        "2",
+    ]);
+    let got = float_rows(&serde_json::from_str(&stdout(ok(&o))).unwrap());
+    for (g, w) in got.iter().zip(float_rows(&r["embeddings"])[1..].iter()) {
+        assert!(cosine(g, w) >= 0.9999);
+    }
+}
+
+#[test]
+fn embed_errors_are_one_line() {
+    let model = tiny_bert();
+    let err = one_line_error(&luminal(&["embed", "--model", s(&model)]));
+    assert!(err.contains("no text to embed"), "{err}");
+    let err = one_line_error(&luminal(&[
+        "embed",
+        "--model",
+        "/no/such/folder",
+        "--text",
+        "x",
+    ]));
+    assert!(err.contains("not found"), "{err}");
+    let long = "the cat ".repeat(20);
+    let err = one_line_error(&luminal(&["embed", "--model", s(&model), "--text", &long]));
+    assert!(err.contains("42 tokens") && err.contains("32"), "{err}");
+    // --truncate embeds it instead.
+    ok(&luminal(&[
+        "embed",
+        "--model",
+        s(&model),
+        "--text",
+        &long,
+        "--truncate",
+    ]));
+    let err = one_line_error(&luminal(&[
+        "embed",
+        "--model",
+        s(&tiny_llama()),
+        "--text",
+        "x",
+    ]));
+    assert!(err.contains("unsupported model"), "{err}");
+    let dir = temp_dir("embed_missing");
+    for f in ["config.json", "modules.json"] {
+        std::fs::copy(tiny_bert().join(f), dir.join(f)).unwrap();
+    }
+    let err = one_line_error(&luminal(&["embed", "--model", s(&dir), "--text", "x"]));
+    assert!(err.contains("tokenizer.json"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// ---- transcribe --------------------------------------------------------------------------
+
+/// The tiny random Whisper fixture prints what transformers' greedy loop decodes
+/// (`scripts/gen_whisper_fixtures.py`), here with --max-tokens 5.
+#[test]
+fn transcribe_tiny_whisper_and_errors() {
+    let model = model_fixtures().join("tiny-whisper");
+    let wav = model_fixtures().join("audio/tones.wav");
+    let o = luminal(&[
+        "transcribe",
+        "--model",
+        s(&model),
+        s(&wav),
+        "--max-tokens",
+        "5",
+        "-t",
+        "2",
+    ]);
+    let out = stdout(ok(&o));
+    assert_eq!(out.lines().count(), 1, "{out:?}");
+    // Resampled input (22.05 kHz stereo) runs too.
+    let stereo = model_fixtures().join("audio/tones_stereo_22k.wav");
+    ok(&luminal(&[
+        "transcribe",
+        "--model",
+        s(&model),
+        s(&stereo),
+        "--max-tokens",
+        "3",
+    ]));
+    let err = one_line_error(&luminal(&[
+        "transcribe",
+        "--model",
+        s(&model),
+        "/no/such.wav",
+    ]));
+    assert!(err.contains("not found"), "{err}");
+    let dir = temp_dir("transcribe_bad");
+    let bad = dir.join("bad.wav");
+    std::fs::write(&bad, b"RIFF....WAVEjunk").unwrap();
+    let err = one_line_error(&luminal(&["transcribe", "--model", s(&model), s(&bad)]));
+    assert!(err.contains("WAV"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

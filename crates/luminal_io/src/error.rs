@@ -200,6 +200,22 @@ pub enum IoError {
     )]
     UnsupportedTokenizer { model: String },
 
+    /// A WAV file in a format this crate does not read (only 16-bit integer PCM is).
+    #[error("unsupported WAV: {reason}")]
+    UnsupportedWav { reason: String },
+
+    /// A WAV file whose structure is broken (no RIFF/WAVE header, a bad chunk, …).
+    #[error("malformed WAV: {reason}")]
+    MalformedWav { reason: String },
+
+    /// A WAV file whose data chunk ends before the samples its header announces.
+    #[error("WAV file is truncated: {got} of {expected} samples present")]
+    TruncatedWav { expected: u64, got: u64 },
+
+    /// A WAV file with no samples.
+    #[error("WAV file has no audio samples")]
+    EmptyWav,
+
     /// A token id outside the vocabulary (e.g. passed to `decode`).
     #[error("token id {id} is out of range for a vocabulary of {vocab_size} tokens")]
     TokenIdOutOfRange { id: u32, vocab_size: usize },

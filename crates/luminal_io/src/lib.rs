@@ -9,6 +9,7 @@
 //!   accessors, tensor infos, raw tensor bytes, and tensors decoded to f32 from F32, F16, BF16
 //!   and the block-quantized types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K…Q6_K, Q8_K
 //!   (decoders in [`quant`]).
+//! - [`read_wav`]: 16-bit PCM WAV audio, mixed to mono (for speech models).
 //! - [`Tokenizer`]: Hugging Face `tokenizer.json` files and folders, and the byte-level BPE /
 //!   SentencePiece tokenizers embedded in GGUF metadata; `encode`, `decode`, and a
 //!   [`StreamDecoder`] that never splits a UTF-8 character (see [`tokenizer`]).
@@ -33,6 +34,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod audio;
 pub mod error;
 pub mod ggml_type;
 pub mod gguf;
@@ -41,6 +43,7 @@ pub mod safetensors;
 mod storage;
 pub mod tokenizer;
 
+pub use audio::{read_wav, wav_from_bytes, Audio};
 pub use error::{IoError, Result};
 pub use ggml_type::GgmlType;
 pub use gguf::{GgufFile, Metadata, MetadataArray, MetadataType, MetadataValue, TensorInfo};

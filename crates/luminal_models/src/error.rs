@@ -28,6 +28,13 @@ pub enum ModelError {
         "context is full: {needed} tokens needed but the context holds {max} (use a larger --ctx)"
     )]
     ContextFull { needed: usize, max: usize },
+    /// An input is longer than the model reads (its position table or configured maximum).
+    #[error("input {index} has {tokens} tokens, more than the model's maximum of {max} (truncate it, e.g. `--truncate`)")]
+    InputTooLong {
+        index: usize,
+        tokens: usize,
+        max: usize,
+    },
     /// A token id is not in the vocabulary.
     #[error("token id {id} is outside the vocabulary of {vocab}")]
     BadToken { id: u32, vocab: usize },

@@ -2,8 +2,10 @@
 //!
 //! Real models on the Luminal graph: the Llama family (Llama 2/3/3.2, SmolLM/SmolLM2,
 //! Mistral, Qwen2) loaded from a GGUF file or a Hugging Face folder, with sampling and chat
-//! templates.
+//! templates; BERT encoders and sentence-transformers embedding models ([`bert`]); Whisper
+//! speech recognition ([`whisper`]).
 
+pub mod bert;
 pub mod chat;
 pub mod config;
 pub mod error;
@@ -11,7 +13,9 @@ pub mod generate;
 pub mod llama;
 pub mod model;
 pub mod sampling;
+pub mod whisper;
 
+pub use bert::{BertConfig, BertModel, EmbedOptions};
 pub use config::LlamaConfig;
 pub use error::{ModelError, Result};
 pub use generate::{

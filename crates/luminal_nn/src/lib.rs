@@ -5,17 +5,23 @@
 //! loader maps file tensors to graph inputs in one place: [`Module::parameters`].
 
 mod attention;
+mod conv;
+mod encoder;
 mod linear;
 mod mlp;
 mod norm;
+mod position;
 mod rope;
 
 pub use attention::{
     causal_attention, causal_attention_windowed, Attention, KvCache, TransformerBlock,
 };
+pub use conv::{Conv1d, Conv1dOptions, Conv2d, Conv2dOptions};
+pub use encoder::{attention, key_padding_bias, MultiHeadAttention};
 pub use linear::{Embedding, Linear};
-pub use mlp::{Activation, SwiGluMlp};
+pub use mlp::{Activation, FeedForward, SwiGluMlp};
 pub use norm::{LayerNorm, RmsNorm};
+pub use position::{sinusoidal_positions, PositionEmbedding};
 pub use rope::{Llama3Scaling, Rope, RopeLayout, RopeScaling, YarnScaling};
 
 use luminal::prelude::*;

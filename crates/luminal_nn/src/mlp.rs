@@ -1,4 +1,4 @@
-//! Activations and the SwiGLU feed-forward block.
+//! Activations, the SwiGLU feed-forward block and the plain two-layer one (BERT, Whisper).
 
 use crate::{join, Linear, Module};
 use luminal::prelude::*;
@@ -15,6 +15,21 @@ pub enum Activation {
 }
 
 impl Activation {
+    /// The activation a Hugging Face config names (`hidden_act`, `activation_function`):
+    /// `gelu` is the exact (erf) GELU; `gelu_new`, `gelu_pytorch_tanh` and `gelu_fast` the
+    /// tanh approximation; `relu`, `silu`/`swish`, `sigmoid`, `tanh`. `None` otherwise.
+    pub fn from_hf_name(name: &str) -> Option<Activation> {
+        Some(match name {
+            "gelu" | "gelu_python" => Activation::Gelu,
+            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Activation::GeluTanh,
+            "relu" => Activation::Relu,
+            "silu" | "swish" => Activation::Silu,
+            "sigmoid" => Activation::Sigmoid,
+            "tanh" => Activation::Tanh,
+            _ => return None,
+        })
+    }
+
     pub fn apply<'g>(self, x: GraphTensor<'g>) -> GraphTensor<'g> {
         match self {
             Activation::Relu => x.relu(),
@@ -57,5 +72,42 @@ impl<'g> Module<'g> for SwiGluMlp<'g> {
             .iter()
             .flat_map(|l| l.parameters())
             .collect()
+    }
+}
+
+/// `fc2(act(fc1(x)))` with biases: the feed-forward block of BERT (`intermediate.dense`,
+/// `output.dense`) and Whisper (`fc1`, `fc2`).
+pub struct FeedForward<'g> {
+    pub fc1: Linear<'g>,
+    pub fc2: Linear<'g>,
+    pub activation: Activation,
+}
+
+impl<'g> FeedForward<'g> {
+    /// Parameters `{prefix}.fc1` (`dim → hidden`) and `{prefix}.fc2` (`hidden → dim`), with
+    /// biases. Other names: build the two [`Linear`]s and the struct directly.
+    pub fn new(
+        cx: &'g Graph,
+        prefix: &str,
+        dim: usize,
+        hidden: usize,
+        activation: Activation,
+    ) -> Self {
+        FeedForward {
+            fc1: Linear::new(cx, &join(prefix, "fc1"), dim, hidden, true),
+            fc2: Linear::new(cx, &join(prefix, "fc2"), hidden, dim, true),
+            activation,
+        }
+    }
+}
+
+impl<'g> Module<'g> for FeedForward<'g> {
+    fn forward(&self, x: GraphTensor<'g>) -> GraphTensor<'g> {
+        self.fc2.forward(self.activation.apply(self.fc1.forward(x)))
+    }
+    fn parameters(&self) -> Vec<GraphTensor<'g>> {
+        let mut p = self.fc1.parameters();
+        p.extend(self.fc2.parameters());
+        p
     }
 }

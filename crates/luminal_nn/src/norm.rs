@@ -1,4 +1,4 @@
-//! LayerNorm and RMSNorm over the last dimension, with learned scale (and shift).
+//! LayerNorm and RMSNorm over the last dimension, with optional learned scale (and shift).
 
 use crate::{join, Module};
 use luminal::prelude::*;
@@ -43,16 +43,23 @@ impl<'g> Module<'g> for LayerNorm<'g> {
     }
 }
 
-/// `x / sqrt(mean(x²) + eps) · weight` over the last dim (Llama's RMSNorm).
+/// `x / sqrt(mean(x²) + eps) · weight` over the last dim (Llama's RMSNorm); without a
+/// weight (`elementwise_affine=False` in PyTorch) the scale is 1.
 pub struct RmsNorm<'g> {
-    pub weight: GraphTensor<'g>,
+    pub weight: Option<GraphTensor<'g>>,
     pub eps: f32,
 }
 
 impl<'g> RmsNorm<'g> {
+    /// With a learned weight `{prefix}.weight` (the usual form).
     pub fn new(cx: &'g Graph, prefix: &str, dim: usize, eps: f32) -> Self {
+        Self::with_affine(cx, prefix, dim, true, eps)
+    }
+
+    /// With (`affine`) or without a learned weight.
+    pub fn with_affine(cx: &'g Graph, prefix: &str, dim: usize, affine: bool, eps: f32) -> Self {
         RmsNorm {
-            weight: cx.tensor(&join(prefix, "weight"), dim),
+            weight: affine.then(|| cx.tensor(&join(prefix, "weight"), dim)),
             eps,
         }
     }
@@ -60,9 +67,13 @@ impl<'g> RmsNorm<'g> {
 
 impl<'g> Module<'g> for RmsNorm<'g> {
     fn forward(&self, x: GraphTensor<'g>) -> GraphTensor<'g> {
-        x.rms_norm(-1, self.eps) * self.weight
+        let y = x.rms_norm(-1, self.eps);
+        match self.weight {
+            Some(w) => y * w,
+            None => y,
+        }
     }
     fn parameters(&self) -> Vec<GraphTensor<'g>> {
-        vec![self.weight]
+        self.weight.into_iter().collect()
     }
 }

@@ -213,9 +213,61 @@ impl<'g> GraphTensor<'g> {
         table.embedding(picks).reshape(shape)
     }
 
-    /// `x^p`: exact repeated products for small integer `p`, `exp2(p·log2 x)` otherwise
-    /// (NaN for negative bases, like PyTorch with a fractional exponent).
-    pub fn pow(self, p: f32) -> GraphTensor<'g> {
+    /// `x^p` with a scalar or a tensor exponent (broadcast like PyTorch's `torch.pow`).
+    ///
+    /// A scalar `p`: exact repeated products for small integer `p`, `exp2(p·log2 x)`
+    /// otherwise (NaN for negative bases, like PyTorch with a fractional exponent). A
+    /// tensor `p`: see [`pow_tensor`](Self::pow_tensor).
+    pub fn pow(self, p: impl Operand<'g>) -> GraphTensor<'g> {
+        match p.scalar() {
+            Some(v) => self.pow_scalar(v as f32),
+            None => self.pow_tensor(p.into_tensor(self)),
+        }
+    }
+
+    /// `x^p` elementwise with a tensor exponent (broadcast): `|x|^p` through `exp2(p·log2|x|)`,
+    /// with PyTorch's special cases: `x^0 = 1` (also for `x` 0 or NaN), a negative base
+    /// gives `±|x|^p` for an integer `p` (sign by parity) and NaN otherwise, `0^p` is 0 for
+    /// `p > 0` and inf for `p < 0`.
+    pub fn pow_tensor(self, p: GraphTensor<'g>) -> GraphTensor<'g> {
+        let (x, p) = self.broadcast_with(p, "pow");
+        let x = x.float_for("pow");
+        let p = if p.dtype() == x.dtype() {
+            p
+        } else {
+            p.cast(x.dtype())
+        };
+        let magnitude = (x.abs().log2() * p).exp2();
+        let integer = p.eq(p.floor());
+        let odd = (p.abs() % 2.0).eq(1.0);
+        // Negative base: ±magnitude for an integer exponent, NaN otherwise.
+        let signed = odd.select(-magnitude, magnitude);
+        let negative = x.lt(0.0);
+        let nan = self.graph.constant_of(f64::NAN, x.dtype());
+        let neg_result = integer.select(signed, nan.expand_to(x.shape()));
+        let result = negative.select(neg_result, magnitude);
+        p.eq(0.0).select(
+            self.graph.constant_of(1.0, x.dtype()).expand_to(x.shape()),
+            result,
+        )
+    }
+
+    /// 1 / sqrt(x) (PyTorch's `rsqrt`).
+    pub fn rsqrt(self) -> GraphTensor<'g> {
+        self.sqrt().recip()
+    }
+
+    fn float_for(self, op: &str) -> GraphTensor<'g> {
+        assert!(
+            self.dtype().is_float(),
+            "{op}: needs a float tensor, got {} with shape {:?}",
+            self.dtype(),
+            self.shape()
+        );
+        self
+    }
+
+    fn pow_scalar(self, p: f32) -> GraphTensor<'g> {
         if p == 0.5 {
             return self.sqrt();
         }

@@ -7,6 +7,47 @@ fn e(v: usize) -> Expression {
     Expression::from(v)
 }
 
+/// The keyword arguments of PyTorch's `F.conv1d` / `F.conv2d` (the same value for every
+/// spatial dim, as an int argument is there); `Default` is PyTorch's defaults: stride 1, no
+/// padding, dilation 1, one group. For per-dim values use the positional `conv2d`.
+///
+/// ```
+/// # use luminal::prelude::*;
+/// # use luminal::hl_ops::ConvOptions;
+/// let cx = Graph::new();
+/// let x = cx.tensor("x", (1, 4, 16));
+/// let w = cx.tensor("w", (8, 4, 3));
+/// let y = x.conv1d_with(w, ConvOptions { stride: 2, padding: 1, ..Default::default() });
+/// assert_eq!(y.shape()[2].as_constant(), Some(8));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvOptions {
+    pub stride: usize,
+    pub padding: usize,
+    pub dilation: usize,
+    pub groups: usize,
+}
+
+impl Default for ConvOptions {
+    fn default() -> Self {
+        ConvOptions {
+            stride: 1,
+            padding: 0,
+            dilation: 1,
+            groups: 1,
+        }
+    }
+}
+
+/// The keyword arguments of PyTorch's pooling functions; `Default` is PyTorch's: the
+/// stride equals the kernel size (`stride: None`) and no padding.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolOptions {
+    /// `None`: the kernel size.
+    pub stride: Option<usize>,
+    pub padding: usize,
+}
+
 impl<'g> GraphTensor<'g> {
     fn expect_rank(&self, rank: usize, op: &str, layout: &str) {
         assert_eq!(
@@ -58,6 +99,44 @@ impl<'g> GraphTensor<'g> {
             .reshape(vec![g, o.clone() / groups as i64, cg * k])
             .transpose(1, 2);
         win.matmul(w).permute(&[0, 1, 3, 2]).reshape(vec![n, o, lo])
+    }
+
+    /// [`conv1d`](Self::conv1d) with PyTorch-style keyword options (`Default`: stride 1,
+    /// padding 0, dilation 1, groups 1).
+    pub fn conv1d_with(self, weight: GraphTensor<'g>, o: ConvOptions) -> GraphTensor<'g> {
+        self.conv1d(weight, o.stride, o.padding, o.dilation, o.groups)
+    }
+
+    /// [`conv2d`](Self::conv2d) with PyTorch-style keyword options, the same for height and
+    /// width.
+    pub fn conv2d_with(self, weight: GraphTensor<'g>, o: ConvOptions) -> GraphTensor<'g> {
+        let two = |v| (v, v);
+        self.conv2d(
+            weight,
+            two(o.stride),
+            two(o.padding),
+            two(o.dilation),
+            o.groups,
+        )
+    }
+
+    /// `F.max_pool1d(x, kernel, stride=kernel, padding=0)` by default.
+    pub fn max_pool1d_with(self, kernel: usize, o: PoolOptions) -> GraphTensor<'g> {
+        self.max_pool1d(kernel, o.stride.unwrap_or(kernel), o.padding)
+    }
+    /// `F.avg_pool1d(x, kernel, stride=kernel, padding=0)` by default.
+    pub fn avg_pool1d_with(self, kernel: usize, o: PoolOptions) -> GraphTensor<'g> {
+        self.avg_pool1d(kernel, o.stride.unwrap_or(kernel), o.padding)
+    }
+    /// `F.max_pool2d(x, kernel, stride=kernel, padding=0)` by default (square windows).
+    pub fn max_pool2d_with(self, kernel: usize, o: PoolOptions) -> GraphTensor<'g> {
+        let s = o.stride.unwrap_or(kernel);
+        self.max_pool2d((kernel, kernel), (s, s), (o.padding, o.padding))
+    }
+    /// `F.avg_pool2d(x, kernel, stride=kernel, padding=0)` by default (square windows).
+    pub fn avg_pool2d_with(self, kernel: usize, o: PoolOptions) -> GraphTensor<'g> {
+        let s = o.stride.unwrap_or(kernel);
+        self.avg_pool2d((kernel, kernel), (s, s), (o.padding, o.padding))
     }
 
     /// 2-D convolution: `self [N, C, H, W]`, `weight [O, C/groups, kH, kW]` → `[N, O, H_out, W_out]`.

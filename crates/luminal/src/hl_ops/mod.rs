@@ -13,6 +13,7 @@ mod state;
 mod unary;
 
 pub use binary::Operand;
+pub use conv::{ConvOptions, PoolOptions};
 
 use crate::dtype::DType;
 use crate::graph::{Graph, GraphTensor, IntoDim, ToShape};

@@ -2,7 +2,7 @@
 //! pad, concat, split, stack, unfold.
 
 use crate::dtype::DType;
-use crate::graph::{normalize_axis, GraphTensor, IntoAxis, ToShape};
+use crate::graph::{normalize_axis, GraphTensor, IntoAxis, ToAxes, ToShape};
 use crate::shape::Expression;
 
 impl<'g> GraphTensor<'g> {
@@ -10,20 +10,28 @@ impl<'g> GraphTensor<'g> {
         normalize_axis(axis.into_axis(), self.rank(), op, &self.shape())
     }
 
-    /// Reorders dimensions: output dim `i` is input dim `axes[i]`.
-    pub fn permute(self, axes: &[usize]) -> GraphTensor<'g> {
+    /// Reorders dimensions: output dim `i` is input dim `axes[i]`. Axes may be negative
+    /// (counted from the end, as in PyTorch): `x.permute(&[0, -1, 1])`.
+    pub fn permute(self, axes: impl ToAxes) -> GraphTensor<'g> {
+        let given = axes.to_axes();
+        let rank = self.rank() as i64;
+        let axes: Vec<usize> = given
+            .iter()
+            .map(|&a| if a < 0 { a + rank } else { a })
+            .filter(|a| (0..rank).contains(a))
+            .map(|a| a as usize)
+            .collect();
         let mut seen = vec![false; self.rank()];
-        let ok = axes.len() == self.rank()
-            && axes
-                .iter()
-                .all(|&a| a < seen.len() && !std::mem::replace(&mut seen[a], true));
+        let ok = given.len() == self.rank()
+            && axes.len() == given.len()
+            && axes.iter().all(|&a| !std::mem::replace(&mut seen[a], true));
         assert!(
             ok,
-            "permute: {axes:?} is not a permutation of the dims of shape {:?}",
+            "permute: {given:?} is not a permutation of the dims of shape {:?}",
             self.shape()
         );
         let mut v = self.view();
-        v.permute(axes);
+        v.permute(&axes);
         self.with_view(v)
     }
     /// Swaps two dimensions.
@@ -142,24 +150,27 @@ impl<'g> GraphTensor<'g> {
         self.reshape(new)
     }
 
-    /// Pads one axis with zeros (a free masked view).
+    /// Pads one axis with zeros (a free masked view): `before` elements in front, `after`
+    /// behind. The axis may be negative (`-1` is the last). The per-axis form cannot be
+    /// misread; prefer it to [`pad`](Self::pad) when porting `F.pad` calls.
     pub fn pad_axis(
         self,
-        axis: usize,
+        axis: impl IntoAxis,
         before: impl Into<Expression>,
         after: impl Into<Expression>,
     ) -> GraphTensor<'g> {
-        assert!(
-            axis < self.rank(),
-            "pad: axis {axis} out of range for shape {:?}",
-            self.shape()
-        );
+        let axis = self.axis(axis, "pad_axis");
         let mut v = self.view();
         v.pad(axis, before.into(), after.into());
         self.with_view(v)
     }
 
-    /// Pads every dimension (`padding[i] = (before, after)` for dim `i`) with `value`.
+    /// Pads every dimension with `value`: `padding[i] = (before, after)` for dim `i`,
+    /// **listed first dim to last, one pair per dim**.
+    ///
+    /// **This is the reverse of PyTorch's `F.pad`**, whose flat list starts at the *last*
+    /// dim: `F.pad(x, (1, 2))` on a 2-D `x` pads the last dim, which here is
+    /// `x.pad(&[(0, 0), (1, 2)], 0.0)`, or `x.pad_axis(-1, 1, 2)`.
     pub fn pad<P: Into<Expression> + Clone>(
         self,
         padding: &[(P, P)],

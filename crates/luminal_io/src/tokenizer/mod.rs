@@ -321,6 +321,16 @@ impl Tokenizer {
         self.unk
     }
 
+    /// The ids `encode(text, true)` puts before the text (BOS, BERT's `[CLS]`).
+    pub fn special_prefix(&self) -> &[u32] {
+        &self.prefix
+    }
+
+    /// The ids `encode(text, true)` puts after the text (EOS, BERT's `[SEP]`).
+    pub fn special_suffix(&self) -> &[u32] {
+        &self.suffix
+    }
+
     /// Whether `encode(text, true)` starts with BOS.
     pub fn add_bos(&self) -> bool {
         self.bos.is_some() && self.prefix.first() == self.bos.as_ref()
