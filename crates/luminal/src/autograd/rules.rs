@@ -1,0 +1,144 @@
+//! The gradient rule of each primop (its reference semantics are in [`crate::op`]).
+//!
+//! A rule gets the gradient `g` of the node's output (the node's shape, row-major) and
+//! returns, for each input, the gradient of the *view* that input is read through, as a list
+//! of factors whose elementwise product is that gradient (kept lazy so that a broadcast dim
+//! can be reduced as a matmul, see `view.rs`). `None` means no gradient flows there.
+//!
+//! | primop | gradient |
+//! |---|---|
+//! | `Log2(x)` | `g / (x ln 2)` |
+//! | `Exp2(x) = y` | `g · y ln 2` |
+//! | `Sin(x)` | `g · cos x` |
+//! | `Sqrt(x) = y` | `g / (2y)` |
+//! | `Recip(x) = y` | `-g · y²` |
+//! | `Add(a, b)` | `g`, `g` |
+//! | `Mul(a, b)` | `g · b`, `g · a` |
+//! | `SumReduce(x, axis)` | `g` expanded along `axis` |
+//! | `MaxReduce(x, axis) = y` | `g` shared equally by the elements equal to the max (PyTorch's `amax`) |
+//! | `Contiguous(x)` | `g` |
+//! | `Cast(x)` float → float | `g` cast back |
+//! | `Gather(table, ids)` | table: `g` scatter-added into the rows `ids` (one-hot matmul) |
+//! | `WriteSlice(dest, src)` | dest: `g` with the written window zeroed; src: `g` in the window |
+//!
+//! Not differentiable (no gradient, by definition rather than omission): `Mod` (piecewise
+//! constant in its divisor, and excluded by convention), `LessThan` and everything built on
+//! comparisons (eq, argmax, masks), `Iota`, integer / bool `Cast`s, the `ids` of a `Gather`.
+//! `Input` and `Constant` are leaves.
+
+use crate::dtype::DType;
+use crate::graph::{GraphTensor, Node};
+use crate::op::{BinaryOp, Op, ReduceOp, UnaryOp};
+use crate::shape::Expression;
+use std::f64::consts::LN_2;
+
+/// Gradient factors of one input's view (their product is the gradient), or `None`.
+pub(crate) type InputGrad<'g> = Option<Vec<GraphTensor<'g>>>;
+
+/// The gradients of `node`'s inputs. `out` is the node's output, `inputs` its inputs read
+/// through their edges' views, `g` the gradient of the output, `wanted[i]` whether input
+/// `i` needs one (others may be skipped).
+pub(crate) fn input_grads<'g>(
+    node: &Node,
+    out: GraphTensor<'g>,
+    inputs: &[GraphTensor<'g>],
+    g: GraphTensor<'g>,
+    wanted: &[bool],
+) -> Vec<InputGrad<'g>> {
+    let dtype = node.dtype;
+    let cx = g.graph;
+    let c = |v: f64| cx.constant_of(v, dtype);
+    let mut grads: Vec<InputGrad<'g>> = vec![None; inputs.len()];
+    let want = |i: usize| wanted.get(i).copied().unwrap_or(false);
+    match &node.op {
+        Op::Input { .. } | Op::Constant { .. } | Op::Iota { .. } => {}
+        Op::Unary(u) => {
+            let x = inputs[0];
+            grads[0] = Some(match u {
+                UnaryOp::Log2 => vec![g, (x * c(LN_2)).recip()],
+                UnaryOp::Exp2 => vec![g, out * c(LN_2)],
+                UnaryOp::Sin => vec![g, x.cos()],
+                UnaryOp::Sqrt => vec![g, out.recip() * c(0.5)],
+                UnaryOp::Recip => vec![g, -(out * out)],
+            });
+        }
+        Op::Binary(b) => match b {
+            BinaryOp::Add => {
+                grads[0] = Some(vec![g]);
+                grads[1] = Some(vec![g]);
+            }
+            BinaryOp::Mul => {
+                if want(0) {
+                    grads[0] = Some(vec![g, inputs[1]]);
+                }
+                if want(1) {
+                    grads[1] = Some(vec![g, inputs[0]]);
+                }
+            }
+            BinaryOp::Mod | BinaryOp::LessThan => {}
+        },
+        Op::Reduce { op, axis } => {
+            let size = inputs[0].shape()[*axis].clone();
+            let ge = g.expand(*axis, size.clone());
+            grads[0] = Some(match op {
+                ReduceOp::Sum => vec![ge],
+                ReduceOp::Max => {
+                    let x = inputs[0];
+                    let is_max = x.eq(out.expand(*axis, size.clone())).cast(dtype);
+                    let count = is_max.sum(*axis).expand(*axis, size);
+                    vec![ge, is_max / count]
+                }
+            });
+        }
+        Op::Contiguous => grads[0] = Some(vec![g]),
+        Op::Cast(_) => {
+            let from = inputs[0].dtype();
+            if from.is_float() && dtype.is_float() {
+                grads[0] = Some(vec![g.cast(from)]);
+            }
+        }
+        Op::Gather => {
+            if want(0) {
+                grads[0] = Some(vec![gather_table_grad(inputs[0], inputs[1], g)]);
+            }
+        }
+        Op::WriteSlice { axis, start } => {
+            let (axis, start) = (*axis, start.clone());
+            let len = inputs[1].shape()[axis].clone();
+            let size = node.shape[axis].clone();
+            let end = &start + &len;
+            if want(0) {
+                let before = g.slice(axis, Expression::zero(), start.clone());
+                let after = g.slice(axis, end.clone(), size.clone());
+                let zero_window = before.pad_axis(axis, Expression::zero(), &size - &start)
+                    + after.pad_axis(axis, end.clone(), Expression::zero());
+                grads[0] = Some(vec![zero_window]);
+            }
+            if want(1) {
+                grads[1] = Some(vec![g.slice(axis, start, end)]);
+            }
+        }
+    }
+    grads
+}
+
+/// `table[rows, width]` receives `g[ids.., width]` summed into the rows the ids name:
+/// `one_hot(ids)ᵀ · g` (a matmul, so the gradient of an embedding is one gemm).
+fn gather_table_grad<'g>(
+    table: GraphTensor<'g>,
+    ids: GraphTensor<'g>,
+    g: GraphTensor<'g>,
+) -> GraphTensor<'g> {
+    let (rows, width) = (table.shape()[0].clone(), table.shape()[1].clone());
+    let n_ids = ids.n_elements();
+    let ids_flat = ids.reshape(vec![n_ids.clone()]);
+    let classes = g.graph.iota(Expression::var("z"), rows.clone());
+    let one_hot = ids_flat
+        .unsqueeze(1)
+        .expand_to(vec![n_ids.clone(), rows.clone()])
+        .eq(classes.unsqueeze(0).expand_to(vec![n_ids.clone(), rows]))
+        .cast(g.dtype());
+    let g2 = g.reshape(vec![n_ids, width]);
+    debug_assert_eq!(ids.dtype(), DType::I32);
+    one_hot.permute(&[1, 0]).matmul(g2)
+}

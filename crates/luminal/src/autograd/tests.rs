@@ -1,0 +1,237 @@
+//! Gradients against central finite differences on the reference runtime (which computes
+//! each node in f64 and rounds to f32). PyTorch comparisons of the same rules, on every
+//! backend, live in `crates/luminal_training/tests/`.
+
+use super::*;
+use crate::prelude::*;
+
+/// Deterministic values in `[lo, hi)`.
+fn values(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let u = (s >> 40) as f32 / (1u64 << 24) as f32;
+            lo + (hi - lo) * u
+        })
+        .collect()
+}
+
+/// Builds `loss(params)` with `build`, checks every gradient element against
+/// `(L(p + eps) - L(p - eps)) / 2eps`.
+fn check<F>(shapes: &[Vec<usize>], range: (f32, f32), build: F)
+where
+    F: for<'g> Fn(&'g Graph, &[GraphTensor<'g>]) -> GraphTensor<'g>,
+{
+    let data: Vec<Vec<f32>> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| values(s.iter().product(), 7 + i as u64, range.0, range.1))
+        .collect();
+    let cx = Graph::new();
+    let params: Vec<GraphTensor> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| cx.tensor(&format!("p{i}"), s.clone()))
+        .collect();
+    let loss = build(&cx, &params);
+    let grads: Vec<GraphTensor> = gradients(&params, loss)
+        .into_iter()
+        .map(|g| g.output())
+        .collect();
+    let loss = loss.output();
+    let mut rt = cx
+        .compile(ReferenceBackend, CompileOptions::default())
+        .unwrap();
+    let eval = |rt: &mut ReferenceRuntime, vals: &[Vec<f32>]| -> f64 {
+        for (p, v) in params.iter().zip(vals) {
+            rt.set(*p, v).unwrap();
+        }
+        rt.run().unwrap();
+        rt.get::<f32>(loss).unwrap()[0] as f64
+    };
+    eval(&mut rt, &data);
+    let analytic: Vec<Vec<f32>> = grads.iter().map(|g| rt.get::<f32>(*g).unwrap()).collect();
+    let eps = 1e-2f32;
+    for (pi, d) in data.iter().enumerate() {
+        for e in 0..d.len() {
+            let mut plus = data.clone();
+            plus[pi][e] += eps;
+            let mut minus = data.clone();
+            minus[pi][e] -= eps;
+            let fd = (eval(&mut rt, &plus) - eval(&mut rt, &minus)) / (2.0 * eps as f64);
+            let a = analytic[pi][e] as f64;
+            assert!(
+                (a - fd).abs() <= 2e-2 * fd.abs().max(1.0),
+                "param {pi} element {e}: autograd {a}, finite difference {fd}"
+            );
+        }
+    }
+}
+
+/// `sum(t * w)` with a fixed, varied weighting `w = 0.7 sin(i + seed) + 0.5`, so that every
+/// output element matters differently.
+fn weighted<'g>(t: GraphTensor<'g>, seed: u64) -> GraphTensor<'g> {
+    let w = (t.graph.arange(t.n_elements()) + seed as f32).sin() * 0.7 + 0.5;
+    let axes: Vec<i64> = (0..t.rank() as i64).collect();
+    (t * w.reshape(t.shape())).sum(axes)
+}
+
+#[test]
+fn unary_primops() {
+    check(&[vec![2, 3]], (0.5, 2.0), |_, p| {
+        let x = p[0];
+        weighted(x.log2(), 1)
+            + weighted(x.exp2(), 2)
+            + weighted(x.sin(), 3)
+            + weighted(x.sqrt(), 4)
+            + weighted(x.recip(), 5)
+    });
+}
+
+#[test]
+fn binary_broadcast_and_fan_out() {
+    check(&[vec![2, 3], vec![3]], (-1.0, 1.0), |_, p| {
+        let (a, b) = (p[0], p[1]);
+        weighted(a * b + a * a - b, 1)
+    });
+}
+
+#[test]
+fn reductions() {
+    check(&[vec![3, 4]], (-1.0, 1.0), |_, p| {
+        let x = p[0];
+        weighted(x.max(1), 1) + weighted(x.sum(0), 2) + weighted(x.mean(1), 3)
+    });
+}
+
+#[test]
+fn matmul_2d_and_batched() {
+    check(
+        &[vec![3, 4], vec![4, 2], vec![2, 3, 4]],
+        (-1.0, 1.0),
+        |_, p| weighted(p[0].matmul(p[1]), 1) + weighted(p[2].matmul(p[1]), 2),
+    );
+}
+
+#[test]
+fn views_permute_slice_pad_expand_reshape() {
+    check(&[vec![4, 6]], (-1.0, 1.0), |_, p| {
+        let x = p[0];
+        let a = x.slice(1, 1, 5).permute(&[1, 0]); // [4, 4] strided
+        let b = x.pad_axis(0, 1, 2).slice(0, 0, 5); // padded, then sliced
+        let c = x.reshape([2, 12]).slice(1, 3, 9).expand(0, 3); // broadcast
+        let d = x.slice(0, 1, 3).slice(1, 2, 6).reshape([8]); // needs a copy
+        weighted(a, 1) + weighted(b, 2) + weighted(c, 3) + weighted(d, 4)
+    });
+}
+
+#[test]
+fn overlapping_unfold_windows() {
+    check(&[vec![2, 7]], (-1.0, 1.0), |_, p| {
+        weighted(p[0].unfold(1, 3, 2), 1) + weighted(p[0].unfold(1, 4, 1), 2)
+    });
+}
+
+#[test]
+fn composites_softmax_layer_norm() {
+    check(&[vec![2, 5]], (-1.0, 1.0), |_, p| {
+        let x = p[0];
+        weighted(x.softmax(1), 1)
+            + weighted(x.log_softmax(1), 2)
+            + weighted(x.layer_norm(1, 1e-5), 3)
+    });
+}
+
+#[test]
+fn gather_scatter_adds_repeated_rows() {
+    let cx = Graph::new();
+    let table = cx.tensor("table", (4, 3));
+    let ids = cx.input("ids", 5, DType::I32);
+    let w = cx.tensor("w", (5, 3));
+    let loss = (table.embedding(ids) * w).sum([0, 1]);
+    let g = gradients(&[table], loss)[0].output();
+    let mut rt = cx
+        .compile(ReferenceBackend, CompileOptions::default())
+        .unwrap();
+    let wv = values(15, 3, -1.0, 1.0);
+    rt.set(table, &values(12, 1, -1.0, 1.0)).unwrap();
+    rt.set(ids, &[2i32, 0, 2, 3, 2]).unwrap();
+    rt.set(w, &wv).unwrap();
+    rt.run().unwrap();
+    let got = rt.get::<f32>(g).unwrap();
+    // d loss / d table[r, c] = sum of w[s, c] over positions s with ids[s] == r.
+    let ids = [2usize, 0, 2, 3, 2];
+    for r in 0..4 {
+        for c in 0..3 {
+            let want: f32 = (0..5).filter(|&s| ids[s] == r).map(|s| wv[s * 3 + c]).sum();
+            assert!((got[r * 3 + c] - want).abs() < 1e-6, "row {r} col {c}");
+        }
+    }
+}
+
+#[test]
+fn gradient_of_gradient() {
+    // f = sum(x^3 * w): df/dx = 3x^2 w; d/dx sum(df/dx) = 6 x w.
+    let cx = Graph::new();
+    let x = cx.tensor("x", 4);
+    let w = cx.tensor("w", 4);
+    let f = (x * x * x * w).sum(0);
+    let g = gradients(&[x], f)[0];
+    let gg = gradients(&[x], g.sum(0))[0].output();
+    let mut rt = cx
+        .compile(ReferenceBackend, CompileOptions::default())
+        .unwrap();
+    let (xv, wv) = ([0.5f32, -1.0, 2.0, 0.0], [1.0f32, 2.0, -0.5, 3.0]);
+    rt.set(x, &xv).unwrap();
+    rt.set(w, &wv).unwrap();
+    rt.run().unwrap();
+    let got = rt.get::<f32>(gg).unwrap();
+    for i in 0..4 {
+        assert!((got[i] - 6.0 * xv[i] * wv[i]).abs() < 1e-5);
+    }
+}
+
+#[test]
+fn non_differentiable_ops_give_no_gradient() {
+    let cx = Graph::new();
+    let x = cx.tensor("x", 3);
+    let mask = x.lt(0.5).cast(DType::F32); // comparison: no gradient
+    let m = x % 0.7; // mod: no gradient
+    let loss = (mask + m).sum(0) + x.sum(0) * 0.0;
+    let g = gradients(&[x], loss)[0].output();
+    let mut rt = cx
+        .compile(ReferenceBackend, CompileOptions::default())
+        .unwrap();
+    rt.set(x, &[0.1f32, 0.9, 2.0]).unwrap();
+    rt.run().unwrap();
+    assert_eq!(rt.get::<f32>(g).unwrap(), vec![0.0; 3]);
+}
+
+#[test]
+fn unused_parameter_gets_zeros() {
+    let cx = Graph::new();
+    let x = cx.tensor("x", 2);
+    let y = cx.tensor("y", (2, 2));
+    let grads = Autograd::new(&[x, y], (x * x).sum(0));
+    let gy = grads.grad(y).output();
+    let mut rt = cx
+        .compile(ReferenceBackend, CompileOptions::default())
+        .unwrap();
+    rt.set(x, &[1f32, 2.]).unwrap();
+    rt.set(y, &[1f32; 4]).unwrap();
+    rt.run().unwrap();
+    assert_eq!(rt.get::<f32>(gy).unwrap(), vec![0.0; 4]);
+}
+
+#[test]
+#[should_panic(expected = "the loss must have one element")]
+fn non_scalar_loss_panics() {
+    let cx = Graph::new();
+    let x = cx.tensor("x", 2);
+    Autograd::new(&[x], x * 2.0);
+}
