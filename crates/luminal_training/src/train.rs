@@ -1,0 +1,263 @@
+//! One training step as one graph, and a small driver for its runtime.
+
+use crate::optim::{clip_grad_norm, Optimizer, OptimizerInputs, StateUpdate};
+use crate::schedule::Schedule;
+use crate::TrainingError;
+use luminal::autograd::gradients;
+use luminal::prelude::*;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// How the runtime keeps parameters and optimizer state from one step to the next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StateMode {
+    /// Each state input is rewritten in place by the step itself (`write_slice` of the whole
+    /// tensor): nothing leaves the runtime. Needs a backend that lets a state input be read
+    /// by other ops in the run that rewrites it (the reference backend does).
+    InPlace,
+    /// The new values are outputs, copied back into the state inputs after each run
+    /// (`get_into` + `set`): for backends whose `WriteSlice` only supports appends
+    /// (the CPU backend today, see `tests/cpu_state.rs`).
+    HostCopy,
+}
+
+/// Options of [`TrainStep::build`].
+#[derive(Clone, Copy, Debug)]
+pub struct TrainOptions {
+    pub mode: StateMode,
+    /// Clip the global gradient norm to this value first.
+    pub clip_grad_norm: Option<f32>,
+}
+
+impl Default for TrainOptions {
+    fn default() -> Self {
+        TrainOptions {
+            mode: StateMode::InPlace,
+            clip_grad_norm: None,
+        }
+    }
+}
+
+/// Handles of a training step graph (lifetime-free, so a [`Trainer`] can own them).
+#[derive(Clone, Debug)]
+pub struct TrainStep {
+    pub loss: TensorRef,
+    pub lr: TensorRef,
+    pub step: TensorRef,
+    /// The gradient norm before clipping, when clipping.
+    pub grad_norm: Option<TensorRef>,
+    pub params: Vec<TensorRef>,
+    /// `(state input, value after the step, initial value)`; parameters have no initial
+    /// value (the user sets them).
+    pub states: Vec<(TensorRef, TensorRef, Option<f32>)>,
+    /// Name and element count of each state input (for checkpoints).
+    pub state_names: Vec<(String, usize)>,
+    pub mode: StateMode,
+}
+
+impl TrainStep {
+    /// Adds the backward pass of `loss` with respect to `params` and `optimizer`'s update to
+    /// the graph, and makes the runtime keep the updated state (see [`StateMode`]).
+    /// Build everything else (extra outputs) before calling this: the update must be the
+    /// last thing a run does.
+    pub fn build<'g>(
+        params: &[GraphTensor<'g>],
+        loss: GraphTensor<'g>,
+        optimizer: &dyn Optimizer,
+        options: TrainOptions,
+    ) -> TrainStep {
+        let cx = loss.graph;
+        let loss = loss.output();
+        let mut grads = gradients(params, loss);
+        let mut grad_norm = None;
+        if let Some(max) = options.clip_grad_norm {
+            let (clipped, norm) = clip_grad_norm(&grads, max);
+            grads = clipped;
+            grad_norm = Some(norm.output().handle());
+        }
+        let lr = cx.tensor(&format!("{}.lr", optimizer.name()), ());
+        let step = cx.tensor(&format!("{}.step", optimizer.name()), ());
+        let updates: Vec<StateUpdate> =
+            optimizer.build(params, &grads, OptimizerInputs { lr, step });
+        let mut states = vec![];
+        let mut state_names = vec![];
+        // All new values exist before any write, so every read of an old value comes first.
+        let nexts: Vec<GraphTensor> = updates
+            .iter()
+            .map(|u| {
+                let shape = u.state.shape();
+                assert!(
+                    !shape.is_empty(),
+                    "TrainStep: state {:?} is a scalar; give parameters at least one dim",
+                    u.state
+                );
+                match options.mode {
+                    StateMode::InPlace => u.next,
+                    StateMode::HostCopy => u.next.output(),
+                }
+            })
+            .collect();
+        for (u, next) in updates.iter().zip(nexts) {
+            let next = match options.mode {
+                StateMode::InPlace => u.state.write_slice(0, 0usize, next),
+                StateMode::HostCopy => next,
+            };
+            let n =
+                u.state.n_elements().as_constant().unwrap_or_else(|| {
+                    panic!("TrainStep: state {:?} needs a static shape", u.state)
+                }) as usize;
+            states.push((u.state.handle(), next.handle(), u.init));
+            state_names.push((u.state.entry().label, n));
+        }
+        TrainStep {
+            loss: loss.handle(),
+            lr: lr.handle(),
+            step: step.handle(),
+            grad_norm,
+            params: params.iter().map(|p| p.handle()).collect(),
+            states,
+            state_names,
+            mode: options.mode,
+        }
+    }
+}
+
+/// Drives a compiled training step: initialises optimizer state, feeds the schedule's
+/// learning rate and the step number, runs, and (in [`StateMode::HostCopy`]) copies the new
+/// state back.
+pub struct Trainer<R: Runtime> {
+    pub runtime: R,
+    pub handles: TrainStep,
+    /// Steps taken so far.
+    pub steps: usize,
+    scratch: Vec<f32>,
+    /// State restored by `load`, until the next step recomputes it in the runtime.
+    loaded: Option<HashMap<String, Vec<f32>>>,
+}
+
+impl<R: Runtime> Trainer<R> {
+    /// Takes a runtime compiled from the graph `handles` was built in, and sets every
+    /// optimizer state to its initial value. Parameters and data inputs are set by the user
+    /// (`trainer.runtime.set(..)`) before the first step.
+    pub fn new(mut runtime: R, handles: TrainStep) -> Result<Trainer<R>, TrainingError> {
+        for ((state, _, init), (_, n)) in handles.states.iter().zip(&handles.state_names) {
+            if let Some(v) = init {
+                runtime.set(*state, &vec![*v; *n])?;
+            }
+        }
+        Ok(Trainer {
+            runtime,
+            handles,
+            steps: 0,
+            scratch: vec![],
+            loaded: None,
+        })
+    }
+
+    /// One step at learning rate `lr`: forward, backward, update. Returns the loss (computed
+    /// with the parameters before the update).
+    pub fn step(&mut self, lr: f32) -> Result<f32, TrainingError> {
+        self.steps += 1;
+        self.loaded = None;
+        self.runtime.set(self.handles.lr, &[lr])?;
+        self.runtime.set(self.handles.step, &[self.steps as f32])?;
+        self.runtime.run()?;
+        if self.handles.mode == StateMode::HostCopy {
+            for (state, next, _) in &self.handles.states {
+                self.runtime.get_into(*next, &mut self.scratch)?;
+                self.runtime.set(*state, &self.scratch)?;
+            }
+        }
+        self.runtime
+            .get_into(self.handles.loss, &mut self.scratch)?;
+        Ok(self.scratch[0])
+    }
+
+    /// One step at the schedule's learning rate for the current step.
+    pub fn step_with(&mut self, schedule: &dyn Schedule) -> Result<f32, TrainingError> {
+        let lr = schedule.lr(self.steps);
+        self.step(lr)
+    }
+
+    /// The current value of a state tensor (a parameter or an optimizer state), after the
+    /// last step (or as set, before the first one).
+    pub fn state_value(&self, state: impl Into<TensorRef>) -> Result<Vec<f32>, TrainingError> {
+        let state = state.into();
+        let i = self
+            .handles
+            .states
+            .iter()
+            .position(|(s, _, _)| *s == state)
+            .ok_or(TrainingError::NotState)?;
+        if let Some(values) = &self.loaded {
+            return Ok(values[&self.handles.state_names[i].0].clone());
+        }
+        let next = &self.handles.states[i].1;
+        if self.steps == 0 {
+            return Err(TrainingError::NoStepYet);
+        }
+        Ok(self.runtime.get(*next)?)
+    }
+
+    /// Writes every parameter and optimizer state, and the step count, to a safetensors file.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<(), TrainingError> {
+        let mut tensors: Vec<(String, Vec<u8>, Vec<usize>)> = vec![];
+        for ((state, _, _), (name, n)) in self.handles.states.iter().zip(&self.handles.state_names)
+        {
+            let values = if self.steps == 0 {
+                return Err(TrainingError::NoStepYet);
+            } else {
+                self.state_value(*state)?
+            };
+            debug_assert_eq!(values.len(), *n);
+            let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            tensors.push((name.clone(), bytes, vec![*n]));
+        }
+        let step = (self.steps as f32).to_le_bytes().to_vec();
+        tensors.push(("trainer.steps".into(), step, vec![1]));
+        let views: Vec<(String, safetensors::tensor::TensorView)> = tensors
+            .iter()
+            .map(|(name, bytes, shape)| {
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), bytes)
+                    .map(|v| (name.clone(), v))
+            })
+            .collect::<Result<_, _>>()?;
+        safetensors::serialize_to_file(views, None, path.as_ref())?;
+        Ok(())
+    }
+
+    /// Restores what [`Trainer::save`] wrote: the state inputs and the step count, so the
+    /// following steps continue the same trajectory.
+    pub fn load(&mut self, path: impl AsRef<Path>) -> Result<(), TrainingError> {
+        let bytes = std::fs::read(path.as_ref())?;
+        let file = safetensors::SafeTensors::deserialize(&bytes)?;
+        let read = |name: &str, n: usize| -> Result<Vec<f32>, TrainingError> {
+            let t = file
+                .tensor(name)
+                .map_err(|_| TrainingError::Checkpoint(format!("missing tensor {name}")))?;
+            if t.dtype() != safetensors::Dtype::F32 || t.data().len() != n * 4 {
+                return Err(TrainingError::Checkpoint(format!(
+                    "tensor {name}: expected {n} f32 values, got {:?} with {} bytes",
+                    t.dtype(),
+                    t.data().len()
+                )));
+            }
+            Ok(t.data()
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect())
+        };
+        let mut values = HashMap::new();
+        for (name, n) in &self.handles.state_names {
+            values.insert(name.clone(), read(name, *n)?);
+        }
+        let steps = read("trainer.steps", 1)?[0];
+        for ((state, _, _), (name, _)) in self.handles.states.iter().zip(&self.handles.state_names)
+        {
+            self.runtime.set(*state, &values[name])?;
+        }
+        self.steps = steps as usize;
+        self.loaded = Some(values);
+        Ok(())
+    }
+}
