@@ -38,8 +38,8 @@ fn cosine(from: f64, to: f64, t: f64, period: f64) -> f64 {
     to + (from - to) * (1.0 + (PI * t / period).cos()) / 2.0
 }
 
-/// Cosine annealing from `lr` to `min_lr` over `t_max` steps (`CosineAnnealingLR`, one
-/// half period; it stays at `min_lr` afterwards).
+/// Cosine annealing from `lr` to `min_lr` over `t_max` steps (`CosineAnnealingLR`; like it,
+/// the cosine continues past `t_max`, rising again over the next `t_max` steps).
 #[derive(Clone, Copy, Debug)]
 pub struct Cosine {
     pub lr: f32,
@@ -50,13 +50,18 @@ pub struct Cosine {
 impl Schedule for Cosine {
     fn lr(&self, step: usize) -> f32 {
         assert!(self.t_max > 0, "Cosine: t_max must be > 0");
-        let t = step.min(self.t_max) as f64;
-        cosine(self.lr as f64, self.min_lr as f64, t, self.t_max as f64) as f32
+        cosine(
+            self.lr as f64,
+            self.min_lr as f64,
+            step as f64,
+            self.t_max as f64,
+        ) as f32
     }
 }
 
 /// Linear warm-up from `lr · start_factor` to `lr` over `warmup` steps, then cosine
-/// annealing to `min_lr` over the remaining `total - warmup` steps (`SequentialLR` of
+/// annealing to `min_lr` over the remaining `total - warmup` steps (then rising again, as
+/// in PyTorch) (`SequentialLR` of
 /// `LinearLR(start_factor, 1.0, warmup)` and `CosineAnnealingLR(total - warmup, min_lr)`).
 #[derive(Clone, Copy, Debug)]
 pub struct WarmupCosine {
@@ -81,7 +86,7 @@ impl Schedule for WarmupCosine {
             return (lr * (s + (1.0 - s) * step as f64 / self.warmup as f64)) as f32;
         }
         let period = (self.total - self.warmup) as f64;
-        let t = ((step - self.warmup) as f64).min(period);
+        let t = (step - self.warmup) as f64;
         cosine(lr, self.min_lr as f64, t, period) as f32
     }
 }
