@@ -23,6 +23,9 @@
 //! assert!((t.state_value(w).unwrap()[0] - 2.0).abs() < 1e-3);
 //! ```
 
+pub mod data;
+pub mod digits;
+pub mod init;
 pub mod loss;
 pub mod optim;
 pub mod schedule;
@@ -48,6 +51,8 @@ pub enum TrainingError {
     Checkpoint(String),
     #[error("the tensor is not a parameter or optimizer state of this training step")]
     NotState,
+    #[error("data set: {0}")]
+    Data(String),
     #[error("no step has run yet: the state lives in the runtime only after a step")]
     NoStepYet,
 }
