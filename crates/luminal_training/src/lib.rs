@@ -43,7 +43,7 @@ pub use train::{StateMode, TrainOptions, TrainStep, Trainer};
 pub enum TrainingError {
     #[error(transparent)]
     Runtime(#[from] luminal::LuminalError),
-    #[error("checkpoint I/O: {0}")]
+    #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
     #[error("checkpoint format: {0}")]
     Safetensors(#[from] safetensors::SafeTensorError),

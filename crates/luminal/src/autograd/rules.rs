@@ -84,8 +84,19 @@ pub(crate) fn input_grads<'g>(
                 ReduceOp::Sum => vec![ge],
                 ReduceOp::Max => {
                     let x = inputs[0];
-                    let is_max = x.eq(out.expand(*axis, size.clone())).cast(dtype);
-                    let count = is_max.sum(*axis).expand(*axis, size);
+                    // x <= max everywhere, so "equal to the max" is "not below it": one
+                    // comparison (NaN inputs make the max NaN, and the gradient with it).
+                    let is_max = x.lt(out.expand(*axis, size.clone())).not().cast(dtype);
+                    let count = match size.as_constant() {
+                        // A short axis (elementwise `maximum` stacks a pair): add the slices,
+                        // which fuses into one elementwise loop instead of a tiny reduction.
+                        Some(n) if n <= 4 => (1..n)
+                            .fold(is_max.slice(*axis, 0, 1), |acc, k| {
+                                acc + is_max.slice(*axis, k, k + 1)
+                            })
+                            .expand_to(is_max.shape()),
+                        _ => is_max.sum(*axis).expand(*axis, size),
+                    };
                     vec![ge, is_max / count]
                 }
             });
