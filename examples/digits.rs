@@ -3,17 +3,18 @@
 //!
 //! ```bash
 //! cargo run --release --example digits -- mlp [--steps 600] [--threads 2] [--backend cpu|reference]
+//! cargo run --release --example digits -- cnn
 //! ```
 //!
 //! The data (models/digits.csv, git-ignored) is fetched by `scripts/fetch-digits.sh` from the
-//! scikit-learn wheel on PyPI on first use. 80/20 seeded train/test split, MLP 64-128-10,
-//! batch 64, Adam (lr 3e-3).
+//! scikit-learn wheel on PyPI on first use. 80/20 seeded train/test split, batch 64, Adam
+//! (lr 3e-3); `mlp` is 64-128-10, `cnn` is conv 16 → conv 32 (stride 2) → linear.
 
 use indicatif::{ProgressBar, ProgressStyle};
 use luminal::prelude::*;
 use luminal_cpu::CpuBackend;
 use luminal_training::data::Digits;
-use luminal_training::digits::{train_mlp, MlpConfig};
+use luminal_training::digits::{train_mlp, Arch, MlpConfig};
 use luminal_training::StateMode;
 use std::path::PathBuf;
 use std::process::Command;
@@ -39,19 +40,21 @@ fn digits_csv() -> Result<PathBuf, String> {
 }
 
 fn usage() -> ! {
-    eprintln!(
-        "usage: digits mlp [--steps N] [--threads N] [--backend cpu|reference]\n\
-         (the CNN variant needs Conv2d training support that is not built yet)"
-    );
+    eprintln!("usage: digits mlp|cnn [--steps N] [--threads N] [--backend cpu|reference]");
     std::process::exit(2)
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) != Some("mlp") {
-        usage();
-    }
-    let mut config = MlpConfig::default();
+    let arch = match args.first().map(String::as_str) {
+        Some("mlp") => Arch::Mlp,
+        Some("cnn") => Arch::Cnn,
+        _ => usage(),
+    };
+    let mut config = MlpConfig {
+        arch,
+        ..MlpConfig::default()
+    };
     let (mut threads, mut backend) = (2usize, "cpu".to_string());
     let mut it = args[1..].iter();
     while let Some(flag) = it.next() {
@@ -72,10 +75,10 @@ fn main() {
     };
     let (train, test) = data.split(0.2, 0);
     eprintln!(
-        "digits: {} train / {} test images, MLP 64-{}-10, batch {}, Adam lr {}, {} steps, {backend} backend",
+        "digits: {} train / {} test images, {:?}, batch {}, Adam lr {}, {} steps, {backend} backend",
         train.len(),
         test.len(),
-        config.hidden,
+        config.arch,
         config.batch,
         config.lr,
         config.steps

@@ -1,5 +1,6 @@
-//! The scikit-learn `digits` MLP (64-128-10, ReLU, cross-entropy, Adam), shared by the
-//! `digits` example, the accuracy test and the PyTorch comparison (`scripts/bench_training.py`).
+//! Classifiers of scikit-learn's `digits` (an MLP 64-128-10 and a small CNN, ReLU,
+//! cross-entropy, Adam), shared by the `digits` example, the accuracy tests and the PyTorch
+//! comparison (`scripts/bench_training.py`).
 
 use crate::data::{Batches, Digits};
 use crate::init::Init;
@@ -8,12 +9,22 @@ use crate::optim::Adam;
 use crate::train::{StateMode, TrainOptions, TrainStep, Trainer};
 use crate::TrainingError;
 use luminal::prelude::*;
-use luminal_nn::{Linear, Module};
+use luminal_nn::{Conv2d, Linear, Module};
 use std::time::{Duration, Instant};
+
+/// The network.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    /// 64 → `hidden` → 10.
+    Mlp,
+    /// conv 3x3 1→16 (pad 1), conv 3x3 16→32 (stride 2, pad 1), linear 512→10.
+    Cnn,
+}
 
 /// Hyper-parameters of [`train_mlp`].
 #[derive(Clone, Debug)]
 pub struct MlpConfig {
+    pub arch: Arch,
     pub hidden: usize,
     pub batch: usize,
     pub steps: usize,
@@ -25,6 +36,7 @@ pub struct MlpConfig {
 impl Default for MlpConfig {
     fn default() -> Self {
         MlpConfig {
+            arch: Arch::Mlp,
             hidden: 128,
             batch: 64,
             steps: 600,
@@ -47,22 +59,67 @@ pub struct MlpReport {
     pub steps: usize,
 }
 
-fn mlp<'g>(cx: &'g Graph, hidden: usize) -> (Linear<'g>, Linear<'g>) {
-    (
-        Linear::new(cx, "fc1", Digits::PIXELS, hidden, true),
-        Linear::new(cx, "fc2", hidden, Digits::CLASSES, true),
-    )
+/// The layers of either network, with each parameter's fan-in (for PyTorch's default
+/// initialisation, `U(±1/√fan_in)` for weights and biases).
+enum Net<'g> {
+    Mlp(Linear<'g>, Linear<'g>),
+    Cnn(Conv2d<'g>, Conv2d<'g>, Linear<'g>),
 }
 
-fn forward<'g>(layers: &(Linear<'g>, Linear<'g>), x: GraphTensor<'g>) -> GraphTensor<'g> {
-    let h = layers.0.forward(x);
-    // ReLU as `h · [h > 0]`: the same values as `relu()` (a max-reduce over a stacked pair),
-    // but its forward and backward are each one fused elementwise loop on every backend, and
-    // its gradient at 0 is PyTorch's (0).
-    layers.1.forward(h * h.gt(0.0).cast(DType::F32))
+impl<'g> Net<'g> {
+    fn new(cx: &'g Graph, config: &MlpConfig) -> Net<'g> {
+        match config.arch {
+            Arch::Mlp => Net::Mlp(
+                Linear::new(cx, "fc1", Digits::PIXELS, config.hidden, true),
+                Linear::new(cx, "fc2", config.hidden, Digits::CLASSES, true),
+            ),
+            Arch::Cnn => Net::Cnn(
+                Conv2d::new(cx, "conv1", 1, 16, 3, 1, 1, true),
+                Conv2d::new(cx, "conv2", 16, 32, 3, 2, 1, true),
+                Linear::new(cx, "fc", 32 * 4 * 4, Digits::CLASSES, true),
+            ),
+        }
+    }
+
+    /// `(parameter, fan_in)` pairs.
+    fn parameters(&self) -> Vec<(GraphTensor<'g>, usize)> {
+        let with = |m: &dyn Module<'g>, fan_in: usize| {
+            m.parameters().into_iter().map(move |p| (p, fan_in))
+        };
+        match self {
+            Net::Mlp(a, b) => {
+                let hidden = b.weight.shape()[1].as_constant().unwrap() as usize;
+                with(a, Digits::PIXELS).chain(with(b, hidden)).collect()
+            }
+            Net::Cnn(c1, c2, fc) => with(c1, 9)
+                .chain(with(c2, 16 * 9))
+                .chain(with(fc, 32 * 16))
+                .collect(),
+        }
+    }
+
+    /// `x [B, 64]` → logits `[B, 10]`.
+    fn forward(&self, x: GraphTensor<'g>) -> GraphTensor<'g> {
+        match self {
+            Net::Mlp(a, b) => b.forward(relu(a.forward(x))),
+            Net::Cnn(c1, c2, fc) => {
+                let n = x.shape()[0].clone();
+                let img = x.reshape(vec![n.clone(), 1.into(), 8.into(), 8.into()]);
+                let h = relu(c2.forward(relu(c1.forward(img))));
+                fc.forward(h.reshape(vec![n, (32 * 16).into()]))
+            }
+        }
+    }
 }
 
-/// Trains the MLP on `train` with minibatches of `config.batch`, calling `on_step(step, loss)`
+/// ReLU as `h · [h > 0]`: the same values as `relu()` (a max-reduce over a stacked pair),
+/// but its forward and backward are each one fused elementwise loop on every backend, and
+/// its gradient at 0 is PyTorch's (0).
+fn relu(h: GraphTensor) -> GraphTensor {
+    h * h.gt(0.0).cast(DType::F32)
+}
+
+/// Trains the network on `train` with minibatches of `config.batch`, calling `on_step(step, loss)`
 /// after each step, then measures the accuracy on `test`. `backend` is called twice (the
 /// training graph and the evaluation graph).
 pub fn train_mlp<B: Backend>(
@@ -76,29 +133,20 @@ pub fn train_mlp<B: Backend>(
     let cx = Graph::new();
     let x = cx.tensor("x", (b, px));
     let labels = cx.input("labels", b, DType::I32);
-    let layers = mlp(&cx, config.hidden);
-    let params: Vec<GraphTensor> = [layers.0.parameters(), layers.1.parameters()].concat();
-    let loss = cross_entropy(forward(&layers, x), labels, CrossEntropy::default());
+    let net = Net::new(&cx, config);
+    let params: Vec<(GraphTensor, usize)> = net.parameters();
+    let loss = cross_entropy(net.forward(x), labels, CrossEntropy::default());
     let options = TrainOptions {
         mode: config.mode,
         clip_grad_norm: None,
     };
-    let step = TrainStep::build(&params, loss, &Adam::default(), options);
+    let tensors: Vec<GraphTensor> = params.iter().map(|(p, _)| *p).collect();
+    let step = TrainStep::build(&tensors, loss, &Adam::default(), options);
     let mut trainer = Trainer::new(cx.compile(backend(), CompileOptions::default())?, step)?;
     let mut init = Init::new(config.seed);
-    for p in &params {
-        let shape = p.shape();
-        let n: usize = shape
-            .iter()
-            .map(|d| d.as_constant().unwrap() as usize)
-            .product();
-        // torch.nn.Linear's default: U(±1/√in_features) for weight [out, in] and bias [out].
-        let fan_in = if p.entry().label.starts_with("fc1") {
-            px
-        } else {
-            config.hidden
-        };
-        trainer.runtime.set(*p, &init.linear_default(n, fan_in))?;
+    for (p, fan_in) in &params {
+        let n = p.n_elements().as_constant().unwrap() as usize;
+        trainer.runtime.set(*p, &init.linear_default(n, *fan_in))?;
     }
     let mut batches = Batches::new(train.len(), b, config.seed);
     let (mut xb, mut yb) = (vec![0f32; b * px], vec![0i32; b]);
@@ -125,11 +173,10 @@ pub fn train_mlp<B: Backend>(
     // Evaluate the trained parameters on the whole test set in one batch.
     let ecx = Graph::new();
     let ex = ecx.tensor("x", (test.len(), px));
-    let elayers = mlp(&ecx, config.hidden);
-    let eparams: Vec<GraphTensor> = [elayers.0.parameters(), elayers.1.parameters()].concat();
-    let predicted = forward(&elayers, ex).argmax(1).output();
+    let enet = Net::new(&ecx, config);
+    let predicted = enet.forward(ex).argmax(1).output();
     let mut ert = ecx.compile(backend(), CompileOptions::default())?;
-    for (ep, p) in eparams.iter().zip(&params) {
+    for ((ep, _), (p, _)) in enet.parameters().iter().zip(&params) {
         ert.set(*ep, &trainer.state_value(*p)?)?;
     }
     ert.set(ex, &test.images)?;

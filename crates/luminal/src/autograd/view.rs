@@ -68,9 +68,23 @@ pub(crate) fn view_transpose<'g>(
     } else {
         let keep: Vec<usize> = (0..dims.len()).filter(|i| !broadcast.contains(i)).collect();
         let order: Vec<usize> = keep.iter().chain(&broadcast).copied().collect();
-        let permuted: Vec<GraphTensor<'g>> = factors.iter().map(|f| f.permute(&order)).collect();
+        let mut permuted: Vec<GraphTensor<'g>> =
+            factors.iter().map(|f| f.permute(&order)).collect();
+        let mut summed = broadcast.len();
+        if summed > 1 {
+            // Several broadcast dims (a batched matmul's weight gradient sums over batch and
+            // rows): merge them into one when every factor allows it without a copy, so the
+            // product reduces one axis, which is the matmul pattern.
+            let mut merged: Vec<Expression> = keep.iter().map(|&i| dims[i].clone()).collect();
+            merged.push(broadcast.iter().map(|&i| dims[i].clone()).product());
+            let free = permuted.iter().all(|f| f.view().reshape(merged.clone()));
+            if free {
+                permuted = permuted.iter().map(|f| f.reshape(merged.clone())).collect();
+                summed = 1;
+            }
+        }
         let mut g = product(&permuted);
-        for _ in &broadcast {
+        for _ in 0..summed {
             g = g.sum(g.rank() as i64 - 1);
         }
         let mut rest = view;
