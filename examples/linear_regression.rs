@@ -33,6 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let options = TrainOptions {
         mode: StateMode::HostCopy, // the CPU backend's WriteSlice only appends (see the crate docs)
         clip_grad_norm: None,
+        ..TrainOptions::default()
     };
     let step = TrainStep::build(&[w, b], loss, &optimizer, options);
     let rt = cx.compile(CpuBackend::with_threads(1), CompileOptions::default())?;

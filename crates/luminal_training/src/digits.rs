@@ -139,6 +139,7 @@ pub fn train_mlp<B: Backend>(
     let options = TrainOptions {
         mode: config.mode,
         clip_grad_norm: None,
+        ..TrainOptions::default()
     };
     let tensors: Vec<GraphTensor> = params.iter().map(|(p, _)| *p).collect();
     let step = TrainStep::build(&tensors, loss, &Adam::default(), options);

@@ -27,6 +27,9 @@ pub struct TrainOptions {
     pub mode: StateMode,
     /// Clip the global gradient norm to this value first.
     pub clip_grad_norm: Option<f32>,
+    /// Gradient accumulation: the optimizer steps once every `accumulate` runs, on the mean
+    /// of their gradients (each run's loss should be a mean over its micro-batch). 1 = off.
+    pub accumulate: usize,
 }
 
 impl Default for TrainOptions {
@@ -34,6 +37,7 @@ impl Default for TrainOptions {
         TrainOptions {
             mode: StateMode::InPlace,
             clip_grad_norm: None,
+            accumulate: 1,
         }
     }
 }
@@ -46,6 +50,10 @@ pub struct TrainStep {
     pub step: TensorRef,
     /// The gradient norm before clipping, when clipping.
     pub grad_norm: Option<TensorRef>,
+    /// With gradient accumulation: the scalar input that is 1 on the run that applies the
+    /// update and 0 on the others, and the number of runs per update.
+    pub apply: Option<TensorRef>,
+    pub accumulate: usize,
     pub params: Vec<TensorRef>,
     /// `(state input, value after the step, initial value)`; parameters have no initial
     /// value (the user sets them).
@@ -68,7 +76,34 @@ impl TrainStep {
     ) -> TrainStep {
         let cx = loss.graph;
         let loss = loss.output();
+        assert!(
+            options.accumulate >= 1,
+            "TrainStep: accumulate must be >= 1, got {}",
+            options.accumulate
+        );
         let mut grads = gradients(params, loss);
+        // Gradient accumulation: sum this run's gradients into state, and let the optimizer
+        // see their mean; its update (and the reset of the sums) only lands when `apply` is 1.
+        let mut accumulators = vec![];
+        let apply = (options.accumulate > 1).then(|| cx.tensor("train.apply", ()));
+        if let Some(apply) = apply {
+            let k = options.accumulate as f32;
+            grads = params
+                .iter()
+                .zip(&grads)
+                .map(|(&p, &g)| {
+                    let acc = cx.tensor(&format!("{}.grad_sum", p.entry().label), p.shape());
+                    let sum = acc + g;
+                    let keep = 1.0 - apply.expand_to(p.shape());
+                    accumulators.push(StateUpdate {
+                        state: acc,
+                        next: sum * keep,
+                        init: Some(0.0),
+                    });
+                    sum * (1.0 / k)
+                })
+                .collect();
+        }
         let mut grad_norm = None;
         if let Some(max) = options.clip_grad_norm {
             let (clipped, norm) = clip_grad_norm(&grads, max);
@@ -77,8 +112,16 @@ impl TrainStep {
         }
         let lr = cx.tensor(&format!("{}.lr", optimizer.name()), ());
         let step = cx.tensor(&format!("{}.step", optimizer.name()), ());
-        let updates: Vec<StateUpdate> =
+        let mut updates: Vec<StateUpdate> =
             optimizer.build(params, &grads, OptimizerInputs { lr, step });
+        if let Some(apply) = apply {
+            // Exact either way: 1·next + 0·old = next, 0·next + 1·old = old.
+            for u in &mut updates {
+                let a = apply.expand_to(u.state.shape());
+                u.next = u.next * a + u.state * (1.0 - a);
+            }
+        }
+        updates.extend(accumulators);
         let mut states = vec![];
         let mut state_names = vec![];
         // All new values exist before any write, so every read of an old value comes first.
@@ -114,6 +157,8 @@ impl TrainStep {
             lr: lr.handle(),
             step: step.handle(),
             grad_norm,
+            apply: apply.map(|a| a.handle()),
+            accumulate: options.accumulate,
             params: params.iter().map(|p| p.handle()).collect(),
             states,
             state_names,
@@ -128,8 +173,10 @@ impl TrainStep {
 pub struct Trainer<R: Runtime> {
     pub runtime: R,
     pub handles: TrainStep,
-    /// Steps taken so far.
+    /// Optimizer steps taken so far (updates applied).
     pub steps: usize,
+    /// Runs since the last applied update (gradient accumulation).
+    pub micro_steps: usize,
     scratch: Vec<f32>,
     /// State restored by `load`, until the next step recomputes it in the runtime.
     loaded: Option<HashMap<String, Vec<f32>>>,
@@ -149,19 +196,32 @@ impl<R: Runtime> Trainer<R> {
             runtime,
             handles,
             steps: 0,
+            micro_steps: 0,
             scratch: vec![],
             loaded: None,
         })
     }
 
-    /// One step at learning rate `lr`: forward, backward, update. Returns the loss (computed
-    /// with the parameters before the update).
+    /// One run at learning rate `lr`: forward, backward and (on the last run of each group
+    /// of `accumulate`) the update. Returns the loss (computed with the parameters before the
+    /// update).
     pub fn step(&mut self, lr: f32) -> Result<f32, TrainingError> {
-        self.steps += 1;
         self.loaded = None;
+        let applies = self.micro_steps + 1 == self.handles.accumulate;
         self.runtime.set(self.handles.lr, &[lr])?;
-        self.runtime.set(self.handles.step, &[self.steps as f32])?;
+        self.runtime
+            .set(self.handles.step, &[(self.steps + 1) as f32])?;
+        if let Some(apply) = self.handles.apply {
+            self.runtime
+                .set(apply, &[if applies { 1f32 } else { 0. }])?;
+        }
         self.runtime.run()?;
+        if applies {
+            self.steps += 1;
+            self.micro_steps = 0;
+        } else {
+            self.micro_steps += 1;
+        }
         if self.handles.mode == StateMode::HostCopy {
             for (state, next, _) in &self.handles.states {
                 self.runtime.get_into(*next, &mut self.scratch)?;
@@ -193,7 +253,7 @@ impl<R: Runtime> Trainer<R> {
             return Ok(values[&self.handles.state_names[i].0].clone());
         }
         let next = &self.handles.states[i].1;
-        if self.steps == 0 {
+        if self.steps == 0 && self.micro_steps == 0 {
             return Err(TrainingError::NoStepYet);
         }
         Ok(self.runtime.get(*next)?)
@@ -204,11 +264,12 @@ impl<R: Runtime> Trainer<R> {
         let mut tensors: Vec<(String, Vec<u8>, Vec<usize>)> = vec![];
         for ((state, _, _), (name, n)) in self.handles.states.iter().zip(&self.handles.state_names)
         {
-            let values = if self.steps == 0 {
-                return Err(TrainingError::NoStepYet);
-            } else {
-                self.state_value(*state)?
-            };
+            if self.micro_steps != 0 {
+                return Err(TrainingError::Checkpoint(
+                    "save between accumulation groups (gradient sums are not saved)".into(),
+                ));
+            }
+            let values = self.state_value(*state)?;
             debug_assert_eq!(values.len(), *n);
             let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
             tensors.push((name.clone(), bytes, vec![*n]));

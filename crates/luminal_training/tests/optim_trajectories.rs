@@ -120,6 +120,7 @@ fn check_trajectories<B: Backend>(backend: impl Fn() -> B, mode: StateMode, labe
         let options = TrainOptions {
             mode,
             clip_grad_norm: clip,
+            ..TrainOptions::default()
         };
         let step = TrainStep::build(&[w, b], l, opt.as_ref(), options);
         let rt = cx.compile(backend(), CompileOptions::default()).unwrap();
@@ -243,6 +244,7 @@ fn checkpoint_resume_reproduces_the_trajectory_bit_for_bit() {
             TrainOptions {
                 mode: StateMode::HostCopy,
                 clip_grad_norm: None,
+                ..TrainOptions::default()
             },
         );
         let rt = cx
@@ -290,4 +292,68 @@ fn checkpoint_resume_reproduces_the_trajectory_bit_for_bit() {
     let mut t = Trainer::new(rt, step).unwrap();
     assert!(matches!(t.load(&path), Err(TrainingError::Safetensors(_))));
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Two micro-batches of 3 rows with `accumulate: 2` follow PyTorch's full-batch (6 rows) Adam
+/// trajectory: the mean of the two half-batch mean losses is the full mean.
+fn check_accumulation<B: Backend>(backend: B, mode: StateMode) {
+    let problem = &fixture()["optim_problem"];
+    let case = &fixture()["optim"]["adam"];
+    let (xs, ys) = (floats(&problem["x"]["data"]), floats(&problem["y"]["data"]));
+    let cx = Graph::new();
+    let x = cx.tensor("x", (3, 3));
+    let y = cx.tensor("y", (3, 2));
+    let w = input(&cx, "w", &problem["w"]);
+    let b = input(&cx, "b", &problem["b"]);
+    let l = loss::mse(x.matmul(w) + b, y, Reduction::Mean);
+    let options = TrainOptions {
+        mode,
+        accumulate: 2,
+        ..TrainOptions::default()
+    };
+    let step = TrainStep::build(&[w, b], l, &Adam::default(), options);
+    let mut t = Trainer::new(
+        cx.compile(backend, CompileOptions::default()).unwrap(),
+        step,
+    )
+    .unwrap();
+    set(&mut t.runtime, w, &problem["w"]);
+    set(&mut t.runtime, b, &problem["b"]);
+    for s in 0..10 {
+        let mut total = 0.0;
+        for half in 0..2 {
+            t.runtime.set(x, &xs[half * 9..half * 9 + 9]).unwrap();
+            t.runtime.set(y, &ys[half * 6..half * 6 + 6]).unwrap();
+            total += t.step(0.05).unwrap();
+            assert_eq!(t.steps, s + half);
+        }
+        let what = format!("accumulated step {s}");
+        assert_close(
+            &what,
+            &[total / 2.0],
+            &[floats(&case["loss"])[s]],
+            1e-5,
+            1e-5,
+        );
+        assert_close(
+            &what,
+            &t.state_value(w).unwrap(),
+            &floats(&case["w"][s]),
+            1e-5,
+            1e-5,
+        );
+        assert_close(
+            &what,
+            &t.state_value(b).unwrap(),
+            &floats(&case["b"][s]),
+            1e-5,
+            1e-5,
+        );
+    }
+}
+
+#[test]
+fn gradient_accumulation_matches_full_batch_pytorch() {
+    check_accumulation(ReferenceBackend, StateMode::InPlace);
+    check_accumulation(CpuBackend::with_threads(2), StateMode::HostCopy);
 }

@@ -235,3 +235,36 @@ fn non_scalar_loss_panics() {
     let x = cx.tensor("x", 2);
     Autograd::new(&[x], x * 2.0);
 }
+
+#[test]
+fn write_slice_and_cast_gradients() {
+    // loss = sum(write_slice(dest, rows 1..3, src) * w) + sum(x.cast(f16).cast(f32) * v):
+    // d/dsrc = w[1..3], d/ddest = w with rows 1..3 zeroed, d/dx = v (a float cast passes the
+    // gradient through unchanged).
+    let cx = Graph::new();
+    let dest = cx.tensor("dest", (4, 2));
+    let src = cx.tensor("src", (2, 2));
+    let w = cx.tensor("w", (4, 2));
+    let x = cx.tensor("x", 3);
+    let v = cx.tensor("v", 3);
+    let written = dest.write_slice(0, 1usize, src);
+    let loss = (written * w).sum([0, 1]) + (x.cast(DType::F16).cast(DType::F32) * v).sum(0);
+    let g = gradients(&[dest, src, x], loss);
+    let g: Vec<GraphTensor> = g.into_iter().map(|t| t.output()).collect();
+    let mut rt = cx
+        .compile(ReferenceBackend, CompileOptions::default())
+        .unwrap();
+    let wv: Vec<f32> = (0..8).map(|i| i as f32 + 1.0).collect();
+    rt.set(dest, &[0f32; 8]).unwrap();
+    rt.set(src, &[1f32; 4]).unwrap();
+    rt.set(w, &wv).unwrap();
+    rt.set(x, &[0.5f32, 1.5, -2.0]).unwrap();
+    rt.set(v, &[3f32, -1., 0.25]).unwrap();
+    rt.run().unwrap();
+    assert_eq!(
+        rt.get::<f32>(g[0]).unwrap(),
+        vec![1., 2., 0., 0., 0., 0., 7., 8.]
+    );
+    assert_eq!(rt.get::<f32>(g[1]).unwrap(), vec![3., 4., 5., 6.]);
+    assert_eq!(rt.get::<f32>(g[2]).unwrap(), vec![3., -1., 0.25]);
+}
