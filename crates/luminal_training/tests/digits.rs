@@ -1,10 +1,11 @@
-//! Behavioural test: the digits MLP (64-128-10, Adam, batch 64) reaches at least 95% test
-//! accuracy within 600 steps on the CPU backend. Needs models/digits.csv
+//! Behavioural tests: on the CPU backend the digits MLP (64-128-10, Adam, batch 64) reaches
+//! at least 95% test accuracy within 600 steps, and the CNN (conv 16, conv 32, linear) 97%
+//! within 400. Needs models/digits.csv
 //! (`scripts/fetch-digits.sh`, which CI runs); skips with a message when it is absent.
 
 use luminal_cpu::CpuBackend;
 use luminal_training::data::Digits;
-use luminal_training::digits::{train_mlp, MlpConfig};
+use luminal_training::digits::{train_mlp, Arch, MlpConfig};
 use std::path::PathBuf;
 
 #[test]
@@ -53,4 +54,35 @@ fn malformed_digits_file_is_a_typed_error() {
     let missing = Digits::load(dir.join("nope.csv")).unwrap_err().to_string();
     assert!(missing.contains("I/O"), "{missing}");
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn digits_cnn_reaches_97_percent() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/digits.csv");
+    if !path.exists() {
+        eprintln!(
+            "skipping: {} is missing (run scripts/fetch-digits.sh)",
+            path.display()
+        );
+        return;
+    }
+    let (train, test) = Digits::load(&path).unwrap().split(0.2, 0);
+    let config = MlpConfig {
+        arch: Arch::Cnn,
+        steps: 400,
+        ..MlpConfig::default()
+    };
+    let report = train_mlp(
+        || CpuBackend::with_threads(2),
+        &train,
+        &test,
+        &config,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert!(
+        report.test_accuracy >= 0.97,
+        "test accuracy {}",
+        report.test_accuracy
+    );
 }
