@@ -97,6 +97,45 @@ grads["batched_matmul_gelu"] = grad_case(
     {"a": rand((2, 3, 4)), "b": rand((4, 5))}, {"w": rand((2, 3, 5))},
     lambda a, b, w: (F.gelu(a @ b) * w).sum())
 
+grads["elementwise_hl_ops"] = grad_case(
+    {"x": rand((3, 4), -2, 2)}, {"w": rand((8, 3, 4))},
+    lambda x, w: (w[0] * torch.exp(x)).sum() + (w[1] * torch.tanh(x)).sum()
+    + (w[2] * F.softplus(x)).sum() + (w[3] * F.silu(x)).sum()
+    + (w[4] * F.leaky_relu(x, 0.1)).sum() + (w[5] * torch.abs(x)).sum()
+    + (w[6] * torch.clamp(x, -0.5, 0.5)).sum() + (w[7] * x ** 3).sum())
+grads["log_pow"] = grad_case(
+    {"x": rand((2, 3), 0.5, 2.0)}, {"w": rand((3, 2, 3))},
+    lambda x, w: (w[0] * torch.log(x)).sum() + (w[1] * x ** 1.5).sum() + (w[2] * x ** -2).sum())
+grads["rms_norm_var_std"] = grad_case(
+    {"x": rand((3, 5))}, {"w": rand((3, 5)), "v": rand((3,)), "u": rand((3,))},
+    lambda x, w, v, u: (w * F.rms_norm(x, (5,), eps=1e-6)).sum()
+    + (v * torch.var(x, 1)).sum() + (u * torch.std(x, 1)).sum())
+grads["cumsum_prod"] = grad_case(
+    {"x": rand((3, 4))}, {"w": rand((3, 4)), "v": rand((3,))},
+    lambda x, w, v: (w * torch.cumsum(x, 1)).sum() + (v * torch.prod(x, 1)).sum())
+grads["concat_split_stack"] = grad_case(
+    {"a": rand((2, 3)), "b": rand((2, 2))}, {"w1": rand((2, 5)), "w2": rand((2, 2, 3)), "w3": rand((2, 4))},
+    lambda a, b, w1, w2, w3: (w1 * torch.cat([a, b], 1)).sum()
+    + (w2 * torch.stack([a, a * 2], 0)).sum()
+    + (w3 * torch.split(torch.cat([a, b], 1), [1, 4], 1)[1]).sum())
+grads["pooling"] = grad_case(
+    {"x": rand((1, 2, 6, 6))}, {"w1": rand((1, 2, 3, 3)), "w2": rand((1, 2, 6, 6))},
+    lambda x, w1, w2: (w1 * F.max_pool2d(x, 2, 2)).sum()
+    + (w2 * F.avg_pool2d(x, 3, 1, padding=1)).sum())
+grads["index_select_gather"] = grad_case(
+    {"x": rand((4, 3))},
+    {"idx": np.array([3, 1]), "idx2": np.array([[0, 2], [1, 1], [2, 0], [0, 0]]),
+     "w1": rand((2, 3)), "w2": rand((4, 2))},
+    lambda x, idx, idx2, w1, w2: (w1 * torch.index_select(x, 0, idx)).sum()
+    + (w2 * torch.gather(x, 1, idx2)).sum())
+grads["conv1d_minimum"] = grad_case(
+    {"x": rand((2, 3, 7)), "k": rand((4, 3, 3))}, {"w": rand((2, 4, 4)), "v": rand((2, 3, 7))},
+    lambda x, k, w, v: (w * F.conv1d(x, k, stride=2, padding=1)).sum()
+    + (v * torch.minimum(x, torch.tensor(0.2))).sum())
+grads["select_where"] = grad_case(
+    {"x": rand((3, 3))}, {"m": rand((3, 3), 0, 1), "w": rand((3, 3))},
+    lambda x, m, w: (w * torch.where(m > 0.5, x, x * x)).sum())
+
 # ---------------------------------------------------------------- losses
 losses = {}
 

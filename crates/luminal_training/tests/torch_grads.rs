@@ -44,13 +44,61 @@ fn build_case<'g>(name: &str, t: &HashMap<String, GraphTensor<'g>>) -> GraphTens
         "conv2d" => all(t["x"].conv2d(t["k"], (1, 1), (0, 0), (1, 1), 1) * t["w"]),
         "conv2d_pad_stride" => all(t["x"].conv2d(t["k"], (2, 2), (1, 1), (1, 1), 1) * t["w"]),
         "batched_matmul_gelu" => all(t["a"].matmul(t["b"]).gelu() * t["w"]),
+        "elementwise_hl_ops" => {
+            let (x, w) = (t["x"], t["w"]);
+            let wi = |i: i64| w.slice(0, i, i + 1).squeeze(0);
+            all(wi(0) * x.exp())
+                + all(wi(1) * x.tanh())
+                + all(wi(2) * x.softplus())
+                + all(wi(3) * x.silu())
+                + all(wi(4) * x.leaky_relu(0.1))
+                + all(wi(5) * x.abs())
+                + all(wi(6) * x.clamp(-0.5, 0.5))
+                + all(wi(7) * x.pow(3.0))
+        }
+        "log_pow" => {
+            let (x, w) = (t["x"], t["w"]);
+            let wi = |i: i64| w.slice(0, i, i + 1).squeeze(0);
+            all(wi(0) * x.log()) + all(wi(1) * x.pow(1.5)) + all(wi(2) * x.pow(-2.0))
+        }
+        "rms_norm_var_std" => {
+            let x = t["x"];
+            all(t["w"] * x.rms_norm(1, 1e-6))
+                + all(t["v"] * x.var(1, 1))
+                + all(t["u"] * x.std(1, 1))
+        }
+        "cumsum_prod" => all(t["w"] * t["x"].cumsum(1)) + all(t["v"] * t["x"].prod(1)),
+        "concat_split_stack" => {
+            let (a, b) = (t["a"], t["b"]);
+            let c = GraphTensor::concat(&[a, b], 1);
+            all(t["w1"] * c)
+                + all(t["w2"] * GraphTensor::stack(&[a, a * 2.0], 0))
+                + all(t["w3"] * c.split(&[1, 4], 1)[1])
+        }
+        "pooling" => {
+            let x = t["x"];
+            all(t["w1"] * x.max_pool2d((2, 2), (2, 2), (0, 0)))
+                + all(t["w2"] * x.avg_pool2d((3, 3), (1, 1), (1, 1)))
+        }
+        "index_select_gather" => {
+            let x = t["x"];
+            all(t["w1"] * x.index_select(0, t["idx"])) + all(t["w2"] * x.gather(1, t["idx2"]))
+        }
+        "conv1d_minimum" => {
+            let x = t["x"];
+            all(t["w"] * x.conv1d(t["k"], 2, 1, 1, 1)) + all(t["v"] * x.minimum(0.2))
+        }
+        "select_where" => {
+            let x = t["x"];
+            all(t["w"] * t["m"].gt(0.5).select(x, x * x))
+        }
         other => panic!("no builder for grads case {other}"),
     }
 }
 
 fn check_grads<B: Backend>(backend: impl Fn() -> B, label: &str) {
     let cases = fixture()["grads"].as_object().unwrap();
-    assert!(cases.len() >= 10);
+    assert!(cases.len() >= 19);
     for (name, case) in cases {
         let cx = Graph::new();
         let mut t = HashMap::new();
