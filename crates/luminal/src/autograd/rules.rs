@@ -18,7 +18,7 @@
 //! | `MaxReduce(x, axis) = y` | `g` shared equally by the elements equal to the max (PyTorch's `amax`) |
 //! | `Contiguous(x)` | `g` |
 //! | `Cast(x)` float → float | `g` cast back |
-//! | `Gather(table, ids)` | table: `g` scatter-added into the rows `ids` (one-hot matmul) |
+//! | `Gather(table, ids)` | table: `g` scatter-added into the rows `ids` (one-hot matmul; for the gather `select` builds, `g` masked by the condition, elementwise) |
 //! | `WriteSlice(dest, src)` | dest: `g` with the written window zeroed; src: `g` in the window |
 //!
 //! Not differentiable (no gradient, by definition rather than omission): `Mod` (piecewise
@@ -110,7 +110,12 @@ pub(crate) fn input_grads<'g>(
         }
         Op::Gather => {
             if want(0) {
-                grads[0] = Some(vec![gather_table_grad(inputs[0], inputs[1], g)]);
+                let table = inputs[0];
+                let grad = match select_choice(inputs[1], &table.shape()[0]) {
+                    Some(choice) => select_table_grad(choice, g),
+                    None => gather_table_grad(table, inputs[1], g),
+                };
+                grads[0] = Some(vec![grad]);
             }
         }
         Op::WriteSlice { axis, start } => {
@@ -131,6 +136,77 @@ pub(crate) fn input_grads<'g>(
         }
     }
     grads
+}
+
+/// `select(cond, a, b)` is a gather from the stacked column `[b; a]` (`2n` rows) at
+/// `iota + cast(cond) · n`. When `ids` has exactly that form, returns the 0/1 choice (of the
+/// gradient's dtype, shape `[n]`): the table's gradient is then elementwise (`O(n)`) instead of
+/// the general one-hot product (`O(n²)`).
+fn select_choice<'g>(ids: GraphTensor<'g>, rows: &Expression) -> Option<GraphTensor<'g>> {
+    let cx = ids.graph;
+    let n = ids.n_elements();
+    if *rows != &n * 2 || !ids.view().is_contiguous() {
+        return None;
+    }
+    let cond_edge = {
+        let d = cx.data();
+        let add = d.node(ids.node());
+        if add.op != Op::Binary(BinaryOp::Add) || add.inputs.len() != 2 {
+            return None;
+        }
+        let is_iota = |e: &crate::graph::Edge| {
+            matches!(&d.node(e.node).op, Op::Iota { expr } if *expr == Expression::var("z"))
+                && e.view.is_contiguous()
+        };
+        let other = match (is_iota(&add.inputs[0]), is_iota(&add.inputs[1])) {
+            (true, false) => &add.inputs[1],
+            (false, true) => &add.inputs[0],
+            _ => return None,
+        };
+        let mul = d.node(other.node);
+        if mul.op != Op::Binary(BinaryOp::Mul) || mul.inputs.len() != 2 {
+            return None;
+        }
+        let is_n = |e: &crate::graph::Edge| match &d.node(e.node).op {
+            Op::Constant { value } => match value {
+                crate::op::ConstValue::Float(v) => n.as_constant() == Some(*v as i64),
+                crate::op::ConstValue::Expr(x) => *x == n,
+            },
+            _ => false,
+        };
+        let cast = match (is_n(&mul.inputs[0]), is_n(&mul.inputs[1])) {
+            (false, true) => &mul.inputs[0],
+            (true, false) => &mul.inputs[1],
+            _ => return None,
+        };
+        let cast_node = d.node(cast.node);
+        if cast_node.op != Op::Cast(DType::I32) || !cast.view.is_contiguous() {
+            return None;
+        }
+        let src = &cast_node.inputs[0];
+        if d.node(src.node).dtype != DType::Bool {
+            return None;
+        }
+        src.clone()
+    };
+    let label = format!("autograd#{}", cond_edge.node.0);
+    let cond = cx.new_handle(crate::graph::TensorEntry {
+        node: cond_edge.node,
+        view: cond_edge.view,
+        dtype: DType::Bool,
+        label,
+    });
+    Some(cond.cast(DType::F32))
+}
+
+/// The gradient of the stacked `[on_false; on_true]` column of a `select`: `g` where the
+/// choice picked each row, 0 elsewhere.
+fn select_table_grad<'g>(choice: GraphTensor<'g>, g: GraphTensor<'g>) -> GraphTensor<'g> {
+    let dtype = g.dtype();
+    let c = choice.cast(dtype).unsqueeze(1);
+    let on_false = g * (1.0 - c);
+    let on_true = g * c;
+    GraphTensor::concat(&[on_false, on_true], 0)
 }
 
 /// `table[rows, width]` receives `g[ids.., width]` summed into the rows the ids name:

@@ -268,3 +268,43 @@ fn write_slice_and_cast_gradients() {
     assert_eq!(rt.get::<f32>(g[1]).unwrap(), vec![3., 4., 5., 6.]);
     assert_eq!(rt.get::<f32>(g[2]).unwrap(), vec![3., -1., 0.25]);
 }
+
+#[test]
+fn select_gradient_is_elementwise_not_a_one_hot_product() {
+    // where(m > 0, x, 2x) on 128x128: d/dx = w where m > 0, 2w elsewhere. The general gather
+    // gradient would build a [2·16384, 16384] one-hot; the select rule stays O(n).
+    let cx = Graph::new();
+    let x = cx.tensor("x", (128, 128));
+    let m = cx.tensor("m", (128, 128));
+    let w = cx.tensor("w", (128, 128));
+    let loss = (m.gt(0.0).select(x, x * 2.0) * w).sum([0, 1]);
+    let g = gradients(&[x], loss)[0].output();
+    let biggest = cx
+        .snapshot()
+        .nodes
+        .iter()
+        .flatten()
+        .map(|n| {
+            n.shape
+                .iter()
+                .map(|d| d.as_constant().unwrap())
+                .product::<i64>()
+        })
+        .max()
+        .unwrap();
+    assert!(biggest <= 2 * 128 * 128, "a node of {biggest} elements");
+    let mut rt = cx
+        .compile(ReferenceBackend, CompileOptions::default())
+        .unwrap();
+    let mv = values(128 * 128, 5, -1.0, 1.0);
+    let wv = values(128 * 128, 6, -1.0, 1.0);
+    rt.set(x, &values(128 * 128, 4, -1.0, 1.0)).unwrap();
+    rt.set(m, &mv).unwrap();
+    rt.set(w, &wv).unwrap();
+    rt.run().unwrap();
+    let got = rt.get::<f32>(g).unwrap();
+    for i in 0..128 * 128 {
+        let want = if mv[i] > 0.0 { wv[i] } else { 2.0 * wv[i] };
+        assert_eq!(got[i], want, "element {i}");
+    }
+}
