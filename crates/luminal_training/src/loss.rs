@@ -144,7 +144,7 @@ fn smoothed_nll<'g>(
         )
     }) as usize;
     // An ignored label (any id outside 0..C) one-hot encodes to a row of zeros.
-    let target = labels.one_hot(classes);
+    let target = one_hot_f32(labels, classes);
     let picked = (log_probs * target).sum(1);
     let valid = labels.ne(ignore_index).cast(DType::F32);
     let mut per_row = -picked;
@@ -153,6 +153,21 @@ fn smoothed_nll<'g>(
         per_row = per_row * (1.0 - smoothing) - uniform * smoothing;
     }
     (per_row * valid, valid)
+}
+
+/// `labels.one_hot(classes)` by a float comparison, `(label - class)² < 1/4`: the same
+/// values for labels of magnitude below 2²⁴, in one fused elementwise loop on backends whose
+/// integer comparisons are not.
+fn one_hot_f32<'g>(labels: GraphTensor<'g>, classes: usize) -> GraphTensor<'g> {
+    let n = labels.shape()[0].clone();
+    let shape = vec![n, Expression::from(classes)];
+    let l = labels
+        .cast(DType::F32)
+        .unsqueeze(1)
+        .expand_to(shape.clone());
+    let c = labels.graph.arange(classes).unsqueeze(0).expand_to(shape);
+    let d = l - c;
+    (d * d).lt(0.25).cast(DType::F32)
 }
 
 fn reduce_rows<'g>(

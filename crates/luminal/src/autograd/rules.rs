@@ -218,14 +218,17 @@ fn gather_table_grad<'g>(
 ) -> GraphTensor<'g> {
     let (rows, width) = (table.shape()[0].clone(), table.shape()[1].clone());
     let n_ids = ids.n_elements();
-    let ids_flat = ids.reshape(vec![n_ids.clone()]);
-    let classes = g.graph.iota(Expression::var("z"), rows.clone());
-    let one_hot = ids_flat
+    let shape = vec![n_ids.clone(), rows.clone()];
+    // One-hot by a float comparison, `(id - class)² < 1/4` (ids are small integers, exact
+    // in f32): one fused elementwise loop, where integer comparisons are not.
+    let ids_f = ids
+        .reshape(vec![n_ids.clone()])
+        .cast(DType::F32)
         .unsqueeze(1)
-        .expand_to(vec![n_ids.clone(), rows.clone()])
-        .eq(classes.unsqueeze(0).expand_to(vec![n_ids.clone(), rows]))
-        .cast(g.dtype());
+        .expand_to(shape.clone());
+    let classes = g.graph.arange(rows).unsqueeze(0).expand_to(shape);
+    let d = ids_f - classes;
+    let one_hot = (d * d).lt(0.25).cast(g.dtype());
     let g2 = g.reshape(vec![n_ids, width]);
-    debug_assert_eq!(ids.dtype(), DType::I32);
     one_hot.permute(&[1, 0]).matmul(g2)
 }
