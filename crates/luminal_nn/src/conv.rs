@@ -15,7 +15,8 @@ pub struct Conv2d<'g> {
 
 impl<'g> Conv2d<'g> {
     /// A square-kernel convolution with `stride` and `padding` on both axes, no dilation,
-    /// one group.
+    /// one group (PyTorch's positional arguments, in order).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         cx: &'g Graph,
         prefix: &str,
@@ -76,7 +77,9 @@ pub struct Conv1d<'g> {
 }
 
 impl<'g> Conv1d<'g> {
-    /// A convolution with `stride` and `padding`, no dilation, one group.
+    /// A convolution with `stride` and `padding`, no dilation, one group (PyTorch's
+    /// positional arguments, in order).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         cx: &'g Graph,
         prefix: &str,

@@ -118,7 +118,7 @@ pub(crate) fn view_transpose<'g>(
         .map(|d| constant(d, "node dim", &rest))
         .product();
     let v = StaticView::of(&rest);
-    scatter(g, v, n, &rest).reshape(node_shape.to_vec())
+    scatter(g, v, n, &rest, &mut 0).reshape(node_shape.to_vec())
 }
 
 /// If `view` reads a row-major buffer of `node_shape` with its dims permuted, the
@@ -174,12 +174,13 @@ impl StaticView {
 }
 
 /// Scatter-adds `g` (the logical shape of the unmasked view `v`) into a flat buffer
-/// of `n` elements.
+/// of `n` elements. `pieces` counts the non-overlapping pieces built so far.
 fn scatter<'g>(
     g: GraphTensor<'g>,
     mut v: StaticView,
     n: i64,
     orig: &ShapeTracker,
+    pieces: &mut usize,
 ) -> GraphTensor<'g> {
     let cx = g.graph;
     let dtype = g.dtype();
@@ -231,6 +232,7 @@ fn scatter<'g>(
                     t = t.pad_axis(k, offs[k] as usize, after as usize);
                 }
             }
+            *pieces += 1;
             let total: i64 = virt.iter().product();
             let flat = t.reshape(vec![Expression::from(total)]);
             if total == n {
@@ -241,11 +243,10 @@ fn scatter<'g>(
         }
         Err(split) => {
             let d = v.dims[split];
-            let terms: usize = v.dims.iter().map(|&x| x as usize).product::<usize>()
-                / v.dims.iter().map(|&x| x as usize).max().unwrap_or(1);
             assert!(
-                terms <= MAX_SPLIT_TERMS,
-                "Autograd: the gradient through view {orig} needs too many pieces ({terms})"
+                *pieces + d as usize <= MAX_SPLIT_TERMS,
+                "Autograd: the gradient through view {orig} needs more than \
+                 {MAX_SPLIT_TERMS} pieces"
             );
             let mut acc: Option<GraphTensor<'g>> = None;
             for t in 0..d {
@@ -254,7 +255,7 @@ fn scatter<'g>(
                 pv.offset += t * v.strides[split];
                 pv.dims.remove(split);
                 pv.strides.remove(split);
-                let s = scatter(piece, pv, n, orig);
+                let s = scatter(piece, pv, n, orig, pieces);
                 acc = Some(match acc {
                     None => s,
                     Some(a) => a + s,
