@@ -259,6 +259,40 @@ optim = {
 }
 problem = {"x": enc(X), "y": enc(Y), "w": enc(W0), "b": enc(B0)}
 
+# ---------------------------------------------------------------- batch norm (train mode)
+def batchnorm_case():
+    xs = [rand((4, 3, 2, 2), -2, 2) for _ in range(3)]
+    w = rand((4, 3, 2, 2))
+    W, B = rand((3,)), rand((3,))
+    bn = torch.nn.BatchNorm2d(3)
+    with torch.no_grad():
+        bn.weight.copy_(torch.tensor(W))
+        bn.bias.copy_(torch.tensor(B))
+    opt = torch.optim.SGD(bn.parameters(), lr=0.1)
+    out = {"x": [enc(x) for x in xs], "w": enc(w), "weight": enc(W), "bias": enc(B),
+           "loss": [], "weight_after": [], "bias_after": [], "running_mean": [], "running_var": []}
+    for i, x in enumerate(xs):
+        opt.zero_grad()
+        xt = torch.tensor(x, requires_grad=True)
+        loss = (torch.tensor(w) * bn(xt)).sum()
+        loss.backward()
+        if i == 0:
+            out["grad_x"] = enc(xt.grad.numpy())
+        opt.step()
+        out["loss"].append(float(loss.detach()))
+        out["weight_after"].append([float(v) for v in bn.weight.detach().numpy()])
+        out["bias_after"].append([float(v) for v in bn.bias.detach().numpy()])
+        out["running_mean"].append([float(v) for v in bn.running_mean.numpy()])
+        out["running_var"].append([float(v) for v in bn.running_var.numpy()])
+    bn.eval()
+    xe = rand((2, 3, 2, 2), -2, 2)
+    out["x_eval"] = enc(xe)
+    out["y_eval"] = enc(bn(torch.tensor(xe)).detach().numpy())
+    return out
+
+
+batchnorm = batchnorm_case()
+
 # ---------------------------------------------------------------- schedules alone
 def lrs(make_sched, base=0.1, n=30):
     opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=base)
@@ -283,6 +317,7 @@ schedules = {
 os.makedirs(os.path.dirname(OUT), exist_ok=True)
 with open(OUT, "w") as f:
     json.dump({"torch": torch.__version__, "grads": grads, "losses": losses, "optim": optim,
-               "optim_problem": problem, "schedules": schedules}, f, indent=None)
+               "optim_problem": problem, "schedules": schedules,
+               "batchnorm": batchnorm}, f, indent=None)
     f.write("\n")
 print("wrote", OUT)

@@ -5,6 +5,7 @@
 //! loader maps file tensors to graph inputs in one place: [`Module::parameters`].
 
 mod attention;
+mod batchnorm;
 mod conv;
 mod linear;
 mod mlp;
@@ -14,6 +15,7 @@ mod rope;
 pub use attention::{
     causal_attention, causal_attention_windowed, Attention, KvCache, TransformerBlock,
 };
+pub use batchnorm::{dropout_mask, BatchNorm, Dropout, RunningStat};
 pub use conv::{Conv1d, Conv2d};
 pub use linear::{Embedding, Linear};
 pub use mlp::{Activation, SwiGluMlp};

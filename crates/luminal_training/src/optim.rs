@@ -31,6 +31,16 @@ pub struct StateUpdate<'g> {
     pub init: Option<f32>,
 }
 
+impl<'g> From<luminal_nn::RunningStat<'g>> for StateUpdate<'g> {
+    fn from(s: luminal_nn::RunningStat<'g>) -> StateUpdate<'g> {
+        StateUpdate {
+            state: s.state,
+            next: s.next,
+            init: Some(s.init),
+        }
+    }
+}
+
 /// Builds the update graph of an optimizer.
 pub trait Optimizer {
     /// Adds the updates of `params` given their `grads` (same order and shapes). Returns the

@@ -74,6 +74,19 @@ impl TrainStep {
         optimizer: &dyn Optimizer,
         options: TrainOptions,
     ) -> TrainStep {
+        Self::build_with_state(params, loss, optimizer, options, vec![])
+    }
+
+    /// [`TrainStep::build`], plus state the model itself updates each step (a batch norm's
+    /// running statistics: `BatchNorm::forward_train`'s second result, converted with
+    /// `into()`), kept by the runtime like the optimizer's.
+    pub fn build_with_state<'g>(
+        params: &[GraphTensor<'g>],
+        loss: GraphTensor<'g>,
+        optimizer: &dyn Optimizer,
+        options: TrainOptions,
+        model_state: Vec<StateUpdate<'g>>,
+    ) -> TrainStep {
         let cx = loss.graph;
         let loss = loss.output();
         assert!(
@@ -122,6 +135,7 @@ impl TrainStep {
             }
         }
         updates.extend(accumulators);
+        updates.extend(model_state);
         let mut states = vec![];
         let mut state_names = vec![];
         // All new values exist before any write, so every read of an old value comes first.
