@@ -308,3 +308,112 @@ fn select_gradient_is_elementwise_not_a_one_hot_product() {
         assert_eq!(got[i], want, "element {i}");
     }
 }
+
+mod random_views {
+    //! Random chains of views (permute, slice, pad, expand, flatten, unfold, transpose) on a
+    //! small tensor. `L(x) = sum(view(x) · w)` is linear, so its gradient is `L` at each basis
+    //! vector: `grad[i] = L(e_i)`, computed by running the forward only (no autograd), with
+    //! integer weights so that every value is exact.
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum ViewOp {
+        Permute(u64),
+        Slice(usize, u64, u64),
+        Pad(usize, usize, usize),
+        Expand(usize, usize),
+        Flatten(usize),
+        Unfold(usize, usize, usize),
+    }
+
+    fn view_op() -> impl Strategy<Value = ViewOp> {
+        prop_oneof![
+            any::<u64>().prop_map(ViewOp::Permute),
+            (0..4usize, any::<u64>(), any::<u64>()).prop_map(|(a, s, e)| ViewOp::Slice(a, s, e)),
+            (0..4usize, 0..3usize, 0..3usize).prop_map(|(a, b, c)| ViewOp::Pad(a, b, c)),
+            (0..4usize, 2..4usize).prop_map(|(a, n)| ViewOp::Expand(a, n)),
+            (0..4usize).prop_map(ViewOp::Flatten),
+            (0..4usize, 1..4usize, 1..3usize).prop_map(|(a, k, s)| ViewOp::Unfold(a, k, s)),
+        ]
+    }
+
+    fn apply<'g>(t: GraphTensor<'g>, op: &ViewOp) -> GraphTensor<'g> {
+        let dims: Vec<usize> = t
+            .shape()
+            .iter()
+            .map(|d| d.as_constant().unwrap() as usize)
+            .collect();
+        let r = dims.len();
+        let n: usize = dims.iter().product();
+        if n > 400 || r == 0 {
+            return t;
+        }
+        match *op {
+            ViewOp::Permute(seed) => {
+                let mut axes: Vec<usize> = (0..r).collect();
+                let mut s = seed;
+                for i in (1..r).rev() {
+                    axes.swap(i, (s % (i as u64 + 1)) as usize);
+                    s /= 7;
+                }
+                t.permute(&axes)
+            }
+            ViewOp::Slice(a, s, e) => {
+                let a = a % r;
+                let d = dims[a] as u64;
+                let start = s % d;
+                let end = start + 1 + e % (d - start);
+                t.slice(a as i64, start as i64, end as i64)
+            }
+            ViewOp::Pad(a, b, c) => t.pad_axis(a % r, b, c),
+            ViewOp::Expand(a, n) if r < 5 => t.expand((a % (r + 1)) as i64, n),
+            ViewOp::Flatten(a) if r >= 2 => {
+                let a = a % (r - 1);
+                t.flatten(a as i64, a as i64 + 1)
+            }
+            ViewOp::Unfold(a, k, s) if r < 5 => {
+                let a = a % r;
+                if k <= dims[a] {
+                    t.unfold(a as i64, k, s)
+                } else {
+                    t
+                }
+            }
+            _ => t,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        #[test]
+        fn view_gradients_are_exact(ops in proptest::collection::vec(view_op(), 1..5)) {
+            let cx = Graph::new();
+            let x = cx.tensor("x", (3, 4, 2));
+            let v = ops.iter().fold(x, |t, op| apply(t, op));
+            // Integer weights -3..=3 of the view's shape.
+            let w = ((cx.arange(v.n_elements()) * 5.0 + 1.0) % 7.0) - 3.0;
+            let axes: Vec<i64> = (0..v.rank() as i64).collect();
+            let loss = if axes.is_empty() {
+                v * w.reshape(v.shape())
+            } else {
+                (v * w.reshape(v.shape())).sum(axes)
+            };
+            let g = gradients(&[x], loss)[0].output();
+            let loss = loss.output();
+            let mut rt = cx.compile(ReferenceBackend, CompileOptions::default()).unwrap();
+            let mut basis = vec![0f32; 24];
+            rt.set(x, &basis).unwrap();
+            rt.run().unwrap();
+            let got = rt.get::<f32>(g).unwrap();
+            for i in 0..24 {
+                basis[i] = 1.0;
+                rt.set(x, &basis).unwrap();
+                rt.run().unwrap();
+                let want = rt.get::<f32>(loss).unwrap()[0];
+                basis[i] = 0.0;
+                prop_assert_eq!(got[i], want, "element {} after {:?}", i, ops);
+            }
+        }
+    }
+}
