@@ -4,6 +4,7 @@
 //! ```bash
 //! cargo run --release --example digits -- mlp [--steps 600] [--threads 2] [--backend cpu|reference]
 //! cargo run --release --example digits -- cnn
+//! cargo run --release --example digits -- mlp --bf16    # mixed precision, dynamic loss scaling
 //! ```
 //!
 //! The data (models/digits.csv, git-ignored) is fetched by `scripts/fetch-digits.sh` from the
@@ -40,7 +41,7 @@ fn digits_csv() -> Result<PathBuf, String> {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: digits mlp|cnn [--steps N] [--threads N] [--backend cpu|reference]");
+    eprintln!("usage: digits mlp|cnn [--steps N] [--threads N] [--backend cpu|reference] [--bf16]");
     std::process::exit(2)
 }
 
@@ -58,6 +59,10 @@ fn main() {
     let (mut threads, mut backend) = (2usize, "cpu".to_string());
     let mut it = args[1..].iter();
     while let Some(flag) = it.next() {
+        if flag == "--bf16" {
+            config.half = Some(DType::BF16);
+            continue;
+        }
         let value = it.next().unwrap_or_else(|| usage());
         match flag.as_str() {
             "--steps" => config.steps = value.parse().unwrap_or_else(|_| usage()),

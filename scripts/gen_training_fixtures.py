@@ -231,6 +231,30 @@ def trajectory(make_opt, make_sched=None, clip=None, steps=10):
     return out
 
 
+def scaled_trajectory(init_scale, growth_interval, y_factor, backoff=0.5, steps=10):
+    """Adam under torch.amp.GradScaler (CPU, f32 model): skipped steps on overflow, scale
+    backoff and growth."""
+    w = torch.tensor(W0, dtype=torch.float32, requires_grad=True)
+    b = torch.tensor(B0, dtype=torch.float32, requires_grad=True)
+    opt = torch.optim.Adam([w, b], lr=0.05)
+    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=growth_interval,
+                                  backoff_factor=backoff)
+    out = {"loss": [], "w": [], "b": [], "scale": [], "init_scale": init_scale,
+           "growth_interval": growth_interval, "y_factor": y_factor, "backoff": backoff}
+    x, y = torch.tensor(X, dtype=torch.float32), torch.tensor(Y * y_factor, dtype=torch.float32)
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = F.mse_loss(x @ w + b, y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        out["loss"].append(float(loss.detach()))
+        out["w"].append([float(v) for v in w.detach().numpy().reshape(-1)])
+        out["b"].append([float(v) for v in b.detach().numpy().reshape(-1)])
+        out["scale"].append(float(scaler.get_scale()))
+    return out
+
+
 S = torch.optim.lr_scheduler
 optim = {
     "sgd": trajectory(lambda p: torch.optim.SGD(p, lr=0.1)),
@@ -318,6 +342,11 @@ os.makedirs(os.path.dirname(OUT), exist_ok=True)
 with open(OUT, "w") as f:
     json.dump({"torch": torch.__version__, "grads": grads, "losses": losses, "optim": optim,
                "optim_problem": problem, "schedules": schedules,
-               "batchnorm": batchnorm}, f, indent=None)
+               "batchnorm": batchnorm,
+               # The overflow case is far from the threshold (2^124 overflows in any order of operations,
+               # 2^108 in none): where exactly a product overflows depends on the order in which a
+               # backward pass multiplies (PyTorch's mse backward scales before dividing by N).
+               "loss_scale": {"overflow": scaled_trajectory(2.0 ** 124, 3, 1000.0, backoff=2.0 ** -16),
+                              "growth": scaled_trajectory(2.0 ** 10, 2, 1.0)}}, f, indent=None)
     f.write("\n")
 print("wrote", OUT)

@@ -6,7 +6,7 @@ use crate::data::{Batches, Digits};
 use crate::init::Init;
 use crate::loss::{cross_entropy, CrossEntropy};
 use crate::optim::Adam;
-use crate::train::{StateMode, TrainOptions, TrainStep, Trainer};
+use crate::train::{LossScale, StateMode, TrainOptions, TrainStep, Trainer};
 use crate::TrainingError;
 use luminal::prelude::*;
 use luminal_nn::{Conv2d, Linear, Module};
@@ -31,6 +31,9 @@ pub struct MlpConfig {
     pub lr: f32,
     pub seed: u64,
     pub mode: StateMode,
+    /// Mixed precision (MLP only): the forward and backward in this half type (`BF16` or
+    /// `F16`) from f32 master weights, the loss in f32, with dynamic loss scaling.
+    pub half: Option<DType>,
 }
 
 impl Default for MlpConfig {
@@ -43,6 +46,7 @@ impl Default for MlpConfig {
             lr: 3e-3,
             seed: 0,
             mode: StateMode::HostCopy,
+            half: None,
         }
     }
 }
@@ -98,8 +102,25 @@ impl<'g> Net<'g> {
         }
     }
 
-    /// `x [B, 64]` → logits `[B, 10]`.
-    fn forward(&self, x: GraphTensor<'g>) -> GraphTensor<'g> {
+    /// `x [B, 64]` → f32 logits `[B, 10]`, computed in `half` when given (MLP only).
+    fn forward(&self, x: GraphTensor<'g>, half: Option<DType>) -> GraphTensor<'g> {
+        if let Some(h) = half {
+            let Net::Mlp(a, b) = self else {
+                panic!("digits: half precision is implemented for the MLP only")
+            };
+            // The layers' weights are cast to `h` on the way in: their gradients flow back
+            // through the casts into the f32 master weights.
+            let linear = |l: &Linear<'g>, x: GraphTensor<'g>| {
+                let y = x.matmul(l.weight.cast(h).transpose(0, 1));
+                match l.bias {
+                    Some(bias) => y + bias.cast(h),
+                    None => y,
+                }
+            };
+            let hidden = linear(a, x.cast(h));
+            let hidden = hidden * hidden.gt(0.0).cast(h);
+            return linear(b, hidden).cast(DType::F32);
+        }
         match self {
             Net::Mlp(a, b) => b.forward(relu(a.forward(x))),
             Net::Cnn(c1, c2, fc) => {
@@ -135,10 +156,10 @@ pub fn train_mlp<B: Backend>(
     let labels = cx.input("labels", b, DType::I32);
     let net = Net::new(&cx, config);
     let params: Vec<(GraphTensor, usize)> = net.parameters();
-    let loss = cross_entropy(net.forward(x), labels, CrossEntropy::default());
+    let loss = cross_entropy(net.forward(x, config.half), labels, CrossEntropy::default());
     let options = TrainOptions {
         mode: config.mode,
-        clip_grad_norm: None,
+        loss_scale: config.half.map(|_| LossScale::default()),
         ..TrainOptions::default()
     };
     let tensors: Vec<GraphTensor> = params.iter().map(|(p, _)| *p).collect();
@@ -175,7 +196,7 @@ pub fn train_mlp<B: Backend>(
     let ecx = Graph::new();
     let ex = ecx.tensor("x", (test.len(), px));
     let enet = Net::new(&ecx, config);
-    let predicted = enet.forward(ex).argmax(1).output();
+    let predicted = enet.forward(ex, config.half).argmax(1).output();
     let mut ert = ecx.compile(backend(), CompileOptions::default())?;
     for ((ep, _), (p, _)) in enet.parameters().iter().zip(&params) {
         ert.set(*ep, &trainer.state_value(*p)?)?;

@@ -36,7 +36,7 @@ pub use optim::{
     clip_grad_norm, Adam, Lion, Optimizer, OptimizerInputs, RmsProp, Sgd, StateUpdate,
 };
 pub use schedule::{Constant, Cosine, OneCycle, Schedule, StepDecay, WarmupCosine};
-pub use train::{StateMode, TrainOptions, TrainStep, Trainer};
+pub use train::{LossScale, StateMode, TrainOptions, TrainStep, Trainer};
 
 /// Errors of the training driver (runtime, checkpoint files).
 #[derive(Debug, thiserror::Error)]

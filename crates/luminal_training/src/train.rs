@@ -30,6 +30,34 @@ pub struct TrainOptions {
     /// Gradient accumulation: the optimizer steps once every `accumulate` runs, on the mean
     /// of their gradients (each run's loss should be a mean over its micro-batch). 1 = off.
     pub accumulate: usize,
+    /// Dynamic loss scaling for half-precision forward passes (see [`LossScale`]).
+    pub loss_scale: Option<LossScale>,
+}
+
+/// Dynamic loss scaling (`torch.amp.GradScaler`): the loss is multiplied by a scale before
+/// the backward pass and the gradients divided by it, so that small half-precision gradients
+/// do not flush to zero. A step whose gradients are not all finite is skipped (parameters and
+/// optimizer state unchanged) and the scale multiplied by `backoff_factor`; after
+/// `growth_interval` finite steps in a row it is multiplied by `growth_factor` (if that stays
+/// finite). The scale and the streak are runtime state like the optimizer's.
+#[derive(Clone, Copy, Debug)]
+pub struct LossScale {
+    pub init_scale: f32,
+    pub growth_factor: f32,
+    pub backoff_factor: f32,
+    pub growth_interval: usize,
+}
+
+impl Default for LossScale {
+    /// PyTorch's defaults: 2¹⁶, ×2 every 2000 finite steps, ×0.5 on overflow.
+    fn default() -> Self {
+        LossScale {
+            init_scale: 65536.0,
+            growth_factor: 2.0,
+            backoff_factor: 0.5,
+            growth_interval: 2000,
+        }
+    }
 }
 
 impl Default for TrainOptions {
@@ -38,6 +66,7 @@ impl Default for TrainOptions {
             mode: StateMode::InPlace,
             clip_grad_norm: None,
             accumulate: 1,
+            loss_scale: None,
         }
     }
 }
@@ -54,6 +83,10 @@ pub struct TrainStep {
     /// update and 0 on the others, and the number of runs per update.
     pub apply: Option<TensorRef>,
     pub accumulate: usize,
+    /// With loss scaling: a scalar output, 1 when this run's gradients were finite (the step
+    /// was taken), 0 when it was skipped; and the scale state (shape `[1]`).
+    pub grads_finite: Option<TensorRef>,
+    pub scale: Option<TensorRef>,
     pub params: Vec<TensorRef>,
     /// `(state input, value after the step, initial value)`; parameters have no initial
     /// value (the user sets them).
@@ -94,7 +127,28 @@ impl TrainStep {
             "TrainStep: accumulate must be >= 1, got {}",
             options.accumulate
         );
-        let mut grads = gradients(params, loss);
+        // Loss scaling: differentiate `loss · scale`, then unscale.
+        let mut scaling = None;
+        let mut grads = match options.loss_scale {
+            None => gradients(params, loss),
+            Some(ls) => {
+                assert!(
+                    options.accumulate == 1,
+                    "TrainStep: loss scaling with gradient accumulation is not supported"
+                );
+                let scale = cx.tensor("train.loss_scale", 1);
+                let streak = cx.tensor("train.loss_scale_streak", 1);
+                let s = scale.reshape(());
+                let grads = gradients(params, loss * s.cast(loss.dtype()));
+                let inv = s.recip();
+                let grads: Vec<GraphTensor> = grads
+                    .iter()
+                    .map(|&g| g * inv.cast(g.dtype()).expand_to(g.shape()))
+                    .collect();
+                scaling = Some((ls, scale, streak, grads.clone()));
+                grads
+            }
+        };
         // Gradient accumulation: sum this run's gradients into state, and let the optimizer
         // see their mean; its update (and the reset of the sums) only lands when `apply` is 1.
         let mut accumulators = vec![];
@@ -136,6 +190,51 @@ impl TrainStep {
         }
         updates.extend(accumulators);
         updates.extend(model_state);
+        let mut grads_finite = None;
+        let mut scale_ref = None;
+        if let Some((ls, scale, streak, unscaled)) = scaling {
+            // Any inf or NaN makes the sum inf or NaN, and both comparisons are false for
+            // those (`· 0` would not do: the generic passes fold `x · 0` to 0).
+            let total = unscaled
+                .iter()
+                .map(|g| {
+                    let axes: Vec<i64> = (0..g.rank() as i64).collect();
+                    let g = g.cast(DType::F32);
+                    if axes.is_empty() {
+                        g
+                    } else {
+                        g.sum(axes)
+                    }
+                })
+                .reduce(|a, b| a + b)
+                .expect("at least one parameter");
+            let finite = total.lt(f32::INFINITY).and(total.gt(f32::NEG_INFINITY));
+            // Skipped step: every state keeps its value (select is exact with inf and NaN).
+            for u in &mut updates {
+                u.next = finite.expand_to(u.state.shape()).select(u.next, u.state);
+            }
+            let f = finite.cast(DType::F32).expand_to(vec![1usize]);
+            let next_streak = streak + 1.0;
+            let grown = scale * ls.growth_factor;
+            let grow = next_streak.ge(ls.growth_interval as f32).cast(DType::F32)
+                * grown.lt(f32::INFINITY).cast(DType::F32);
+            let kept = next_streak.ge(ls.growth_interval as f32).cast(DType::F32);
+            let next_scale =
+                f * (grow * grown + (1.0 - grow) * scale) + (1.0 - f) * (scale * ls.backoff_factor);
+            let next_streak_value = f * (1.0 - kept) * next_streak;
+            updates.push(StateUpdate {
+                state: scale,
+                next: next_scale,
+                init: Some(ls.init_scale),
+            });
+            updates.push(StateUpdate {
+                state: streak,
+                next: next_streak_value,
+                init: Some(0.0),
+            });
+            grads_finite = Some(finite.cast(DType::F32).output().handle());
+            scale_ref = Some(scale.handle());
+        }
         let mut states = vec![];
         let mut state_names = vec![];
         // All new values exist before any write, so every read of an old value comes first.
@@ -173,6 +272,8 @@ impl TrainStep {
             grad_norm,
             apply: apply.map(|a| a.handle()),
             accumulate: options.accumulate,
+            grads_finite,
+            scale: scale_ref,
             params: params.iter().map(|p| p.handle()).collect(),
             states,
             state_names,
@@ -191,6 +292,8 @@ pub struct Trainer<R: Runtime> {
     pub steps: usize,
     /// Runs since the last applied update (gradient accumulation).
     pub micro_steps: usize,
+    /// Runs so far (every `step` call).
+    pub runs: usize,
     scratch: Vec<f32>,
     /// State restored by `load`, until the next step recomputes it in the runtime.
     loaded: Option<HashMap<String, Vec<f32>>>,
@@ -211,6 +314,7 @@ impl<R: Runtime> Trainer<R> {
             handles,
             steps: 0,
             micro_steps: 0,
+            runs: 0,
             scratch: vec![],
             loaded: None,
         })
@@ -230,9 +334,19 @@ impl<R: Runtime> Trainer<R> {
                 .set(apply, &[if applies { 1f32 } else { 0. }])?;
         }
         self.runtime.run()?;
+        self.runs += 1;
+        let mut taken = applies;
+        if let Some(finite) = self.handles.grads_finite {
+            self.runtime.get_into(finite, &mut self.scratch)?;
+            // A skipped step (overflow under loss scaling) does not count, like an optimizer
+            // step PyTorch's GradScaler does not take.
+            taken &= self.scratch[0] == 1.0;
+        }
         if applies {
-            self.steps += 1;
             self.micro_steps = 0;
+            if taken {
+                self.steps += 1;
+            }
         } else {
             self.micro_steps += 1;
         }
@@ -267,7 +381,7 @@ impl<R: Runtime> Trainer<R> {
             return Ok(values[&self.handles.state_names[i].0].clone());
         }
         let next = &self.handles.states[i].1;
-        if self.steps == 0 && self.micro_steps == 0 {
+        if self.runs == 0 {
             return Err(TrainingError::NoStepYet);
         }
         Ok(self.runtime.get(*next)?)

@@ -86,3 +86,33 @@ fn digits_cnn_reaches_97_percent() {
         report.test_accuracy
     );
 }
+
+#[test]
+fn digits_mlp_in_bf16_with_loss_scaling_reaches_95_percent() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/digits.csv");
+    if !path.exists() {
+        eprintln!(
+            "skipping: {} is missing (run scripts/fetch-digits.sh)",
+            path.display()
+        );
+        return;
+    }
+    let (train, test) = Digits::load(&path).unwrap().split(0.2, 0);
+    let config = MlpConfig {
+        half: Some(luminal::prelude::DType::BF16),
+        ..MlpConfig::default()
+    };
+    let report = train_mlp(
+        || CpuBackend::with_threads(2),
+        &train,
+        &test,
+        &config,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert!(
+        report.test_accuracy >= 0.95,
+        "test accuracy {}",
+        report.test_accuracy
+    );
+}

@@ -357,3 +357,76 @@ fn gradient_accumulation_matches_full_batch_pytorch() {
     check_accumulation(ReferenceBackend, StateMode::InPlace);
     check_accumulation(CpuBackend::with_threads(2), StateMode::HostCopy);
 }
+
+/// Adam under dynamic loss scaling against `torch.amp.GradScaler`: an overflowing start
+/// (skipped steps, backoff) and a growing scale.
+fn check_loss_scale<B: Backend>(backend: impl Fn() -> B, mode: StateMode, label: &str) {
+    let problem = &fixture()["optim_problem"];
+    for (name, case) in fixture()["loss_scale"].as_object().unwrap() {
+        let cx = Graph::new();
+        let x = input(&cx, "x", &problem["x"]);
+        let y = input(&cx, "y", &problem["y"]);
+        let w = input(&cx, "w", &problem["w"]);
+        let b = input(&cx, "b", &problem["b"]);
+        let l = loss::mse(x.matmul(w) + b, y, Reduction::Mean);
+        let options = TrainOptions {
+            mode,
+            loss_scale: Some(LossScale {
+                init_scale: case["init_scale"].as_f64().unwrap() as f32,
+                growth_interval: case["growth_interval"].as_u64().unwrap() as usize,
+                backoff_factor: case["backoff"].as_f64().unwrap() as f32,
+                ..LossScale::default()
+            }),
+            ..TrainOptions::default()
+        };
+        let step = TrainStep::build(&[w, b], l, &Adam::default(), options);
+        let scale = step.scale.unwrap();
+        let mut t = Trainer::new(
+            cx.compile(backend(), CompileOptions::default()).unwrap(),
+            step,
+        )
+        .unwrap();
+        for (tensor, key) in [(x, "x"), (w, "w"), (b, "b")] {
+            set(&mut t.runtime, tensor, &problem[key]);
+        }
+        let factor = case["y_factor"].as_f64().unwrap() as f32;
+        let ys: Vec<f32> = floats(&problem["y"]["data"])
+            .iter()
+            .map(|v| v * factor)
+            .collect();
+        t.runtime.set(y, &ys).unwrap();
+        for s in 0..10 {
+            let what = format!("{label} {name} step {s}");
+            let got = t.step(0.05).unwrap();
+            assert_close(
+                &format!("{what} loss"),
+                &[got],
+                &[floats(&case["loss"])[s]],
+                1e-5,
+                1e-5,
+            );
+            assert_close(
+                &format!("{what} w"),
+                &t.state_value(w).unwrap(),
+                &floats(&case["w"][s]),
+                1e-5,
+                1e-5,
+            );
+            assert_close(
+                &format!("{what} b"),
+                &t.state_value(b).unwrap(),
+                &floats(&case["b"][s]),
+                1e-5,
+                1e-5,
+            );
+            let sc = t.state_value(scale).unwrap();
+            assert_eq!(sc[0], floats(&case["scale"])[s], "{what} scale");
+        }
+    }
+}
+
+#[test]
+fn loss_scaling_matches_pytorch_grad_scaler() {
+    check_loss_scale(|| ReferenceBackend, StateMode::InPlace, "reference");
+    check_loss_scale(|| CpuBackend::with_threads(2), StateMode::HostCopy, "cpu");
+}
