@@ -97,11 +97,7 @@ pub(crate) fn view_transpose<'g>(
         (g, rest)
     };
     if rest.is_contiguous() {
-        return if rest.dims().as_slice() == node_shape {
-            g
-        } else {
-            g.reshape(node_shape.to_vec())
-        };
+        return contiguous_prefix(g, &rest, node_shape);
     }
     // Pure permutation of a contiguous buffer (symbolic dims allowed).
     if rest.offset().is_zero() {
@@ -119,6 +115,26 @@ pub(crate) fn view_transpose<'g>(
         .product();
     let v = StaticView::of(&rest);
     scatter(g, v, n, &rest, &mut 0).reshape(node_shape.to_vec())
+}
+
+/// The gradient through a contiguous view (offset 0, row-major): the view reads the first
+/// `m` elements of the buffer (all of them, or a prefix: a slice from 0 of the first dim), so
+/// the gradient is `g` flattened and padded with zeros to the buffer's length.
+fn contiguous_prefix<'g>(
+    g: GraphTensor<'g>,
+    view: &ShapeTracker,
+    node_shape: &[Expression],
+) -> GraphTensor<'g> {
+    if view.dims().as_slice() == node_shape {
+        return g;
+    }
+    let (m, n) = (view.n_elements(), node_shape.iter().product::<Expression>());
+    if m == n {
+        return g.reshape(node_shape.to_vec());
+    }
+    g.reshape(vec![m.clone()])
+        .pad_axis(0, Expression::zero(), &n - &m)
+        .reshape(node_shape.to_vec())
 }
 
 /// If `view` reads a row-major buffer of `node_shape` with its dims permuted, the
