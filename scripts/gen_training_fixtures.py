@@ -136,6 +136,11 @@ grads["select_where"] = grad_case(
     {"x": rand((3, 3))}, {"m": rand((3, 3), 0, 1), "w": rand((3, 3))},
     lambda x, m, w: (w * torch.where(m > 0.5, x, x * x)).sum())
 
+grads["causal_attention"] = grad_case(
+    {"q": rand((2, 2, 5, 4)), "k": rand((2, 2, 5, 4)), "v": rand((2, 2, 5, 4))},
+    {"w": rand((2, 2, 5, 4))},
+    lambda q, k, v, w: (w * F.scaled_dot_product_attention(q, k, v, is_causal=True)).sum())
+
 # ---------------------------------------------------------------- losses
 losses = {}
 

@@ -92,13 +92,14 @@ fn build_case<'g>(name: &str, t: &HashMap<String, GraphTensor<'g>>) -> GraphTens
             let x = t["x"];
             all(t["w"] * t["m"].gt(0.5).select(x, x * x))
         }
+        "causal_attention" => all(t["w"] * luminal_nn::causal_attention(t["q"], t["k"], t["v"])),
         other => panic!("no builder for grads case {other}"),
     }
 }
 
 fn check_grads<B: Backend>(backend: impl Fn() -> B, label: &str) {
     let cases = fixture()["grads"].as_object().unwrap();
-    assert!(cases.len() >= 19);
+    assert!(cases.len() >= 20);
     for (name, case) in cases {
         let cx = Graph::new();
         let mut t = HashMap::new();
