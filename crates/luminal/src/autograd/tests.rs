@@ -427,3 +427,56 @@ mod random_views {
         }
     }
 }
+
+#[test]
+fn dynamic_batch_dimension() {
+    // loss = sum((x·w + b)²) over a batch bound at run time; d/dw = 2 xᵀ(xw + b), d/db =
+    // 2 Σ_rows (xw + b), checked on two batch sizes with the same compiled graph.
+    let cx = Graph::new();
+    let x = cx.tensor("x", ("batch", 3));
+    let w = cx.tensor("w", (3, 2));
+    let b = cx.tensor("b", 2);
+    let y = x.matmul(w) + b;
+    let loss = (y * y).sum([0, 1]);
+    let g = gradients(&[w, b], loss);
+    let (gw, gb) = (g[0].output(), g[1].output());
+    let mut rt = cx
+        .compile(ReferenceBackend, CompileOptions::default())
+        .unwrap();
+    let wv = [0.5f32, -1.0, 2.0, 0.25, -0.5, 1.5];
+    let bv = [0.1f32, -0.2];
+    rt.set(w, &wv).unwrap();
+    rt.set(b, &bv).unwrap();
+    for n in [2usize, 5] {
+        let xv = values(n * 3, n as u64, -1.0, 1.0);
+        rt.set_dim("batch", n);
+        rt.set(x, &xv).unwrap();
+        rt.run().unwrap();
+        let (mut want_w, mut want_b) = ([0f64; 6], [0f64; 2]);
+        for r in 0..n {
+            for c in 0..2 {
+                let yv: f64 = (0..3)
+                    .map(|k| xv[r * 3 + k] as f64 * wv[k * 2 + c] as f64)
+                    .sum::<f64>()
+                    + bv[c] as f64;
+                want_b[c] += 2.0 * yv;
+                for k in 0..3 {
+                    want_w[k * 2 + c] += 2.0 * xv[r * 3 + k] as f64 * yv;
+                }
+            }
+        }
+        let (got_w, got_b) = (rt.get::<f32>(gw).unwrap(), rt.get::<f32>(gb).unwrap());
+        for i in 0..6 {
+            assert!(
+                (got_w[i] as f64 - want_w[i]).abs() < 1e-5,
+                "batch {n} dw[{i}]"
+            );
+        }
+        for i in 0..2 {
+            assert!(
+                (got_b[i] as f64 - want_b[i]).abs() < 1e-5,
+                "batch {n} db[{i}]"
+            );
+        }
+    }
+}
