@@ -15,7 +15,7 @@
 //! | `Add(a, b)` | `g`, `g` |
 //! | `Mul(a, b)` | `g · b`, `g · a` |
 //! | `SumReduce(x, axis)` | `g` expanded along `axis` |
-//! | `MaxReduce(x, axis) = y` | `g` shared equally by the elements equal to the max (PyTorch's `amax`) |
+//! | `MaxReduce(x, axis) = y` | `g` shared equally by the elements equal to the max (PyTorch's `amax`; so `maximum(a, b)` splits ties like `torch.maximum`, and `relu`, built as `maximum(x, 0)`, has gradient 1/2 at exactly 0 where `torch.relu` has 0) |
 //! | `Contiguous(x)` | `g` |
 //! | `Cast(x)` float → float | `g` cast back |
 //! | `Gather(table, ids)` | table: `g` scatter-added into the rows `ids` (one-hot matmul; for the gather `select` builds, `g` masked by the condition, elementwise) |
