@@ -16,6 +16,7 @@
 //! assert_eq!(out, vec![1., 2., 3., 4., 2., 4., 6., 8., 3., 6., 9., 12.]);
 //! ```
 
+pub mod autograd;
 pub mod backend;
 pub mod display;
 pub mod dtype;

@@ -1,5 +1,6 @@
 //! The primitive ops. Each is defined once here: its reference semantics (on exact `f64`
-//! values, rounded to the output dtype by the caller) and its display name.
+//! values, rounded to the output dtype by the caller) and its display name. Its gradient
+//! rule sits in [`crate::autograd::rules`] (one match arm per primop, same order).
 //!
 //! Everything else (`hl_ops`) is composed from these, so a backend that implements them runs
 //! every model; it may then replace patterns with faster kernels.

@@ -5,6 +5,7 @@
 //! loader maps file tensors to graph inputs in one place: [`Module::parameters`].
 
 mod attention;
+mod batchnorm;
 mod conv;
 mod encoder;
 mod linear;
@@ -16,6 +17,7 @@ mod rope;
 pub use attention::{
     causal_attention, causal_attention_windowed, Attention, KvCache, TransformerBlock,
 };
+pub use batchnorm::{dropout_mask, BatchNorm, Dropout, RunningStat};
 pub use conv::{Conv1d, Conv1dOptions, Conv2d, Conv2dOptions};
 pub use encoder::{attention, key_padding_bias, MultiHeadAttention};
 pub use linear::{Embedding, Linear};

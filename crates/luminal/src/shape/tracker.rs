@@ -128,6 +128,12 @@ impl ShapeTracker {
         self.mask.clone()
     }
 
+    /// Index-independent 0/1 validity factor (not 1 after squeezing or broadcasting a
+    /// masked size-1 dim).
+    pub fn valid(&self) -> Expression {
+        self.valid.clone()
+    }
+
     /// Number of logical elements (1 for rank 0).
     pub fn n_elements(&self) -> Expression {
         self.dims.iter().product()

@@ -1,0 +1,215 @@
+//! Reverse-mode automatic differentiation as graph building.
+//!
+//! [`Autograd::new`] walks the graph from a scalar loss back to the requested tensors and
+//! adds the backward graph next to the forward one: each primop's gradient rule (in
+//! [`rules`]), then the transpose of the view its input was read through (in `view.rs`),
+//! and an addition wherever a tensor fans out to several consumers. Nothing runs: the
+//! gradients are ordinary tensors of the same graph, so they can be outputs, feed an
+//! optimizer's update, or be differentiated again (gradients of gradients).
+//!
+//! ```
+//! use luminal::prelude::*;
+//! use luminal::autograd::Autograd;
+//! let cx = Graph::new();
+//! let w = cx.tensor("w", 3);
+//! let loss = (w * w).sum(0); // d/dw = 2w
+//! let grads = Autograd::new(&[w], loss);
+//! let dw = grads.grad(w).output();
+//! let mut rt = cx.compile(ReferenceBackend, CompileOptions::default()).unwrap();
+//! rt.set(w, &[1f32, -2., 0.5]).unwrap();
+//! rt.run().unwrap();
+//! assert_eq!(rt.get::<f32>(dw).unwrap(), vec![2., -4., 1.]);
+//! ```
+
+pub mod rules;
+mod view;
+
+use crate::graph::{GraphTensor, NodeId, TensorEntry};
+use crate::shape::ShapeTracker;
+use std::collections::HashMap;
+
+/// The gradients of a scalar with respect to a set of tensors (see the module docs).
+pub struct Autograd<'g> {
+    params: Vec<NodeId>,
+    grads: HashMap<NodeId, GraphTensor<'g>>,
+    graph: &'g crate::graph::Graph,
+}
+
+impl<'g> Autograd<'g> {
+    /// Builds the gradients of `loss` (a tensor with one element) with respect to each of
+    /// `params`. A parameter must be a whole tensor (an input, or any op's output as made,
+    /// not a view of it). Parameters the loss does not depend on get a zero gradient.
+    pub fn new(params: &[GraphTensor<'g>], loss: GraphTensor<'g>) -> Autograd<'g> {
+        let n = loss.n_elements();
+        assert!(
+            n.as_constant() == Some(1),
+            "Autograd::new: the loss must have one element, got shape {:?} (use \
+             Autograd::with_seed for a vector-Jacobian product)",
+            loss.shape()
+        );
+        let seed = loss
+            .graph
+            .constant_of(1.0, loss.dtype())
+            .expand_to(loss.shape());
+        Self::with_seed(params, loss, seed)
+    }
+
+    /// Vector-Jacobian product: the gradients of `sum(output * seed)` with respect to
+    /// `params` (`seed` has `output`'s shape).
+    pub fn with_seed(
+        params: &[GraphTensor<'g>],
+        output: GraphTensor<'g>,
+        seed: GraphTensor<'g>,
+    ) -> Autograd<'g> {
+        let cx = output.graph;
+        for p in params {
+            p.same_graph(&output, "Autograd");
+            let e = p.entry();
+            let node_shape = cx.data().node(e.node).shape.clone();
+            assert!(
+                e.view.is_contiguous() && e.view.dims() == node_shape,
+                "Autograd: parameter {} is a view (shape {:?}) of a node of shape \
+                 {node_shape:?}; pass the whole tensor",
+                e.label,
+                e.view.dims()
+            );
+            assert!(
+                p.dtype().is_float(),
+                "Autograd: parameter {} is {}; only float tensors have gradients",
+                e.label,
+                p.dtype()
+            );
+        }
+        assert_eq!(
+            seed.shape(),
+            output.shape(),
+            "Autograd::with_seed: seed shape {:?} differs from output shape {:?}",
+            seed.shape(),
+            output.shape()
+        );
+        let param_nodes: Vec<NodeId> = params.iter().map(|p| p.node()).collect();
+        let (order, nodes) = {
+            let d = cx.data();
+            let order = d.toposort();
+            let len = d.nodes.len();
+            // Nodes that depend on a parameter ...
+            let mut from_param = vec![false; len];
+            for &p in &param_nodes {
+                from_param[p.0 as usize] = true;
+            }
+            for &id in &order {
+                if d.node(id)
+                    .inputs
+                    .iter()
+                    .any(|e| from_param[e.node.0 as usize])
+                {
+                    from_param[id.0 as usize] = true;
+                }
+            }
+            // ... and that the output depends on.
+            let mut to_output = vec![false; len];
+            to_output[output.node().0 as usize] = true;
+            for &id in order.iter().rev() {
+                if to_output[id.0 as usize] {
+                    for e in &d.node(id).inputs {
+                        to_output[e.node.0 as usize] = true;
+                    }
+                }
+            }
+            let relevant: Vec<NodeId> = order
+                .iter()
+                .copied()
+                .filter(|id| from_param[id.0 as usize] && to_output[id.0 as usize])
+                .collect();
+            let nodes: HashMap<NodeId, crate::graph::Node> = relevant
+                .iter()
+                .map(|&id| (id, d.node(id).clone()))
+                .collect();
+            (relevant, nodes)
+        };
+        let mut grads: HashMap<NodeId, GraphTensor<'g>> = HashMap::new();
+        let out_entry = output.entry();
+        if nodes.contains_key(&out_entry.node) {
+            let shape = nodes[&out_entry.node].shape.clone();
+            let g = view::view_transpose(vec![seed], &out_entry.view, &shape);
+            grads.insert(out_entry.node, g);
+        }
+        for &id in order.iter().rev() {
+            let node = &nodes[&id];
+            let Some(&g) = grads.get(&id) else { continue };
+            if !node.dtype.is_float() || node.inputs.is_empty() {
+                continue;
+            }
+            let handle = |node_id: NodeId, view: ShapeTracker| {
+                let dtype = cx.data().node(node_id).dtype;
+                cx.new_handle(TensorEntry {
+                    node: node_id,
+                    view,
+                    dtype,
+                    label: format!("autograd#{}", node_id.0),
+                })
+            };
+            let out = handle(id, ShapeTracker::new(node.shape.clone()));
+            let inputs: Vec<GraphTensor<'g>> = node
+                .inputs
+                .iter()
+                .map(|e| handle(e.node, e.view.clone()))
+                .collect();
+            let wanted: Vec<bool> = node
+                .inputs
+                .iter()
+                .map(|e| nodes.contains_key(&e.node))
+                .collect();
+            let local = rules::input_grads(node, out, &inputs, g, &wanted);
+            for ((edge, factors), wanted) in node.inputs.iter().zip(local).zip(wanted) {
+                let Some(factors) = factors else { continue };
+                if !wanted {
+                    continue;
+                }
+                let src_shape = nodes[&edge.node].shape.clone();
+                let gi = view::view_transpose(factors, &edge.view, &src_shape);
+                let acc = match grads.get(&edge.node) {
+                    Some(&prev) => prev + gi,
+                    None => gi,
+                };
+                grads.insert(edge.node, acc);
+            }
+        }
+        Autograd {
+            params: param_nodes,
+            grads,
+            graph: cx,
+        }
+    }
+
+    /// The gradient of the loss with respect to `param` (one of the tensors given to
+    /// `new`), of `param`'s shape and dtype; zeros where the loss does not depend on it.
+    pub fn grad(&self, param: GraphTensor<'g>) -> GraphTensor<'g> {
+        let node = param.node();
+        assert!(
+            self.params.contains(&node),
+            "Autograd::grad: {:?} was not one of the parameters",
+            param
+        );
+        match self.grads.get(&node) {
+            Some(&g) => g,
+            None => self
+                .graph
+                .constant_of(0.0, param.dtype())
+                .expand_to(param.shape()),
+        }
+    }
+
+    /// The gradients of all parameters, in the order given to `new`.
+    pub fn grads(&self, params: &[GraphTensor<'g>]) -> Vec<GraphTensor<'g>> {
+        params.iter().map(|&p| self.grad(p)).collect()
+    }
+}
+
+/// The gradients of the scalar `loss` with respect to `params`, in order.
+pub fn gradients<'g>(params: &[GraphTensor<'g>], loss: GraphTensor<'g>) -> Vec<GraphTensor<'g>> {
+    Autograd::new(params, loss).grads(params)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,264 @@
+//! Loss functions, built from hl_ops (so they are differentiable and run on every backend).
+//! Names, arguments and reductions follow `torch.nn.functional`.
+
+use luminal::prelude::*;
+
+/// How per-element losses are combined (PyTorch's `reduction=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Reduction {
+    /// The mean over elements (or over non-ignored targets for the classification losses).
+    #[default]
+    Mean,
+    Sum,
+    /// Per-element losses, shaped like the input (like the target for classification).
+    None,
+}
+
+fn all_axes(t: GraphTensor) -> Vec<i64> {
+    (0..t.rank() as i64).collect()
+}
+
+fn reduce<'g>(per_element: GraphTensor<'g>, reduction: Reduction) -> GraphTensor<'g> {
+    match reduction {
+        Reduction::Mean if per_element.rank() > 0 => per_element.mean(all_axes(per_element)),
+        Reduction::Sum if per_element.rank() > 0 => per_element.sum(all_axes(per_element)),
+        _ => per_element,
+    }
+}
+
+fn same_shape(op: &str, a: GraphTensor, b: GraphTensor) {
+    assert_eq!(
+        a.shape(),
+        b.shape(),
+        "{op}: input shape {:?} and target shape {:?} differ",
+        a.shape(),
+        b.shape()
+    );
+}
+
+/// `cond ? a : b` for finite `a` and `b`, as arithmetic: unlike `select` (a gather, whose
+/// gradient is a scatter-add over the whole table) its gradient is elementwise.
+fn blend<'g>(cond: GraphTensor<'g>, a: GraphTensor<'g>, b: GraphTensor<'g>) -> GraphTensor<'g> {
+    let m = cond.cast(a.dtype());
+    m * a + (1.0 - m) * b
+}
+
+/// Mean squared error `(input - target)²` (`F.mse_loss`).
+pub fn mse<'g>(
+    input: GraphTensor<'g>,
+    target: GraphTensor<'g>,
+    reduction: Reduction,
+) -> GraphTensor<'g> {
+    same_shape("mse", input, target);
+    reduce((input - target).square(), reduction)
+}
+
+/// Mean absolute error `|input - target|` (`F.l1_loss`).
+pub fn l1<'g>(
+    input: GraphTensor<'g>,
+    target: GraphTensor<'g>,
+    reduction: Reduction,
+) -> GraphTensor<'g> {
+    same_shape("l1", input, target);
+    reduce((input - target).abs(), reduction)
+}
+
+/// Huber loss (`F.huber_loss`): `0.5 d²` where `|d| < delta`, else `delta (|d| - 0.5 delta)`.
+pub fn huber<'g>(
+    input: GraphTensor<'g>,
+    target: GraphTensor<'g>,
+    delta: f32,
+    reduction: Reduction,
+) -> GraphTensor<'g> {
+    same_shape("huber", input, target);
+    assert!(delta > 0.0, "huber: delta must be > 0, got {delta}");
+    let d = (input - target).abs();
+    let quadratic = d.square() * 0.5;
+    let linear = (d - 0.5 * delta) * delta;
+    reduce(blend(d.lt(delta), quadratic, linear), reduction)
+}
+
+/// Smooth L1 loss (`F.smooth_l1_loss`): Huber divided by `beta`.
+pub fn smooth_l1<'g>(
+    input: GraphTensor<'g>,
+    target: GraphTensor<'g>,
+    beta: f32,
+    reduction: Reduction,
+) -> GraphTensor<'g> {
+    same_shape("smooth_l1", input, target);
+    assert!(beta > 0.0, "smooth_l1: beta must be > 0, got {beta}");
+    let d = (input - target).abs();
+    let quadratic = d.square() * (0.5 / beta);
+    let linear = d - 0.5 * beta;
+    reduce(blend(d.lt(beta), quadratic, linear), reduction)
+}
+
+/// Options of [`cross_entropy`] (PyTorch's defaults).
+#[derive(Clone, Copy, Debug)]
+pub struct CrossEntropy {
+    /// Targets equal to this contribute nothing and are not counted in the mean.
+    pub ignore_index: i32,
+    /// Mixes the one-hot target with the uniform distribution: `(1 - ε) y + ε / C`.
+    pub label_smoothing: f32,
+    pub reduction: Reduction,
+}
+
+impl Default for CrossEntropy {
+    fn default() -> Self {
+        CrossEntropy {
+            ignore_index: -100,
+            label_smoothing: 0.0,
+            reduction: Reduction::Mean,
+        }
+    }
+}
+
+fn check_classification(op: &str, scores: GraphTensor, labels: GraphTensor) {
+    assert_eq!(
+        labels.dtype(),
+        DType::I32,
+        "{op}: labels must be I32, got {} with shape {:?}",
+        labels.dtype(),
+        labels.shape()
+    );
+    let s = scores.shape();
+    assert!(
+        s.len() == 2 && labels.shape() == vec![s[0].clone()],
+        "{op}: needs scores [N, C] and labels [N], got shapes {s:?} and {:?}",
+        labels.shape()
+    );
+}
+
+/// Per-row negative log-likelihood of `log_probs [N, C]` at `labels [N]` with label
+/// smoothing, times the row's weight (0 for ignored rows), and that weight.
+fn smoothed_nll<'g>(
+    log_probs: GraphTensor<'g>,
+    labels: GraphTensor<'g>,
+    ignore_index: i32,
+    smoothing: f32,
+) -> (GraphTensor<'g>, GraphTensor<'g>) {
+    let classes = log_probs.shape()[1].as_constant().unwrap_or_else(|| {
+        panic!(
+            "cross_entropy: the class count must be static, got shape {:?}",
+            log_probs.shape()
+        )
+    }) as usize;
+    // An ignored label (any id outside 0..C) one-hot encodes to a row of zeros.
+    let target = one_hot_f32(labels, classes);
+    let picked = (log_probs * target).sum(1);
+    let valid = labels.ne(ignore_index).cast(DType::F32);
+    let mut per_row = -picked;
+    if smoothing > 0.0 {
+        let uniform = log_probs.mean(1);
+        per_row = per_row * (1.0 - smoothing) - uniform * smoothing;
+    }
+    (per_row * valid, valid)
+}
+
+/// `labels.one_hot(classes)` by a float comparison, `(label - class)² < 1/4`: the same
+/// values for labels of magnitude below 2²⁴, in one fused elementwise loop on backends whose
+/// integer comparisons are not.
+fn one_hot_f32<'g>(labels: GraphTensor<'g>, classes: usize) -> GraphTensor<'g> {
+    let n = labels.shape()[0].clone();
+    let shape = vec![n, Expression::from(classes)];
+    let l = labels
+        .cast(DType::F32)
+        .unsqueeze(1)
+        .expand_to(shape.clone());
+    let c = labels.graph.arange(classes).unsqueeze(0).expand_to(shape);
+    let d = l - c;
+    (d * d).lt(0.25).cast(DType::F32)
+}
+
+fn reduce_rows<'g>(
+    per_row: GraphTensor<'g>,
+    valid: GraphTensor<'g>,
+    reduction: Reduction,
+) -> GraphTensor<'g> {
+    match reduction {
+        Reduction::Mean => per_row.sum(0) / valid.sum(0),
+        Reduction::Sum => per_row.sum(0),
+        Reduction::None => per_row,
+    }
+}
+
+/// Cross-entropy of `logits [N, C]` against integer `labels [N]` (`F.cross_entropy`), with
+/// label smoothing and an ignore index. The mean is over non-ignored rows.
+pub fn cross_entropy<'g>(
+    logits: GraphTensor<'g>,
+    labels: GraphTensor<'g>,
+    options: CrossEntropy,
+) -> GraphTensor<'g> {
+    check_classification("cross_entropy", logits, labels);
+    assert!(
+        (0.0..=1.0).contains(&options.label_smoothing),
+        "cross_entropy: label_smoothing must be in [0, 1], got {}",
+        options.label_smoothing
+    );
+    let (per_row, valid) = smoothed_nll(
+        logits.log_softmax(1),
+        labels,
+        options.ignore_index,
+        options.label_smoothing,
+    );
+    reduce_rows(per_row, valid, options.reduction)
+}
+
+/// Negative log-likelihood of `log_probs [N, C]` at `labels [N]` (`F.nll_loss`).
+pub fn nll<'g>(
+    log_probs: GraphTensor<'g>,
+    labels: GraphTensor<'g>,
+    ignore_index: i32,
+    reduction: Reduction,
+) -> GraphTensor<'g> {
+    check_classification("nll", log_probs, labels);
+    let (per_row, valid) = smoothed_nll(log_probs, labels, ignore_index, 0.0);
+    reduce_rows(per_row, valid, reduction)
+}
+
+/// Binary cross-entropy on logits (`F.binary_cross_entropy_with_logits`), in the stable
+/// form `max(x, 0) - x y + log(1 + e^{-|x|})`.
+pub fn bce_with_logits<'g>(
+    logits: GraphTensor<'g>,
+    targets: GraphTensor<'g>,
+    reduction: Reduction,
+) -> GraphTensor<'g> {
+    same_shape("bce_with_logits", logits, targets);
+    let per = logits.relu() - logits * targets + ((-logits.abs()).exp() + 1.0).ln();
+    reduce(per, reduction)
+}
+
+/// How [`kl_div`] reduces (PyTorch's `reduction=` for `F.kl_div`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KlReduction {
+    /// Sum divided by the batch size (the mathematically correct KL; PyTorch recommends it).
+    #[default]
+    BatchMean,
+    Mean,
+    Sum,
+    None,
+}
+
+/// `KL(target ‖ input)` with `input` given as log-probabilities and `target` as
+/// probabilities (`F.kl_div(input, target)`): `target (log target - input)`, 0 where
+/// `target` is 0.
+pub fn kl_div<'g>(
+    input: GraphTensor<'g>,
+    target: GraphTensor<'g>,
+    reduction: KlReduction,
+) -> GraphTensor<'g> {
+    same_shape("kl_div", input, target);
+    let positive = target.gt(0.0);
+    // log of a clamped target keeps the unused branch finite (0 · log 0 would be NaN).
+    let log_t = target.maximum(f32::MIN_POSITIVE).ln();
+    let per = positive.cast(DType::F32) * target * (log_t - input);
+    match reduction {
+        KlReduction::BatchMean => {
+            let n = input.shape()[0].clone();
+            per.sum(all_axes(per)) / input.graph.constant_expr(n, DType::F32)
+        }
+        KlReduction::Mean => reduce(per, Reduction::Mean),
+        KlReduction::Sum => reduce(per, Reduction::Sum),
+        KlReduction::None => per,
+    }
+}
