@@ -45,7 +45,7 @@ impl Default for MlpConfig {
             steps: 600,
             lr: 3e-3,
             seed: 0,
-            mode: StateMode::HostCopy,
+            mode: StateMode::InPlace,
             half: None,
         }
     }

@@ -12,12 +12,11 @@ use std::path::Path;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StateMode {
     /// Each state input is rewritten in place by the step itself (`write_slice` of the whole
-    /// tensor): nothing leaves the runtime. Needs a backend that lets a state input be read
-    /// by other ops in the run that rewrites it (the reference backend does).
+    /// tensor): nothing leaves the runtime. The other readers of a state input see its value
+    /// from before the run (the reference and CPU backends, see `tests/cpu_state.rs`).
     InPlace,
     /// The new values are outputs, copied back into the state inputs after each run
-    /// (`get_into` + `set`): for backends whose `WriteSlice` only supports appends
-    /// (the CPU backend today, see `tests/cpu_state.rs`).
+    /// (`get_into` + `set`): for backends whose `WriteSlice` only supports appends.
     HostCopy,
 }
 

@@ -1,11 +1,9 @@
 //! The CPU backend and in-place optimizer state.
 //!
 //! An optimizer step reads a state tensor (a parameter, a moment) and writes its next value
-//! in the same run. `WriteSlice` expresses that (`state.write_slice(0, 0, next)`), and the
-//! reference backend runs it. The CPU backend refuses it at compile time: its
-//! `WriteSliceKernel::new` (luminal_cpu/src/write.rs) requires the state input to have the
-//! write as its only consumer, which fits a KV cache append but not a read-modify-write.
-//! Until that changes, training on the CPU backend uses `StateMode::HostCopy`.
+//! in the same run. `WriteSlice` expresses that (`state.write_slice(0, 0, next)`): every
+//! other reader of the state sees its value from before the run (the CPU backend orders the
+//! write after them).
 
 use luminal::prelude::*;
 use luminal_cpu::CpuBackend;
@@ -32,9 +30,6 @@ fn reference_backend_updates_state_read_in_the_same_run() {
 }
 
 #[test]
-#[ignore = "CPU backend bug: WriteSlice rejects a state input that other ops read in the same \
-            run (luminal_cpu/src/write.rs consumer check), so state cannot be updated in place; \
-            training uses StateMode::HostCopy on CPU"]
 fn cpu_write_slice_read_modify_write_of_state() {
     assert_eq!(
         halve_and_add_one(CpuBackend::with_threads(1)).unwrap(),

@@ -179,6 +179,15 @@ fn trajectories_match_pytorch_reference_host_copy() {
 }
 
 #[test]
+fn trajectories_match_pytorch_cpu_in_place() {
+    check_trajectories(
+        || CpuBackend::with_threads(2),
+        StateMode::InPlace,
+        "cpu in place",
+    );
+}
+
+#[test]
 fn trajectories_match_pytorch_cpu_host_copy() {
     check_trajectories(
         || CpuBackend::with_threads(2),
@@ -355,7 +364,7 @@ fn check_accumulation<B: Backend>(backend: B, mode: StateMode) {
 #[test]
 fn gradient_accumulation_matches_full_batch_pytorch() {
     check_accumulation(ReferenceBackend, StateMode::InPlace);
-    check_accumulation(CpuBackend::with_threads(2), StateMode::HostCopy);
+    check_accumulation(CpuBackend::with_threads(2), StateMode::InPlace);
 }
 
 /// Adam under dynamic loss scaling against `torch.amp.GradScaler`: an overflowing start
@@ -428,5 +437,5 @@ fn check_loss_scale<B: Backend>(backend: impl Fn() -> B, mode: StateMode, label:
 #[test]
 fn loss_scaling_matches_pytorch_grad_scaler() {
     check_loss_scale(|| ReferenceBackend, StateMode::InPlace, "reference");
-    check_loss_scale(|| CpuBackend::with_threads(2), StateMode::HostCopy, "cpu");
+    check_loss_scale(|| CpuBackend::with_threads(2), StateMode::InPlace, "cpu");
 }

@@ -112,7 +112,7 @@ fn batchnorm_matches_pytorch_reference_in_place() {
 
 #[test]
 fn batchnorm_matches_pytorch_cpu_host_copy() {
-    check(|| CpuBackend::with_threads(2), StateMode::HostCopy, "cpu");
+    check(|| CpuBackend::with_threads(2), StateMode::InPlace, "cpu");
 }
 
 #[test]
