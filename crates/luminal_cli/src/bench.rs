@@ -230,7 +230,46 @@ fn print_markdown(desc: &ModelDesc, params: u64, threads: usize, results: &[Test
     }
 }
 
+/// The CPU's model name (`/proc/cpuinfo`'s "model name"), as llama-bench's `cpu_info`.
+fn cpu_info() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_default()
+}
+
+/// The current UTC time as `YYYY-MM-DDTHH:MM:SSZ` (llama-bench's `test_time`).
+fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (proleptic Gregorian).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + (month <= 2) as i64;
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+/// Records with llama-bench's JSON field names (those that apply to us), plus `test`.
 fn print_json(desc: &ModelDesc, params: u64, threads: usize, results: &[TestResult]) -> CliResult {
+    let (cpu, time) = (cpu_info(), utc_now());
     let records: Vec<serde_json::Value> = results
         .iter()
         .map(|r| {
@@ -242,10 +281,14 @@ fn print_json(desc: &ModelDesc, params: u64, threads: usize, results: &[TestResu
                 "model_type": desc.model_type,
                 "model_size": desc.size_bytes,
                 "model_n_params": params,
-                "backend": "CPU",
+                "build_commit": concat!("luminal-", env!("CARGO_PKG_VERSION")),
+                "cpu_info": cpu,
+                "backends": "CPU",
                 "n_threads": threads,
                 "n_prompt": r.n_prompt,
                 "n_gen": r.n_gen,
+                "n_depth": 0,
+                "test_time": time,
                 "test": r.name,
                 "avg_ns": avg_ns.round() as u64,
                 "stddev_ns": stddev_ns.round() as u64,

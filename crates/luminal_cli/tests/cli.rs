@@ -335,6 +335,24 @@ fn bench_json_has_pp_and_tg_records() {
         assert!(r["stddev_ts"].as_f64().unwrap() >= 0.0, "{r}");
         assert_eq!(r["samples_ts"].as_array().unwrap().len(), 2);
         assert_eq!(r["model_n_params"], 124096);
+        // llama-bench's field names.
+        assert_eq!(r["backends"], "CPU");
+        assert_eq!(r["n_depth"], 0);
+        let t = r["test_time"].as_str().unwrap();
+        assert!(
+            t.len() == 20 && t.starts_with("20") && t.ends_with('Z'),
+            "{t}"
+        );
+        for key in [
+            "build_commit",
+            "cpu_info",
+            "model_type",
+            "model_size",
+            "avg_ns",
+            "stddev_ns",
+        ] {
+            assert!(r.get(key).is_some(), "{key} missing from {r}");
+        }
     }
     assert_eq!(records[0]["n_prompt"], 16);
     assert_eq!(records[1]["n_gen"], 8);
