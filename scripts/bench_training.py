@@ -11,8 +11,8 @@ forward, backward, update; the first 10 steps excluded) and its test accuracy. P
 markdown table.
 
 Usage:
-    python3 -m venv /tmp/torchenv && /tmp/torchenv/bin/pip install torch numpy
-    /tmp/torchenv/bin/python scripts/bench_training.py [--threads 2] [--steps 600] [--repeats 3] [--models mlp,cnn,gpt]
+    pip install torch numpy     # CPU torch from PyPI
+    python3 scripts/bench_training.py [--threads 2] [--steps 600] [--repeats 3] [--models mlp,cnn,gpt]
 
 luminal is run through `cargo run --release --example digits -- mlp|cnn`, which needs
 models/digits.csv (scripts/fetch-digits.sh; run here when missing).

@@ -13,8 +13,8 @@ values for the training tests.
 - schedules: 30 learning rates of each torch.optim.lr_scheduler we mirror.
 
 Usage (torch from PyPI, any recent version):
-    python3 -m venv /tmp/torchenv && /tmp/torchenv/bin/pip install torch numpy
-    /tmp/torchenv/bin/python scripts/gen_training_fixtures.py
+    pip install torch numpy     # CPU torch from PyPI
+    python3 scripts/gen_training_fixtures.py
 """
 import json
 import math
