@@ -81,6 +81,7 @@ impl CpuRuntime {
         let mut kernels =
             crate::lower::lower(&graph, &order, &names, threads, dots, disabled_rules)?;
         let plan = crate::exec::memory::plan(&graph, &order, &mut kernels);
+        let reads: Vec<Vec<BufId>> = kernels.iter().map(|k| k.reads()).collect();
         let mut inputs = vec![];
         for &(id, buf) in &plan.inputs {
             let node = graph.node(id);
@@ -93,7 +94,7 @@ impl CpuRuntime {
                 buf,
                 numel: names.compile(&node.shape.iter().product())?,
                 present: false,
-                weight_only: weight_only(&kernels, buf),
+                weight_only: weight_only(&kernels, &reads, buf),
             });
         }
         let mut readable = HashMap::new();
@@ -235,11 +236,12 @@ impl CpuRuntime {
     }
 }
 
-/// Whether every kernel reading buffer `input` (an input's) reads it as a weight, in place.
-fn weight_only(kernels: &[Kernel], input: BufId) -> bool {
+/// Whether every kernel reading buffer `input` (an input's) reads it as a weight, in place
+/// (`reads[i]`: what kernel `i` reads).
+fn weight_only(kernels: &[Kernel], reads: &[Vec<BufId>], input: BufId) -> bool {
     let mut any = false;
-    for k in kernels {
-        for r in k.reads().into_iter().filter(|&r| r == input) {
+    for (k, rs) in kernels.iter().zip(reads) {
+        for &r in rs.iter().filter(|&&r| r == input) {
             if k.kind.weight_input() != Some(r) {
                 return false;
             }

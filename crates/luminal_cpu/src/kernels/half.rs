@@ -35,7 +35,7 @@ use luminal::op::{BinaryOp, Op, ReduceOp};
 use luminal::{DType, LuminalError, Result};
 
 /// Elements per parallel task of the conversion loops.
-const CHUNK: usize = 1 << 16;
+pub(crate) const CHUNK: usize = 1 << 16;
 
 fn is_float(dtype: DType) -> bool {
     matches!(dtype, DType::F32 | DType::F16 | DType::BF16)

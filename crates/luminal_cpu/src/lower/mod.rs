@@ -209,7 +209,7 @@ struct Lowering<'a> {
     threads: usize,
     dots: crate::QuantDots,
     /// Rules and passes switched off.
-    disabled: Vec<String>,
+    disabled: &'a [&'a str],
     /// Fusable nodes read by several consumers, all inlined into one fused root: the root
     /// they are computed in, once (see [`absorb_shared`]).
     absorbed: HashMap<NodeId, NodeId>,
@@ -542,7 +542,7 @@ impl Lowering<'_> {
 
     /// Whether the rule named `name` is switched off.
     fn disabled(&self, name: &str) -> bool {
-        self.disabled.iter().any(|d| d == name)
+        self.disabled.contains(&name)
     }
 
     /// The backend's activation policy for a product with a quantized weight: graph
@@ -784,7 +784,7 @@ pub fn lower(
         .iter()
         .filter_map(|&id| Some((id, pair_max(g, id, &uses)?)))
         .collect();
-    let lw = Lowering {
+    let mut lw = Lowering {
         g,
         uses,
         pair_max,
@@ -793,12 +793,11 @@ pub fn lower(
         names,
         threads,
         dots,
-        disabled: disabled.iter().map(|d| d.to_string()).collect(),
+        disabled,
         absorbed: HashMap::new(),
         root: Cell::new(None),
         memo: RefCell::new(HashMap::new()),
     };
-    let mut lw = lw;
     if !lw.disabled("shared") {
         lw.absorbed = absorb_shared(&lw, live_order);
     }

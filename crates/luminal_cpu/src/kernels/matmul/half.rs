@@ -18,13 +18,11 @@
 
 use super::MatmulKernel;
 use crate::kernel::HalfScratch;
+use crate::kernels::half::CHUNK;
 use crate::storage::Elem;
 use crate::storage::{BufRef, Storage, StorageKind};
 use crate::view::ResolvedView;
 use luminal::{LuminalError, Result};
-
-/// Elements per parallel task of the conversion loops.
-const CHUNK: usize = 1 << 16;
 
 /// The first `n` elements of `v`, grown (never shrunk: the same dims never reallocate).
 fn grown(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
