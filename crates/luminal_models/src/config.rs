@@ -40,8 +40,21 @@ pub struct LlamaConfig {
 
 const ARCHS: [&str; 3] = ["llama", "qwen2", "mistral"];
 
-fn cfg_err(msg: impl Into<String>) -> ModelError {
+pub(crate) fn cfg_err(msg: impl Into<String>) -> ModelError {
     ModelError::Config(msg.into())
+}
+
+/// Field `k` of a config.json object as a positive integer (a typed error when it is
+/// missing or anything else).
+pub(crate) fn positive_usize(v: &serde_json::Value, k: &str) -> Result<usize> {
+    match &v[k] {
+        serde_json::Value::Null => Err(cfg_err(format!("missing \"{k}\""))),
+        x => x
+            .as_u64()
+            .filter(|&n| n > 0)
+            .map(|n| n as usize)
+            .ok_or_else(|| cfg_err(format!("\"{k}\" must be a positive integer, got {x}"))),
+    }
 }
 
 impl LlamaConfig {

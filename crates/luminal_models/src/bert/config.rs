@@ -1,15 +1,12 @@
 //! BERT hyper-parameters (`config.json`) and the sentence-transformers pipeline around the
 //! encoder (`modules.json`, `1_Pooling/config.json`, `sentence_bert_config.json`).
 
+use crate::config::{cfg_err, positive_usize};
 use crate::error::{ModelError, Result};
 use luminal_io::IoError;
 use luminal_nn::Activation;
 use serde_json::Value;
 use std::path::Path;
-
-fn cfg_err(msg: impl Into<String>) -> ModelError {
-    ModelError::Config(msg.into())
-}
 
 /// Reads a JSON file of a model folder: a missing file is [`IoError::NotFound`], unreadable
 /// or invalid JSON a [`ModelError::Config`] naming the file.
@@ -63,16 +60,7 @@ impl BertConfig {
                 "model_type '{model_type}' (the BERT loader reads model_type 'bert')"
             )));
         }
-        let usize_of = |k: &str| -> Result<usize> {
-            match &v[k] {
-                Value::Null => Err(cfg_err(format!("missing \"{k}\""))),
-                x => x
-                    .as_u64()
-                    .filter(|&n| n > 0)
-                    .map(|n| n as usize)
-                    .ok_or_else(|| cfg_err(format!("\"{k}\" must be a positive integer, got {x}"))),
-            }
-        };
+        let usize_of = |k: &str| positive_usize(v, k);
         let act_name = v["hidden_act"].as_str().unwrap_or("gelu");
         let hidden_act = Activation::from_hf_name(act_name)
             .ok_or_else(|| ModelError::Unsupported(format!("hidden_act '{act_name}'")))?;

@@ -1,14 +1,11 @@
 //! Whisper hyper-parameters (`config.json`) and decoding settings (`generation_config.json`).
 
 use crate::bert::read_json;
+use crate::config::{cfg_err, positive_usize};
 use crate::error::{ModelError, Result};
 use luminal_nn::Activation;
 use serde_json::Value;
 use std::path::Path;
-
-fn cfg_err(msg: impl Into<String>) -> ModelError {
-    ModelError::Config(msg.into())
-}
 
 /// What builds a Whisper encoder–decoder (transformers' `WhisperConfig` names).
 #[derive(Clone, Debug, PartialEq)]
@@ -45,16 +42,7 @@ impl WhisperConfig {
                 "model_type '{model_type}' (the Whisper loader reads model_type 'whisper')"
             )));
         }
-        let usize_of = |k: &str| -> Result<usize> {
-            match &v[k] {
-                Value::Null => Err(cfg_err(format!("missing \"{k}\""))),
-                x => x
-                    .as_u64()
-                    .filter(|&n| n > 0)
-                    .map(|n| n as usize)
-                    .ok_or_else(|| cfg_err(format!("\"{k}\" must be a positive integer, got {x}"))),
-            }
-        };
+        let usize_of = |k: &str| positive_usize(v, k);
         let act_name = v["activation_function"].as_str().unwrap_or("gelu");
         let activation = Activation::from_hf_name(act_name)
             .ok_or_else(|| ModelError::Unsupported(format!("activation_function '{act_name}'")))?;
