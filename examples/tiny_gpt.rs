@@ -3,7 +3,12 @@
 //! ```bash
 //! cargo run --release --example tiny_gpt -- [--file /usr/share/common-licenses/GPL-3]
 //!     [--steps 300] [--threads 2] [--layers 2] [--dim 64] [--ctx 64] [--batch 16]
+//!     [--checkpoint]
 //! ```
+//!
+//! `--checkpoint` wraps each transformer block in `Graph::checkpoint`: the backward pass
+//! recomputes the block instead of keeping its activations (the memory plan's size is
+//! printed either way).
 //!
 //! Token and position embeddings, pre-norm transformer blocks (causal multi-head attention,
 //! GELU MLP with GPT-2's tanh approximation), a linear head; cross-entropy on next-character
@@ -29,6 +34,7 @@ struct Config {
     heads: usize,
     layers: usize,
     ctx: usize,
+    checkpoint: bool,
 }
 
 struct Block<'g> {
@@ -117,16 +123,23 @@ impl<'g> Gpt<'g> {
         let hd = d / h;
         let mut x = self.tok.embedding(ids) + self.pos.expand(0, b.clone());
         for blk in &self.blocks {
-            let qkv = blk.qkv.forward(blk.ln1.forward(x)); // [B, T, 3D]
-            let qkv = qkv.reshape(vec![b.clone(), t.clone(), 3.into(), h.into(), hd.into()]);
-            let head = |i: i64| qkv.slice(2, i, i + 1).squeeze(2).permute(&[0, 2, 1, 3]);
-            let att = causal_attention(head(0), head(1), head(2)) // [B, H, T, hd]
-                .permute(&[0, 2, 1, 3])
-                .reshape(vec![b.clone(), t.clone(), d.into()]);
-            x = x + blk.proj.forward(att);
-            x = x + blk
-                .down
-                .forward(blk.up.forward(blk.ln2.forward(x)).gelu_tanh());
+            let block = |mut x: GraphTensor<'g>| {
+                let qkv = blk.qkv.forward(blk.ln1.forward(x)); // [B, T, 3D]
+                let qkv = qkv.reshape(vec![b.clone(), t.clone(), 3.into(), h.into(), hd.into()]);
+                let head = |i: i64| qkv.slice(2, i, i + 1).squeeze(2).permute(&[0, 2, 1, 3]);
+                let att = causal_attention(head(0), head(1), head(2)) // [B, H, T, hd]
+                    .permute(&[0, 2, 1, 3])
+                    .reshape(vec![b.clone(), t.clone(), d.into()]);
+                x = x + blk.proj.forward(att);
+                x + blk
+                    .down
+                    .forward(blk.up.forward(blk.ln2.forward(x)).gelu_tanh())
+            };
+            x = if self.c.checkpoint {
+                ids.graph.checkpoint(|| block(x))
+            } else {
+                block(x)
+            };
         }
         self.head.forward(self.ln_f.forward(x))
     }
@@ -137,8 +150,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut file = "/usr/share/common-licenses/GPL-3".to_string();
     let (mut steps, mut threads, mut layers, mut dim, mut ctx, mut batch) =
         (300usize, 2usize, 2usize, 64usize, 64usize, 16usize);
+    let mut checkpoint = false;
     let mut it = args.iter();
     while let Some(flag) = it.next() {
+        if flag == "--checkpoint" {
+            checkpoint = true;
+            continue;
+        }
         let v = it.next().ok_or(format!("{flag} needs a value"))?;
         match flag.as_str() {
             "--file" => file = v.clone(),
@@ -169,6 +187,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         heads: 4,
         layers,
         ctx,
+        checkpoint,
     };
     eprintln!(
         "{file}: {} chars, vocab {}; GPT {layers} layers, dim {dim}, 4 heads, ctx {ctx}, batch {batch}",
@@ -225,6 +244,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         last = trainer.step(schedule.lr(s))?;
         if s >= 5 {
             timed += t0.elapsed();
+        }
+        if s == 0 {
+            bar.suspend(|| {
+                eprintln!(
+                    "memory plan: {:.1} MB{}",
+                    trainer.runtime.buffer_bytes() as f64 / 1e6,
+                    if checkpoint {
+                        " (blocks checkpointed)"
+                    } else {
+                        ""
+                    }
+                )
+            });
         }
         let tok_s = ((s + 1) * batch * ctx) as f64 / start.elapsed().as_secs_f64();
         bar.set_message(format!("loss {last:.3}  {tok_s:.0} tok/s"));

@@ -54,6 +54,11 @@ pub struct GraphData {
     pub tensors: Vec<TensorEntry>,
     /// Nodes whose buffers must be readable after `run()`.
     pub outputs: BTreeSet<NodeId>,
+    /// Nodes that recompute a checkpointed segment in the backward pass (see
+    /// [`Graph::checkpoint`]), with the number of their recomputation: common-subexpression
+    /// elimination never merges them with the forward nodes they copy (that would keep the
+    /// activations the checkpoint exists to drop).
+    pub recompute: HashMap<NodeId, u32>,
 }
 
 impl GraphData {
@@ -85,6 +90,7 @@ impl GraphData {
     }
     pub fn remove_node(&mut self, id: NodeId) {
         self.nodes[id.0 as usize] = None;
+        self.recompute.remove(&id);
     }
 
     /// Points every use of `old` (edges, user handles, outputs) at `new`, which must have the
@@ -298,6 +304,8 @@ pub struct Graph {
     data: RefCell<GraphData>,
     /// Dtypes `tensor()` gives the named inputs instead of f32 (see [`Graph::set_tensor_dtype`]).
     tensor_dtypes: RefCell<HashMap<String, DType>>,
+    /// Node-id ranges built inside [`Graph::checkpoint`], in order.
+    checkpoints: RefCell<Vec<std::ops::Range<u32>>>,
 }
 
 impl Default for Graph {
@@ -321,7 +329,44 @@ impl Graph {
                 ..Default::default()
             }),
             tensor_dtypes: RefCell::new(HashMap::new()),
+            checkpoints: RefCell::new(Vec::new()),
         }
+    }
+
+    /// Gradient checkpointing: the nodes `f` builds form a segment whose activations the
+    /// backward pass does not keep. [`crate::autograd::Autograd`] recomputes the segment from
+    /// its inputs (the tensors it reads that were built before) when the backward pass
+    /// reaches it, so only the segment's inputs and outputs stay alive between the forward
+    /// and the backward pass: less memory for one more forward of the segment (PyTorch's
+    /// `torch.utils.checkpoint`). Without autograd, or for a segment no gradient flows
+    /// through, it changes nothing.
+    ///
+    /// ```
+    /// use luminal::prelude::*;
+    /// use luminal::autograd::Autograd;
+    /// let cx = Graph::new();
+    /// let (x, w) = (cx.tensor("x", (2, 3)), cx.tensor("w", (3, 3)));
+    /// let h = cx.checkpoint(|| x.matmul(w).relu().matmul(w).relu());
+    /// let loss = h.sum(0).sum(0);
+    /// let dw = Autograd::new(&[w], loss).grad(w).output();
+    /// # let _ = dw;
+    /// ```
+    pub fn checkpoint<'g, T>(&'g self, f: impl FnOnce() -> T) -> T {
+        let start = self.data.borrow().nodes.len() as u32;
+        let out = f();
+        let end = self.data.borrow().nodes.len() as u32;
+        if end > start {
+            // A segment inside this one (a nested call) is recomputed as part of it.
+            let mut ranges = self.checkpoints.borrow_mut();
+            ranges.retain(|r| !(r.start >= start && r.end <= end));
+            ranges.push(start..end);
+        }
+        out
+    }
+
+    /// The node-id ranges of the checkpointed segments.
+    pub(crate) fn checkpoint_ranges(&self) -> Vec<std::ops::Range<u32>> {
+        self.checkpoints.borrow().clone()
     }
 
     /// A process-unique id; a compiled runtime uses it to reject handles of other graphs.

@@ -56,9 +56,12 @@ pub struct Cse;
 
 impl Pass for Cse {
     fn run(&mut self, graph: &mut GraphData) -> bool {
-        let mut seen: HashMap<Node, NodeId> = HashMap::new();
+        // A recomputed (checkpointed) node is only merged with copies of the same
+        // recomputation, never with the forward node it copies.
+        let mut seen: HashMap<(Node, Option<u32>), NodeId> = HashMap::new();
         let mut forward: HashMap<NodeId, NodeId> = HashMap::new();
         for id in graph.toposort() {
+            let tag = graph.recompute.get(&id).copied();
             let node = graph.node_mut(id);
             for e in &mut node.inputs {
                 if let Some(&to) = forward.get(&e.node) {
@@ -68,12 +71,13 @@ impl Pass for Cse {
             if matches!(node.op, Op::Input { .. }) {
                 continue;
             }
-            match seen.get(node) {
+            let key = (node.clone(), tag);
+            match seen.get(&key) {
                 Some(&first) => {
                     forward.insert(id, first);
                 }
                 None => {
-                    seen.insert(node.clone(), id);
+                    seen.insert(key, id);
                 }
             }
         }

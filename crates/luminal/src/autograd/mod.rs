@@ -127,6 +127,7 @@ impl<'g> Autograd<'g> {
                 .collect();
             (relevant, nodes)
         };
+        let mut recompute = Recompute::new(cx);
         let mut grads: HashMap<NodeId, GraphTensor<'g>> = HashMap::new();
         let out_entry = output.entry();
         if nodes.contains_key(&out_entry.node) {
@@ -149,11 +150,16 @@ impl<'g> Autograd<'g> {
                     label: format!("autograd#{}", node_id.0),
                 })
             };
-            let out = handle(id, ShapeTracker::new(node.shape.clone()));
+            // Inside a checkpointed segment the rule reads the segment's recomputed values.
+            let seg = recompute.segment_of(id);
+            let out = handle(
+                recompute.resolve(seg, id),
+                ShapeTracker::new(node.shape.clone()),
+            );
             let inputs: Vec<GraphTensor<'g>> = node
                 .inputs
                 .iter()
-                .map(|e| handle(e.node, e.view.clone()))
+                .map(|e| handle(recompute.resolve(seg, e.node), e.view.clone()))
                 .collect();
             let wanted: Vec<bool> = node
                 .inputs
@@ -203,6 +209,79 @@ impl<'g> Autograd<'g> {
     /// The gradients of all parameters, in the order given to `new`.
     pub fn grads(&self, params: &[GraphTensor<'g>]) -> Vec<GraphTensor<'g>> {
         params.iter().map(|&p| self.grad(p)).collect()
+    }
+}
+
+/// The checkpointed segments of a graph ([`crate::graph::Graph::checkpoint`]) and their
+/// recomputed copies, made when the backward pass first reads inside a segment.
+struct Recompute<'g> {
+    graph: &'g crate::graph::Graph,
+    ranges: Vec<std::ops::Range<u32>>,
+    /// Per segment: original node → its copy.
+    copies: Vec<Option<HashMap<NodeId, NodeId>>>,
+}
+
+impl<'g> Recompute<'g> {
+    fn new(graph: &'g crate::graph::Graph) -> Self {
+        let ranges = graph.checkpoint_ranges();
+        let copies = vec![None; ranges.len()];
+        Recompute {
+            graph,
+            ranges,
+            copies,
+        }
+    }
+
+    /// The segment that built `id`, if any.
+    fn segment_of(&self, id: NodeId) -> Option<usize> {
+        self.ranges.iter().position(|r| r.contains(&id.0))
+    }
+
+    /// The node a gradient rule of a node in segment `seg` reads for `id`: the recomputed
+    /// copy when `id` belongs to the same segment, else `id` itself (a segment's inputs and
+    /// outputs are the forward values, kept alive anyway).
+    fn resolve(&mut self, seg: Option<usize>, id: NodeId) -> NodeId {
+        let Some(s) = seg else { return id };
+        if !self.ranges[s].contains(&id.0) {
+            return id;
+        }
+        if self.copies[s].is_none() {
+            self.copies[s] = Some(self.copy_segment(s));
+        }
+        self.copies[s]
+            .as_ref()
+            .unwrap()
+            .get(&id)
+            .copied()
+            .unwrap_or(id)
+    }
+
+    /// Copies every computing node of segment `s` (inputs stay shared), tagged so that CSE
+    /// keeps the copies apart from the originals. Made at the point of the backward pass
+    /// that first needs them, so the backend schedules the recomputation there.
+    fn copy_segment(&self, s: usize) -> HashMap<NodeId, NodeId> {
+        let mut d = self.graph.data_mut();
+        let tag = d.recompute.values().copied().max().unwrap_or(0) + 1;
+        let mut map = HashMap::new();
+        for raw in self.ranges[s].clone() {
+            let id = NodeId(raw);
+            let Some(node) = d.try_node(id).cloned() else {
+                continue;
+            };
+            if matches!(node.op, crate::op::Op::Input { .. }) {
+                continue;
+            }
+            let mut copy = node;
+            for e in &mut copy.inputs {
+                if let Some(&c) = map.get(&e.node) {
+                    e.node = c;
+                }
+            }
+            let new = d.add_node(copy);
+            d.recompute.insert(new, tag);
+            map.insert(id, new);
+        }
+        map
     }
 }
 

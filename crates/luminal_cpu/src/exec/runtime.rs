@@ -155,6 +155,23 @@ impl CpuRuntime {
     pub fn buffer_count(&self) -> usize {
         self.bufs.len()
     }
+    /// Bytes held by the memory plan's buffers now (inputs included; buffers of dynamic
+    /// size count as grown by the runs so far): what the plan costs, e.g. to measure what
+    /// gradient checkpointing saves.
+    pub fn buffer_bytes(&self) -> usize {
+        self.bufs
+            .iter()
+            .map(|b| {
+                let elem = match b {
+                    Storage::F32(_) => 4,
+                    Storage::F16(_) | Storage::BF16(_) => 2,
+                    Storage::F64(_) => 8,
+                    Storage::Bytes(_) => 1,
+                };
+                b.len() * elem
+            })
+            .sum()
+    }
     /// Whether `t` passed the whole-input (`output: false`, `set`) or whole-output
     /// (`get_into`) check before.
     fn checked_handle(&self, t: TensorRef, output: bool) -> bool {
