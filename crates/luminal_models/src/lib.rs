@@ -9,6 +9,7 @@ pub mod bert;
 pub mod chat;
 pub mod config;
 pub mod error;
+pub mod finetune;
 pub mod generate;
 pub mod llama;
 pub mod model;
