@@ -266,6 +266,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     bar.finish();
+    if std::env::var("LUMINAL_PROFILE").is_ok_and(|v| v == "1") {
+        eprintln!("{}", trainer.runtime.profile());
+    }
     let secs = timed.as_secs_f64();
     eprintln!(
         "final loss {last:.4} (uniform guess: {:.4}); {:.1} ms/step",

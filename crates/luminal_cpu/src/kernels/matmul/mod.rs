@@ -1,10 +1,12 @@
-//! Matmul recognised from its primop pattern and run through the `gemm` crate.
+//! Matmul recognised from its primop pattern and run through our packed GEMM
+//! ([`gemm_f32`]: AVX-512 / AVX2 microkernels; the `gemm` crate without AVX2).
 //!
 //! `a.matmul(b)` is built as `SumReduce(last)` over `Mul(a_view, b_view)` whose views are
-//! `[batch.., M, N, K]` with `a` broadcast along `N` (stride 0) and `b` along `M`. `gemm`
+//! `[batch.., M, N, K]` with `a` broadcast along `N` (stride 0) and `b` along `M`. The GEMM
 //! takes row and column strides, so the operands are read in place whatever their layout
-//! (transposed weights, sliced batches, broadcast batch dims): no copies.
+//! (transposed weights, sliced batches, broadcast batch dims): no copies besides packing.
 
+pub(crate) mod gemm_f32;
 pub(crate) mod half;
 pub(crate) mod skinny_f32;
 pub(crate) mod skinny_half;
@@ -13,7 +15,6 @@ use crate::kernel::{BufId, CpuKernel, RunCtx, Scratch};
 use crate::kernels::quant::{weight_matmul, WeightRef};
 use crate::storage::Storage;
 use crate::view::{DimValues, ResolvedView, ViewExprs};
-use gemm::Parallelism;
 use luminal::{DType, LuminalError, Result};
 
 use crate::kernels::fused::{run_epilogue, Program};
@@ -161,26 +162,22 @@ impl MatmulKernel {
             // do not alias (`d` is the kernel's own output buffer, taken out of the buffer
             // table).
             unsafe {
-                gemm::gemm(
+                gemm_f32::sgemm(
                     i1 - i0,
                     j1 - j0,
                     k,
+                    gemm_f32::Mat {
+                        ptr: a.as_ptr().offset(oa as isize),
+                        rs: sa[r - 3] as isize,
+                        cs: sa[r - 1] as isize,
+                    },
+                    gemm_f32::Mat {
+                        ptr: b.as_ptr().offset(ob as isize),
+                        rs: sb[r - 1] as isize,
+                        cs: sb[r - 2] as isize,
+                    },
                     d.add(i0 * n + j0),
-                    1,
-                    n as isize,
-                    false,
-                    a.as_ptr().offset(oa as isize),
-                    sa[r - 1] as isize,
-                    sa[r - 3] as isize,
-                    b.as_ptr().offset(ob as isize),
-                    sb[r - 2] as isize,
-                    sb[r - 1] as isize,
-                    0.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    Parallelism::None,
+                    n,
                 )
             }
         };

@@ -55,7 +55,6 @@ use crate::simd::isa;
 use crate::storage::Elem;
 use crate::storage::{BufRef, Storage};
 use crate::view::DimNames;
-use gemm::Parallelism;
 use half::{bf16, f16};
 use luminal::graph::{Edge, GraphData, NodeId};
 use luminal::op::Op;
@@ -315,26 +314,22 @@ pub(crate) fn weight_matmul(
             // the destination is columns `j0 .. j1` of the `m × n` row-major output, which
             // no other task writes.
             unsafe {
-                gemm::gemm(
+                crate::kernels::matmul::gemm_f32::sgemm(
                     m,
                     j1 - j0,
                     k,
+                    crate::kernels::matmul::gemm_f32::Mat {
+                        ptr: a.as_ptr().add(a_off),
+                        rs: a_row as isize,
+                        cs: 1,
+                    },
+                    crate::kernels::matmul::gemm_f32::Mat {
+                        ptr: s.as_ptr(),
+                        rs: 1,
+                        cs: k as isize,
+                    },
                     out.0.add(j0),
-                    1,
-                    n as isize,
-                    false,
-                    a.as_ptr().add(a_off),
-                    1,
-                    a_row as isize,
-                    s.as_ptr(),
-                    k as isize,
-                    1,
-                    0.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    Parallelism::None,
+                    n,
                 )
             }
         });

@@ -1,0 +1,436 @@
+//! Our f32 GEMM: `C = A·B` with packed operands and an AVX-512 or AVX2 register-tile
+//! microkernel.
+//!
+//! Why not the `gemm` crate here: on stable Rust its x86 kernels stop at AVX2 (the AVX-512
+//! ones need its `nightly` feature), so on an AVX-512 CPU it runs at half the FMA width, and
+//! it allocates its packing buffers on every call (a training step would allocate once per
+//! matmul). This one packs into per-thread buffers that only ever grow, and its AVX-512
+//! microkernel uses the full vector width. Elsewhere (no AVX2) the `gemm` crate runs.
+//!
+//! Blocking, in the usual way: for each `NC`-column slab of B and `KC`-deep slice of K, B is
+//! packed into `NR`-column panels (`[k][NR]`, zero-padded); for each `MC`-row block of A,
+//! A is packed into `MR`-row panels (`[k][MR]`, zero-padded); the microkernel computes one
+//! `MR × NR` tile of C over the `KC` slice in registers (vectors along N, A broadcast) and
+//! adds it to C (the first slice overwrites). Summation order over K is fixed by the block
+//! sizes, so results do not depend on the thread count.
+
+use crate::simd::{isa, Isa};
+use std::cell::RefCell;
+
+const KC: usize = 256;
+const MC: usize = 144;
+const NC: usize = 1024;
+
+thread_local! {
+    /// Packed A block and B slab of this thread (grown on first use, then reused).
+    static PACK: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// A strided f32 matrix operand: element `(r, c)` at `ptr + r·rs + c·cs`.
+#[derive(Clone, Copy)]
+pub(crate) struct Mat {
+    pub ptr: *const f32,
+    pub rs: isize,
+    pub cs: isize,
+}
+
+impl Mat {
+    #[inline(always)]
+    unsafe fn at(&self, r: usize, c: usize) -> f32 {
+        *self.ptr.offset(r as isize * self.rs + c as isize * self.cs)
+    }
+}
+
+/// `C[m × n] = A[m × k] · B[k × n]`, C row-major with row stride `c_rs` (overwritten).
+///
+/// # Safety
+/// Every element of A and B the strides address for the given sizes must be readable, the
+/// `m × n` region of C (rows `c_rs` apart) writable and not aliased by A or B.
+pub(crate) unsafe fn sgemm(m: usize, n: usize, k: usize, a: Mat, b: Mat, c: *mut f32, c_rs: usize) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        for i in 0..m {
+            std::slice::from_raw_parts_mut(c.add(i * c_rs), n).fill(0.0);
+        }
+        return;
+    }
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => blocked::<12, 32>(m, n, k, a, b, c, c_rs, Kernel::Avx512),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => blocked::<6, 16>(m, n, k, a, b, c, c_rs, Kernel::Avx2),
+        _ => gemm::gemm(
+            m,
+            n,
+            k,
+            c,
+            1,
+            c_rs as isize,
+            false,
+            a.ptr,
+            a.cs,
+            a.rs,
+            b.ptr,
+            b.cs,
+            b.rs,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        ),
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Kernel {
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn blocked<const MR: usize, const NR: usize>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat,
+    b: Mat,
+    c: *mut f32,
+    c_rs: usize,
+    kernel: Kernel,
+) {
+    PACK.with(|pack| {
+        let mut pack = pack.borrow_mut();
+        let (pa, pb) = &mut *pack;
+        // Full-size buffers on a thread's first product (1.2 MB), so that no later product,
+        // whatever its shape, allocates.
+        if pb.len() < NC * KC {
+            pb.resize(NC * KC, 0.0);
+        }
+        if pa.len() < MC * KC {
+            pa.resize(MC * KC, 0.0);
+        }
+        let mut tile = [0f32; 12 * 32];
+        for jc in (0..n).step_by(NC) {
+            let nc = NC.min(n - jc);
+            for pc in (0..k).step_by(KC) {
+                let kc = KC.min(k - pc);
+                pack_b::<NR>(b, pc, kc, jc, nc, pb);
+                for ic in (0..m).step_by(MC) {
+                    let mc = MC.min(m - ic);
+                    pack_a::<MR>(a, ic, mc, pc, kc, pa);
+                    for jr in (0..nc).step_by(NR) {
+                        let cols = NR.min(nc - jr);
+                        let bp = pb.as_ptr().add(jr * kc);
+                        for ir in (0..mc).step_by(MR) {
+                            let rows = MR.min(mc - ir);
+                            let ap = pa.as_ptr().add(ir * kc);
+                            let dst = c.add((ic + ir) * c_rs + jc + jr);
+                            let first = pc == 0;
+                            if rows == MR && cols == NR {
+                                micro(kernel, kc, ap, bp, dst, c_rs, first);
+                            } else {
+                                // Edge tile: computed whole into `tile`, its valid part
+                                // written out.
+                                micro(kernel, kc, ap, bp, tile.as_mut_ptr(), NR, true);
+                                for i in 0..rows {
+                                    let d = dst.add(i * c_rs);
+                                    for j in 0..cols {
+                                        let v = tile[i * NR + j];
+                                        *d.add(j) = if first { v } else { *d.add(j) + v };
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    })
+}
+
+#[inline(always)]
+unsafe fn micro(
+    kernel: Kernel,
+    kc: usize,
+    ap: *const f32,
+    bp: *const f32,
+    c: *mut f32,
+    c_rs: usize,
+    overwrite: bool,
+) {
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx512 => x86::micro_avx512(kc, ap, bp, c, c_rs, overwrite),
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx2 => x86::micro_avx2(kc, ap, bp, c, c_rs, overwrite),
+    }
+}
+
+/// Packs `B[pc..pc+kc, jc..jc+nc]` into `NR`-column panels, each `[kc][NR]`, zero-padded.
+unsafe fn pack_b<const NR: usize>(
+    b: Mat,
+    pc: usize,
+    kc: usize,
+    jc: usize,
+    nc: usize,
+    out: &mut [f32],
+) {
+    for (p, jr) in (0..nc).step_by(NR).enumerate() {
+        let cols = NR.min(nc - jr);
+        let panel = &mut out[p * NR * kc..(p + 1) * NR * kc];
+        if b.cs == 1 {
+            for kk in 0..kc {
+                let src = b.ptr.offset((pc + kk) as isize * b.rs + (jc + jr) as isize);
+                let row = &mut panel[kk * NR..(kk + 1) * NR];
+                row[..cols].copy_from_slice(std::slice::from_raw_parts(src, cols));
+                row[cols..].fill(0.0);
+            }
+        } else {
+            // Column-contiguous (a transposed weight): read each column along K.
+            for j in 0..NR {
+                if j < cols {
+                    for kk in 0..kc {
+                        panel[kk * NR + j] = b.at(pc + kk, jc + jr + j);
+                    }
+                } else {
+                    for kk in 0..kc {
+                        panel[kk * NR + j] = 0.0;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Packs `A[ic..ic+mc, pc..pc+kc]` into `MR`-row panels, each `[kc][MR]`, zero-padded.
+unsafe fn pack_a<const MR: usize>(
+    a: Mat,
+    ic: usize,
+    mc: usize,
+    pc: usize,
+    kc: usize,
+    out: &mut [f32],
+) {
+    for (p, ir) in (0..mc).step_by(MR).enumerate() {
+        let rows = MR.min(mc - ir);
+        let panel = &mut out[p * MR * kc..(p + 1) * MR * kc];
+        for i in 0..MR {
+            if i < rows {
+                let r = ic + ir + i;
+                if a.cs == 1 {
+                    let src = std::slice::from_raw_parts(
+                        a.ptr.offset(r as isize * a.rs + pc as isize),
+                        kc,
+                    );
+                    for (kk, &v) in src.iter().enumerate() {
+                        panel[kk * MR + i] = v;
+                    }
+                } else {
+                    for kk in 0..kc {
+                        panel[kk * MR + i] = a.at(r, pc + kk);
+                    }
+                }
+            } else {
+                for kk in 0..kc {
+                    panel[kk * MR + i] = 0.0;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// 12 × 32 tile: 24 accumulators, 2 B vectors and a broadcast in the 32 zmm registers.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn micro_avx512(
+        kc: usize,
+        ap: *const f32,
+        bp: *const f32,
+        c: *mut f32,
+        c_rs: usize,
+        overwrite: bool,
+    ) {
+        let mut acc = [_mm512_setzero_ps(); 24];
+        let mut a = ap;
+        let mut b = bp;
+        for _ in 0..kc {
+            let b0 = _mm512_loadu_ps(b);
+            let b1 = _mm512_loadu_ps(b.add(16));
+            for i in 0..12 {
+                let ai = _mm512_set1_ps(*a.add(i));
+                acc[2 * i] = _mm512_fmadd_ps(ai, b0, acc[2 * i]);
+                acc[2 * i + 1] = _mm512_fmadd_ps(ai, b1, acc[2 * i + 1]);
+            }
+            a = a.add(12);
+            b = b.add(32);
+        }
+        for i in 0..12 {
+            let d = c.add(i * c_rs);
+            let (mut v0, mut v1) = (acc[2 * i], acc[2 * i + 1]);
+            if !overwrite {
+                v0 = _mm512_add_ps(v0, _mm512_loadu_ps(d));
+                v1 = _mm512_add_ps(v1, _mm512_loadu_ps(d.add(16)));
+            }
+            _mm512_storeu_ps(d, v0);
+            _mm512_storeu_ps(d.add(16), v1);
+        }
+    }
+
+    /// 6 × 16 tile: 12 accumulators, 2 B vectors and a broadcast in the 16 ymm registers.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn micro_avx2(
+        kc: usize,
+        ap: *const f32,
+        bp: *const f32,
+        c: *mut f32,
+        c_rs: usize,
+        overwrite: bool,
+    ) {
+        let mut acc = [_mm256_setzero_ps(); 12];
+        let mut a = ap;
+        let mut b = bp;
+        for _ in 0..kc {
+            let b0 = _mm256_loadu_ps(b);
+            let b1 = _mm256_loadu_ps(b.add(8));
+            for i in 0..6 {
+                let ai = _mm256_broadcast_ss(&*a.add(i));
+                acc[2 * i] = _mm256_fmadd_ps(ai, b0, acc[2 * i]);
+                acc[2 * i + 1] = _mm256_fmadd_ps(ai, b1, acc[2 * i + 1]);
+            }
+            a = a.add(6);
+            b = b.add(16);
+        }
+        for i in 0..6 {
+            let d = c.add(i * c_rs);
+            let (mut v0, mut v1) = (acc[2 * i], acc[2 * i + 1]);
+            if !overwrite {
+                v0 = _mm256_add_ps(v0, _mm256_loadu_ps(d));
+                v1 = _mm256_add_ps(v1, _mm256_loadu_ps(d.add(8)));
+            }
+            _mm256_storeu_ps(d, v0);
+            _mm256_storeu_ps(d.add(8), v1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive(m: usize, n: usize, k: usize, a: &[f32], b: &[f32]) -> Vec<f64> {
+        let mut c = vec![0f64; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                for kk in 0..k {
+                    c[i * n + j] += a[i * k + kk] as f64 * b[kk * n + j] as f64;
+                }
+            }
+        }
+        c
+    }
+
+    fn vals(n: usize, seed: u32) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(747796405).wrapping_add(2891336453);
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(747796405).wrapping_add(2891336453);
+                ((s >> 9) as f32 / (1u32 << 23) as f32) - 0.5
+            })
+            .collect()
+    }
+
+    /// Every level the CPU has, edge tiles in M, N and K, strided and transposed operands.
+    #[test]
+    fn matches_a_naive_product() {
+        let levels = [Isa::Generic, Isa::Avx2, Isa::Avx512];
+        let before = isa();
+        for &level in &levels {
+            if crate::simd::set_max_isa(level) != level {
+                continue;
+            }
+            for &(m, n, k) in &[
+                (1, 1, 1),
+                (5, 7, 3),
+                (16, 32, 256),
+                (17, 33, 257),
+                (150, 70, 300),
+                (40, 1030, 20),
+                (3, 2049, 9),
+            ] {
+                let a = vals(m * k, 1);
+                let b = vals(k * n, 2);
+                let want = naive(m, n, k, &a, &b);
+                // Row-major A and B.
+                let mut c = vec![f32::NAN; m * n];
+                unsafe {
+                    sgemm(
+                        m,
+                        n,
+                        k,
+                        Mat {
+                            ptr: a.as_ptr(),
+                            rs: k as isize,
+                            cs: 1,
+                        },
+                        Mat {
+                            ptr: b.as_ptr(),
+                            rs: n as isize,
+                            cs: 1,
+                        },
+                        c.as_mut_ptr(),
+                        n,
+                    )
+                };
+                // Transposed storage of both (A column-major, B as Bᵀ row-major), output
+                // with a row stride wider than n.
+                let at: Vec<f32> = (0..k * m).map(|x| a[(x % m) * k + x / m]).collect();
+                let bt: Vec<f32> = (0..n * k).map(|x| b[(x % k) * n + x / k]).collect();
+                let mut c2 = vec![f32::NAN; m * (n + 3)];
+                unsafe {
+                    sgemm(
+                        m,
+                        n,
+                        k,
+                        Mat {
+                            ptr: at.as_ptr(),
+                            rs: 1,
+                            cs: m as isize,
+                        },
+                        Mat {
+                            ptr: bt.as_ptr(),
+                            rs: 1,
+                            cs: k as isize,
+                        },
+                        c2.as_mut_ptr(),
+                        n + 3,
+                    )
+                };
+                for i in 0..m {
+                    for j in 0..n {
+                        let w = want[i * n + j];
+                        let tol = 1e-5 * (k as f64).sqrt() + 1e-6;
+                        for (got, what) in [
+                            (c[i * n + j], "row-major"),
+                            (c2[i * (n + 3) + j], "transposed"),
+                        ] {
+                            assert!(
+                                (got as f64 - w).abs() <= tol,
+                                "{level:?} {m}×{n}×{k} {what} [{i},{j}]: {got} vs {w}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        crate::simd::set_max_isa(before);
+    }
+}
