@@ -259,3 +259,37 @@ fn int8_decode_stays_close_to_f32_activations() {
     assert!(kl < 1.5e-3, "mean KL {kl}");
     assert!(excess.abs() < 0.01, "perplexity excess {excess}");
 }
+
+/// The protocol of llama.cpp's `llama-perplexity --kl-divergence` ("Same top p"): windows of
+/// 256 tokens of a text, the second half of each scored, top-1 of the default int8 path
+/// against top-1 of f32 activations on the same weights. Run by hand on a long text (it is
+/// slow and the text is not a fixture):
+/// `AGREE_TEXT=file cargo test --release -p luminal_model_tests --test smollm2 -- --ignored --nocapture same_top`.
+/// Results are in benches/README.md next to llama.cpp's on the same file.
+#[test]
+#[ignore]
+fn same_top_p_int8_vs_f32_on_a_text() {
+    let (Some(fast), Some(exact)) = (smollm2(), smollm2_f32()) else {
+        return;
+    };
+    let path = std::env::var("AGREE_TEXT").expect("AGREE_TEXT=<text file>");
+    let text = std::fs::read_to_string(path).unwrap();
+    let (mut fast, mut exact) = (fast.lock().unwrap(), exact.lock().unwrap());
+    let ids = fast.1.encode(&text, true).unwrap();
+    let vocab = fast.0.vocab_size();
+    let (mut same, mut total) = (0usize, 0usize);
+    for window in ids.chunks_exact(256) {
+        let a = fast.0.logits_all(window).unwrap();
+        let b = exact.0.logits_all(window).unwrap();
+        for pos in 128..256 {
+            let row = |l: &[f32]| argmax(&l[pos * vocab..(pos + 1) * vocab]);
+            same += (row(&a) == row(&b)) as usize;
+            total += 1;
+        }
+    }
+    println!(
+        "same top p: {same}/{total} = {:.3}%",
+        100.0 * same as f64 / total as f64
+    );
+    assert!(total > 0);
+}
