@@ -44,6 +44,14 @@ pub fn encode_prompt(tok: &Tokenizer, text: &str) -> Result<Vec<u32>> {
     Ok(ids)
 }
 
+/// The text that ends a turn under `template` when it is not one of the model's tokens (so
+/// that generation can only stop at it as a stop string); `None` when it is a token (the
+/// tokenizer's stop ids catch it) or empty.
+pub fn end_of_turn_text(template: &ChatTemplate, tok: &Tokenizer) -> Option<String> {
+    let eot = template.eos_token();
+    (!eot.is_empty() && tok.token_to_id(eot).is_none()).then(|| eot.to_string())
+}
+
 /// A model, its tokenizer, and the tokens its KV cache holds.
 pub struct Session<M> {
     model: M,
@@ -182,9 +190,7 @@ impl<M: Model> Chat<M> {
 
     /// A conversation under `template`.
     pub fn with_template(model: M, tok: Tokenizer, template: ChatTemplate) -> Self {
-        let eot = template.eos_token();
-        let end_of_turn_text =
-            (!eot.is_empty() && tok.token_to_id(eot).is_none()).then(|| eot.to_string());
+        let end_of_turn_text = end_of_turn_text(&template, &tok);
         Chat {
             session: Session::new(model, tok),
             template,
