@@ -314,12 +314,14 @@ fn parse_messages(v: Option<&Value>) -> Result<Vec<ChatMessage>, ApiError> {
                 "system" | "user" | "assistant" => r.clone(),
                 // OpenAI's newer name for the system role.
                 "developer" => "system".into(),
-                other => return Err(ApiError::invalid(
-                    format!(
+                other => {
+                    return Err(ApiError::invalid(
+                        format!(
                         "`{param}.role` {other:?} is not one of system, developer, user, assistant"
                     ),
-                    &format!("{param}.role"),
-                )),
+                        &format!("{param}.role"),
+                    ))
+                }
             },
             _ => {
                 return Err(ApiError::invalid(
