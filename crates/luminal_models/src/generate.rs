@@ -271,8 +271,32 @@ pub fn generate_from_cache<M: Model + ?Sized>(
     new_ids: &[u32],
     history: &[u32],
     opts: &GenerateOptions,
-    mut on_event: impl FnMut(GenerateEvent<'_>) -> ControlFlow<()>,
+    on_event: impl FnMut(GenerateEvent<'_>) -> ControlFlow<()>,
 ) -> Result<Generation> {
+    generate_core(model, tok, Start::Feed(new_ids), history, opts, on_event).map(|(g, _)| g)
+}
+
+/// How [`generate_core`] gets the logits of its first step.
+pub(crate) enum Start<'a> {
+    /// Feed these ids (the prompt's uncached suffix).
+    Feed(&'a [u32]),
+    /// The cache already holds the whole prompt and these are its last logits.
+    Logits(Vec<f32>),
+}
+
+/// [`generate_from_cache`], also returning the logits the first token was sampled from.
+pub(crate) fn generate_core<M: Model + ?Sized>(
+    model: &mut M,
+    tok: &Tokenizer,
+    start: Start<'_>,
+    history: &[u32],
+    opts: &GenerateOptions,
+    mut on_event: impl FnMut(GenerateEvent<'_>) -> ControlFlow<()>,
+) -> Result<(Generation, Vec<f32>)> {
+    let new_ids: &[u32] = match &start {
+        Start::Feed(ids) => ids,
+        Start::Logits(_) => &[],
+    };
     opts.sampler.validate()?;
     let mut stats = GenerationStats {
         prompt_tokens: new_ids.len(),
@@ -288,9 +312,9 @@ pub fn generate_from_cache<M: Model + ?Sized>(
         reused_tokens: 0,
     };
     if opts.max_new_tokens == 0 {
-        return Ok(done(Vec::new(), stats));
+        return Ok((done(Vec::new(), stats), Vec::new()));
     }
-    if new_ids.is_empty() {
+    if new_ids.is_empty() && matches!(start, Start::Feed(_)) {
         return Err(ModelError::InvalidOption(
             "generation needs at least one new token to feed".into(),
         ));
@@ -302,11 +326,18 @@ pub fn generate_from_cache<M: Model + ?Sized>(
         });
     }
 
-    let start = Instant::now();
-    let mut logits = Vec::new();
-    model.forward_into(new_ids, 1, &mut logits)?;
-    check_finite(&logits, || "the prompt".to_string(), model.pos() - 1)?;
-    stats.prompt_time = start.elapsed();
+    let prefill_start = Instant::now();
+    let mut logits = match start {
+        Start::Logits(logits) => logits,
+        Start::Feed(ids) => {
+            let mut logits = Vec::new();
+            model.forward_into(ids, 1, &mut logits)?;
+            check_finite(&logits, || "the prompt".to_string(), model.pos() - 1)?;
+            logits
+        }
+    };
+    let first_logits = logits.clone();
+    stats.prompt_time = prefill_start.elapsed();
 
     let gen_start = Instant::now();
     let stop_ids = tok.stop_ids();
@@ -385,12 +416,13 @@ pub fn generate_from_cache<M: Model + ?Sized>(
     stats.gen_time = gen_start.elapsed();
     stats.generated_tokens = generated.len();
     stats.stop_reason = stop_reason;
-    Ok(Generation {
+    let g = Generation {
         ids: generated,
         stats,
         logprobs,
         reused_tokens: 0,
-    })
+    };
+    Ok((g, first_logits))
 }
 
 /// [`ModelError::NonFiniteLogits`] when a logit of `logits` is NaN or infinite.

@@ -26,7 +26,10 @@
 
 use crate::chat::{ChatMessage, ChatTemplate};
 use crate::error::{ModelError, Result};
-use crate::generate::{generate_from_cache, start_ids, GenerateEvent, GenerateOptions, Generation};
+use crate::generate::{
+    generate_core, generate_from_cache, start_ids, GenerateEvent, GenerateOptions, Generation,
+    Start,
+};
 use crate::model::Model;
 use luminal_io::Tokenizer;
 use std::ops::ControlFlow;
@@ -57,6 +60,10 @@ pub struct Session<M> {
     model: M,
     tok: Tokenizer,
     cached: Vec<u32>,
+    /// The length of the last prompt and the logits its prefill gave: a repeat of that
+    /// prompt starts from them, so it is computed exactly as the first time (same tokens,
+    /// same seed, same answer) without feeding any token.
+    prompt_logits: Option<(usize, Vec<f32>)>,
 }
 
 impl<M: Model> Session<M> {
@@ -67,6 +74,7 @@ impl<M: Model> Session<M> {
             model,
             tok,
             cached: Vec::new(),
+            prompt_logits: None,
         }
     }
 
@@ -89,6 +97,7 @@ impl<M: Model> Session<M> {
     pub fn forget(&mut self) {
         self.model.reset();
         self.cached.clear();
+        self.prompt_logits = None;
     }
 
     /// The model and the tokenizer.
@@ -118,6 +127,15 @@ impl<M: Model> Session<M> {
         if opts.max_new_tokens == 0 {
             return generate_from_cache(&mut self.model, &self.tok, &[], &[], opts, on_event);
         }
+        // A repeat of the last prompt (still cached): start from its saved logits.
+        if let Some((len, logits)) = &self.prompt_logits {
+            let repeat = *len == prompt.len() && self.cached.get(..*len) == Some(&prompt[..]);
+            if repeat && self.model.truncate(*len) {
+                self.cached.truncate(*len);
+                let start = Start::Logits(logits.clone());
+                return self.finish(prompt, *len, start, opts, on_event);
+            }
+        }
         let mut keep = self
             .cached
             .iter()
@@ -131,20 +149,40 @@ impl<M: Model> Session<M> {
             keep = 0;
         }
         self.cached.truncate(keep);
-        let result = generate_from_cache(
+        self.finish(
+            prompt.clone(),
+            keep,
+            Start::Feed(&prompt[keep..]),
+            opts,
+            on_event,
+        )
+    }
+
+    /// Runs the generation after the first `keep` prompt tokens (already in the cache) and
+    /// records what the cache now holds.
+    fn finish(
+        &mut self,
+        prompt: Vec<u32>,
+        keep: usize,
+        start: Start<'_>,
+        opts: &GenerateOptions,
+        on_event: impl FnMut(GenerateEvent<'_>) -> ControlFlow<()>,
+    ) -> Result<Generation> {
+        let result = generate_core(
             &mut self.model,
             &self.tok,
-            &prompt[keep..],
+            start,
             &prompt[..keep],
             opts,
             on_event,
         );
         match result {
-            Ok(mut g) => {
+            Ok((mut g, first_logits)) => {
                 g.reused_tokens = keep;
                 // The cache holds the prompt and every generated token that was fed back.
                 let fed = self.model.pos();
                 self.cached = prompt.iter().chain(&g.ids).copied().take(fed).collect();
+                self.prompt_logits = Some((prompt.len(), first_logits));
                 Ok(g)
             }
             Err(e) => {
@@ -427,13 +465,33 @@ mod tests {
             assert_eq!(g3.ids, fresh(&p3, 4));
             assert_eq!(g3.reused_tokens, if truncates { common } else { 0 });
 
-            // The same prompt again: everything but its last token is reused (a model that
-            // cannot truncate its cache starts over).
+            // The same prompt again starts from its saved logits: nothing of it is fed (a
+            // model that cannot truncate its cache starts over).
+            let before = s.model().fed;
             let g4 = s
                 .generate(&p3, &opts(4), |_| ControlFlow::Continue(()))
                 .unwrap();
             assert_eq!(g4.ids, g3.ids);
-            assert_eq!(g4.reused_tokens, if truncates { p3.len() - 1 } else { 0 });
+            assert_eq!(g4.reused_tokens, if truncates { p3.len() } else { 0 });
+            let fed_prompt = if truncates { 0 } else { p3.len() };
+            assert_eq!(s.model().fed - before, fed_prompt + 3);
+
+            // So a seeded sampled answer repeats exactly.
+            let sampled = GenerateOptions {
+                sampler: crate::sampling::SamplerConfig {
+                    temperature: 1.0,
+                    seed: 11,
+                    ..Default::default()
+                },
+                ..opts(8)
+            };
+            let go = |s: &mut Session<_>| {
+                s.generate(&p3, &sampled, |_| ControlFlow::Continue(()))
+                    .unwrap()
+                    .ids
+            };
+            let first = go(&mut s);
+            assert_eq!(go(&mut s), first);
         }
     }
 
