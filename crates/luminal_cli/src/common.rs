@@ -26,7 +26,13 @@ impl CliError {
     /// The message on one line (multi-line messages, such as a chat template's render
     /// error, are joined with " | ").
     pub fn one_line(&self) -> String {
-        let text = self.0.to_string();
+        // The library speaks of its options; on the command line the option is a flag.
+        let text = match self.0.downcast_ref::<ModelError>() {
+            Some(ModelError::ContextFull { needed, max }) => format!(
+                "context is full: {needed} tokens needed but the context holds {max} (use a larger --ctx)"
+            ),
+            _ => self.0.to_string(),
+        };
         let mut line = text
             .lines()
             .map(str::trim_end)

@@ -271,3 +271,48 @@ fn a_corrupt_model_is_reported_not_silent() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn a_prompt_longer_than_the_context_names_the_flag() {
+    let o = luminal(&[
+        "generate",
+        "--model",
+        s(&tiny_llama()),
+        "--prompt",
+        &"word ".repeat(100),
+        "--ctx",
+        "16",
+    ]);
+    let line = one_line_error(&o);
+    assert!(
+        line.starts_with("error: context is full: ")
+            && line.ends_with("but the context holds 16 (use a larger --ctx)"),
+        "{line}"
+    );
+}
+
+#[test]
+fn chat_drops_old_turns_when_the_context_is_full() {
+    let turns: String = (0..6).map(|i| format!("question number {i}\n")).collect();
+    let o = luminal_stdin(
+        &[
+            "chat",
+            "--model",
+            s(&tiny_llama()),
+            "-n",
+            "8",
+            "--ctx",
+            "80",
+            "--temperature",
+            "0",
+        ],
+        &turns,
+    );
+    let text = out(&o);
+    assert_eq!(text.lines().count(), 6, "{text:?}");
+    let e = err(&o);
+    assert!(
+        e.contains("| context full: dropped the 2 oldest message(s)]"),
+        "{e}"
+    );
+}

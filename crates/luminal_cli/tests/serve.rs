@@ -383,3 +383,44 @@ fn smollm2_chat_completion_matches_generate_chat() {
     };
     assert_eq!(v["choices"][0]["finish_reason"], finish);
 }
+
+#[test]
+fn a_corrupt_model_is_a_server_error_not_a_crash() {
+    let Some(path) = smollm2() else { return };
+    // A copy whose final norm weights are NaN: every logit is NaN.
+    let file = luminal_io::GgufFile::open(&path).unwrap();
+    let info = file.tensor_info("output_norm.weight").unwrap();
+    let at = (file.data_offset() + info.offset()) as usize;
+    let mut bytes = std::fs::read(&path).unwrap();
+    for i in 0..info.n_elements() as usize {
+        bytes[at + 4 * i..at + 4 * i + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    }
+    let dir = std::env::temp_dir().join(format!("luminal_serve_nan_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("nan.gguf");
+    std::fs::write(&bad, bytes).unwrap();
+
+    let server = Server::start(&bad, &[]);
+    let req = json!({"model": "nan", "prompt": "Hello", "max_tokens": 4});
+    let (status, v) = server.post("/v1/completions", &req);
+    assert_eq!(status, 500, "{v}");
+    assert_eq!(v["error"]["type"], "server_error");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("non-finite logits (NaN) during the prompt"),
+        "{v}"
+    );
+    // Streamed: the error arrives as an event, then the stream ends.
+    let mut streamed = req.clone();
+    streamed["stream"] = json!(true);
+    let chunks = server.post_stream("/v1/completions", &streamed);
+    assert_eq!(chunks.last().map(String::as_str), Some("[DONE]"));
+    let e: Value = serde_json::from_str(&chunks[chunks.len() - 2]).unwrap();
+    assert_eq!(e["error"]["type"], "server_error", "{chunks:?}");
+    // The server is still up.
+    assert_eq!(server.request("GET", "/v1/models", b"").0, 200);
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}
