@@ -153,6 +153,31 @@ pub fn parse(kind: Kind, body: &[u8], now: u64) -> Result<Request, ApiError> {
             }
         }
     }
+    // Features a plain text model cannot honour are refused, not silently ignored.
+    for key in [
+        "tools",
+        "functions",
+        "tool_choice",
+        "function_call",
+        "audio",
+    ] {
+        match obj.get(key) {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(a)) if a.is_empty() => {}
+            Some(Value::String(s)) if s == "none" => {}
+            Some(_) => return Err(ApiError::invalid(format!("`{key}` is not supported"), key)),
+        }
+    }
+    match obj.get("response_format") {
+        None | Some(Value::Null) => {}
+        Some(f) if f.get("type").and_then(Value::as_str) == Some("text") => {}
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "only `response_format` {\"type\": \"text\"} is supported",
+                "response_format",
+            ))
+        }
+    }
     if boolean(&obj, "echo")? == Some(true) {
         return Err(ApiError::invalid("`echo` is not supported", "echo"));
     }
@@ -718,6 +743,24 @@ mod tests {
                 r#"{"model":"m","messages":[{"role":"user","content":"x"}],"stream":"yes"}"#,
                 Some("stream"),
                 "true or false",
+            ),
+            (
+                Kind::Chat,
+                r#"{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]}"#,
+                Some("tools"),
+                "not supported",
+            ),
+            (
+                Kind::Chat,
+                r#"{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}}"#,
+                Some("response_format"),
+                "text",
+            ),
+            (
+                Kind::Chat,
+                r#"{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}"#,
+                Some("messages[0].content"),
+                "only text",
             ),
             (
                 Kind::Completion,

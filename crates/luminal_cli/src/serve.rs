@@ -31,7 +31,7 @@ use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc as tmpsc;
@@ -62,6 +62,9 @@ pub struct ServeArgs {
     /// Largest request body in bytes
     #[arg(long, default_value_t = 4 << 20)]
     max_body: usize,
+    /// Most requests waiting or running at once; more get 429 (OpenAI's "too many requests")
+    #[arg(long, default_value_t = 64)]
+    max_queue: usize,
 }
 
 /// What the handlers share.
@@ -74,6 +77,9 @@ struct AppState {
     max_ctx: usize,
     jobs: mpsc::Sender<Job>,
     next_id: AtomicU64,
+    /// Requests queued or running (the worker counts them down).
+    in_queue: Arc<AtomicUsize>,
+    max_queue: usize,
 }
 
 /// One request for the worker.
@@ -102,6 +108,8 @@ pub fn run(args: ServeArgs) -> CliResult {
     });
     let template = ChatTemplate::for_tokenizer(&tok)?;
     let (jobs, queue) = mpsc::channel::<Job>();
+    let in_queue = Arc::new(AtomicUsize::new(0));
+    let worker_count = in_queue.clone();
     let state = Arc::new(AppState {
         model_name,
         created: unix_now(),
@@ -111,10 +119,12 @@ pub fn run(args: ServeArgs) -> CliResult {
         tok: tok.clone(),
         jobs,
         next_id: AtomicU64::new(1),
+        in_queue,
+        max_queue: args.max_queue.max(1),
     });
     std::thread::Builder::new()
         .name("luminal-worker".into())
-        .spawn(move || worker(Session::new(model, tok), queue))?;
+        .spawn(move || worker(Session::new(model, tok), queue, &worker_count))?;
 
     let app = router(state.clone(), args.max_body);
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -138,34 +148,40 @@ pub fn run(args: ServeArgs) -> CliResult {
 }
 
 /// Runs the queued jobs one at a time, keeping the KV cache between them.
-fn worker(mut session: Session<CliModel>, queue: mpsc::Receiver<Job>) {
+fn worker(mut session: Session<CliModel>, queue: mpsc::Receiver<Job>, in_queue: &AtomicUsize) {
     for job in queue {
-        if job.events.is_closed() {
-            continue; // The client left while waiting.
-        }
-        let mut pending: Vec<TokenLogprob> = Vec::new();
-        let events = &job.events;
-        let result = session.generate(&job.prompt_ids, &job.opts, |event| {
-            match event {
-                GenerateEvent::Token { logprob, .. } => pending.extend(logprob.cloned()),
-                GenerateEvent::Text(t) => {
-                    let piece = WorkerEvent::Text(t.to_string(), std::mem::take(&mut pending));
-                    if events.send(piece).is_err() {
-                        return ControlFlow::Break(());
-                    }
+        run_job(&mut session, &job);
+        in_queue.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Runs one job, streaming its events; stops early when its client has gone.
+fn run_job(session: &mut Session<CliModel>, job: &Job) {
+    if job.events.is_closed() {
+        return; // The client left while waiting.
+    }
+    let mut pending: Vec<TokenLogprob> = Vec::new();
+    let events = &job.events;
+    let result = session.generate(&job.prompt_ids, &job.opts, |event| {
+        match event {
+            GenerateEvent::Token { logprob, .. } => pending.extend(logprob.cloned()),
+            GenerateEvent::Text(t) => {
+                let piece = WorkerEvent::Text(t.to_string(), std::mem::take(&mut pending));
+                if events.send(piece).is_err() {
+                    return ControlFlow::Break(());
                 }
             }
-            if events.is_closed() {
-                ControlFlow::Break(())
-            } else {
-                ControlFlow::Continue(())
-            }
-        });
-        let _ = job.events.send(match result {
-            Ok(g) => WorkerEvent::Done(g),
-            Err(e) => WorkerEvent::Failed(e.to_string()),
-        });
-    }
+        }
+        if events.is_closed() {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    });
+    let _ = job.events.send(match result {
+        Ok(g) => WorkerEvent::Done(g),
+        Err(e) => WorkerEvent::Failed(e.to_string()),
+    });
 }
 
 fn router(state: Arc<AppState>, max_body: usize) -> Router {
@@ -322,6 +338,15 @@ fn prepare(
         .unwrap_or(state.max_ctx)
         .min(state.max_ctx - n_prompt);
     req.id = state.next_id.fetch_add(1, Ordering::Relaxed);
+    let waiting = state.in_queue.fetch_add(1, Ordering::SeqCst);
+    if waiting >= state.max_queue {
+        state.in_queue.fetch_sub(1, Ordering::SeqCst);
+        return Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!("{waiting} requests are already queued: try again later"),
+        )
+        .code("queue_full"));
+    }
     let (events, job_rx) = tmpsc::unbounded_channel();
     state
         .jobs
@@ -330,7 +355,10 @@ fn prepare(
             opts: req.opts.clone(),
             events,
         })
-        .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the model worker stopped"))?;
+        .map_err(|_| {
+            state.in_queue.fetch_sub(1, Ordering::SeqCst);
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the model worker stopped")
+        })?;
     Ok((req, job_rx))
 }
 

@@ -424,3 +424,48 @@ fn a_corrupt_model_is_a_server_error_not_a_crash() {
     drop(server);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn a_full_queue_answers_429_and_a_client_that_leaves_frees_it() {
+    let Some(path) = smollm2() else { return };
+    let server = Server::start(&path, &["--max-queue", "1"]);
+    let model = "SmolLM2-135M-Instruct.Q4_1";
+    // A long streamed answer: read its first event, then keep the connection open.
+    let body = json!({"model": model, "prompt": "Once upon a time", "max_tokens": 1000,
+                      "temperature": 0, "stream": true})
+    .to_string();
+    let mut long = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    write!(
+        long,
+        "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("data: ") {
+        let n = long.read(&mut buf).unwrap();
+        assert!(n > 0, "the stream ended early");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    // The queue holds one request: the next one is refused.
+    let short = json!({"model": model, "prompt": "Hi", "max_tokens": 2});
+    let (status, v) = server.post("/v1/completions", &short);
+    assert_eq!(status, 429, "{v}");
+    assert_eq!(v["error"]["code"], "queue_full");
+    // The first client leaves: its generation is cancelled and the queue frees up.
+    drop(long);
+    let mut tries = 0;
+    loop {
+        let (status, v) = server.post("/v1/completions", &short);
+        if status == 200 {
+            assert_eq!(v["usage"]["completion_tokens"], 2, "{v}");
+            eprintln!("the queue freed up after {tries} refusals");
+            break;
+        }
+        assert_eq!(status, 429, "{v}");
+        tries += 1;
+        assert!(tries < 600, "the queue never freed up");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
