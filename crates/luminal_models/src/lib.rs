@@ -2,8 +2,9 @@
 //!
 //! Real models on the Luminal graph: the Llama family (Llama 2/3/3.2, SmolLM/SmolLM2,
 //! Mistral, Qwen2) loaded from a GGUF file or a Hugging Face folder, with sampling, chat
-//! templates and conversations that keep their KV cache ([`session`]); BERT encoders and sentence-transformers embedding models ([`bert`]); Whisper
-//! speech recognition ([`whisper`]).
+//! templates, and conversations that keep their KV cache between turns ([`session`]); BERT
+//! encoders and sentence-transformers embedding models ([`bert`]); Whisper speech
+//! recognition ([`whisper`]).
 
 pub mod bert;
 pub mod chat;

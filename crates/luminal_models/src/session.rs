@@ -6,7 +6,9 @@
 //! cache ([`Model::truncate`] drops the rest; a model that cannot truncate is reset and
 //! re-fed). A [`Chat`] renders the whole conversation with the template on every turn, so
 //! the new turn is the only suffix that is prefilled; when the conversation no longer fits
-//! in the context, its oldest turns are dropped (the system message is kept).
+//! in the context, its oldest turns are dropped (the system message is kept); the turns after
+//! the system message then move to new positions, so they are prefilled again once (the
+//! cache is not re-rotated in place).
 //!
 //! ```no_run
 //! use luminal_models::generate::GenerateOptions;
