@@ -4,7 +4,7 @@
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use luminal_cpu::{CpuBackend, CpuRuntime};
 use luminal_io::IoError;
-use luminal_models::{LlamaModel, LoadOptions, ModelError, Tokenizer};
+use luminal_models::{LlamaModel, LoadOptions, Model, ModelError, Tokenizer};
 use std::fmt;
 use std::path::Path;
 
@@ -26,7 +26,13 @@ impl CliError {
     /// The message on one line (multi-line messages, such as a chat template's render
     /// error, are joined with " | ").
     pub fn one_line(&self) -> String {
-        let text = self.0.to_string();
+        // The library speaks of its options; on the command line the option is a flag.
+        let text = match self.0.downcast_ref::<ModelError>() {
+            Some(ModelError::ContextFull { needed, max }) => format!(
+                "context is full: {needed} tokens needed but the context holds {max} (use a larger --ctx)"
+            ),
+            _ => self.0.to_string(),
+        };
         let mut line = text
             .lines()
             .map(str::trim_end)
@@ -117,7 +123,29 @@ pub fn load_model(
         bar.set_position(done as u64);
     });
     bar.finish_and_clear();
-    Ok(loaded?)
+    let loaded = loaded?;
+    for warning in settings_warnings(threads, max_ctx, loaded.0.max_ctx()) {
+        eprintln!("warning: {warning}");
+    }
+    Ok(loaded)
+}
+
+/// What a run's settings silently lose: a context clamped to the model's length, more
+/// threads than cores.
+pub fn settings_warnings(threads: Option<usize>, asked_ctx: usize, got_ctx: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    if got_ctx < asked_ctx {
+        out.push(format!(
+            "--ctx {asked_ctx} is more than the model's context length: using {got_ctx}"
+        ));
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if let Some(n) = threads.filter(|&n| n > cores) {
+        out.push(format!(
+            "--threads {n} is more than the {cores} core(s) available: threads will wait on each other (use at most {cores})"
+        ));
+    }
+    out
 }
 
 /// The number of threads a run uses (`--threads`, else every core, as the backend does).

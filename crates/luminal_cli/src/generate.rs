@@ -2,22 +2,24 @@
 
 use crate::common::{load_model, CliError, CliResult, Device};
 use clap::Args;
-use luminal_models::chat::{ChatMessage, ChatTemplate};
-use luminal_models::generate::{generate, GenerateOptions};
+use luminal_models::generate::{generate, GenerateOptions, StopReason};
 use luminal_models::sampling::SamplerConfig;
+use luminal_models::session::{encode_prompt, Chat};
 use luminal_models::Model;
-use luminal_models::Tokenizer;
-use std::io::Write;
-use std::path::PathBuf;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
     /// GGUF file or Hugging Face folder (config.json + safetensors + tokenizer.json)
     #[arg(short, long)]
     model: PathBuf,
-    /// The prompt (with --chat, the user message)
+    /// The prompt (with --chat, the user message); `-` reads it from stdin
     #[arg(long, default_value = "Once upon a time")]
     prompt: String,
+    /// Read the prompt from this file (instead of --prompt)
+    #[arg(short, long, conflicts_with = "prompt")]
+    file: Option<PathBuf>,
     /// Most tokens to generate
     #[arg(short = 'n', long = "n-predict", default_value_t = 128)]
     n_predict: usize,
@@ -80,104 +82,93 @@ pub fn run(args: GenerateArgs) -> CliResult {
         seed: args.seed,
     };
     sampler.validate()?;
-    let (mut model, tok) = load_model(&args.model, args.device, args.threads, args.ctx)?;
-
-    let mut stop_strings = args.stop.clone();
-    let text = if args.chat {
-        let (template, eos_text) = chat_template(&tok)?;
-        let mut messages = Vec::new();
-        if let Some(system) = &args.system {
-            messages.push(ChatMessage::system(system));
-        }
-        messages.push(ChatMessage::user(&args.prompt));
-        // A template's end-of-turn text that is not one of the model's tokens can only be
-        // caught as text.
-        if !eos_text.is_empty() && tok.token_to_id(&eos_text).is_none() {
-            stop_strings.push(eos_text);
-        }
-        template.apply(&messages, true)?
-    } else {
-        args.prompt.clone()
-    };
-    let prompt_ids = encode_prompt(&tok, &text)?;
-    if prompt_ids.len() > model.max_ctx() {
-        return Err(luminal_models::ModelError::ContextFull {
-            needed: prompt_ids.len(),
-            max: model.max_ctx(),
-        }
-        .into());
-    }
-
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    if !args.chat && !args.no_echo {
-        out.write_all(args.prompt.as_bytes())?;
-        out.flush()?;
-    }
+    let prompt = read_prompt(&args.prompt, args.file.as_deref())?;
+    let (model, tok) = load_model(&args.model, args.device, args.threads, args.ctx)?;
     let opts = GenerateOptions {
         max_new_tokens: args.n_predict,
         sampler,
-        stop_strings,
+        stop_strings: args.stop.clone(),
+        logprobs: None,
     };
+
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
     let mut write_error: Option<std::io::Error> = None;
-    let (ids, stats) = generate(&mut model, &tok, &prompt_ids, &opts, |piece| {
+    let mut write = |piece: &str| {
         if write_error.is_none() {
             if let Err(e) = out.write_all(piece.as_bytes()).and_then(|_| out.flush()) {
                 write_error = Some(e);
             }
         }
-    })?;
+    };
+    let load_time = model.stats.load_time;
+    let (ids, stats) = if args.chat {
+        // The library applies the template, BOS and the end-of-turn stop.
+        let mut chat = Chat::new(model, tok)?;
+        chat.set_system(args.system.clone());
+        let reply = chat.send(&prompt, &opts, &mut write)?;
+        (reply.generation.ids, reply.generation.stats)
+    } else {
+        let mut model = model;
+        let prompt_ids = encode_prompt(&tok, &prompt)?;
+        if prompt_ids.len() > model.max_ctx() {
+            return Err(luminal_models::ModelError::ContextFull {
+                needed: prompt_ids.len(),
+                max: model.max_ctx(),
+            }
+            .into());
+        }
+        if !args.no_echo {
+            write(&prompt);
+        }
+        generate(&mut model, &tok, &prompt_ids, &opts, &mut write)?
+    };
+    write("\n");
     if let Some(e) = write_error {
         return Err(e.into());
     }
-    out.write_all(b"\n")?;
-    out.flush()?;
 
     if args.print_ids {
         eprintln!("generated ids: {ids:?}");
     }
+    eprintln!("stopped: {}", describe_stop(&stats.stop_reason, &args.stop));
     eprintln!(
         "prompt: {} tokens, {:.1} tok/s | generation: {} tokens, {:.1} tok/s | load: {:.2} s",
         stats.prompt_tokens,
         stats.prompt_tok_per_s(),
         stats.generated_tokens,
         stats.gen_tok_per_s(),
-        model.stats.load_time.as_secs_f64()
+        load_time.as_secs_f64()
     );
     Ok(())
 }
 
-/// The tokenizer's chat template (ChatML when it has none) and the end-of-turn text the
-/// template writes.
-fn chat_template(tok: &Tokenizer) -> CliResult<(ChatTemplate, String)> {
-    let token_text = |id: Option<u32>| id.and_then(|id| tok.id_to_token(id)).unwrap_or_default();
-    match tok.chat_template() {
-        Some(src) => {
-            let eos = token_text(tok.eos_id());
-            let template = ChatTemplate::new(src, &token_text(tok.bos_id()), &eos)?;
-            Ok((template, eos))
-        }
-        None => {
-            let template = ChatTemplate::chatml();
-            let eos = template.eos_token().to_string();
-            Ok((template, eos))
-        }
+/// Why generation stopped, for people: `end of text (token 2)`, `stop string "###"`,
+/// `token limit (-n 128)`, `context full (--ctx)`.
+pub fn describe_stop(reason: &StopReason, stops: &[String]) -> String {
+    match reason {
+        StopReason::StopString(i) => match stops.get(*i) {
+            Some(s) => format!("stop string {s:?}"),
+            None => reason.to_string(),
+        },
+        StopReason::MaxTokens => "token limit (-n)".into(),
+        StopReason::ContextFull => "context full (raise --ctx)".into(),
+        other => other.to_string(),
     }
 }
 
-/// Tokenizes the prompt with special tokens (BOS as the model asks); a template that writes
-/// the BOS text itself does not get a second BOS.
-fn encode_prompt(tok: &Tokenizer, text: &str) -> CliResult<Vec<u32>> {
-    let mut ids = tok.encode(text, true)?;
-    if let Some(bos) = tok.bos_id() {
-        if ids.len() >= 2 && ids[0] == bos && ids[1] == bos {
-            ids.remove(0);
-        }
+/// The prompt: `--file PATH`, or `--prompt -` for stdin, else the `--prompt` text.
+pub fn read_prompt(prompt: &str, file: Option<&Path>) -> CliResult<String> {
+    if let Some(path) = file {
+        return std::fs::read_to_string(path)
+            .map_err(|e| CliError::msg(format!("cannot read {}: {e}", path.display())));
     }
-    if ids.is_empty() && tok.bos_id().is_none() {
-        return Err(CliError::msg(
-            "the prompt is empty (and the model has no BOS token to start from)",
-        ));
+    if prompt == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|e| CliError::msg(format!("cannot read the prompt from stdin: {e}")))?;
+        return Ok(text);
     }
-    Ok(ids)
+    Ok(prompt.to_string())
 }

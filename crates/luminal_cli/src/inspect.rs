@@ -18,6 +18,10 @@ pub struct InspectArgs {
     /// Print every element of long arrays and the whole of long strings
     #[arg(long)]
     full: bool,
+    /// Read every tensor's data (dequantized) and report NaN or infinite values: exit
+    /// code 1 when any tensor has one
+    #[arg(long)]
+    check: bool,
 }
 
 /// Arrays longer than this are summarised as `[N items: first few, …]`.
@@ -37,14 +41,93 @@ pub fn run(args: InspectArgs) -> CliResult {
     }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    if path.is_dir()
+    let hf = path.is_dir()
         || path
             .extension()
-            .is_some_and(|e| e == "safetensors" || e == "json")
-    {
-        inspect_safetensors(path, &mut out)
+            .is_some_and(|e| e == "safetensors" || e == "json");
+    if hf {
+        inspect_safetensors(path, &mut out)?;
     } else {
-        inspect_gguf(path, args.full, &mut out)
+        inspect_gguf(path, args.full, &mut out)?;
+    }
+    if args.check {
+        check_tensors(path, hf, &mut out)?;
+    }
+    Ok(())
+}
+
+/// NaN and infinity counts of one tensor's values.
+#[derive(Default)]
+struct NonFinite {
+    nan: usize,
+    inf: usize,
+    first: Option<usize>,
+}
+
+fn count_non_finite(values: &[f32]) -> NonFinite {
+    let mut c = NonFinite::default();
+    for (i, x) in values.iter().enumerate() {
+        if x.is_nan() {
+            c.nan += 1;
+        } else if x.is_infinite() {
+            c.inf += 1;
+        } else {
+            continue;
+        }
+        c.first.get_or_insert(i);
+    }
+    c
+}
+
+/// `inspect --check`: dequantizes every tensor and lists those with NaN or infinite values.
+fn check_tensors(path: &Path, hf: bool, out: &mut impl Write) -> CliResult {
+    let mut bad = Vec::new();
+    let mut n_tensors = 0;
+    let mut report = |name: &str, values: &[f32]| {
+        n_tensors += 1;
+        let c = count_non_finite(values);
+        if c.nan + c.inf > 0 {
+            bad.push(format!(
+                "  {name}: {} NaN, {} infinite of {} values (first at index {})",
+                c.nan,
+                c.inf,
+                values.len(),
+                c.first.unwrap_or(0)
+            ));
+        }
+    };
+    if hf {
+        let st = SafetensorsModel::open(path)?;
+        for name in st.names() {
+            report(name, &st.tensor_f32(name)?);
+        }
+    } else {
+        let file = GgufFile::open(path)?;
+        let mut buf = Vec::new();
+        for t in file.tensors() {
+            buf.resize(t.n_elements() as usize, 0.0);
+            file.tensor_f32_into(t.name(), &mut buf)?;
+            report(t.name(), &buf);
+        }
+    }
+    writeln!(out)?;
+    if bad.is_empty() {
+        writeln!(out, "check: all {n_tensors} tensors are finite")?;
+        Ok(())
+    } else {
+        writeln!(
+            out,
+            "check: {} of {n_tensors} tensors hold NaN or infinite values:",
+            bad.len()
+        )?;
+        for line in &bad {
+            writeln!(out, "{line}")?;
+        }
+        out.flush()?;
+        Err(CliError::msg(format!(
+            "{} tensor(s) hold NaN or infinite values: the file is corrupt",
+            bad.len()
+        )))
     }
 }
 

@@ -2,6 +2,9 @@
 //! sentence-transformers embedding models from the command line.
 //!
 //! - `luminal generate`: stream a completion (or a chat answer with `--chat`);
+//! - `luminal chat`: an interactive conversation (the KV cache is kept between turns);
+//! - `luminal serve`: an OpenAI-compatible HTTP server (`/v1/completions`,
+//!   `/v1/chat/completions`, `/v1/models`, with streaming);
 //! - `luminal embed`: sentence embeddings (and their cosine similarities);
 //! - `luminal transcribe`: speech to text with Whisper;
 //! - `luminal perplexity`: perplexity of a text file over non-overlapping windows;
@@ -12,13 +15,16 @@
 //! Errors print one line, `error: <message>`, on stderr and exit with code 1; command-line
 //! mistakes are reported by clap (exit code 2).
 
+mod api;
 mod bench;
 mod bench_embed;
+mod chat;
 mod common;
 mod embed;
 mod generate;
 mod inspect;
 mod perplexity;
+mod serve;
 mod transcribe;
 
 use clap::{Parser, Subcommand};
@@ -39,6 +45,10 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt, streaming it to stdout
     Generate(generate::GenerateArgs),
+    /// Chat with a model on the terminal (one line per message; the answer streams)
+    Chat(chat::ChatArgs),
+    /// Serve a model over an OpenAI-compatible HTTP API
+    Serve(serve::ServeArgs),
     /// Speech to text with a Whisper model (greedy, no timestamps)
     Transcribe(transcribe::TranscribeArgs),
     /// Sentence embeddings from a BERT / sentence-transformers folder
@@ -57,6 +67,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Generate(args) => generate::run(args),
+        Command::Chat(args) => chat::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::Embed(args) => embed::run(args),
         Command::Transcribe(args) => transcribe::run(args),
         Command::Perplexity(args) => perplexity::run(args),

@@ -194,6 +194,18 @@ impl ChatTemplate {
         Self::new(&template, &token("bos_token"), &token("eos_token")).map(Some)
     }
 
+    /// The template a model's tokenizer ships (its `bos_token` and `eos_token` are the
+    /// texts of the tokenizer's BOS and EOS tokens), or [`ChatTemplate::chatml`] when it has
+    /// none.
+    pub fn for_tokenizer(tok: &luminal_io::Tokenizer) -> Result<Self, ChatError> {
+        let token_text =
+            |id: Option<u32>| id.and_then(|id| tok.id_to_token(id)).unwrap_or_default();
+        match tok.chat_template() {
+            Some(src) => Self::new(src, &token_text(tok.bos_id()), &token_text(tok.eos_id())),
+            None => Ok(Self::chatml()),
+        }
+    }
+
     /// The template source.
     pub fn source(&self) -> &str {
         &self.source

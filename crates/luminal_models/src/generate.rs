@@ -23,6 +23,7 @@ use crate::error::{ModelError, Result};
 use crate::model::Model;
 use crate::sampling::{Sampler, SamplerConfig};
 use luminal_io::Tokenizer;
+use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 /// What [`generate`] does.
@@ -35,6 +36,9 @@ pub struct GenerateOptions {
     /// Generation ends when the text contains one of these; the stop string and anything
     /// after it are not emitted.
     pub stop_strings: Vec<String>,
+    /// Record the log-probability of each generated token and of this many most likely
+    /// alternatives ([`Generation::logprobs`]); `None` (the default) records nothing.
+    pub logprobs: Option<usize>,
 }
 
 impl Default for GenerateOptions {
@@ -43,6 +47,7 @@ impl Default for GenerateOptions {
             max_new_tokens: 128,
             sampler: SamplerConfig::default(),
             stop_strings: Vec::new(),
+            logprobs: None,
         }
     }
 }
@@ -59,6 +64,25 @@ pub enum StopReason {
     MaxTokens,
     /// The KV cache is full: no further token fits in the context.
     ContextFull,
+    /// The caller's callback asked to stop ([`generate_from_cache`]).
+    Cancelled,
+    /// The chat template's end-of-turn text (when it is not a token) was reached
+    /// ([`crate::session::Chat`]).
+    EndOfTurn,
+}
+
+impl std::fmt::Display for StopReason {
+    /// `end of text (token 2)`, `stop string 0`, `token limit`, `context full`, `cancelled`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StopReason::StopToken(id) => write!(f, "end of text (token {id})"),
+            StopReason::StopString(i) => write!(f, "stop string {i}"),
+            StopReason::MaxTokens => f.write_str("token limit"),
+            StopReason::ContextFull => f.write_str("context full"),
+            StopReason::Cancelled => f.write_str("cancelled"),
+            StopReason::EndOfTurn => f.write_str("end of turn"),
+        }
+    }
 }
 
 /// Counts and timings of one [`generate`] call.
@@ -165,7 +189,9 @@ impl<'a> StopStringFilter<'a> {
 /// - when the context is full (the prompt fitted but no further token does): not an error.
 ///
 /// Special tokens are not printed (`stream_decoder(true)`). Returns the generated ids and
-/// the statistics. A prompt longer than the context gives [`ModelError::ContextFull`].
+/// the statistics. A prompt longer than the context gives [`ModelError::ContextFull`];
+/// NaN or infinite logits give [`ModelError::NonFiniteLogits`] naming the step.
+/// [`crate::session::Session`] keeps the cache between calls instead.
 pub fn generate<M: Model + ?Sized>(
     model: &mut M,
     tok: &Tokenizer,
@@ -173,61 +199,185 @@ pub fn generate<M: Model + ?Sized>(
     opts: &GenerateOptions,
     mut on_text: impl FnMut(&str),
 ) -> Result<(Vec<u32>, GenerationStats)> {
-    opts.sampler
-        .validate()
-        .map_err(|e| ModelError::Other(e.to_string()))?;
-    let prompt: Vec<u32> = match (prompt_ids.is_empty(), tok.bos_id()) {
-        (false, _) => prompt_ids.to_vec(),
-        (true, Some(bos)) => vec![bos],
-        (true, None) => {
-            return Err(ModelError::Other(
-                "the prompt is empty and the tokenizer has no BOS token to start from".into(),
-            ))
+    model.reset();
+    let prompt = start_ids(tok, prompt_ids)?;
+    let g = generate_from_cache(model, tok, &prompt, &[], opts, |event| {
+        if let GenerateEvent::Text(t) = event {
+            on_text(t);
         }
+        ControlFlow::Continue(())
+    })?;
+    Ok((g.ids, g.stats))
+}
+
+/// `prompt_ids`, or `[BOS]` when it is empty; an error when it is empty and there is no BOS.
+pub(crate) fn start_ids(tok: &Tokenizer, prompt_ids: &[u32]) -> Result<Vec<u32>> {
+    match (prompt_ids.is_empty(), tok.bos_id()) {
+        (false, _) => Ok(prompt_ids.to_vec()),
+        (true, Some(bos)) => Ok(vec![bos]),
+        (true, None) => Err(ModelError::InvalidOption(
+            "the prompt is empty and the tokenizer has no BOS token to start from".into(),
+        )),
+    }
+}
+
+/// What the callback of [`generate_from_cache`] receives, in order.
+#[derive(Debug)]
+pub enum GenerateEvent<'a> {
+    /// A token was sampled (a stop token included), with its log-probability when
+    /// [`GenerateOptions::logprobs`] asks for them.
+    Token {
+        id: u32,
+        logprob: Option<&'a TokenLogprob>,
+    },
+    /// Text that is now certain (see [`generate`]).
+    Text(&'a str),
+}
+
+/// The log-probability of a sampled token under the model's logits (log-softmax of the raw
+/// logits, before temperature and filtering), and the most likely alternatives.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    /// The sampled token.
+    pub id: u32,
+    /// Its log-probability.
+    pub logprob: f32,
+    /// The `n` most likely tokens and their log-probabilities, most likely first.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// The result of [`generate_from_cache`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Generation {
+    /// The generated ids (as [`generate`] returns them).
+    pub ids: Vec<u32>,
+    /// Counts, timings and the stop reason.
+    pub stats: GenerationStats,
+    /// One entry per generated id when [`GenerateOptions::logprobs`] is set, else empty.
+    pub logprobs: Vec<TokenLogprob>,
+    /// Prompt tokens that were already in the cache and not fed again
+    /// ([`crate::session::Session`]; 0 otherwise).
+    pub reused_tokens: usize,
+}
+
+/// Generates a continuation without resetting the model: `new_ids` are fed at positions
+/// `model.pos()..` (after the `history` already in the cache, which the repetition penalty
+/// sees), then tokens are sampled as in [`generate`]. `on_event` gets each sampled token and
+/// each certain piece of text; returning [`ControlFlow::Break`] stops generation with
+/// [`StopReason::Cancelled`]. `new_ids` must not be empty unless `max_new_tokens` is 0.
+pub fn generate_from_cache<M: Model + ?Sized>(
+    model: &mut M,
+    tok: &Tokenizer,
+    new_ids: &[u32],
+    history: &[u32],
+    opts: &GenerateOptions,
+    on_event: impl FnMut(GenerateEvent<'_>) -> ControlFlow<()>,
+) -> Result<Generation> {
+    generate_core(model, tok, Start::Feed(new_ids), history, opts, on_event).map(|(g, _)| g)
+}
+
+/// How [`generate_core`] gets the logits of its first step.
+pub(crate) enum Start<'a> {
+    /// Feed these ids (the prompt's uncached suffix).
+    Feed(&'a [u32]),
+    /// The cache already holds the whole prompt and these are its last logits.
+    Logits(Vec<f32>),
+}
+
+/// [`generate_from_cache`], also returning the logits the first token was sampled from.
+pub(crate) fn generate_core<M: Model + ?Sized>(
+    model: &mut M,
+    tok: &Tokenizer,
+    start: Start<'_>,
+    history: &[u32],
+    opts: &GenerateOptions,
+    mut on_event: impl FnMut(GenerateEvent<'_>) -> ControlFlow<()>,
+) -> Result<(Generation, Vec<f32>)> {
+    let new_ids: &[u32] = match &start {
+        Start::Feed(ids) => ids,
+        Start::Logits(_) => &[],
     };
+    opts.sampler.validate()?;
     let mut stats = GenerationStats {
-        prompt_tokens: prompt.len(),
+        prompt_tokens: new_ids.len(),
         prompt_time: Duration::ZERO,
         generated_tokens: 0,
         gen_time: Duration::ZERO,
         stop_reason: StopReason::MaxTokens,
     };
-    model.reset();
+    let done = |ids, stats| Generation {
+        ids,
+        stats,
+        logprobs: Vec::new(),
+        reused_tokens: 0,
+    };
     if opts.max_new_tokens == 0 {
-        return Ok((Vec::new(), stats));
+        return Ok((done(Vec::new(), stats), Vec::new()));
+    }
+    if new_ids.is_empty() && matches!(start, Start::Feed(_)) {
+        return Err(ModelError::InvalidOption(
+            "generation needs at least one new token to feed".into(),
+        ));
+    }
+    if model.pos() + new_ids.len() > model.max_ctx() {
+        return Err(ModelError::ContextFull {
+            needed: model.pos() + new_ids.len(),
+            max: model.max_ctx(),
+        });
     }
 
-    let start = Instant::now();
-    let mut logits = model.forward(&prompt, 1)?;
-    stats.prompt_time = start.elapsed();
+    let prefill_start = Instant::now();
+    let mut logits = match start {
+        Start::Logits(logits) => logits,
+        Start::Feed(ids) => {
+            let mut logits = Vec::new();
+            model.forward_into(ids, 1, &mut logits)?;
+            check_finite(&logits, || "the prompt".to_string(), model.pos() - 1)?;
+            logits
+        }
+    };
+    let first_logits = logits.clone();
+    stats.prompt_time = prefill_start.elapsed();
 
     let gen_start = Instant::now();
     let stop_ids = tok.stop_ids();
     let mut sampler = Sampler::new(opts.sampler);
     let mut decoder = tok.stream_decoder(true);
     let mut filter = StopStringFilter::new(&opts.stop_strings);
-    let mut history = prompt;
+    let mut history: Vec<u32> = history.iter().chain(new_ids).copied().collect();
     let mut generated = Vec::new();
+    let mut logprobs = Vec::new();
     let mut stop_reason = StopReason::MaxTokens;
-    let mut stopped_by_string = false;
+    let mut stopped_early = false;
     loop {
-        let next = sampler
-            .sample(&logits, &history)
-            .map_err(|e| ModelError::Other(e.to_string()))?;
+        let next = sampler.sample(&logits, &history)?;
+        let lp = opts.logprobs.map(|n| token_logprob(&logits, next, n));
+        let flow = on_event(GenerateEvent::Token {
+            id: next,
+            logprob: lp.as_ref(),
+        });
         if stop_ids.contains(&next) {
             stop_reason = StopReason::StopToken(next);
             break;
         }
         generated.push(next);
         history.push(next);
+        logprobs.extend(lp);
+        if flow.is_break() {
+            stop_reason = StopReason::Cancelled;
+            stopped_early = true;
+            break;
+        }
         if let Some(text) = decoder.push(next)? {
             let (out, hit) = filter.push(&text);
-            if !out.is_empty() {
-                on_text(&out);
+            if !out.is_empty() && on_event(GenerateEvent::Text(&out)).is_break() {
+                stop_reason = StopReason::Cancelled;
+                stopped_early = true;
+                break;
             }
             if let Some(i) = hit {
                 stop_reason = StopReason::StopString(i);
-                stopped_by_string = true;
+                stopped_early = true;
                 break;
             }
         }
@@ -239,8 +389,13 @@ pub fn generate<M: Model + ?Sized>(
             break;
         }
         model.forward_into(&[next], 1, &mut logits)?;
+        check_finite(
+            &logits,
+            || format!("decode step {}", generated.len()),
+            model.pos() - 1,
+        )?;
     }
-    if !stopped_by_string {
+    if !stopped_early {
         let mut rest = String::new();
         if let Some(text) = decoder.flush()? {
             let (out, hit) = filter.push(&text);
@@ -254,13 +409,59 @@ pub fn generate<M: Model + ?Sized>(
             rest.push_str(&filter.finish());
         }
         if !rest.is_empty() {
-            on_text(&rest);
+            // The end of the text: a cancellation here changes nothing.
+            let _ = on_event(GenerateEvent::Text(&rest));
         }
     }
     stats.gen_time = gen_start.elapsed();
     stats.generated_tokens = generated.len();
     stats.stop_reason = stop_reason;
-    Ok((generated, stats))
+    let g = Generation {
+        ids: generated,
+        stats,
+        logprobs,
+        reused_tokens: 0,
+    };
+    Ok((g, first_logits))
+}
+
+/// [`ModelError::NonFiniteLogits`] when a logit of `logits` is NaN or infinite.
+fn check_finite(logits: &[f32], during: impl FnOnce() -> String, position: usize) -> Result<()> {
+    match logits.iter().find(|x| !x.is_finite()) {
+        None => Ok(()),
+        Some(&value) => Err(ModelError::NonFiniteLogits {
+            during: during(),
+            position,
+            value,
+        }),
+    }
+}
+
+/// The log-softmax of `logits` at `id`, and its `n` largest entries.
+fn token_logprob(logits: &[f32], id: u32, n: usize) -> TokenLogprob {
+    let max = logits.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+    let log_sum = max as f64
+        + logits
+            .iter()
+            .map(|&x| ((x - max) as f64).exp())
+            .sum::<f64>()
+            .ln();
+    let lp = |x: f32| (x as f64 - log_sum) as f32;
+    let mut top: Vec<(u32, f32)> = Vec::with_capacity(n + 1);
+    if n > 0 {
+        for (i, &x) in logits.iter().enumerate() {
+            if top.len() < n || x > top[top.len() - 1].1 {
+                let at = top.partition_point(|&(_, y)| y >= x);
+                top.insert(at, (i as u32, x));
+                top.truncate(n);
+            }
+        }
+    }
+    TokenLogprob {
+        id,
+        logprob: lp(logits[id as usize]),
+        top: top.into_iter().map(|(i, x)| (i, lp(x))).collect(),
+    }
 }
 
 /// The result of [`perplexity`].
@@ -307,7 +508,7 @@ pub fn perplexity_with_progress<M: Model + ?Sized>(
     let ids = tok.encode(text, false)?;
     let windows: Vec<&[u32]> = ids.chunks(ctx).filter(|w| w.len() >= 2).collect();
     if windows.is_empty() {
-        return Err(ModelError::Other(format!(
+        return Err(ModelError::InvalidOption(format!(
             "the text has {} token(s): at least 2 are needed to compute a perplexity",
             ids.len()
         )));
@@ -328,7 +529,7 @@ pub fn perplexity_with_progress<M: Model + ?Sized>(
 /// The context checks of the perplexity protocols: `ctx ≥ min` and within the model.
 fn check_ppl_ctx<M: Model + ?Sized>(model: &M, ctx: usize, min: usize, what: &str) -> Result<()> {
     if ctx < min {
-        return Err(ModelError::Other(format!(
+        return Err(ModelError::InvalidOption(format!(
             "{what} needs a context of at least {min} tokens, got {ctx}"
         )));
     }
@@ -353,6 +554,13 @@ fn score<M: Model + ?Sized>(
     model.reset();
     model.forward_into(input, n_out, logits)?;
     let vocab = model.vocab_size();
+    if let Some(bad) = logits.iter().position(|x| !x.is_finite()) {
+        return Err(ModelError::NonFiniteLogits {
+            during: "scoring".into(),
+            position: input.len() - n_out + bad / vocab,
+            value: logits[bad],
+        });
+    }
     Ok(logits
         .chunks_exact(vocab)
         .zip(targets)
@@ -396,7 +604,7 @@ pub fn perplexity_llama_cpp<M: Model + ?Sized>(
     check_ppl_ctx(model, ctx, 4, "the llama.cpp perplexity protocol")?;
     let ids = tok.encode(text, true)?;
     if ids.len() < 2 * ctx {
-        return Err(ModelError::Other(format!(
+        return Err(ModelError::InvalidOption(format!(
             "the text has {} token(s): the llama.cpp protocol needs at least {} (2 × ctx)",
             ids.len(),
             2 * ctx

@@ -449,6 +449,11 @@ impl<R: Runtime> Model for LlamaModel<R> {
     fn reset(&mut self) {
         self.pos = 0;
     }
+    /// Rows beyond `pos` stay in the cache but are never read, and are overwritten next.
+    fn truncate(&mut self, pos: usize) -> bool {
+        self.pos = self.pos.min(pos);
+        true
+    }
 
     /// Runs `tokens` at positions `pos..pos + len` (appending them to the cache) and writes
     /// the logits of the last `n_out` of them, row-major `[n_out, vocab]`, into `logits`.

@@ -13,6 +13,17 @@ pub trait Model {
     fn vocab_size(&self) -> usize;
     /// Forgets the cached tokens: the next call starts at position 0.
     fn reset(&mut self);
+    /// Keeps only the first `pos` cached tokens (`pos <= self.pos()`), so that the next
+    /// call continues at position `pos`. Returns `false` when the model cannot (the default
+    /// handles only `pos == 0`); callers then [`Model::reset`] and re-feed the tokens.
+    fn truncate(&mut self, pos: usize) -> bool {
+        if pos == 0 {
+            self.reset();
+            true
+        } else {
+            false
+        }
+    }
     /// Runs `tokens` at positions `pos..pos + len` (appending them to the cache) and returns
     /// the logits of the last `n_out` of them, row-major `[n_out, vocab]`.
     fn forward(&mut self, tokens: &[u32], n_out: usize) -> Result<Vec<f32>> {
