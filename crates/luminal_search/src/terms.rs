@@ -86,6 +86,34 @@ impl TermDag {
         live
     }
 
+    /// Structural hashes of the roots' terms: equal for DAGs that describe the same graph
+    /// whatever their numbering or dead terms.
+    pub fn signature(&self) -> Vec<(NodeId, u64)> {
+        let mut h: Vec<u64> = Vec::with_capacity(self.nodes.len());
+        for n in &self.nodes {
+            let own = match *n {
+                TNode::Op0(k) => format!("Op0 {k}"),
+                TNode::Op1(k, _) => format!("Op1 {k}"),
+                TNode::Op2(k, _, _) => format!("Op2 {k}"),
+                TNode::Un(op, _) => format!("Un {}", op.name()),
+                TNode::Bin(op, _, _) => format!("Bin {}", op.name()),
+                TNode::Red(op, ax, _) => format!("Red {} {ax}", reduce_name(op)),
+                TNode::Cont(_) => "Cont".into(),
+                TNode::Ed(_, v) => format!("Ed {v}"),
+                TNode::MatMul(..) => "MatMul".into(),
+            };
+            let mut text = own;
+            for c in n.children() {
+                text.push_str(&format!(" {:x}", h[c as usize]));
+            }
+            h.push(crate::cache::fnv1a(text.as_bytes()));
+        }
+        self.roots
+            .iter()
+            .map(|&(n, t)| (n, h[t as usize]))
+            .collect()
+    }
+
     /// One line per term (`id op args`), then `root node term` lines: the cache's format.
     pub fn to_text(&self) -> String {
         let mut s = String::new();

@@ -148,6 +148,7 @@ fn a_wrong_candidate_is_rejected() {
         &outputs,
         8,
         3,
+        0.03,
         Instant::now() + Duration::from_secs(10),
         &mut |_| {},
     );
