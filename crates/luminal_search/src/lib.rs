@@ -135,6 +135,7 @@ impl fmt::Display for SearchReport {
                 "  e-graph: {} e-classes, {} e-nodes",
                 self.eclasses, self.enodes
             )?;
+            writeln!(f, "  outputs checked against {}", self.checked_against)?;
         }
         for (i, c) in self.candidates.iter().enumerate() {
             let what = match &c.outcome {
@@ -179,6 +180,9 @@ pub struct Search<B> {
     pub backend: B,
     /// Cache directory (default: [`cache::default_dir`]).
     pub cache_dir: Option<PathBuf>,
+    /// Search every compile with this budget, even with `CompileOptions::default()` (for
+    /// code that compiles internally, such as a model loader).
+    pub always: Option<SearchBudget>,
     report: ReportHandle,
 }
 
@@ -187,12 +191,18 @@ impl<B: Tunable> Search<B> {
         Search {
             backend,
             cache_dir: None,
+            always: None,
             report: Arc::new(Mutex::new(None)),
         }
     }
     /// This search with its cache in `dir`.
     pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> Search<B> {
         self.cache_dir = Some(dir.into());
+        self
+    }
+    /// This search applied to every compile, whatever the options say (see [`Search::always`]).
+    pub fn with_budget(mut self, budget: SearchBudget) -> Search<B> {
+        self.always = Some(budget);
         self
     }
     /// A handle that holds the report of the last search-based compile (kept after the
@@ -205,7 +215,7 @@ impl<B: Tunable> Search<B> {
 impl<B: Tunable> Backend for Search<B> {
     type Runtime = B::Runtime;
     fn compile(&self, graph: GraphData, options: &CompileOptions) -> Result<B::Runtime> {
-        let Some(budget) = &options.search else {
+        let Some(budget) = options.search.as_ref().or(self.always.as_ref()) else {
             return self.backend.compile(graph, options);
         };
         let dir = self.cache_dir.clone().unwrap_or_else(cache::default_dir);

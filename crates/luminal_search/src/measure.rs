@@ -283,9 +283,9 @@ pub fn measure<B: Backend>(
     }
     let mut times: Vec<Vec<Duration>> = vec![vec![]; candidates.len()];
     let sample = |i: usize,
-                      rt: &mut B::Runtime,
-                      reports: &mut Vec<CandidateReport>,
-                      times: &mut Vec<Vec<Duration>>| {
+                  rt: &mut B::Runtime,
+                  reports: &mut Vec<CandidateReport>,
+                  times: &mut Vec<Vec<Duration>>| {
         let t0 = Instant::now();
         for _ in 0..batch[i] {
             if let Err(e) = rt.run() {

@@ -58,6 +58,17 @@ fn graphs() -> Vec<(&'static str, GraphData)> {
     }
     {
         let cx = Graph::new();
+        let x = cx.tensor("x", (2, 6));
+        let w = cx.tensor("w", (6, 7));
+        let w2 = cx.tensor("w2", (6, 7));
+        let a = cx.tensor("a", (6, 2));
+        let b = cx.tensor("b", (2, 7));
+        x.matmul(w + a.matmul(b)).output();
+        (x.matmul(w) + x.matmul(w2)).output();
+        out.push(("adapters", cx.snapshot()));
+    }
+    {
+        let cx = Graph::new();
         let x = cx.tensor("x", (2, 7));
         let w = cx.tensor("w", (7,));
         (x.softmax(1) * w.expand_to((2, 7))).output();
