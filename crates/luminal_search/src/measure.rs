@@ -327,7 +327,7 @@ pub fn measure<B: Backend>(
                     let (i, rt) = &mut runtimes[pos];
                     let mut t = vec![vec![]; candidates.len()];
                     sample(*i, rt, &mut reports, &mut t);
-                    out.extend(t[*i].drain(..));
+                    out.append(&mut t[*i]);
                 }
             }
             if !tb.is_empty() && !tw.is_empty() {
