@@ -4,18 +4,95 @@
 use crate::dtype::{Element, HostData};
 use crate::error::{LuminalError, Result};
 use crate::graph::{GraphData, TensorRef};
+use std::time::Duration;
 
 /// Options common to every backend.
 #[derive(Clone, Debug)]
 pub struct CompileOptions {
     /// Run the generic passes (CSE, dead nodes, simplification, constant folding).
     pub optimize: bool,
+    /// Search for a faster plan within this budget. The core cannot search (the search
+    /// depends on the core, not the reverse): a backend honours this only when it is wrapped
+    /// by `luminal_search::Search` (which needs the backend to be [`Tunable`]); a plain
+    /// backend ignores it. `None` (the default) never searches.
+    pub search: Option<SearchBudget>,
 }
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { optimize: true }
+        CompileOptions {
+            optimize: true,
+            search: None,
+        }
     }
+}
+
+impl CompileOptions {
+    /// The default options plus a search within `budget`.
+    pub fn search(budget: SearchBudget) -> CompileOptions {
+        CompileOptions {
+            search: Some(budget),
+            ..CompileOptions::default()
+        }
+    }
+}
+
+/// Limits of a search-based compile (see `luminal_search`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SearchBudget {
+    /// Wall time for the whole search: saturation, then timing candidates. Saturation stops
+    /// at half of it; timing stops when it is spent (the best plan found so far wins).
+    pub time: Duration,
+    /// Saturation stops once the e-graph holds this many e-nodes (checked per iteration).
+    pub max_enodes: usize,
+    /// At most this many candidate plans are compiled and timed.
+    pub max_candidates: usize,
+    /// Timed runs per candidate (after one warm-up run); the median is compared.
+    pub repeats: usize,
+    /// Values of the dynamic dims for the timing runs (`("seq", 128)`); every dynamic dim
+    /// of the graph needs one.
+    pub dims: Vec<(String, usize)>,
+    /// Read and write the on-disk cache of search results.
+    pub use_cache: bool,
+}
+
+impl Default for SearchBudget {
+    fn default() -> Self {
+        SearchBudget {
+            time: Duration::from_secs(20),
+            max_enodes: 200_000,
+            max_candidates: 16,
+            repeats: 7,
+            dims: vec![],
+            use_cache: true,
+        }
+    }
+}
+
+impl SearchBudget {
+    /// This budget with dynamic dim `name` bound to `value` for timing.
+    pub fn dim(mut self, name: &str, value: usize) -> SearchBudget {
+        self.dims.retain(|(n, _)| n != name);
+        self.dims.push((name.to_string(), value));
+        self
+    }
+}
+
+/// A backend whose compile has choices a search may make (threads, which fusions run, …).
+///
+/// Choices are named by strings the backend parses back (`schedule`), so a search result
+/// can be cached on disk and reapplied. `schedules()[0]` must be the backend as it is.
+pub trait Tunable: Backend + Clone {
+    /// What a cached result depends on besides the graph: backend, instruction set,
+    /// thread count, the backend's own version.
+    fn tuning_id(&self) -> String;
+    /// The schedule choices worth timing for this graph, the backend's current setting first.
+    fn schedules(&self, graph: &GraphData) -> Vec<String>;
+    /// This backend with the named schedule applied (`None`: not a schedule of this backend).
+    fn schedule(&self, name: &str) -> Option<Self>;
+    /// Whether the backend runs a kind of fused term the search may produce (e.g.
+    /// `"matmul"`); terms it cannot run are never extracted.
+    fn supports(&self, term: &str) -> bool;
 }
 
 pub trait Backend {

@@ -34,7 +34,7 @@ pub mod testing;
 
 pub use half;
 
-pub use backend::{Backend, CompileOptions, Runtime};
+pub use backend::{Backend, CompileOptions, Runtime, SearchBudget, Tunable};
 pub use dtype::{ByteData, DType, Element, HostData};
 pub use error::{DataAccess, LuminalError, Result};
 pub use graph::{Graph, GraphData, GraphTensor, NodeId, TensorId, TensorRef, ToAxes, ToShape};
@@ -43,7 +43,7 @@ pub use reference::{ReferenceBackend, ReferenceRuntime};
 pub use shape::{Expression, ShapeTracker};
 
 pub mod prelude {
-    pub use crate::backend::{Backend, CompileOptions, Runtime};
+    pub use crate::backend::{Backend, CompileOptions, Runtime, SearchBudget};
     pub use crate::dtype::{DType, Element, HostData};
     pub use crate::error::{LuminalError, Result};
     pub use crate::graph::{Graph, GraphTensor, TensorRef, ToAxes, ToShape};

@@ -135,7 +135,18 @@ fn constants_fold_including_reductions() {
     let got = run(&cx, CompileOptions::default(), &[], y);
     assert_eq!(got, vec![(30.0f64).sqrt() as f32; 2]);
     // Without passes the same values come out of the full computation.
-    assert_eq!(run(&cx, CompileOptions { optimize: false }, &[], y), got);
+    assert_eq!(
+        run(
+            &cx,
+            CompileOptions {
+                optimize: false,
+                ..CompileOptions::default()
+            },
+            &[],
+            y
+        ),
+        got
+    );
 }
 
 #[test]
@@ -169,7 +180,10 @@ fn handles_stay_valid_and_results_match_unoptimised() {
     let ws: Vec<f32> = (0..8).map(|i| 0.7 - i as f32 * 0.2).collect();
     for opts in [
         CompileOptions::default(),
-        CompileOptions { optimize: false },
+        CompileOptions {
+            optimize: false,
+            ..CompileOptions::default()
+        },
     ] {
         let mut rt = cx.compile(ReferenceBackend, opts).unwrap();
         rt.set(x, &xs).unwrap();

@@ -8,7 +8,8 @@
 
 use crate::common::CliModel;
 use crate::common::{
-    effective_threads, human_bytes, human_count, load_model, CliError, CliResult, Device,
+    effective_threads, human_bytes, human_count, load_model, load_model_with, CliError, CliResult,
+    Device,
 };
 use clap::{Args, ValueEnum};
 use luminal_io::{GgmlType, GgufFile, SafetensorsModel};
@@ -49,6 +50,10 @@ pub struct BenchArgs {
     /// Output format
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Md)]
     output: OutputFormat,
+    /// Compile with search (luminal_search; budget in seconds, default 20): the table is the
+    /// searched model's, followed by its tok/s against the hand lowering measured alike
+    #[arg(long, num_args = 0..=1, default_missing_value = "20", value_name = "SECONDS")]
+    search: Option<u64>,
 }
 
 /// What the table says about the model.
@@ -74,11 +79,38 @@ pub fn run(args: BenchArgs) -> CliResult {
         return Err(CliError::msg("nothing to measure: -p and -n are both 0"));
     }
     let max_ctx = args.n_prompt.max(args.n_gen);
-    let (mut model, _tok) = load_model(&args.model, args.device, args.threads, max_ctx)?;
+    let (mut model, _tok) =
+        load_model_with(&args.model, args.device, args.threads, max_ctx, args.search)?;
     let desc = describe(&args.model, model.stats.parameters as u64)?;
     let threads = effective_threads(args.threads);
     let tokens = bench_tokens(model.vocab_size(), max_ctx);
+    let results = run_tests(&args, &mut model, &tokens)?;
+    model.reset();
 
+    let params = model.stats.parameters as u64;
+    match args.output {
+        OutputFormat::Md => print_markdown(&desc, params, threads, &results),
+        OutputFormat::Json => print_json(&desc, params, threads, &results)?,
+    }
+    if args.search.is_some() {
+        // The hand lowering, measured the same way after the searched model.
+        let (mut hand, _) = load_model(&args.model, args.device, args.threads, max_ctx)?;
+        let base = run_tests(&args, &mut hand, &tokens)?;
+        for (r, b) in results.iter().zip(&base) {
+            let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+            let (ts, tb) = (mean(&r.samples_ts), mean(&b.samples_ts));
+            eprintln!(
+                "search vs hand lowering, {}: {ts:.2} vs {tb:.2} t/s ({:.2}×)",
+                r.name,
+                ts / tb
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The prefill and decode tests of `args` on `model`.
+fn run_tests(args: &BenchArgs, model: &mut CliModel, tokens: &[u32]) -> CliResult<Vec<TestResult>> {
     let mut results = Vec::new();
     if args.n_prompt > 0 {
         let prompt = &tokens[..args.n_prompt];
@@ -96,7 +128,7 @@ pub fn run(args: BenchArgs) -> CliResult {
     }
     if args.n_gen > 0 {
         let r = measure(args.reps, args.n_gen, || {
-            decode(&mut model, &tokens[..args.n_gen])
+            decode(model, &tokens[..args.n_gen])
         })?;
         results.push(TestResult {
             name: format!("tg{}", args.n_gen),
@@ -106,14 +138,7 @@ pub fn run(args: BenchArgs) -> CliResult {
             samples_ts: r.1,
         });
     }
-    model.reset();
-
-    let params = model.stats.parameters as u64;
-    match args.output {
-        OutputFormat::Md => print_markdown(&desc, params, threads, &results),
-        OutputFormat::Json => print_json(&desc, params, threads, &results)?,
-    }
-    Ok(())
+    Ok(results)
 }
 
 /// `n` decode steps of one token each from an empty cache.

@@ -92,6 +92,18 @@ pub fn load_model(
     threads: Option<usize>,
     max_ctx: usize,
 ) -> CliResult<(CliModel, Tokenizer)> {
+    load_model_with(path, device, threads, max_ctx, None)
+}
+
+/// [`load_model`], compiled with search (`luminal_search`, budget `search` seconds, timing
+/// the decode shape; results cached on disk) when `search` is given.
+pub fn load_model_with(
+    path: &Path,
+    device: Device,
+    threads: Option<usize>,
+    max_ctx: usize,
+    search: Option<u64>,
+) -> CliResult<(CliModel, Tokenizer)> {
     if !path.exists() {
         return Err(CliError::msg(format!(
             "model file not found: {}",
@@ -118,10 +130,27 @@ pub fn load_model(
         (Device::Cpu, Some(n)) => CpuBackend::with_threads(n),
         (Device::Cpu, None) => CpuBackend::default(),
     };
-    let loaded = LlamaModel::load(path, backend, &opts, |done, total| {
+    let progress = |done: usize, total: usize| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
-    });
+    };
+    let loaded = match search {
+        None => LlamaModel::load(path, backend, &opts, progress),
+        Some(secs) => {
+            let budget = luminal::SearchBudget {
+                time: std::time::Duration::from_secs(secs),
+                ..Default::default()
+            };
+            let budget = budget.dim("s", 1).dim("p", max_ctx / 2).dim("n_out", 1);
+            let search = luminal_search::Search::new(backend).with_budget(budget);
+            let report = search.report_handle();
+            let loaded = LlamaModel::load(path, search, &opts, progress);
+            if let Some(r) = report.lock().ok().and_then(|mut r| r.take()) {
+                eprintln!("{r}");
+            }
+            loaded
+        }
+    };
     bar.finish_and_clear();
     let loaded = loaded?;
     for warning in settings_warnings(threads, max_ctx, loaded.0.max_ctx()) {

@@ -55,6 +55,7 @@ mod exec;
 mod kernel;
 mod kernels;
 mod lower;
+pub mod search;
 mod simd;
 mod storage;
 mod view;

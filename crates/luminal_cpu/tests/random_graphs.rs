@@ -120,7 +120,10 @@ fn run_case(seed: u64) {
     outs.push(x.output());
     let threads = 1 + (seed % 2) as usize;
     let optimize = seed % 3 != 0;
-    let opts = CompileOptions { optimize };
+    let opts = CompileOptions {
+        optimize,
+        ..CompileOptions::default()
+    };
     let mut cpu = cx
         .compile(CpuBackend::with_threads(threads), opts.clone())
         .unwrap();

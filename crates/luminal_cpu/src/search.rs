@@ -1,0 +1,128 @@
+//! The CPU backend's choices for `luminal_search` ([`luminal::Tunable`]): how many threads
+//! a plan runs on, and which kernel-merging passes run (`rows`: a last-axis reduction fused
+//! with its producers and consumers; `shared`: a multi-consumer producer recomputed inside
+//! its consumers). Each trades memory traffic against recomputation or parallel grain, and
+//! which wins depends on the shapes, so the search times them.
+//!
+//! A schedule is named `threads=N;off=a,b` (`off=` lists passes switched off on top of
+//! the backend's own [`CpuBackend::disable_rules`]), so a cached result is reapplied by name.
+
+use crate::{detected_isa, CpuBackend};
+use luminal::{GraphData, Tunable};
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
+/// The pass sets a schedule may switch off.
+const PASS_CHOICES: &[&[&str]] = &[&[], &["rows"], &["shared"], &["rows", "shared"]];
+
+fn available_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// `disable_rules` takes a `'static` list; the few lists schedules make are interned once.
+fn intern(names: BTreeSet<&'static str>) -> &'static [&'static str] {
+    static LISTS: Mutex<Vec<&'static [&'static str]>> = Mutex::new(Vec::new());
+    let names: Vec<&'static str> = names.into_iter().collect();
+    let mut lists = LISTS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(l) = lists.iter().find(|l| **l == names.as_slice()) {
+        return l;
+    }
+    let leaked: &'static [&'static str] = Box::leak(names.into_boxed_slice());
+    lists.push(leaked);
+    leaked
+}
+
+impl CpuBackend {
+    fn thread_count(&self) -> usize {
+        self.threads.unwrap_or_else(available_threads).max(1)
+    }
+}
+
+impl Tunable for CpuBackend {
+    fn tuning_id(&self) -> String {
+        format!(
+            "cpu-{}/isa={:?}/cores={}/threads={:?}/qdots={:?}/off={}",
+            env!("CARGO_PKG_VERSION"),
+            detected_isa(),
+            available_threads(),
+            self.threads,
+            self.quant_dots.resolved(),
+            self.disabled_rules.join(",")
+        )
+    }
+
+    fn schedules(&self, _graph: &GraphData) -> Vec<String> {
+        let current = self.thread_count();
+        let mut threads = vec![current];
+        for t in [1, available_threads()] {
+            if !threads.contains(&t) {
+                threads.push(t);
+            }
+        }
+        let mut out = vec![];
+        for &t in &threads {
+            for off in PASS_CHOICES {
+                if off.iter().all(|p| self.disabled_rules.contains(p)) && !off.is_empty() {
+                    continue; // already off: the same plan as `off=`
+                }
+                out.push(format!("threads={t};off={}", off.join(",")));
+            }
+        }
+        out
+    }
+
+    fn schedule(&self, name: &str) -> Option<CpuBackend> {
+        let mut threads = None;
+        let mut off: BTreeSet<&'static str> = self.disabled_rules.iter().copied().collect();
+        for part in name.split(';') {
+            let (key, value) = part.split_once('=')?;
+            match key {
+                "threads" => threads = Some(value.parse::<usize>().ok().filter(|&t| t >= 1)?),
+                "off" => {
+                    for p in value.split(',').filter(|p| !p.is_empty()) {
+                        let known = PASS_CHOICES
+                            .iter()
+                            .flat_map(|c| c.iter())
+                            .find(|k| **k == p)?;
+                        off.insert(known);
+                    }
+                }
+                _ => return None,
+            }
+        }
+        Some(CpuBackend {
+            threads: Some(threads?),
+            disabled_rules: intern(off),
+            ..*self
+        })
+    }
+
+    fn supports(&self, term: &str) -> bool {
+        // Products are recognised from their broadcast-multiply + sum pattern and run by gemm.
+        term == "matmul" && !self.disabled_rules.contains(&"matmul")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedules_parse_back_and_keep_disabled_rules() {
+        let b = CpuBackend::with_threads(1).disable_rules(&["concat"]);
+        let g = GraphData::default();
+        let names = b.schedules(&g);
+        assert!(names[0].starts_with("threads=1;"));
+        for n in &names {
+            let s = b
+                .schedule(n)
+                .unwrap_or_else(|| panic!("{n} does not parse"));
+            assert!(s.disabled_rules.contains(&"concat"), "{n}");
+        }
+        let s = b.schedule("threads=2;off=rows,shared").unwrap();
+        assert_eq!(s.threads, Some(2));
+        assert_eq!(s.disabled_rules, &["concat", "rows", "shared"]);
+        assert!(b.schedule("threads=0;off=").is_none());
+        assert!(b.schedule("threads=2;off=fallback").is_none());
+    }
+}

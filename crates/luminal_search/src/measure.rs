@@ -1,0 +1,375 @@
+//! Extraction by measurement: candidates are compiled on the real backend, run on inputs of
+//! the real shapes, checked against the reference runtime, and timed (warm-up, repeats
+//! interleaved across candidates so that load on the machine hits them alike, median).
+
+use luminal::graph::{GraphData, NodeId, TensorId, TensorRef};
+use luminal::op::Op;
+use luminal::{Backend, CompileOptions, DType, HostData, ReferenceBackend, Runtime, SharedBytes};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// A plan to try: a graph (the source graph, or one rebuilt from extracted terms) and a
+/// backend schedule.
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    /// Which graph variant (`"source"`, `"extracted"`, …).
+    pub variant: String,
+    pub graph: GraphData,
+    pub schedule: String,
+    /// Cost-model estimate of the graph (lower is better).
+    pub cost: f64,
+}
+
+/// What happened to one candidate.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// Outputs matched the reference; `median` of the timed runs.
+    Timed { median: Duration, runs: usize },
+    /// Outputs differ from the reference (or the candidate failed to compile or run).
+    Rejected(String),
+    /// The budget ran out before it was tried.
+    NotTried,
+}
+
+#[derive(Clone, Debug)]
+pub struct CandidateReport {
+    pub variant: String,
+    pub schedule: String,
+    pub cost: f64,
+    /// Largest error against the reference, in units of the tolerance (≤ 1 passes).
+    pub error: Option<f64>,
+    pub outcome: Outcome,
+    /// For a candidate that beat the backend's own plan: whether it beat it again head to
+    /// head (`false`: it is not chosen).
+    pub confirmed: Option<bool>,
+}
+
+/// Input values for a timing run: uniform in [-1, 1) for floats, 0 for integers and
+/// booleans (valid gather indices), and random blocks with finite scales for quantized data.
+pub fn make_inputs(
+    g: &GraphData,
+    dims: &HashMap<String, i64>,
+) -> Result<Vec<(TensorRef, HostData)>, String> {
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut out = vec![];
+    for id in g.node_ids() {
+        let node = g.node(id);
+        let Op::Input { name } = &node.op else {
+            continue;
+        };
+        let Some(t) = whole_handle(g, id) else {
+            continue;
+        };
+        let mut n = 1usize;
+        for d in &node.shape {
+            let v = d.eval_with(&|k| dims.get(k).copied()).map_err(|_| {
+                format!("input '{name}' has dim {d}: give its value in SearchBudget::dims")
+            })?;
+            n *= v.max(0) as usize;
+        }
+        let data = if node.dtype.is_quantized() {
+            let bytes = node
+                .dtype
+                .bytes_for(n)
+                .ok_or_else(|| format!("input '{name}': {n} values are not whole blocks"))?;
+            // Every byte ≤ 0x3b: every f16 scale in the blocks is finite and below 1.
+            let raw: Vec<u8> = (0..bytes).map(|_| (next() % 0x3c) as u8).collect();
+            HostData::from_bytes(node.dtype, SharedBytes::from_vec(raw))
+                .map_err(|e| e.to_string())?
+        } else if node.dtype.is_float() {
+            let v: Vec<f64> = (0..n)
+                .map(|_| (next() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0)
+                .collect();
+            HostData::from_f64(node.dtype, &v)
+        } else {
+            HostData::from_f64(node.dtype, &vec![0.0; n])
+        };
+        out.push((t, data));
+    }
+    Ok(out)
+}
+
+/// A handle to the whole of node `id` (how runtimes are given inputs and read outputs).
+fn whole_handle(g: &GraphData, id: NodeId) -> Option<TensorRef> {
+    let shape = &g.node(id).shape;
+    g.tensors
+        .iter()
+        .position(|t| t.node == id && t.view.is_contiguous() && t.view.dims() == *shape)
+        .map(|i| TensorRef {
+            graph_id: g.graph_id,
+            id: TensorId(i as u32),
+        })
+}
+
+/// The graph's outputs that have a whole handle, in node order.
+pub fn output_handles(g: &GraphData) -> Vec<(NodeId, TensorRef)> {
+    g.outputs
+        .iter()
+        .filter_map(|&o| whole_handle(g, o).map(|t| (o, t)))
+        .collect()
+}
+
+/// Runs `g` once on `backend` with `inputs`; returns the runtime and the outputs.
+pub fn run_once<B: Backend>(
+    backend: &B,
+    g: &GraphData,
+    inputs: &[(TensorRef, HostData)],
+    dims: &HashMap<String, i64>,
+    outputs: &[(NodeId, TensorRef)],
+) -> Result<(B::Runtime, Vec<HostData>), String> {
+    let opts = CompileOptions {
+        optimize: false,
+        ..CompileOptions::default()
+    };
+    let mut rt = backend
+        .compile(g.clone(), &opts)
+        .map_err(|e| format!("compile: {e}"))?;
+    for (name, &v) in dims {
+        rt.set_dim(name, v.max(0) as usize);
+    }
+    for (t, data) in inputs {
+        rt.set_data(*t, data.clone())
+            .map_err(|e| format!("set: {e}"))?;
+    }
+    rt.run().map_err(|e| format!("run: {e}"))?;
+    let outs = outputs
+        .iter()
+        .map(|(_, t)| rt.get_data(*t).map_err(|e| format!("get: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((rt, outs))
+}
+
+/// Tolerances by dtype, as the op suite's: `|got - want| <= atol + rtol·|want|`.
+pub fn tolerance(dtype: DType) -> (f64, f64) {
+    match dtype {
+        DType::F16 => (1e-2, 1e-2),
+        DType::BF16 => (2e-2, 2e-2),
+        DType::F32 => (1e-4, 1e-4),
+        _ => (0.0, 0.0),
+    }
+}
+
+/// Largest error of `got` against `want` in units of the tolerance (≤ 1 passes; ∞ for a
+/// NaN or infinity where the reference has none, or a length mismatch).
+pub fn error_ratio(got: &HostData, want: &HostData) -> f64 {
+    let (g, w) = (got.to_f64(), want.to_f64());
+    if g.len() != w.len() || got.dtype() != want.dtype() {
+        return f64::INFINITY;
+    }
+    let (atol, rtol) = tolerance(want.dtype());
+    // Large sums carry rounding relative to their inputs, not to the (maybe small) result:
+    // scale the absolute tolerance by the output's magnitude.
+    let scale = w
+        .iter()
+        .filter(|x| x.is_finite())
+        .fold(0f64, |m, x| m.max(x.abs()))
+        .max(1.0);
+    let mut worst = 0f64;
+    for (&a, &b) in g.iter().zip(&w) {
+        let r = if b.is_nan() {
+            if a.is_nan() {
+                0.0
+            } else {
+                f64::INFINITY
+            }
+        } else if b.is_infinite() {
+            if a == b {
+                0.0
+            } else {
+                f64::INFINITY
+            }
+        } else if !a.is_finite() {
+            f64::INFINITY
+        } else {
+            let allowed = atol * scale + rtol * b.abs();
+            if allowed == 0.0 {
+                if a == b {
+                    0.0
+                } else {
+                    f64::INFINITY
+                }
+            } else {
+                (a - b).abs() / allowed
+            }
+        };
+        worst = worst.max(r);
+    }
+    worst
+}
+
+fn median(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// Checks every candidate against `reference` (the reference runtime's outputs on `inputs`),
+/// then times those that pass, interleaving the candidates round by round until `repeats`
+/// rounds or `deadline` (see [`pick`] and the head-to-head check). Candidates past `max_candidates` are not tried. A candidate passes
+/// if its error is within tolerance, or — when the first candidate (the backend's own plan)
+/// is itself outside tolerance (e.g. int8 activations) — within twice that plan's error.
+#[allow(clippy::too_many_arguments)]
+pub fn measure<B: Backend>(
+    backend_for: &dyn Fn(&str) -> Option<B>,
+    candidates: &[Candidate],
+    inputs: &[(TensorRef, HostData)],
+    dims: &HashMap<String, i64>,
+    reference: &[HostData],
+    outputs: &[(NodeId, TensorRef)],
+    max_candidates: usize,
+    repeats: usize,
+    margin: f64,
+    deadline: Instant,
+    on_step: &mut dyn FnMut(usize),
+) -> Vec<CandidateReport> {
+    let mut reports: Vec<CandidateReport> = candidates
+        .iter()
+        .map(|c| CandidateReport {
+            variant: c.variant.clone(),
+            schedule: c.schedule.clone(),
+            cost: c.cost,
+            error: None,
+            outcome: Outcome::NotTried,
+            confirmed: None,
+        })
+        .collect();
+    let mut runtimes: Vec<(usize, B::Runtime)> = vec![];
+    let mut allowed = 1.0f64;
+    for (i, c) in candidates.iter().enumerate().take(max_candidates.max(1)) {
+        if i > 0 && Instant::now() >= deadline {
+            break;
+        }
+        let Some(backend) = backend_for(&c.schedule) else {
+            reports[i].outcome = Outcome::Rejected(format!("unknown schedule {}", c.schedule));
+            continue;
+        };
+        match run_once(&backend, &c.graph, inputs, dims, outputs) {
+            Err(e) => reports[i].outcome = Outcome::Rejected(e),
+            Ok((rt, outs)) => {
+                let err = outs
+                    .iter()
+                    .zip(reference)
+                    .map(|(g, w)| error_ratio(g, w))
+                    .fold(0f64, f64::max);
+                reports[i].error = Some(err);
+                if i == 0 && err > 1.0 && err.is_finite() {
+                    allowed = 2.0 * err;
+                }
+                if err <= allowed {
+                    runtimes.push((i, rt));
+                } else {
+                    reports[i].outcome = Outcome::Rejected(format!(
+                        "outputs differ from the reference: error {err:.3e} × tolerance"
+                    ));
+                }
+            }
+        }
+        on_step(i + 1);
+    }
+    // Tiny plans are timed in batches of runs (about a millisecond per sample) so that one
+    // sample is not one scheduler tick.
+    let mut batch: Vec<usize> = vec![1; candidates.len()];
+    for (i, rt) in runtimes.iter_mut() {
+        let t0 = Instant::now();
+        if rt.run().is_ok() {
+            let one = t0.elapsed().as_secs_f64().max(1e-7);
+            batch[*i] = ((1e-3 / one).ceil() as usize).clamp(1, 1000);
+        }
+    }
+    let mut times: Vec<Vec<Duration>> = vec![vec![]; candidates.len()];
+    let sample = |i: usize,
+                  rt: &mut B::Runtime,
+                  reports: &mut Vec<CandidateReport>,
+                  times: &mut Vec<Vec<Duration>>| {
+        let t0 = Instant::now();
+        for _ in 0..batch[i] {
+            if let Err(e) = rt.run() {
+                reports[i].outcome = Outcome::Rejected(format!("run: {e}"));
+                return;
+            }
+        }
+        times[i].push(t0.elapsed() / batch[i] as u32);
+    };
+    for round in 0..repeats.max(1) {
+        if round > 0 && Instant::now() >= deadline {
+            break;
+        }
+        for (i, rt) in runtimes.iter_mut() {
+            sample(*i, rt, &mut reports, &mut times);
+        }
+    }
+    let timed: Vec<usize> = runtimes.iter().map(|(i, _)| *i).collect();
+    let finish = |reports: &mut Vec<CandidateReport>, times: &mut Vec<Vec<Duration>>| {
+        for i in &timed {
+            if !matches!(reports[*i].outcome, Outcome::Rejected(_)) && !times[*i].is_empty() {
+                let runs = times[*i].len();
+                reports[*i].outcome = Outcome::Timed {
+                    median: median(&mut times[*i].clone()),
+                    runs,
+                };
+            }
+        }
+    };
+    finish(&mut reports, &mut times);
+    // A winner other than the backend's own plan must win again, head to head with it, in
+    // fresh alternating runs: one lucky round on a loaded machine does not change the plan.
+    if let Some(w) = pick(&reports, margin).filter(|&w| w != 0) {
+        if let Some(base) = runtimes.iter().position(|(i, _)| *i == 0) {
+            let wpos = runtimes.iter().position(|(i, _)| *i == w).expect("timed");
+            let (mut tb, mut tw) = (vec![], vec![]);
+            for _ in 0..(2 * repeats).max(5) {
+                for (pos, out) in [(base, &mut tb), (wpos, &mut tw)] {
+                    let (i, rt) = &mut runtimes[pos];
+                    let mut t = vec![vec![]; candidates.len()];
+                    sample(*i, rt, &mut reports, &mut t);
+                    out.append(&mut t[*i]);
+                }
+            }
+            if !tb.is_empty() && !tw.is_empty() {
+                let (mb, mw) = (median(&mut tb), median(&mut tw));
+                if mw.as_secs_f64() > mb.as_secs_f64() * (1.0 - margin) {
+                    reports[w].confirmed = Some(false);
+                } else {
+                    reports[w].confirmed = Some(true);
+                }
+                times[0].extend(tb);
+                times[w].extend(tw);
+                finish(&mut reports, &mut times);
+            }
+        }
+    }
+    reports
+}
+
+/// The reference runtime's outputs for `g` on `inputs`.
+pub fn reference_outputs(
+    g: &GraphData,
+    inputs: &[(TensorRef, HostData)],
+    dims: &HashMap<String, i64>,
+    outputs: &[(NodeId, TensorRef)],
+) -> Result<Vec<HostData>, String> {
+    run_once(&ReferenceBackend, g, inputs, dims, outputs)
+        .map(|(_, o)| o)
+        .map_err(|e| format!("reference runtime: {e}"))
+}
+
+/// The winner: the fastest timed candidate (not refuted head to head), unless it is not at
+/// least `margin` faster than candidate 0 (the backend's own plan), which then stays.
+pub fn pick(reports: &[CandidateReport], margin: f64) -> Option<usize> {
+    let time = |i: usize| match reports[i].outcome {
+        Outcome::Timed { median, .. } if reports[i].confirmed != Some(false) => Some(median),
+        _ => None,
+    };
+    let fastest = (0..reports.len())
+        .filter_map(|i| time(i).map(|t| (t, i)))
+        .min()?;
+    match time(0) {
+        Some(base) if fastest.0.as_secs_f64() > base.as_secs_f64() * (1.0 - margin) => Some(0),
+        _ => Some(fastest.1),
+    }
+}
