@@ -1,5 +1,6 @@
 //! `luminal transcribe`: speech to text with a Whisper model (Hugging Face folder), greedy
-//! decoding or beam search, without timestamps, over 30-second windows.
+//! decoding or beam search over 30-second windows; with `--timestamps`, one line per
+//! segment, `[start --> end] text`.
 
 use crate::common::{CliError, CliResult, Device};
 use clap::Args;
@@ -36,6 +37,9 @@ pub struct TranscribeArgs {
     /// CPU threads (default: every core)
     #[arg(short, long)]
     threads: Option<usize>,
+    /// Predict timestamps: one line per segment, `[start --> end] text` (seconds)
+    #[arg(long)]
+    timestamps: bool,
     /// Print load and transcription times and the real-time factor on stderr
     #[arg(long)]
     timings: bool,
@@ -69,9 +73,19 @@ pub fn run(args: TranscribeArgs) -> CliResult {
         },
         max_new_tokens: args.max_tokens,
         beam_size: args.beam_size.max(1),
+        timestamps: args.timestamps,
     };
     let start = std::time::Instant::now();
-    let text = model.transcribe(&tok, &samples, &opts)?;
+    let text = if args.timestamps {
+        model
+            .transcribe_segments(&tok, &samples, &opts)?
+            .iter()
+            .map(|s| format!("[{:.2} --> {:.2}] {}", s.start, s.end, s.text))
+            .collect::<Vec<_>>()
+            .join("\n")
+    } else {
+        model.transcribe(&tok, &samples, &opts)?
+    };
     let secs = start.elapsed().as_secs_f64();
     if args.timings {
         let duration = audio.duration();

@@ -792,3 +792,23 @@ fn transcribe_tiny_whisper_and_errors() {
     assert!(err.contains("WAV"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `--timestamps` on the real Whisper tiny.en prints transformers' segment
+/// (`fixtures/whisper_tiny_en.timestamps.json`, `scripts/gen_whisper_timestamps_fixture.py`).
+#[test]
+fn transcribe_with_timestamps_prints_segments() {
+    let model = root().join("models/whisper-tiny.en");
+    if !model.join("model.safetensors").exists() {
+        eprintln!(
+            "skipping: {} is absent (run scripts/fetch-models.sh whisper-tiny-en)",
+            model.display()
+        );
+        return;
+    }
+    let wav = model_fixtures().join("audio/speech_fox.wav");
+    let o = luminal(&["transcribe", "--model", s(&model), s(&wav), "--timestamps"]);
+    assert_eq!(
+        stdout(ok(&o)).trim(),
+        "[0.00 --> 3.00] The quick brown fox jump over the lazy nog."
+    );
+}

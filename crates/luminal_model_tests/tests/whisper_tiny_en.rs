@@ -66,3 +66,54 @@ fn tiny_en_greedy_tokens_equal_ctranslate2() {
         );
     }
 }
+
+/// With timestamps: the segments (start, end, text) of transformers' greedy decoding with
+/// `return_timestamps=True` (`scripts/gen_whisper_timestamps_fixture.py`), for each clip and
+/// for the three in a row with a second of silence after each (three segments).
+#[test]
+fn tiny_en_timestamps_equal_transformers() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/whisper-tiny.en");
+    if !dir.join("model.safetensors").exists() {
+        eprintln!(
+            "skipping: {} is absent (run scripts/fetch-models.sh whisper-tiny-en)",
+            dir.display()
+        );
+        return;
+    }
+    let (mut model, tok) = WhisperModel::load(&dir, CpuBackend::with_threads(2)).unwrap();
+    let r = json(fixture("whisper_tiny_en.timestamps.json"));
+    let opts = TranscribeOptions {
+        timestamps: true,
+        ..TranscribeOptions::default()
+    };
+    assert_eq!(model.prompt(&tok, &opts).unwrap(), vec![50257]);
+    for case in r["cases"].as_array().unwrap() {
+        let gap = case["gap_samples"].as_u64().unwrap() as usize;
+        let mut samples = Vec::new();
+        for wav in case["wavs"].as_array().unwrap() {
+            samples.extend(read_wav(fixture(wav.as_str().unwrap())).unwrap().samples);
+            samples.extend(std::iter::repeat_n(0.0, gap));
+        }
+        let got = model.transcribe_segments(&tok, &samples, &opts).unwrap();
+        let want = case["segments"].as_array().unwrap();
+        println!("{:?}: {got:?}", case["wavs"]);
+        assert_eq!(got.len(), want.len(), "{:?}: {got:?}", case["wavs"]);
+        for (g, w) in got.iter().zip(want) {
+            assert!(
+                (g.start - w["start"].as_f64().unwrap() as f32).abs() < 1e-3,
+                "{g:?} vs {w}"
+            );
+            assert!(
+                (g.end - w["end"].as_f64().unwrap() as f32).abs() < 1e-3,
+                "{g:?} vs {w}"
+            );
+            assert_eq!(g.text, w["text"].as_str().unwrap());
+        }
+        // The plain transcript joins the segments' texts.
+        let texts: Vec<&str> = want.iter().map(|w| w["text"].as_str().unwrap()).collect();
+        assert_eq!(
+            model.transcribe(&tok, &samples, &opts).unwrap(),
+            texts.join(" ")
+        );
+    }
+}

@@ -88,6 +88,9 @@ pub struct GenerationConfig {
     pub begin_suppress_tokens: Vec<u32>,
     /// `is_multilingual` (absent: decided by the tokenizer's language tokens).
     pub is_multilingual: Option<bool>,
+    /// `max_initial_timestamp_index`: with timestamps, the first one is at most this many
+    /// 20 ms steps (absent: 50, i.e. 1.00 s, OpenAI's default).
+    pub max_initial_timestamp_index: Option<usize>,
 }
 
 impl GenerationConfig {
@@ -124,6 +127,9 @@ impl GenerationConfig {
             suppress_tokens: ids("suppress_tokens")?,
             begin_suppress_tokens: ids("begin_suppress_tokens")?,
             is_multilingual: v["is_multilingual"].as_bool(),
+            max_initial_timestamp_index: v["max_initial_timestamp_index"]
+                .as_u64()
+                .map(|n| n as usize),
         })
     }
 }

@@ -1,6 +1,6 @@
 //! Whisper speech recognition: the audio front-end ([`audio`]: WAV samples → 16 kHz →
 //! log-mel windows), the encoder–decoder from a Hugging Face folder ([`WhisperModel`]),
-//! greedy decoding and beam search without timestamps.
+//! greedy decoding and beam search, optionally with timestamps (segments).
 //!
 //! ```no_run
 //! use luminal::prelude::*;
@@ -18,4 +18,4 @@ mod config;
 mod model;
 
 pub use config::{GenerationConfig, WhisperConfig};
-pub use model::{TranscribeOptions, WhisperModel};
+pub use model::{Segment, TranscribeOptions, WhisperModel};

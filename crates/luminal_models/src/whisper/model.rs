@@ -164,6 +164,9 @@ pub struct TranscribeOptions {
     pub max_new_tokens: usize,
     /// 1: greedy; more: beam search with this many beams (patience 1, length penalty 1).
     pub beam_size: usize,
+    /// Predict timestamps (segments with start and end times, see
+    /// [`WhisperModel::transcribe_segments`]); off by default (`<|notimestamps|>`).
+    pub timestamps: bool,
 }
 
 impl Default for TranscribeOptions {
@@ -173,7 +176,126 @@ impl Default for TranscribeOptions {
             task: "transcribe".into(),
             max_new_tokens: 224,
             beam_size: 1,
+            timestamps: false,
         }
+    }
+}
+
+/// A stretch of transcribed speech (with [`TranscribeOptions::timestamps`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Segment {
+    /// Start time in seconds from the start of the audio.
+    pub start: f32,
+    /// End time in seconds.
+    pub end: f32,
+    /// The segment's text (surrounding spaces trimmed).
+    pub text: String,
+}
+
+/// Seconds per timestamp token.
+const TIMESTAMP_STEP: f32 = 0.02;
+/// Seconds of audio per window.
+const WINDOW_SECONDS: f32 = 30.0;
+
+/// The timestamp rules of OpenAI's decoder (transformers' `WhisperTimeStampLogitsProcessor`),
+/// applied after the suppression rules: `<|notimestamps|>` never; the first token is a
+/// timestamp of at most `max_initial` steps; timestamps come in pairs (after a lone one,
+/// no text; after a pair, no timestamp) except right before the end; they never decrease
+/// (and a closed pair's time is not repeated); and when the timestamps together are more
+/// likely than the likeliest text token, a timestamp it is.
+#[derive(Clone, Copy, Debug)]
+struct TimestampRules {
+    no_timestamps: u32,
+    /// The id of `<|0.00|>` (the one after `<|notimestamps|>`); every later id is one.
+    begin: u32,
+    eos: u32,
+    max_initial: usize,
+}
+
+impl TimestampRules {
+    fn apply(&self, logits: &mut [f32], generated: &[u32]) {
+        let begin = self.begin as usize;
+        let n = logits.len();
+        if let Some(l) = logits.get_mut(self.no_timestamps as usize) {
+            *l = f32::NEG_INFINITY;
+        }
+        let is_ts = |t: u32| t >= self.begin;
+        let last = generated.last().is_some_and(|&t| is_ts(t));
+        let penultimate = generated.len() < 2 || is_ts(generated[generated.len() - 2]);
+        if last {
+            if penultimate {
+                logits[begin.min(n)..].fill(f32::NEG_INFINITY);
+            } else {
+                logits[..(self.eos as usize).min(n)].fill(f32::NEG_INFINITY);
+            }
+        }
+        if let Some(&latest) = generated.iter().rev().find(|&&t| is_ts(t)) {
+            let floor = if last && !penultimate {
+                latest
+            } else {
+                latest + 1
+            };
+            logits[begin.min(n)..(floor as usize).min(n)].fill(f32::NEG_INFINITY);
+        }
+        if generated.is_empty() {
+            logits[..begin.min(n)].fill(f32::NEG_INFINITY);
+            logits[(begin + self.max_initial + 1).min(n)..].fill(f32::NEG_INFINITY);
+        }
+        // Total probability of the timestamps against the likeliest text token.
+        let log_sum_exp = |xs: &[f32]| {
+            let max = xs.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+            if max == f32::NEG_INFINITY {
+                return f64::NEG_INFINITY;
+            }
+            max as f64
+                + xs.iter()
+                    .map(|&x| (x as f64 - max as f64).exp())
+                    .sum::<f64>()
+                    .ln()
+        };
+        let ts = log_sum_exp(&logits[begin.min(n)..]);
+        let text_max = logits[..begin.min(n)]
+            .iter()
+            .cloned()
+            .fold(f32::NEG_INFINITY, f32::max) as f64;
+        // Both sides share log_softmax's normaliser, so it cancels.
+        if ts > text_max {
+            logits[..begin.min(n)].fill(f32::NEG_INFINITY);
+        }
+    }
+
+    /// `ids` (one window's generated tokens) as segments, times offset by `offset` seconds;
+    /// text outside a pair (a window cut mid-segment) ends at the window's end.
+    fn segments(&self, tok: &Tokenizer, ids: &[u32], offset: f32) -> Result<Vec<Segment>> {
+        let mut out = Vec::new();
+        let mut start: Option<f32> = None;
+        let mut text: Vec<u32> = Vec::new();
+        for &t in ids {
+            if t >= self.begin {
+                let time = offset + (t - self.begin) as f32 * TIMESTAMP_STEP;
+                match start.take() {
+                    None => start = Some(time),
+                    Some(s) => {
+                        out.push(Segment {
+                            start: s,
+                            end: time,
+                            text: tok.decode(&text, true)?.trim().to_string(),
+                        });
+                        text.clear();
+                    }
+                }
+            } else {
+                text.push(t);
+            }
+        }
+        if !text.is_empty() {
+            out.push(Segment {
+                start: start.unwrap_or(offset),
+                end: offset + WINDOW_SECONDS,
+                text: tok.decode(&text, true)?.trim().to_string(),
+            });
+        }
+        Ok(out)
     }
 }
 
@@ -474,7 +596,7 @@ impl<R: Runtime> WhisperModel<R> {
     }
 
     /// The decoder prompt: `<|startoftranscript|>`, then for multilingual models the
-    /// language and task tokens, then `<|notimestamps|>` (timestamps are off).
+    /// language and task tokens, then `<|notimestamps|>` unless `opts.timestamps`.
     pub fn prompt(&self, tok: &Tokenizer, opts: &TranscribeOptions) -> Result<Vec<u32>> {
         let id = |text: &str| {
             tok.token_to_id(text)
@@ -492,7 +614,9 @@ impl<R: Runtime> WhisperModel<R> {
             })?);
             prompt.push(id(&format!("<|{}|>", opts.task))?);
         }
-        prompt.push(id("<|notimestamps|>")?);
+        if !opts.timestamps {
+            prompt.push(id("<|notimestamps|>")?);
+        }
         Ok(prompt)
     }
 
@@ -500,6 +624,16 @@ impl<R: Runtime> WhisperModel<R> {
     /// `<|endoftext|>` excluded), with `suppress_tokens` masked at every step and
     /// `begin_suppress_tokens` at the first.
     pub fn greedy(&mut self, prompt: &[u32], eos: u32, max_new_tokens: usize) -> Result<Vec<u32>> {
+        self.greedy_with(prompt, eos, max_new_tokens, None)
+    }
+
+    fn greedy_with(
+        &mut self,
+        prompt: &[u32],
+        eos: u32,
+        max_new_tokens: usize,
+        ts: Option<TimestampRules>,
+    ) -> Result<Vec<u32>> {
         let max_new = max_new_tokens.min(
             self.config
                 .max_target_positions
@@ -509,6 +643,9 @@ impl<R: Runtime> WhisperModel<R> {
         let mut out = Vec::new();
         while out.len() < max_new {
             self.suppress(&mut logits, out.is_empty());
+            if let Some(r) = ts {
+                r.apply(&mut logits, &out);
+            }
             let next = argmax(&logits);
             if next == eos {
                 break;
@@ -552,6 +689,17 @@ impl<R: Runtime> WhisperModel<R> {
         length_penalty: f32,
         max_new_tokens: usize,
     ) -> Result<Vec<u32>> {
+        let opts = (beam_size, patience, length_penalty, max_new_tokens);
+        self.beam_search_with(prompt, eos, opts, None)
+    }
+
+    fn beam_search_with(
+        &mut self,
+        prompt: &[u32],
+        eos: u32,
+        (beam_size, patience, length_penalty, max_new_tokens): (usize, f32, f32, usize),
+        ts: Option<TimestampRules>,
+    ) -> Result<Vec<u32>> {
         let beam_size = beam_size.max(1);
         let max_new = max_new_tokens.min(
             self.config
@@ -573,6 +721,9 @@ impl<R: Runtime> WhisperModel<R> {
                 seq.extend_from_slice(tokens);
                 let mut logits = self.decode_sequence(&seq)?;
                 self.suppress(&mut logits, step == 0);
+                if let Some(r) = ts {
+                    r.apply(&mut logits, tokens);
+                }
                 let max = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
                 let lse = max
                     + logits
@@ -650,20 +801,85 @@ impl<R: Runtime> WhisperModel<R> {
         samples: &[f32],
         opts: &TranscribeOptions,
     ) -> Result<String> {
+        let texts: Vec<String> = self
+            .decode_windows(tok, samples, opts)?
+            .into_iter()
+            .map(|s| s.text)
+            .collect();
+        let joined = if opts.timestamps {
+            texts.join(" ")
+        } else {
+            texts.concat()
+        };
+        Ok(joined.trim().to_string())
+    }
+
+    /// Transcribes with timestamps (whatever `opts.timestamps` says): the segments of each
+    /// 30-second window in order, their times from the start of the audio (a window's
+    /// timestamps count from its own start). Decoding follows OpenAI's timestamp rules
+    /// (transformers' `return_timestamps=True`).
+    pub fn transcribe_segments(
+        &mut self,
+        tok: &Tokenizer,
+        samples: &[f32],
+        opts: &TranscribeOptions,
+    ) -> Result<Vec<Segment>> {
+        let opts = TranscribeOptions {
+            timestamps: true,
+            ..opts.clone()
+        };
+        self.decode_windows(tok, samples, &opts)
+    }
+
+    /// Each window's decoded text: one segment per window without timestamps (times are
+    /// the window's bounds), the predicted segments with them.
+    fn decode_windows(
+        &mut self,
+        tok: &Tokenizer,
+        samples: &[f32],
+        opts: &TranscribeOptions,
+    ) -> Result<Vec<Segment>> {
         let prompt = self.prompt(tok, opts)?;
-        let eos = tok
-            .token_to_id("<|endoftext|>")
-            .ok_or_else(|| ModelError::Config("the tokenizer has no <|endoftext|> token".into()))?;
-        let mut text = String::new();
-        for window in self.mel.features(samples) {
+        let id = |text: &str| {
+            tok.token_to_id(text)
+                .ok_or_else(|| ModelError::Config(format!("the tokenizer has no {text} token")))
+        };
+        let eos = id("<|endoftext|>")?;
+        let rules = if opts.timestamps {
+            let no_timestamps = id("<|notimestamps|>")?;
+            if no_timestamps as usize + 1 >= self.config.vocab_size {
+                return Err(ModelError::Unsupported(
+                    "this model has no timestamp tokens after <|notimestamps|>".into(),
+                ));
+            }
+            Some(TimestampRules {
+                no_timestamps,
+                begin: no_timestamps + 1,
+                eos,
+                max_initial: self.generation.max_initial_timestamp_index.unwrap_or(50),
+            })
+        } else {
+            None
+        };
+        let mut out = Vec::new();
+        for (w, window) in self.mel.features(samples).into_iter().enumerate() {
             self.encode(&window)?;
             let ids = if opts.beam_size > 1 {
-                self.beam_search(&prompt, eos, opts.beam_size, 1.0, 1.0, opts.max_new_tokens)?
+                let beam = (opts.beam_size, 1.0, 1.0, opts.max_new_tokens);
+                self.beam_search_with(&prompt, eos, beam, rules)?
             } else {
-                self.greedy(&prompt, eos, opts.max_new_tokens)?
+                self.greedy_with(&prompt, eos, opts.max_new_tokens, rules)?
             };
-            text.push_str(&tok.decode(&ids, true)?);
+            let offset = w as f32 * WINDOW_SECONDS;
+            match rules {
+                Some(r) => out.extend(r.segments(tok, &ids, offset)?),
+                None => out.push(Segment {
+                    start: offset,
+                    end: offset + WINDOW_SECONDS,
+                    text: tok.decode(&ids, true)?,
+                }),
+            }
         }
-        Ok(text.trim().to_string())
+        Ok(out)
     }
 }
