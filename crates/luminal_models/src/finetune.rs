@@ -22,7 +22,7 @@
 
 use crate::config::LlamaConfig;
 use crate::error::{ModelError, Result};
-use crate::llama::gguf_name;
+use crate::llama::{layer_matrix_names, WeightSource};
 use luminal::prelude::*;
 use luminal_io::{GgufFile, Tokenizer};
 use luminal_nn::{Embedding, Linear, Module, RmsNorm, Rope, TransformerBlock};
@@ -87,20 +87,11 @@ impl<'g> LlamaFinetune<'g> {
             frozen.push("lm_head.weight".into());
         }
         for i in 0..first_trained {
-            for m in [
-                "self_attn.q_proj",
-                "self_attn.k_proj",
-                "self_attn.v_proj",
-                "self_attn.o_proj",
-                "mlp.gate_proj",
-                "mlp.up_proj",
-                "mlp.down_proj",
-            ] {
-                frozen.push(format!("model.layers.{i}.{m}.weight"));
-            }
+            frozen.extend(layer_matrix_names(i));
         }
+        let source = WeightSource::Gguf(&file);
         for name in &frozen {
-            if let Some(dtype) = storage_dtype(&file, name) {
+            if let Some(dtype) = source.storage_dtype(name) {
                 cx.set_tensor_dtype(name, dtype);
             }
         }
@@ -183,50 +174,19 @@ impl<'g> LlamaFinetune<'g> {
     /// Hands every weight to `rt` (frozen ones in their storage dtype, trainable ones as
     /// f32), checking each tensor's shape against the file.
     pub fn load_weights<R: Runtime>(&self, rt: &mut R) -> Result<()> {
+        let source = WeightSource::Gguf(&self.file);
         for (t, name) in &self.weights {
             let shape: Vec<usize> = t
                 .shape()
                 .iter()
                 .map(|d| d.as_constant().unwrap_or(0) as usize)
                 .collect();
-            let file_name = if name == ROPE_FREQS {
-                name.clone()
-            } else {
-                gguf_name(name).ok_or_else(|| ModelError::Weight {
-                    name: name.clone(),
-                    what: "no GGUF name".into(),
-                })?
-            };
-            let info = self
-                .file
-                .tensor_info(&file_name)
-                .map_err(|_| ModelError::Weight {
-                    name: name.clone(),
-                    what: format!("{file_name} is missing from the file"),
-                })?;
-            if info.shape() != shape {
-                return Err(ModelError::Weight {
-                    name: name.clone(),
-                    what: format!(
-                        "{file_name} has shape {:?}, expected {shape:?}",
-                        info.shape()
-                    ),
-                });
-            }
             let data = match t.dtype() {
-                DType::F32 => HostData::F32(self.file.tensor_f32(&file_name)?),
-                _ => self.file.tensor_data(&file_name)?,
+                DType::F32 => HostData::F32(source.read(name, &shape)?),
+                dtype => source.data(name, &shape, dtype)?,
             };
             rt.set_data(*t, data)?;
         }
         Ok(())
     }
-}
-
-/// The dtype the file stores the matrix `name` in when a graph can read it in place.
-fn storage_dtype(file: &GgufFile, name: &str) -> Option<DType> {
-    let info = file.tensor_info(&gguf_name(name)?).ok()?;
-    let (dtype, shape) = (info.ggml_type().dtype()?, info.shape());
-    let whole_rows = shape.len() == 2 && shape[1].is_multiple_of(dtype.block_size());
-    (dtype != DType::F32 && whole_rows).then_some(dtype)
 }

@@ -28,7 +28,7 @@ impl Default for LoadOptions {
 }
 
 /// Where the weights come from.
-enum WeightSource<'a> {
+pub(crate) enum WeightSource<'a> {
     Gguf(&'a GgufFile),
     Safetensors(&'a SafetensorsModel),
 }
@@ -40,25 +40,30 @@ fn matrix_names(c: &LlamaConfig) -> Vec<String> {
         names.push("lm_head.weight".into());
     }
     for i in 0..c.n_layers {
-        for m in [
-            "self_attn.q_proj",
-            "self_attn.k_proj",
-            "self_attn.v_proj",
-            "self_attn.o_proj",
-            "mlp.gate_proj",
-            "mlp.up_proj",
-            "mlp.down_proj",
-        ] {
-            names.push(format!("model.layers.{i}.{m}.weight"));
-        }
+        names.extend(layer_matrix_names(i));
     }
     names
+}
+
+/// The HF names of block `i`'s weight matrices.
+pub(crate) fn layer_matrix_names(i: usize) -> impl Iterator<Item = String> {
+    [
+        "self_attn.q_proj",
+        "self_attn.k_proj",
+        "self_attn.v_proj",
+        "self_attn.o_proj",
+        "mlp.gate_proj",
+        "mlp.up_proj",
+        "mlp.down_proj",
+    ]
+    .into_iter()
+    .map(move |m| format!("model.layers.{i}.{m}.weight"))
 }
 
 impl WeightSource<'_> {
     /// The file's name of the tensor the graph input `name` (HF naming) stands for, after
     /// checking that the file holds it with `shape`.
-    fn checked_name(&self, name: &str, shape: &[usize]) -> Result<String> {
+    pub(crate) fn checked_name(&self, name: &str, shape: &[usize]) -> Result<String> {
         let weight_err = |what: String| ModelError::Weight {
             name: name.to_string(),
             what,
@@ -88,7 +93,7 @@ impl WeightSource<'_> {
     }
 
     /// Reads the tensor the graph input `name` stands for, as f32.
-    fn read(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+    pub(crate) fn read(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
         let file_name = self.checked_name(name, shape)?;
         Ok(match self {
             WeightSource::Gguf(f) => f.tensor_f32(&file_name)?,
@@ -98,7 +103,7 @@ impl WeightSource<'_> {
 
     /// The dtype the file stores the 2-D weight `name` in, when a graph can hold it as is
     /// (quantized or half: read in place by the backend, never converted to f32).
-    fn storage_dtype(&self, name: &str) -> Option<DType> {
+    pub(crate) fn storage_dtype(&self, name: &str) -> Option<DType> {
         let (dtype, shape) = match self {
             WeightSource::Gguf(f) => {
                 let info = f.tensor_info(&gguf_name(name)?).ok()?;
@@ -121,7 +126,7 @@ impl WeightSource<'_> {
 
     /// The data of the weight `name` stored as `dtype` (see [`Self::storage_dtype`]): a
     /// window onto the mapped file, no copy. Checks the shape.
-    fn data(&self, name: &str, shape: &[usize], dtype: DType) -> Result<HostData> {
+    pub(crate) fn data(&self, name: &str, shape: &[usize], dtype: DType) -> Result<HostData> {
         let file_name = self.checked_name(name, shape)?;
         let data = match self {
             WeightSource::Gguf(f) => f.tensor_data(&file_name)?,
