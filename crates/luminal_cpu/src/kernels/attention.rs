@@ -439,30 +439,45 @@ impl TileCx<'_> {
                     let [_, ko, vo] = self.offsets[self.order[p0] as usize];
                     let (ko, vo) = (ko as usize + jb * k_t, vo as usize + jb * v_t);
                     let sc = &mut sc[..rows * kb];
-                    // SAFETY: the views were bounds-checked over every (t, d) they address;
-                    // `qs`, `sc` hold `rows × d` and `rows × kb` floats.
-                    unsafe {
-                        gemm::gemm(
-                            rows,
+                    let (q_rows, k_rows) = (&qs[p0 * qt * d..p1 * qt * d], &self.k[ko..]);
+                    if nq <= DECODE_ROWS {
+                        // Few rows (decoding): direct dot products (gemm would allocate
+                        // its packing buffers on every call).
+                        simd::run(Scores {
+                            sc,
+                            q: q_rows,
+                            k: k_rows,
+                            k_t,
                             n,
+                            kb,
                             d,
-                            sc.as_mut_ptr(),
-                            1,
-                            kb as isize,
-                            false,
-                            qs[p0 * qt * d..].as_ptr(),
-                            1,
-                            d as isize,
-                            self.k[ko..].as_ptr(),
-                            k_t as isize,
-                            1,
-                            0.0,
-                            1.0,
-                            false,
-                            false,
-                            false,
-                            Parallelism::None,
-                        );
+                        });
+                    } else {
+                        // SAFETY: the views were bounds-checked over every (t, d) they
+                        // address; `q_rows`, `sc` hold `rows × d` and `rows × kb` floats.
+                        unsafe {
+                            gemm::gemm(
+                                rows,
+                                n,
+                                d,
+                                sc.as_mut_ptr(),
+                                1,
+                                kb as isize,
+                                false,
+                                q_rows.as_ptr(),
+                                1,
+                                d as isize,
+                                k_rows.as_ptr(),
+                                k_t as isize,
+                                1,
+                                0.0,
+                                1.0,
+                                false,
+                                false,
+                                false,
+                                Parallelism::None,
+                            );
+                        }
                     }
                     simd::run(Softmax {
                         sc,
@@ -477,29 +492,42 @@ impl TileCx<'_> {
                         kb,
                         d,
                     });
-                    // SAFETY: as above; `acc` holds `rows × d` floats from `p0·qt·d`.
-                    unsafe {
-                        gemm::gemm(
-                            rows,
-                            d,
+                    let (acc, v_rows) = (&mut acc[p0 * qt * d..p1 * qt * d], &self.v[vo..]);
+                    if nq <= DECODE_ROWS {
+                        simd::run(Accumulate {
+                            acc,
+                            p: sc,
+                            v: v_rows,
+                            v_t,
                             n,
-                            acc[p0 * qt * d..].as_mut_ptr(),
-                            1,
-                            d as isize,
-                            true,
-                            sc.as_ptr(),
-                            1,
-                            kb as isize,
-                            self.v[vo..].as_ptr(),
-                            1,
-                            v_t as isize,
-                            1.0,
-                            1.0,
-                            false,
-                            false,
-                            false,
-                            Parallelism::None,
-                        );
+                            kb,
+                            d,
+                        });
+                    } else {
+                        // SAFETY: as above; `acc` holds `rows × d` floats.
+                        unsafe {
+                            gemm::gemm(
+                                rows,
+                                d,
+                                n,
+                                acc.as_mut_ptr(),
+                                1,
+                                d as isize,
+                                true,
+                                sc.as_ptr(),
+                                1,
+                                kb as isize,
+                                v_rows.as_ptr(),
+                                1,
+                                v_t as isize,
+                                1.0,
+                                1.0,
+                                false,
+                                false,
+                                false,
+                                Parallelism::None,
+                            );
+                        }
                     }
                 }
             }
@@ -574,6 +602,67 @@ impl Task for Softmax<'_> {
             }
             self.l[r] = self.l[r] * corr + sum;
             self.m[r] = m_new;
+        }
+    }
+}
+
+/// `sc[r][j] = q_r · k_j` for the block's `n` keys (rows of `d` floats, keys `k_t` apart).
+struct Scores<'a> {
+    sc: &'a mut [f32],
+    q: &'a [f32],
+    k: &'a [f32],
+    k_t: usize,
+    n: usize,
+    kb: usize,
+    d: usize,
+}
+
+impl Task for Scores<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<const F: bool>(self) {
+        let rows = self.q.len() / self.d;
+        for j in 0..self.n {
+            let kj = &self.k[j * self.k_t..j * self.k_t + self.d];
+            for r in 0..rows {
+                let qr = &self.q[r * self.d..(r + 1) * self.d];
+                let mut lanes = [0f32; LANES];
+                for (qc, kc) in qr.chunks(LANES).zip(kj.chunks(LANES)) {
+                    for i in 0..qc.len() {
+                        lanes[i] = simd::fma::<F>(qc[i], kc[i], lanes[i]);
+                    }
+                }
+                self.sc[r * self.kb + j] = lanes.iter().sum();
+            }
+        }
+    }
+}
+
+/// `acc_r += Σ_j p[r][j] v_j` over the block's `n` keys.
+struct Accumulate<'a> {
+    acc: &'a mut [f32],
+    p: &'a [f32],
+    v: &'a [f32],
+    v_t: usize,
+    n: usize,
+    kb: usize,
+    d: usize,
+}
+
+impl Task for Accumulate<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<const F: bool>(self) {
+        let rows = self.acc.len() / self.d;
+        for j in 0..self.n {
+            let vj = &self.v[j * self.v_t..j * self.v_t + self.d];
+            for r in 0..rows {
+                let p = self.p[r * self.kb + j];
+                let ar = &mut self.acc[r * self.d..(r + 1) * self.d];
+                for (a, &x) in ar.iter_mut().zip(vj) {
+                    *a = simd::fma::<F>(p, x, *a);
+                }
+            }
         }
     }
 }
