@@ -178,7 +178,7 @@ fn measure(
     context: &[u32],
     mut f: impl FnMut(&mut CliModel) -> luminal_models::Result<()>,
 ) -> CliResult<(Vec<u128>, Vec<f64>)> {
-    let mut fill = |model: &mut CliModel| -> luminal_models::Result<()> {
+    let fill = |model: &mut CliModel| -> luminal_models::Result<()> {
         model.reset();
         if !context.is_empty() {
             model.forward(context, 1)?;

@@ -141,6 +141,36 @@ const CASES: &[Case] = &[
         window: Some(64),
         max_ctx: 211,
     },
+    // Several query tiles and key blocks per tile, over earlier tokens; with a window
+    // (whole key blocks skipped).
+    Case {
+        s: 150,
+        past: 300,
+        hq: 4,
+        hkv: 2,
+        d: 64,
+        window: None,
+        max_ctx: 450,
+    },
+    Case {
+        s: 150,
+        past: 300,
+        hq: 4,
+        hkv: 2,
+        d: 64,
+        window: Some(200),
+        max_ctx: 460,
+    },
+    // Decode deep in the context: several key blocks in each thread's split.
+    Case {
+        s: 1,
+        past: 3000,
+        hq: 9,
+        hkv: 3,
+        d: 64,
+        window: None,
+        max_ctx: 3001,
+    },
     // Window of 1: each query sees only itself.
     Case {
         s: 19,

@@ -22,9 +22,9 @@ use gemm::Parallelism;
 use luminal::{LuminalError, Result};
 
 /// Query rows per tile when prefilling.
-const QUERY_TILE: usize = 32;
+const QUERY_TILE: usize = 64;
 /// Keys per block when prefilling.
-const KEY_BLOCK: usize = 128;
+const KEY_BLOCK: usize = 256;
 /// At most this many query rows count as decoding: one tile, keys split across threads.
 const DECODE_ROWS: usize = 8;
 /// Lanes of the vectorised reductions (one AVX-512 register of f32).
@@ -113,7 +113,7 @@ impl Plan {
         [
             rows * self.d,
             rows * self.kb,
-            self.qt * self.kb,
+            self.qt * self.t.div_ceil(self.splits),
             rows * self.d,
             rows,
             rows,
@@ -264,7 +264,7 @@ impl CpuKernel for AttentionKernel {
         let workers = if splits > 1 {
             tasks
         } else {
-            tasks.min(4 * threads)
+            tasks.min(2 * threads)
         };
         if self.arena.len() < workers * plan.per_worker {
             self.arena.resize(workers * plan.per_worker, 0.0);
@@ -414,24 +414,34 @@ impl TileCx<'_> {
                 qs[(p * qt + ii) * d..][..d].copy_from_slice(src);
             }
         }
-        let mut jb = j0;
-        while jb < j1 {
-            let n = kb.min(j1 - jb);
-            // The bias of the block, once for every head.
-            let visible = self.bias.with_regs(|mut regs| {
-                let mut any = false;
-                for ii in 0..nq {
-                    let dst = &mut bs[ii * kb..ii * kb + n];
-                    let z0 = (i0 + ii) * t + jb;
+        // The bias of the tile's rows over the split's keys, once for every head, in
+        // pieces of at most one interpreter block.
+        let span = j1 - j0;
+        self.bias.with_regs(|mut regs| {
+            for ii in 0..nq {
+                let mut j = j0;
+                while j < j1 {
+                    let n = (j1 - j).min(crate::kernels::fused::BLOCK);
+                    let dst = &mut bs[ii * span + (j - j0)..][..n];
+                    let z0 = (i0 + ii) * t + j;
                     if let Some(src) =
                         self.bias
                             .eval(self.bufs, RowEnv::NONE, z0, n, &mut regs, dst)
                     {
                         dst.copy_from_slice(&src[..n]);
                     }
-                    any |= dst.iter().any(|&x| x != f32::NEG_INFINITY);
+                    j += n;
                 }
-                any
+            }
+        });
+        let mut jb = j0;
+        while jb < j1 {
+            let n = kb.min(j1 - jb);
+            let boff = jb - j0;
+            let visible = (0..nq).any(|ii| {
+                bs[ii * span + boff..][..n]
+                    .iter()
+                    .any(|&x| x != f32::NEG_INFINITY)
             });
             if visible {
                 for &(p0, p1) in self.groups {
@@ -481,7 +491,8 @@ impl TileCx<'_> {
                     }
                     simd::run(Softmax {
                         sc,
-                        bs,
+                        bs: &bs[boff..],
+                        bstride: span,
                         m: &mut m[p0 * qt..p1 * qt],
                         l: &mut l[p0 * qt..p1 * qt],
                         acc: &mut acc[p0 * qt * d..p1 * qt * d],
@@ -542,7 +553,9 @@ impl TileCx<'_> {
 /// zeroed so the product adds nothing.
 struct Softmax<'a> {
     sc: &'a mut [f32],
+    /// The bias of the block's first key for query row 0; rows `bstride` apart.
     bs: &'a [f32],
+    bstride: usize,
     m: &'a mut [f32],
     l: &'a mut [f32],
     acc: &'a mut [f32],
@@ -567,15 +580,22 @@ impl Task for Softmax<'_> {
                 x.fill(0.0);
                 continue;
             }
-            let b = &self.bs[ii * self.kb..ii * self.kb + self.n];
+            let b = &self.bs[ii * self.bstride..ii * self.bstride + self.n];
             // Lane-wise maximum and sum, so the loops vectorise.
             let mut lanes = [f32::NEG_INFINITY; LANES];
-            for (xc, bc) in x.chunks_mut(LANES).zip(b.chunks(LANES)) {
-                for i in 0..xc.len() {
+            let split = x.len() / LANES * LANES;
+            let (xm, xt) = x.split_at_mut(split);
+            for (xc, bc) in xm.chunks_exact_mut(LANES).zip(b.chunks_exact(LANES)) {
+                for i in 0..LANES {
                     let v = simd::fma::<F>(xc[i], self.scale, bc[i]);
                     xc[i] = v;
                     lanes[i] = if v > lanes[i] { v } else { lanes[i] };
                 }
+            }
+            for (i, xv) in xt.iter_mut().enumerate() {
+                let v = simd::fma::<F>(*xv, self.scale, b[split + i]);
+                *xv = v;
+                lanes[i] = if v > lanes[i] { v } else { lanes[i] };
             }
             let mx = lanes
                 .iter()
@@ -587,12 +607,18 @@ impl Task for Softmax<'_> {
             }
             let corr = simd::exp2::<F>((self.m[r] - m_new) * log2e);
             let mut sums = [0f32; LANES];
-            for xc in x.chunks_mut(LANES) {
-                for i in 0..xc.len() {
+            let (xm, xt) = x.split_at_mut(split);
+            for xc in xm.chunks_exact_mut(LANES) {
+                for i in 0..LANES {
                     let e = simd::exp2::<F>((xc[i] - m_new) * log2e);
                     xc[i] = e;
                     sums[i] += e;
                 }
+            }
+            for (i, xv) in xt.iter_mut().enumerate() {
+                let e = simd::exp2::<F>((*xv - m_new) * log2e);
+                *xv = e;
+                sums[i] += e;
             }
             let sum: f32 = sums.iter().sum();
             if corr != 1.0 {
@@ -621,21 +647,75 @@ impl Task for Scores<'_> {
     type Output = ();
     #[inline(always)]
     fn run<const F: bool>(self) {
-        let rows = self.q.len() / self.d;
-        for j in 0..self.n {
-            let kj = &self.k[j * self.k_t..j * self.k_t + self.d];
-            for r in 0..rows {
-                let qr = &self.q[r * self.d..(r + 1) * self.d];
-                let mut lanes = [0f32; LANES];
-                for (qc, kc) in qr.chunks(LANES).zip(kj.chunks(LANES)) {
-                    for i in 0..qc.len() {
-                        lanes[i] = simd::fma::<F>(qc[i], kc[i], lanes[i]);
+        match self.d {
+            64 => self.fixed::<F, 64>(),
+            128 => self.fixed::<F, 128>(),
+            _ => {
+                let rows = self.q.len() / self.d;
+                for j in 0..self.n {
+                    let kj = &self.k[j * self.k_t..j * self.k_t + self.d];
+                    for r in 0..rows {
+                        let qr = &self.q[r * self.d..(r + 1) * self.d];
+                        self.sc[r * self.kb + j] = dot::<F>(qr, kj);
                     }
                 }
-                self.sc[r * self.kb + j] = lanes.iter().sum();
             }
         }
     }
+}
+
+impl Scores<'_> {
+    /// Head dim `D` known: fully unrolled dot products.
+    #[inline(always)]
+    fn fixed<const F: bool, const D: usize>(self) {
+        let rows = self.q.len() / D;
+        for r in 0..rows {
+            let qr: &[f32; D] = self.q[r * D..(r + 1) * D].try_into().unwrap();
+            let out = &mut self.sc[r * self.kb..r * self.kb + self.n];
+            for (j, o) in out.iter_mut().enumerate() {
+                let kj: &[f32; D] = self.k[j * self.k_t..j * self.k_t + D].try_into().unwrap();
+                let mut l = [0f32; LANES];
+                for c in 0..D / LANES {
+                    for i in 0..LANES {
+                        l[i] = simd::fma::<F>(qr[c * LANES + i], kj[c * LANES + i], l[i]);
+                    }
+                }
+                *o = hsum(l);
+            }
+        }
+    }
+}
+
+/// `a · b` in `LANES` partial sums (vectorised), reduced as a tree.
+#[inline(always)]
+fn dot<const F: bool>(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; LANES];
+    let (ac, bc) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let mut tail = 0.0;
+    for (x, y) in ac.remainder().iter().zip(bc.remainder()) {
+        tail = simd::fma::<F>(*x, *y, tail);
+    }
+    for (x, y) in ac.zip(bc) {
+        for i in 0..LANES {
+            lanes[i] = simd::fma::<F>(x[i], y[i], lanes[i]);
+        }
+    }
+    hsum(lanes) + tail
+}
+
+/// The sum of the lanes, as a tree (constant trip counts: shuffles and vector adds).
+#[inline(always)]
+fn hsum(mut l: [f32; LANES]) -> f32 {
+    for i in 0..8 {
+        l[i] += l[i + 8];
+    }
+    for i in 0..4 {
+        l[i] += l[i + 4];
+    }
+    for i in 0..2 {
+        l[i] += l[i + 2];
+    }
+    l[0] + l[1]
 }
 
 /// `acc_r += Σ_j p[r][j] v_j` over the block's `n` keys.
@@ -653,6 +733,35 @@ impl Task for Accumulate<'_> {
     type Output = ();
     #[inline(always)]
     fn run<const F: bool>(self) {
+        match self.d {
+            64 => self.fixed::<F, 64>(),
+            128 => self.fixed::<F, 128>(),
+            _ => self.any::<F>(),
+        }
+    }
+}
+
+impl Accumulate<'_> {
+    /// Head dim `D` known: each row's accumulator stays in registers over the block.
+    #[inline(always)]
+    fn fixed<const F: bool, const D: usize>(self) {
+        let rows = self.acc.len() / D;
+        for r in 0..rows {
+            let ar: &mut [f32; D] = (&mut self.acc[r * D..(r + 1) * D]).try_into().unwrap();
+            let mut a = *ar;
+            let p = &self.p[r * self.kb..r * self.kb + self.n];
+            for (j, &pj) in p.iter().enumerate() {
+                let vj: &[f32; D] = self.v[j * self.v_t..j * self.v_t + D].try_into().unwrap();
+                for c in 0..D {
+                    a[c] = simd::fma::<F>(pj, vj[c], a[c]);
+                }
+            }
+            *ar = a;
+        }
+    }
+
+    #[inline(always)]
+    fn any<const F: bool>(self) {
         let rows = self.acc.len() / self.d;
         for j in 0..self.n {
             let vj = &self.v[j * self.v_t..j * self.v_t + self.d];
