@@ -180,6 +180,15 @@ impl CpuKernel for AttentionKernel {
         self.k_view.check_bounds(k.len())?;
         self.v_view.check_bounds(v.len())?;
         self.bias.prepare(cx.dims, bufs)?;
+        // The tile loops and `gemm` step through rows with unsigned strides.
+        if [&self.q_view, &self.k_view, &self.v_view]
+            .iter()
+            .any(|v| v.strides.iter().any(|&st| st < 0) || v.offset < 0)
+        {
+            return Err(LuminalError::Backend(
+                "attention: q, k and v views need non-negative strides".into(),
+            ));
+        }
         let nb = self.batch_dims;
         let dims = &self.q_view.dims;
         let (s, t, d) = (
