@@ -54,35 +54,32 @@ pub(crate) fn plan(graph: &GraphData, order: &[NodeId], kernels: &mut [Kernel]) 
     // place into an input's buffer.
     let mut in_place = std::collections::HashSet::new();
     let mut free: Vec<BufId> = vec![];
-    let pinned = |v: BufId, in_place: &std::collections::HashSet<BufId>| {
-        let n = NodeId(v.0);
-        matches!(graph.node(n).op, Op::Input { .. })
-            || graph.outputs.contains(&n)
-            || in_place.contains(&v)
-    };
     for (i, k) in kernels.iter().enumerate() {
         if let Some(dest) = k.kind.in_place_of() {
             // Written in place: the result is the state input's own buffer.
             phys.insert(k.out, phys[&dest]);
             in_place.insert(k.out);
-        } else {
-            let kind = StorageKind::of(k.dtype);
-            let slot = if graph.outputs.contains(&k.node) {
-                None
-            } else {
-                free.iter().position(|&b| bufs[b.idx()].kind() == kind)
-            };
-            let buf = match slot {
-                Some(p) => free.swap_remove(p),
-                None => new_buf(&mut bufs, k.dtype),
-            };
-            phys.insert(k.out, buf);
+            continue;
         }
-        // Values read for the last time return to the free list, also after an in-place
-        // write (its source rows: before, each layer's new keys and values kept a buffer
-        // of their own for the whole run).
+        let pinned = |v: BufId| {
+            let n = NodeId(v.0);
+            matches!(graph.node(n).op, Op::Input { .. })
+                || graph.outputs.contains(&n)
+                || in_place.contains(&v)
+        };
+        let kind = StorageKind::of(k.dtype);
+        let slot = if graph.outputs.contains(&k.node) {
+            None
+        } else {
+            free.iter().position(|&b| bufs[b.idx()].kind() == kind)
+        };
+        let buf = match slot {
+            Some(p) => free.swap_remove(p),
+            None => new_buf(&mut bufs, k.dtype),
+        };
+        phys.insert(k.out, buf);
         for &r in &reads[i] {
-            if last_read.get(&r) == Some(&i) && !pinned(r, &in_place) {
+            if last_read.get(&r) == Some(&i) && !pinned(r) {
                 free.push(phys[&r]);
             }
         }
