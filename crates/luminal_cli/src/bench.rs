@@ -1,7 +1,12 @@
 //! `luminal bench`: prefill and decode speed, as llama-bench measures them.
 //!
 //! - `ppN`: one forward pass of N prompt tokens from an empty cache (logits of the last one);
-//! - `tgN`: N decode steps of one token each, from an empty cache.
+//! - `tgN`: N decode steps of one token each, from an empty cache;
+//! - with a depth `-d D` (llama-bench's `n_depth`), both start with D tokens already in the
+//!   cache (filled before the timed part, every repetition) and are named `ppN @ dD`.
+//!
+//! `-p`, `-n` and `-d` take several comma-separated values (`-p 128,512 -d 0,2048`): every
+//! combination of a test size and a depth is run, as llama-bench does.
 //!
 //! Each test runs once to warm up, then REPS timed times; the table shows the mean ± sample
 //! standard deviation of the per-run tokens per second.
@@ -32,12 +37,31 @@ pub struct BenchArgs {
     /// GGUF file or Hugging Face folder
     #[arg(short, long)]
     model: PathBuf,
-    /// Prompt tokens of the prefill test (0 = skip)
-    #[arg(short = 'p', long = "n-prompt", default_value_t = 128)]
-    n_prompt: usize,
-    /// Tokens of the decode test (0 = skip)
-    #[arg(short = 'n', long = "n-gen", default_value_t = 64)]
-    n_gen: usize,
+    /// Prompt tokens of the prefill test (0 = skip); several: `-p 128,512`
+    #[arg(
+        short = 'p',
+        long = "n-prompt",
+        value_delimiter = ',',
+        default_value = "128"
+    )]
+    n_prompt: Vec<usize>,
+    /// Tokens of the decode test (0 = skip); several: `-n 32,64`
+    #[arg(
+        short = 'n',
+        long = "n-gen",
+        value_delimiter = ',',
+        default_value = "64"
+    )]
+    n_gen: Vec<usize>,
+    /// Tokens already in the cache when each test starts (llama-bench's depth); several:
+    /// `-d 0,2048`
+    #[arg(
+        short = 'd',
+        long = "n-depth",
+        value_delimiter = ',',
+        default_value = "0"
+    )]
+    n_depth: Vec<usize>,
     /// Device to run on
     #[arg(long, value_enum, default_value_t = Device::Cpu)]
     device: Device,
@@ -67,6 +91,7 @@ struct TestResult {
     name: String,
     n_prompt: usize,
     n_gen: usize,
+    n_depth: usize,
     samples_ns: Vec<u128>,
     samples_ts: Vec<f64>,
 }
@@ -75,10 +100,14 @@ pub fn run(args: BenchArgs) -> CliResult {
     if args.reps == 0 {
         return Err(CliError::msg("-r/--repetitions must be at least 1"));
     }
-    if args.n_prompt == 0 && args.n_gen == 0 {
+    let prompts: Vec<usize> = args.n_prompt.iter().copied().filter(|&n| n > 0).collect();
+    let gens: Vec<usize> = args.n_gen.iter().copied().filter(|&n| n > 0).collect();
+    if prompts.is_empty() && gens.is_empty() {
         return Err(CliError::msg("nothing to measure: -p and -n are both 0"));
     }
-    let max_ctx = args.n_prompt.max(args.n_gen);
+    let depths = depths(&args);
+    let longest = prompts.iter().chain(&gens).copied().max().unwrap_or(0);
+    let max_ctx = depths.iter().max().unwrap_or(&0) + longest;
     let (mut model, _tok) =
         load_model_with(&args.model, args.device, args.threads, max_ctx, args.search)?;
     let desc = describe(&args.model, model.stats.parameters as u64)?;
@@ -109,41 +138,62 @@ pub fn run(args: BenchArgs) -> CliResult {
     Ok(())
 }
 
-/// The prefill and decode tests of `args` on `model`.
-fn run_tests(args: &BenchArgs, model: &mut CliModel, tokens: &[u32]) -> CliResult<Vec<TestResult>> {
-    let mut results = Vec::new();
-    if args.n_prompt > 0 {
-        let prompt = &tokens[..args.n_prompt];
-        let r = measure(args.reps, args.n_prompt, || {
-            model.reset();
-            model.forward(prompt, 1).map(|_| ())
-        })?;
-        results.push(TestResult {
-            name: format!("pp{}", args.n_prompt),
-            n_prompt: args.n_prompt,
-            n_gen: 0,
-            samples_ns: r.0,
-            samples_ts: r.1,
-        });
+/// The depths of `args` (`-d`, 0 when none).
+fn depths(args: &BenchArgs) -> Vec<usize> {
+    if args.n_depth.is_empty() {
+        vec![0]
+    } else {
+        args.n_depth.clone()
     }
-    if args.n_gen > 0 {
-        let r = measure(args.reps, args.n_gen, || {
-            decode(model, &tokens[..args.n_gen])
-        })?;
-        results.push(TestResult {
-            name: format!("tg{}", args.n_gen),
-            n_prompt: 0,
-            n_gen: args.n_gen,
-            samples_ns: r.0,
-            samples_ts: r.1,
-        });
+}
+
+/// The prefill and decode tests of `args` on `model`, at each depth.
+fn run_tests(args: &BenchArgs, model: &mut CliModel, tokens: &[u32]) -> CliResult<Vec<TestResult>> {
+    let prompts: Vec<usize> = args.n_prompt.iter().copied().filter(|&n| n > 0).collect();
+    let gens: Vec<usize> = args.n_gen.iter().copied().filter(|&n| n > 0).collect();
+    let name = |kind: &str, n: usize, depth: usize| {
+        if depth == 0 {
+            format!("{kind}{n}")
+        } else {
+            format!("{kind}{n} @ d{depth}")
+        }
+    };
+    let mut results = Vec::new();
+    for &depth in &depths(args) {
+        let (context, rest) = tokens.split_at(depth);
+        for &n in &prompts {
+            let prompt = &rest[..n];
+            let r = measure(args.reps, n, model, context, |model| {
+                model.forward(prompt, 1).map(|_| ())
+            })?;
+            results.push(TestResult {
+                name: name("pp", n, depth),
+                n_prompt: n,
+                n_gen: 0,
+                n_depth: depth,
+                samples_ns: r.0,
+                samples_ts: r.1,
+            });
+        }
+        for &n in &gens {
+            let r = measure(args.reps, n, model, context, |model| {
+                decode(model, &rest[..n])
+            })?;
+            results.push(TestResult {
+                name: name("tg", n, depth),
+                n_prompt: 0,
+                n_gen: n,
+                n_depth: depth,
+                samples_ns: r.0,
+                samples_ts: r.1,
+            });
+        }
     }
     Ok(results)
 }
 
-/// `n` decode steps of one token each from an empty cache.
+/// Decode steps of one token each, continuing from the cache's current position.
 fn decode(model: &mut CliModel, tokens: &[u32]) -> luminal_models::Result<()> {
-    model.reset();
     let mut logits = Vec::new();
     for &t in tokens {
         model.forward_into(&[t], 1, &mut logits)?;
@@ -151,17 +201,29 @@ fn decode(model: &mut CliModel, tokens: &[u32]) -> luminal_models::Result<()> {
     Ok(())
 }
 
-/// One warm-up run, then `reps` timed runs of `f`, each processing `n_tokens`.
+/// One warm-up run, then `reps` timed runs of `f`, each processing `n_tokens` after the
+/// cache was reset and filled with `context` (not timed).
 fn measure(
     reps: usize,
     n_tokens: usize,
-    mut f: impl FnMut() -> luminal_models::Result<()>,
+    model: &mut CliModel,
+    context: &[u32],
+    mut f: impl FnMut(&mut CliModel) -> luminal_models::Result<()>,
 ) -> CliResult<(Vec<u128>, Vec<f64>)> {
-    f()?;
+    let fill = |model: &mut CliModel| -> luminal_models::Result<()> {
+        model.reset();
+        if !context.is_empty() {
+            model.forward(context, 1)?;
+        }
+        Ok(())
+    };
+    fill(model)?;
+    f(model)?;
     let (mut ns, mut ts) = (Vec::new(), Vec::new());
     for _ in 0..reps {
+        fill(model)?;
         let start = Instant::now();
-        f()?;
+        f(model)?;
         let t = start.elapsed();
         ns.push(t.as_nanos());
         ts.push(n_tokens as f64 / t.as_secs_f64().max(1e-12));
@@ -312,7 +374,7 @@ fn print_json(desc: &ModelDesc, params: u64, threads: usize, results: &[TestResu
                 "n_threads": threads,
                 "n_prompt": r.n_prompt,
                 "n_gen": r.n_gen,
-                "n_depth": 0,
+                "n_depth": r.n_depth,
                 "test_time": time,
                 "test": r.name,
                 "avg_ns": avg_ns.round() as u64,

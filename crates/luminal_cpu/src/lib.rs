@@ -15,6 +15,9 @@
 //! - **f16 / bf16 compute** in the same fused kernels: values in f32, each half op's result
 //!   rounded to its type (the reference's result), half reductions accumulated in f64;
 //! - **casts** between f32, f16 and bf16 as direct conversion kernels (F16C where present);
+//! - **attention** (`softmax(q·kᵀ·scale + mask)·v`, grouped-query heads, read in place
+//!   from the KV cache) as one tiled online-softmax kernel whose memory is linear in the
+//!   sequence (see `kernels/attention.rs`);
 //! - **data movement** kernels: gather (embedding rows copied whole), iota, concatenation
 //!   (the pad + add pattern, copied piece by piece), in-place state writes, any dtype (see
 //!   `kernels/movement/`);
@@ -136,7 +139,7 @@ impl CpuBackend {
 impl CpuBackend {
     /// This backend with the named lowering rules or passes switched off: the graph runs
     /// on the remaining ones (ultimately the reference-semantics fallback) with the same
-    /// results. Rules: `write_slice`, `dequantize`, `fused_elementwise`, `half_cast`,
+    /// results. Rules: `write_slice`, `attention`, `dequantize`, `fused_elementwise`, `half_cast`,
     /// `matmul`, `fused_reduce`, `movement`; passes: `shared`, `rows`, `concat`. Unknown names are
     /// an error at compile time.
     pub fn disable_rules(self, rules: &'static [&'static str]) -> CpuBackend {

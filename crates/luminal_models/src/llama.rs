@@ -144,6 +144,10 @@ impl WeightSource<'_> {
 
 /// The graph input (and GGUF tensor) of Llama 3.1+ RoPE frequency factors `[head_dim / 2]`:
 /// each inverse frequency is divided by its factor, as in llama.cpp.
+/// Longest prompt piece one run processes: longer prompts are fed in chunks of this many
+/// tokens (llama.cpp's default batch size), keeping prefill memory flat in the prompt length.
+pub const PREFILL_CHUNK: usize = 512;
+
 const ROPE_FREQS: &str = "rope_freqs.weight";
 
 /// The GGUF tensor name of a Hugging Face parameter name.
@@ -427,6 +431,21 @@ impl<R: Runtime> LlamaModel<R> {
         &self.runtime
     }
 
+    /// One run over `tokens` (at most the whole remaining context, checked by the caller)
+    /// at positions `pos..`, logits of the last `n_out` into `logits`.
+    fn run_chunk(&mut self, tokens: &[u32], n_out: usize, logits: &mut Vec<f32>) -> Result<()> {
+        self.ids.clear();
+        self.ids.extend(tokens.iter().map(|&t| t as i32));
+        self.runtime.set_dim("s", tokens.len());
+        self.runtime.set_dim("p", self.pos);
+        self.runtime.set_dim("n_out", n_out);
+        self.runtime.set(self.tokens, &self.ids)?;
+        self.runtime.run()?;
+        self.pos += tokens.len();
+        self.runtime.get_into(self.logits, logits)?;
+        Ok(())
+    }
+
     /// Zeros the cache buffers (done once at load).
     fn clear_cache(&mut self) -> Result<()> {
         let c = &self.config;
@@ -478,15 +497,23 @@ impl<R: Runtime> Model for LlamaModel<R> {
             });
         }
         let n_out = n_out.clamp(1, tokens.len());
-        self.ids.clear();
-        self.ids.extend(tokens.iter().map(|&t| t as i32));
-        self.runtime.set_dim("s", tokens.len());
-        self.runtime.set_dim("p", self.pos);
-        self.runtime.set_dim("n_out", n_out);
-        self.runtime.set(self.tokens, &self.ids)?;
-        self.runtime.run()?;
-        self.pos = needed;
-        self.runtime.get_into(self.logits, logits)?;
+        if tokens.len() <= PREFILL_CHUNK {
+            return self.run_chunk(tokens, n_out, logits);
+        }
+        // A long prompt runs in chunks of `PREFILL_CHUNK` tokens, so activations (and the
+        // buffers planned for them) stay bounded by the chunk whatever the prompt length.
+        // Each chunk's logits are kept only for the positions asked for.
+        let first_out = tokens.len() - n_out;
+        logits.clear();
+        let mut part = Vec::new();
+        for (c, chunk) in tokens.chunks(PREFILL_CHUNK).enumerate() {
+            let (c0, c1) = (c * PREFILL_CHUNK, c * PREFILL_CHUNK + chunk.len());
+            let wanted = c1.saturating_sub(first_out.max(c0));
+            self.run_chunk(chunk, wanted.max(1), &mut part)?;
+            if wanted > 0 {
+                logits.extend_from_slice(&part[..wanted * vocab]);
+            }
+        }
         Ok(())
     }
 

@@ -1,6 +1,7 @@
 //! Kernels by family. Each is built by a lowering rule (`lower/`) and launched by the
 //! runtime (`exec/`).
 
+pub(crate) mod attention;
 pub(crate) mod fallback;
 pub(crate) mod fused;
 pub(crate) mod half;

@@ -17,6 +17,8 @@
 //!   direct data-movement kernels (`direct.rs`); anything else not float (ints, bools, casts
 //!   between halves and ints) runs the reference-semantics fallback.
 
+mod attention;
+
 use crate::kernel::{BufId, CpuKernel, Kernel};
 use crate::kernels::fallback::FallbackKernel;
 use crate::kernels::fused::kernel::{ElementwiseKernel, ReduceKernel};
@@ -594,6 +596,10 @@ impl Lowering<'_> {
         {
             return Ok(None);
         }
+        // The final product of an attention pattern is the fused attention kernel's.
+        if !self.disabled("attention") && self.match_attention(e.node).is_some() {
+            return Ok(None);
+        }
         self.try_matmul(e.node, op, axis)
     }
 
@@ -670,6 +676,7 @@ type Rule = fn(&Lowering<'_>, NodeId) -> Result<Option<Lowered>>;
 /// ([`PASSES`]): the graph then runs on what remains, with the same results.
 const RULES: &[(&str, Rule)] = &[
     ("write_slice", |l, id| l.write_slice(id)),
+    ("attention", |l, id| l.attention(id)),
     ("dequantize", |l, id| l.dequantize(id)),
     ("fused_elementwise", |l, id| l.fused_elementwise(id)),
     ("half_cast", |l, id| l.half_cast(id)),

@@ -1,0 +1,300 @@
+//! The `attention` rule: `softmax(q·kᵀ·scale + bias)·v` as the core's hl_ops build it
+//! (`luminal_nn::causal_attention`) becomes one fused kernel (`kernels/attention.rs`) that
+//! never materialises the `[s, t]` scores.
+//!
+//! The primop pattern, matched from the final product down (every node in it private to it):
+//!
+//! ```text
+//! out = Sum_t( P[.., s, ·, t] * V[.., ·, d, t] )         P·V
+//! P   = E * Recip(Sum_t(E))[.., s, ·]                    softmax
+//! E   = Exp2((X + Max_t(X)[.., s, ·] * -1) * log2 e)
+//! X   = Sum_d(Q[.., s, ·, d] * K[.., ·, t, d]) * scale + bias[s, t] (broadcast over heads)
+//! ```
+//!
+//! q, k and v may be any views with unit stride along `d` (the kernel reads them in place);
+//! the bias is any f32 node of shape `[s, t]`, computed inside the kernel by its fused
+//! program (the causal mask's aranges and comparisons), block by block.
+
+use super::{flat_identity_edge, Broadcast, Lowered, Lowering};
+use crate::kernel::BufId;
+use crate::kernels::attention::AttentionKernel;
+use crate::kernels::fused::{Instr, Leaf, Program};
+use crate::view::{ResolvedView, ViewExprs};
+use luminal::graph::{Edge, NodeId};
+use luminal::op::{BinaryOp, ConstValue, Op, ReduceOp, UnaryOp};
+use luminal::{DType, Expression, Result, ShapeTracker};
+use std::collections::HashMap;
+
+/// What the pattern binds.
+pub(super) struct Match {
+    q: Edge,
+    k: Edge,
+    v: Edge,
+    bias: NodeId,
+    scale: f32,
+    batch_dims: usize,
+}
+
+fn is_one(d: &Expression) -> bool {
+    d.as_constant() == Some(1)
+}
+
+impl Lowering<'_> {
+    fn f32_node(&self, id: NodeId, op: Op) -> bool {
+        let n = self.g.node(id);
+        n.op == op && n.dtype == DType::F32
+    }
+
+    /// The value of an f32 constant read through an unmasked view.
+    fn const_value(&self, e: &Edge) -> Option<f32> {
+        let n = self.g.node(e.node);
+        match n.op {
+            Op::Constant {
+                value: ConstValue::Float(v),
+            } if n.dtype == DType::F32 && !e.view.is_masked() => Some(v as f32),
+            _ => None,
+        }
+    }
+
+    /// The two inputs of binary `id`, in the order `first` accepts (either order).
+    fn operands<'e>(
+        &'e self,
+        id: NodeId,
+        first: impl Fn(&Edge) -> bool,
+    ) -> Option<(&'e Edge, &'e Edge)> {
+        let ins = &self.g.node(id).inputs;
+        if ins.len() != 2 {
+            return None;
+        }
+        if first(&ins[0]) {
+            Some((&ins[0], &ins[1]))
+        } else if first(&ins[1]) {
+            Some((&ins[1], &ins[0]))
+        } else {
+            None
+        }
+    }
+
+    /// `e` reads its producer (shape `[.., s]` or `[.., s, 1]`, a row reduction) broadcast
+    /// along the last of `full`'s dims and one to one along the others.
+    fn row_broadcast(&self, e: &Edge, full: &[Expression]) -> bool {
+        let p = self.g.node(e.node);
+        let Some(b) = Broadcast::of(&e.view, &p.shape) else {
+            return false;
+        };
+        let last = full.len() - 1;
+        b.v_dims == full
+            && (0..last).all(|j| !b.new_dim[j] || is_one(&full[j]))
+            && (b.new_dim[last] || is_one(&full[last]))
+    }
+
+    /// Reduce `op` over the last axis of a node read through the identity.
+    fn last_axis_reduce(&self, id: NodeId, op: ReduceOp) -> Option<NodeId> {
+        let n = self.g.node(id);
+        match n.op {
+            Op::Reduce { op: o, axis }
+                if o == op
+                    && n.dtype == DType::F32
+                    && axis + 1 == n.inputs[0].view.rank()
+                    && flat_identity_edge(self.g, &n.inputs[0]) =>
+            {
+                Some(n.inputs[0].node)
+            }
+            _ => None,
+        }
+    }
+
+    pub(super) fn match_attention(&self, id: NodeId) -> Option<Match> {
+        let g = self.g;
+        let mul = |n: NodeId| self.f32_node(n, Op::Binary(BinaryOp::Mul));
+        let add = |n: NodeId| self.f32_node(n, Op::Binary(BinaryOp::Add));
+        // out = Sum_t(P * V)
+        let pv = self.last_axis_reduce(id, ReduceOp::Sum)?;
+        if !mul(pv) {
+            return None;
+        }
+        let pv_edge = &g.node(id).inputs[0];
+        let dims = pv_edge.view.dims(); // [batch.., s, d, t]
+        let r = dims.len();
+        if r < 3 {
+            return None;
+        }
+        let nb = r - 3;
+        let mut st: Vec<Expression> = dims[..nb + 1].to_vec();
+        st.push(dims[r - 1].clone()); // [batch.., s, t]
+        let (pe, ve) = self.operands(pv, |e| {
+            mul(e.node) && g.node(e.node).shape == st && e.view.strides()[r - 2].is_zero()
+        })?;
+        // P read as itself with d inserted (stride 0).
+        let p_view = {
+            let mut v = ShapeTracker::new(st.clone());
+            v.expand(r - 2, dims[r - 2].clone());
+            v
+        };
+        let same_view = |a: &ShapeTracker, b: &ShapeTracker| {
+            !a.is_masked()
+                && a.dims() == b.dims()
+                && a.strides() == b.strides()
+                && a.offset() == b.offset()
+        };
+        let unit_d = |v: &ShapeTracker, at: usize| v.strides()[at].as_constant() == Some(1);
+        if !same_view(&pe.view, &p_view)
+            || ve.view.is_masked()
+            || !ve.view.strides()[r - 3].is_zero()
+            || !unit_d(&ve.view, r - 2)
+            || g.node(ve.node).dtype != DType::F32
+        {
+            return None;
+        }
+        let p = pe.node;
+        // P = E * Recip(Sum_t(E))
+        let (ee, re) = self.operands(p, |e| {
+            self.f32_node(e.node, Op::Unary(UnaryOp::Exp2)) && flat_identity_edge(g, e)
+        })?;
+        let e_node = ee.node;
+        let recip = g.node(re.node);
+        if !self.f32_node(re.node, Op::Unary(UnaryOp::Recip)) || !self.row_broadcast(re, &st) {
+            return None;
+        }
+        let sum_e = recip.inputs[0].node;
+        let mut keep = st[..nb + 1].to_vec();
+        keep.push(Expression::one());
+        if !self.row_broadcast(&recip.inputs[0], &recip.shape)
+            || recip.shape != keep
+            || self.last_axis_reduce(sum_e, ReduceOp::Sum) != Some(e_node)
+        {
+            return None;
+        }
+        // E = Exp2((X + Max_t(X) * -1) * log2 e)
+        let a44 = &g.node(e_node).inputs[0];
+        if !mul(a44.node) || !flat_identity_edge(g, a44) {
+            return None;
+        }
+        let (ae, ce) = self.operands(a44.node, |e| add(e.node) && flat_identity_edge(g, e))?;
+        if self.const_value(ce) != Some(std::f32::consts::LOG2_E) {
+            return None;
+        }
+        let a42 = ae.node;
+        let (xe, ne) = self.operands(a42, |e| add(e.node) && flat_identity_edge(g, e))?;
+        let x = xe.node;
+        if !mul(ne.node) || !self.row_broadcast(ne, &st) {
+            return None;
+        }
+        let neg = ne.node;
+        let (me, minus) = self.operands(neg, |e| self.const_value(e).is_none())?;
+        if self.const_value(minus) != Some(-1.0)
+            || !self.row_broadcast(me, &g.node(neg).shape)
+            || g.node(neg).shape != keep
+            || self.last_axis_reduce(me.node, ReduceOp::Max) != Some(x)
+        {
+            return None;
+        }
+        let max_x = me.node;
+        // X = S * scale + bias
+        let (se, be) = self.operands(x, |e| mul(e.node) && flat_identity_edge(g, e))?;
+        let s_node = se.node;
+        let bias = be.node;
+        let bn = g.node(bias);
+        let (s_dim, t_dim) = (&st[nb], &st[nb + 1]);
+        let bv = &be.view;
+        let bs = bv.strides();
+        if bn.dtype != DType::F32
+            || bn.shape != [s_dim.clone(), t_dim.clone()]
+            || bv.is_masked()
+            || !bv.offset().is_zero()
+            || (0..nb).any(|j| !bs[j].is_zero() && !is_one(&st[j]))
+            || !(bs[nb] == *t_dim || is_one(s_dim))
+            || bs[nb + 1].as_constant() != Some(1)
+        {
+            return None;
+        }
+        let (re2, sce) = self.operands(s_node, |e| {
+            flat_identity_edge(g, e) && self.const_value(e).is_none()
+        })?;
+        let scale = self.const_value(sce)?;
+        let qk = self.last_axis_reduce(re2.node, ReduceOp::Sum)?;
+        let sum_qk = re2.node;
+        if !mul(qk) {
+            return None;
+        }
+        let qk_dims = g.node(sum_qk).inputs[0].view.dims(); // [batch.., s, t, d]
+        if qk_dims.len() != r || qk_dims[..r - 1] != st[..] || qk_dims[r - 1] != dims[r - 2] {
+            return None;
+        }
+        let (qe, ke) = self.operands(qk, |e| e.view.strides()[r - 2].is_zero())?;
+        for (e, zero) in [(qe, r - 2), (ke, r - 3)] {
+            if e.view.is_masked()
+                || !e.view.strides()[zero].is_zero()
+                || !unit_d(&e.view, r - 1)
+                || g.node(e.node).dtype != DType::F32
+            {
+                return None;
+            }
+        }
+        // Every node of the pattern is private to it: its reads all come from inside.
+        let inner = [
+            pv, p, e_node, re.node, sum_e, a44.node, a42, neg, max_x, x, s_node, sum_qk, qk,
+        ];
+        let mut reads: HashMap<NodeId, usize> = HashMap::new();
+        for n in inner.iter().chain([&id]) {
+            for e in &g.node(*n).inputs {
+                *reads.entry(e.node).or_default() += 1;
+            }
+        }
+        if inner
+            .iter()
+            .any(|n| g.outputs.contains(n) || self.uses.get(n) != reads.get(n))
+        {
+            return None;
+        }
+        Some(Match {
+            q: qe.clone(),
+            k: ke.clone(),
+            v: ve.clone(),
+            bias,
+            scale,
+            batch_dims: nb,
+        })
+    }
+
+    /// The fused attention kernel (see the module docs).
+    pub(super) fn attention(&self, id: NodeId) -> Result<Option<Lowered>> {
+        let Some(m) = self.match_attention(id) else {
+            return Ok(None);
+        };
+        let bn = self.g.node(m.bias);
+        let mut bias = Program::default();
+        if self.fusable(m.bias) && !matches!(bn.op, Op::Constant { .. }) {
+            self.begin_root(m.bias);
+            let r = self.emit_node(m.bias, &mut bias, &mut vec![]);
+            self.root.set(None);
+            if r?.is_none() {
+                return Ok(None);
+            }
+        } else {
+            bias.leaves.push(Leaf {
+                buf: BufId::of(m.bias),
+                exprs: ViewExprs::new(&ShapeTracker::new(bn.shape.clone()), self.names)?,
+                view: ResolvedView::default(),
+            });
+            bias.instrs.push(Instr::Load(0));
+        }
+        let views = (
+            ViewExprs::new(&m.q.view, self.names)?,
+            ViewExprs::new(&m.k.view, self.names)?,
+            ViewExprs::new(&m.v.view, self.names)?,
+        );
+        let k = AttentionKernel::new(
+            (
+                BufId::of(m.q.node),
+                BufId::of(m.k.node),
+                BufId::of(m.v.node),
+            ),
+            views,
+            m.batch_dims,
+            m.scale,
+            bias,
+        );
+        Ok(Some(("attention".into(), Box::new(k))))
+    }
+}

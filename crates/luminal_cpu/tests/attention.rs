@@ -1,0 +1,250 @@
+//! The fused attention kernel (`attention` rule) against the reference runtime on the
+//! primop graph of `luminal_nn::causal_attention_windowed`: prefill and decode through a
+//! KV cache (keys read in place from the cache), grouped-query heads, sliding windows, odd
+//! sizes, one and two threads, and every instruction-set level the CPU has. With the rule
+//! switched off the same graph runs on the generic kernels (and materialises the scores).
+
+use luminal::prelude::*;
+use luminal_cpu::{detected_isa, set_max_isa, CpuBackend, Isa};
+use luminal_nn::causal_attention_windowed;
+
+/// One case: `s` new queries at positions `past..past + s` over a cache of `max_ctx`.
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    s: usize,
+    past: usize,
+    hq: usize,
+    hkv: usize,
+    d: usize,
+    window: Option<usize>,
+    max_ctx: usize,
+}
+
+fn data(n: usize, seed: usize) -> Vec<f32> {
+    // A deterministic spread of values in [-2, 2) (no RNG crate needed).
+    (0..n)
+        .map(|i| {
+            let x = (i.wrapping_mul(2654435761).wrapping_add(seed * 97)) % 10007;
+            x as f32 / 10007.0 * 4.0 - 2.0
+        })
+        .collect()
+}
+
+/// Runs the case on `backend` (the reference when `None`); returns the output and the
+/// kernel names.
+fn run(c: Case, backend: Option<CpuBackend>) -> (Vec<f32>, Vec<String>) {
+    let cx = Graph::new();
+    let q = cx.tensor("q", (1, c.hq, Expression::var("s"), c.d));
+    let kc = cx.tensor("k_cache", (c.hkv, c.max_ctx, c.d));
+    let vc = cx.tensor("v_cache", (c.hkv, c.max_ctx, c.d));
+    let t = Expression::var("p") + Expression::var("s");
+    let k = kc.slice(1, 0, t.clone()).unsqueeze(0);
+    let v = vc.slice(1, 0, t).unsqueeze(0);
+    let out = causal_attention_windowed(q, k, v, c.window).output();
+    let qd = data(c.hq * c.s * c.d, 1);
+    let kd = data(c.hkv * c.max_ctx * c.d, 2);
+    let vd = data(c.hkv * c.max_ctx * c.d, 3);
+    macro_rules! go {
+        ($rt:expr) => {{
+            let mut rt = $rt;
+            rt.set_dim("s", c.s);
+            rt.set_dim("p", c.past);
+            rt.set(q, &qd).unwrap();
+            rt.set(kc, &kd).unwrap();
+            rt.set(vc, &vd).unwrap();
+            rt.run().unwrap();
+            rt.get::<f32>(out).unwrap()
+        }};
+    }
+    match backend {
+        None => (
+            go!(cx
+                .compile(ReferenceBackend, CompileOptions::default())
+                .unwrap()),
+            vec![],
+        ),
+        Some(be) => {
+            let rt = cx.compile(be, CompileOptions::default()).unwrap();
+            let names = rt.kernel_names();
+            (go!(rt), names)
+        }
+    }
+}
+
+fn close(got: &[f32], want: &[f32], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (i, (a, b)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (a - b).abs() <= 2e-5 + 2e-5 * b.abs(),
+            "{what}: element {i}: {a} vs {b}"
+        );
+    }
+}
+
+const CASES: &[Case] = &[
+    // Decode, long context, the SmolLM2 head layout.
+    Case {
+        s: 1,
+        past: 700,
+        hq: 9,
+        hkv: 3,
+        d: 64,
+        window: None,
+        max_ctx: 800,
+    },
+    // Decode at position 0 and a short one.
+    Case {
+        s: 1,
+        past: 0,
+        hq: 4,
+        hkv: 2,
+        d: 16,
+        window: None,
+        max_ctx: 8,
+    },
+    Case {
+        s: 1,
+        past: 5,
+        hq: 2,
+        hkv: 1,
+        d: 8,
+        window: None,
+        max_ctx: 8,
+    },
+    // A few rows over a cache (speculative / small chunk), sliding window.
+    Case {
+        s: 3,
+        past: 300,
+        hq: 6,
+        hkv: 2,
+        d: 32,
+        window: Some(100),
+        max_ctx: 320,
+    },
+    // Prefill: odd sizes, several query tiles and key blocks, no grouping.
+    Case {
+        s: 77,
+        past: 0,
+        hq: 3,
+        hkv: 3,
+        d: 24,
+        window: None,
+        max_ctx: 80,
+    },
+    // Chunked prefill after earlier tokens, grouped heads, window.
+    Case {
+        s: 45,
+        past: 160,
+        hq: 9,
+        hkv: 3,
+        d: 64,
+        window: Some(64),
+        max_ctx: 211,
+    },
+    // Several query tiles and key blocks per tile, over earlier tokens; with a window
+    // (whole key blocks skipped).
+    Case {
+        s: 150,
+        past: 300,
+        hq: 4,
+        hkv: 2,
+        d: 64,
+        window: None,
+        max_ctx: 450,
+    },
+    Case {
+        s: 150,
+        past: 300,
+        hq: 4,
+        hkv: 2,
+        d: 64,
+        window: Some(200),
+        max_ctx: 460,
+    },
+    // Decode deep in the context: several key blocks in each thread's split.
+    Case {
+        s: 1,
+        past: 3000,
+        hq: 9,
+        hkv: 3,
+        d: 64,
+        window: None,
+        max_ctx: 3001,
+    },
+    // Window of 1: each query sees only itself.
+    Case {
+        s: 19,
+        past: 2,
+        hq: 2,
+        hkv: 1,
+        d: 4,
+        window: Some(1),
+        max_ctx: 21,
+    },
+];
+
+fn check_cases() {
+    for &c in CASES {
+        let (want, _) = run(c, None);
+        for threads in [1, 2] {
+            let (got, names) = run(c, Some(CpuBackend::with_threads(threads)));
+            assert!(
+                names.iter().any(|n| n == "attention"),
+                "{c:?}: no attention kernel in {names:?}"
+            );
+            close(&got, &want, &format!("{c:?}, {threads} threads"));
+        }
+        let off = CpuBackend::with_threads(2).disable_rules(&["attention"]);
+        let (got, names) = run(c, Some(off));
+        assert!(!names.iter().any(|n| n == "attention"), "{names:?}");
+        close(&got, &want, &format!("{c:?}, rule off"));
+    }
+}
+
+/// Every case at every instruction-set level (one test: the level is process-wide).
+#[test]
+fn attention_matches_reference_at_every_isa() {
+    let best = detected_isa();
+    for isa in [Isa::Generic, Isa::Avx2, Isa::Avx512] {
+        if isa > best {
+            continue;
+        }
+        set_max_isa(isa);
+        check_cases();
+    }
+    set_max_isa(best);
+}
+
+/// Plain self-attention (no cache, `t = s`), as `Attention::forward` builds it: q, k, v
+/// are permuted views of one projection each.
+#[test]
+fn uncached_attention_uses_the_kernel() {
+    let (s, h, d) = (13, 4, 8);
+    let cx = Graph::new();
+    let x = cx.tensor("x", (1, s, h * d));
+    fn heads(t: GraphTensor<'_>, s: usize, h: usize, d: usize) -> GraphTensor<'_> {
+        t.reshape((1, s, h, d)).permute(&[0, 2, 1, 3])
+    }
+    let q = heads(x * 0.5, s, h, d);
+    let k = heads(x.sin(), s, h, d);
+    let v = heads(x * x, s, h, d);
+    let out = causal_attention_windowed(q, k, v, None).output();
+    let xd = data(s * h * d, 7);
+    let mut reference = cx
+        .compile(ReferenceBackend, CompileOptions::default())
+        .unwrap();
+    reference.set(x, &xd).unwrap();
+    reference.run().unwrap();
+    let want = reference.get::<f32>(out).unwrap();
+    let mut rt = cx
+        .compile(CpuBackend::with_threads(2), CompileOptions::default())
+        .unwrap();
+    assert!(
+        rt.kernel_names().iter().any(|n| n == "attention"),
+        "{:?}",
+        rt.kernel_names()
+    );
+    rt.set(x, &xd).unwrap();
+    rt.run().unwrap();
+    close(&rt.get::<f32>(out).unwrap(), &want, "uncached");
+}
