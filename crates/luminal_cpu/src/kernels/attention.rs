@@ -9,16 +9,17 @@
 //! - The bias (the causal / sliding-window mask) is the fused program of the `[s, t]` node
 //!   the graph adds, evaluated block by block (see `lower/attention.rs`); a key block the
 //!   bias hides from every row of a query tile is skipped.
-//! - Prefill (many query rows): parallel over query tiles; the block products run on `gemm`.
+//! - Prefill (many query rows): parallel over query tiles; the block products run on our
+//!   packed GEMM (`kernels::matmul::gemm_f32`).
 //!   Decode (few rows): the keys are split across threads, each split keeps its own
 //!   running state, and a combine step merges them.
 
 use crate::kernel::{BufId, CpuKernel, RunCtx, Scratch};
 use crate::kernels::fused::{Program, RowEnv};
+use crate::kernels::matmul::gemm_f32 as mm;
 use crate::simd::{self, Task};
 use crate::storage::Storage;
 use crate::view::{ResolvedView, ViewExprs};
-use gemm::Parallelism;
 use luminal::{LuminalError, Result};
 
 /// Query rows per tile when prefilling.
@@ -180,7 +181,7 @@ impl CpuKernel for AttentionKernel {
         self.k_view.check_bounds(k.len())?;
         self.v_view.check_bounds(v.len())?;
         self.bias.prepare(cx.dims, bufs)?;
-        // The tile loops and `gemm` step through rows with unsigned strides.
+        // The tile loops and the GEMM step through rows with unsigned strides.
         if [&self.q_view, &self.k_view, &self.v_view]
             .iter()
             .any(|v| v.strides.iter().any(|&st| st < 0) || v.offset < 0)
@@ -475,26 +476,23 @@ impl TileCx<'_> {
                         // SAFETY: the views were bounds-checked over every (t, d) they
                         // address; `q_rows`, `sc` hold `rows × d` and `rows × kb` floats.
                         unsafe {
-                            gemm::gemm(
+                            mm::sgemm_acc(
                                 rows,
                                 n,
                                 d,
+                                mm::Mat {
+                                    ptr: q_rows.as_ptr(),
+                                    rs: d as isize,
+                                    cs: 1,
+                                },
+                                mm::Mat {
+                                    ptr: k_rows.as_ptr(),
+                                    rs: 1,
+                                    cs: k_t as isize,
+                                },
                                 sc.as_mut_ptr(),
-                                1,
-                                kb as isize,
+                                kb,
                                 false,
-                                q_rows.as_ptr(),
-                                1,
-                                d as isize,
-                                k_rows.as_ptr(),
-                                k_t as isize,
-                                1,
-                                0.0,
-                                1.0,
-                                false,
-                                false,
-                                false,
-                                Parallelism::None,
                             );
                         }
                     }
@@ -526,26 +524,23 @@ impl TileCx<'_> {
                     } else {
                         // SAFETY: as above; `acc` holds `rows × d` floats.
                         unsafe {
-                            gemm::gemm(
+                            mm::sgemm_acc(
                                 rows,
                                 d,
                                 n,
+                                mm::Mat {
+                                    ptr: sc.as_ptr(),
+                                    rs: kb as isize,
+                                    cs: 1,
+                                },
+                                mm::Mat {
+                                    ptr: v_rows.as_ptr(),
+                                    rs: v_t as isize,
+                                    cs: 1,
+                                },
                                 acc.as_mut_ptr(),
-                                1,
-                                d as isize,
+                                d,
                                 true,
-                                sc.as_ptr(),
-                                1,
-                                kb as isize,
-                                v_rows.as_ptr(),
-                                1,
-                                v_t as isize,
-                                1.0,
-                                1.0,
-                                false,
-                                false,
-                                false,
-                                Parallelism::None,
                             );
                         }
                     }

@@ -47,7 +47,25 @@ impl Mat {
 /// Every element of A and B the strides address for the given sizes must be readable, the
 /// `m × n` region of C (rows `c_rs` apart) writable and not aliased by A or B.
 pub(crate) unsafe fn sgemm(m: usize, n: usize, k: usize, a: Mat, b: Mat, c: *mut f32, c_rs: usize) {
-    if m == 0 || n == 0 {
+    sgemm_acc(m, n, k, a, b, c, c_rs, false)
+}
+
+/// [`sgemm`], adding the product to C instead when `accumulate` (`C += A·B`).
+///
+/// # Safety
+/// As [`sgemm`]; with `accumulate`, C must also be initialised.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn sgemm_acc(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat,
+    b: Mat,
+    c: *mut f32,
+    c_rs: usize,
+    accumulate: bool,
+) {
+    if m == 0 || n == 0 || (k == 0 && accumulate) {
         return;
     }
     if k == 0 {
@@ -58,9 +76,9 @@ pub(crate) unsafe fn sgemm(m: usize, n: usize, k: usize, a: Mat, b: Mat, c: *mut
     }
     match isa() {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => blocked::<12, 32>(m, n, k, a, b, c, c_rs, Kernel::Avx512),
+        Isa::Avx512 => blocked::<12, 32>(m, n, k, a, b, c, c_rs, accumulate, Kernel::Avx512),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => blocked::<6, 16>(m, n, k, a, b, c, c_rs, Kernel::Avx2),
+        Isa::Avx2 => blocked::<6, 16>(m, n, k, a, b, c, c_rs, accumulate, Kernel::Avx2),
         _ => gemm::gemm(
             m,
             n,
@@ -68,14 +86,14 @@ pub(crate) unsafe fn sgemm(m: usize, n: usize, k: usize, a: Mat, b: Mat, c: *mut
             c,
             1,
             c_rs as isize,
-            false,
+            accumulate,
             a.ptr,
             a.cs,
             a.rs,
             b.ptr,
             b.cs,
             b.rs,
-            0.0,
+            if accumulate { 1.0 } else { 0.0 },
             1.0,
             false,
             false,
@@ -102,6 +120,7 @@ unsafe fn blocked<const MR: usize, const NR: usize>(
     b: Mat,
     c: *mut f32,
     c_rs: usize,
+    accumulate: bool,
     kernel: Kernel,
 ) {
     PACK.with(|pack| {
@@ -131,7 +150,7 @@ unsafe fn blocked<const MR: usize, const NR: usize>(
                             let rows = MR.min(mc - ir);
                             let ap = pa.as_ptr().add(ir * kc);
                             let dst = c.add((ic + ir) * c_rs + jc + jr);
-                            let first = pc == 0;
+                            let first = pc == 0 && !accumulate;
                             if rows == MR && cols == NR {
                                 micro(kernel, kc, ap, bp, dst, c_rs, first);
                             } else {
@@ -414,6 +433,36 @@ mod tests {
                         n + 3,
                     )
                 };
+                // Accumulating into the first result doubles it.
+                let mut c3 = c.clone();
+                unsafe {
+                    sgemm_acc(
+                        m,
+                        n,
+                        k,
+                        Mat {
+                            ptr: a.as_ptr(),
+                            rs: k as isize,
+                            cs: 1,
+                        },
+                        Mat {
+                            ptr: b.as_ptr(),
+                            rs: n as isize,
+                            cs: 1,
+                        },
+                        c3.as_mut_ptr(),
+                        n,
+                        true,
+                    )
+                };
+                for i in 0..m * n {
+                    let w = 2.0 * want[i];
+                    assert!(
+                        (c3[i] as f64 - w).abs() <= 2e-5 * (k as f64).sqrt() + 2e-6,
+                        "{level:?} {m}×{n}×{k} accumulate [{i}]: {} vs {w}",
+                        c3[i]
+                    );
+                }
                 for i in 0..m {
                     for j in 0..n {
                         let w = want[i * n + j];
