@@ -2,45 +2,19 @@
 //! at compile time and reused. A counting global allocator checks it on an MLP graph.
 
 use luminal::prelude::*;
+use luminal::testing::CountingAlloc;
 use luminal_cpu::{CpuBackend, CpuRuntime};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-
-struct Counting;
-static COUNTING: AtomicBool = AtomicBool::new(false);
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        System.alloc(l)
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        System.dealloc(p, l)
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        System.realloc(p, l, n)
-    }
-}
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAlloc = CountingAlloc::new();
 
 /// Runs `rt` three times and returns the allocations made during the 2nd and 3rd runs.
 fn allocs_in_runs_2_and_3(rt: &mut CpuRuntime) -> usize {
     rt.run().unwrap();
-    COUNTING.store(true, Ordering::SeqCst);
-    ALLOCS.store(0, Ordering::SeqCst);
+    GLOBAL.start();
     rt.run().unwrap();
     rt.run().unwrap();
-    COUNTING.store(false, Ordering::SeqCst);
-    ALLOCS.load(Ordering::SeqCst)
+    GLOBAL.stop()
 }
 
 /// Allocations during the 2nd and 3rd runs of an MLP (`with_matmul`) or of the same graph

@@ -3,37 +3,13 @@
 //! nothing, on any thread (a counting global allocator sees every allocation). The tiny Q8_0
 //! GGUF exercises the default int8 path with its refined logits; the f32 file the f32 one.
 
+use luminal::testing::CountingAlloc;
 use luminal_cpu::{CpuBackend, QuantDots};
 use luminal_models::{LlamaModel, LoadOptions, Model};
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-
-struct Counting;
-static COUNTING: AtomicBool = AtomicBool::new(false);
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        System.alloc(l)
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        System.dealloc(p, l)
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        System.realloc(p, l, n)
-    }
-}
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAlloc = CountingAlloc::new();
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -53,13 +29,13 @@ fn decode_allocations(file: &str, dots: QuantDots, threads: usize) -> usize {
     for pass in 0..2 {
         model.reset();
         model.forward_into(&prompt, 1, &mut logits).unwrap();
-        ALLOCS.store(0, Ordering::SeqCst);
-        COUNTING.store(pass == 1, Ordering::SeqCst);
+        if pass == 1 {
+            GLOBAL.start();
+        }
         for &t in &steps {
             model.forward_into(&[t], 1, &mut logits).unwrap();
         }
-        COUNTING.store(false, Ordering::SeqCst);
-        total = ALLOCS.load(Ordering::SeqCst);
+        total = GLOBAL.stop();
         assert_eq!(logits.len(), model.vocab_size());
         assert!(logits.iter().all(|v| v.is_finite()));
     }

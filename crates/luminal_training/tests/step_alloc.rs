@@ -5,42 +5,15 @@
 //! state in place and copied through the host.
 
 use luminal::prelude::*;
+use luminal::testing::CountingAlloc;
 use luminal_cpu::CpuBackend;
 use luminal_nn::{Conv2d, Conv2dOptions, Linear, Module};
 use luminal_training::init::Init;
 use luminal_training::loss::{cross_entropy, CrossEntropy};
 use luminal_training::{Adam, StateMode, TrainOptions, TrainStep, Trainer};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
-
-struct Counting;
-static COUNTING: AtomicBool = AtomicBool::new(false);
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-/// The counter is global: one measurement at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-// SAFETY: forwards to the system allocator unchanged; only counts calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        System.alloc(l)
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        System.dealloc(p, l)
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        System.realloc(p, l, n)
-    }
-}
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAlloc = CountingAlloc::new();
 
 const BATCH: usize = 16;
 const CLASSES: usize = 10;
@@ -123,8 +96,7 @@ fn step_allocations(net: Net, threads: usize, mode: StateMode) -> usize {
     let mut last = 0.0;
     for s in 0..12 {
         if s == 4 {
-            ALLOCS.store(0, Ordering::SeqCst);
-            COUNTING.store(true, Ordering::SeqCst);
+            GLOBAL.start();
         }
         t.runtime.set(x, &xs[s % 4]).unwrap();
         t.runtime.set(y, &ys[s % 4]).unwrap();
@@ -133,10 +105,10 @@ fn step_allocations(net: Net, threads: usize, mode: StateMode) -> usize {
             first = last;
         }
     }
-    COUNTING.store(false, Ordering::SeqCst);
+    let allocations = GLOBAL.stop();
     assert!(first.is_finite() && last.is_finite());
     assert_ne!(first, last, "{net:?}: the parameters did not change");
-    ALLOCS.load(Ordering::SeqCst)
+    allocations
 }
 
 fn numel(t: GraphTensor) -> usize {
@@ -148,7 +120,6 @@ fn numel(t: GraphTensor) -> usize {
 
 #[test]
 fn training_steps_allocate_nothing() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     for net in [Net::Mlp, Net::Cnn] {
         for threads in [1, 2] {
             for mode in [StateMode::InPlace, StateMode::HostCopy] {

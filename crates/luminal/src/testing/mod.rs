@@ -29,6 +29,7 @@
 //! (tolerances per case, defaults by dtype: f32 1e-5/1e-5, f16 1e-2/1e-2, bf16 2e-2/2e-2);
 //! an expected NaN needs a NaN, an expected ±inf the same infinity. Ints and bools are exact.
 
+mod alloc;
 mod cases_binary;
 mod cases_conv;
 mod cases_dtype;
@@ -39,6 +40,8 @@ mod cases_nn;
 mod cases_reduce;
 mod cases_unary;
 mod state;
+
+pub use alloc::CountingAlloc;
 pub use state::{check_state_update, check_write_slice};
 
 use crate::backend::{Backend, CompileOptions, Runtime};
