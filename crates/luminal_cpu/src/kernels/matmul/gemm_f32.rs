@@ -268,77 +268,75 @@ unsafe fn pack_a<const MR: usize>(
 mod x86 {
     use std::arch::x86_64::*;
 
-    /// 12 × 32 tile: 24 accumulators, 2 B vectors and a broadcast in the 32 zmm registers.
-    #[target_feature(enable = "avx512f")]
-    pub unsafe fn micro_avx512(
-        kc: usize,
-        ap: *const f32,
-        bp: *const f32,
-        c: *mut f32,
-        c_rs: usize,
-        overwrite: bool,
-    ) {
-        let mut acc = [_mm512_setzero_ps(); 24];
-        let mut a = ap;
-        let mut b = bp;
-        for _ in 0..kc {
-            let b0 = _mm512_loadu_ps(b);
-            let b1 = _mm512_loadu_ps(b.add(16));
-            for i in 0..12 {
-                let ai = _mm512_set1_ps(*a.add(i));
-                acc[2 * i] = _mm512_fmadd_ps(ai, b0, acc[2 * i]);
-                acc[2 * i + 1] = _mm512_fmadd_ps(ai, b1, acc[2 * i + 1]);
+    /// One register-tile microkernel per ISA: an `MR × 2·LANES` tile of C kept in `2·MR`
+    /// vector accumulators; each k step loads two B vectors and broadcasts each of the `MR`
+    /// A values into two FMAs. Then the tile is stored (or added to C).
+    macro_rules! microkernel {
+        ($name:ident, $feature:literal, $mr:literal, $lanes:literal,
+         $zero:ident, $load:ident, $store:ident, $splat:ident, $fma:ident, $add:ident) => {
+            #[target_feature(enable = $feature)]
+            pub unsafe fn $name(
+                kc: usize,
+                ap: *const f32,
+                bp: *const f32,
+                c: *mut f32,
+                c_rs: usize,
+                overwrite: bool,
+            ) {
+                let mut acc = [$zero(); 2 * $mr];
+                let mut a = ap;
+                let mut b = bp;
+                for _ in 0..kc {
+                    let b0 = $load(b);
+                    let b1 = $load(b.add($lanes));
+                    for i in 0..$mr {
+                        let ai = $splat(*a.add(i));
+                        acc[2 * i] = $fma(ai, b0, acc[2 * i]);
+                        acc[2 * i + 1] = $fma(ai, b1, acc[2 * i + 1]);
+                    }
+                    a = a.add($mr);
+                    b = b.add(2 * $lanes);
+                }
+                for i in 0..$mr {
+                    let d = c.add(i * c_rs);
+                    let (mut v0, mut v1) = (acc[2 * i], acc[2 * i + 1]);
+                    if !overwrite {
+                        v0 = $add(v0, $load(d));
+                        v1 = $add(v1, $load(d.add($lanes)));
+                    }
+                    $store(d, v0);
+                    $store(d.add($lanes), v1);
+                }
             }
-            a = a.add(12);
-            b = b.add(32);
-        }
-        for i in 0..12 {
-            let d = c.add(i * c_rs);
-            let (mut v0, mut v1) = (acc[2 * i], acc[2 * i + 1]);
-            if !overwrite {
-                v0 = _mm512_add_ps(v0, _mm512_loadu_ps(d));
-                v1 = _mm512_add_ps(v1, _mm512_loadu_ps(d.add(16)));
-            }
-            _mm512_storeu_ps(d, v0);
-            _mm512_storeu_ps(d.add(16), v1);
-        }
+        };
     }
 
-    /// 6 × 16 tile: 12 accumulators, 2 B vectors and a broadcast in the 16 ymm registers.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn micro_avx2(
-        kc: usize,
-        ap: *const f32,
-        bp: *const f32,
-        c: *mut f32,
-        c_rs: usize,
-        overwrite: bool,
-    ) {
-        let mut acc = [_mm256_setzero_ps(); 12];
-        let mut a = ap;
-        let mut b = bp;
-        for _ in 0..kc {
-            let b0 = _mm256_loadu_ps(b);
-            let b1 = _mm256_loadu_ps(b.add(8));
-            for i in 0..6 {
-                let ai = _mm256_broadcast_ss(&*a.add(i));
-                acc[2 * i] = _mm256_fmadd_ps(ai, b0, acc[2 * i]);
-                acc[2 * i + 1] = _mm256_fmadd_ps(ai, b1, acc[2 * i + 1]);
-            }
-            a = a.add(6);
-            b = b.add(16);
-        }
-        for i in 0..6 {
-            let d = c.add(i * c_rs);
-            let (mut v0, mut v1) = (acc[2 * i], acc[2 * i + 1]);
-            if !overwrite {
-                v0 = _mm256_add_ps(v0, _mm256_loadu_ps(d));
-                v1 = _mm256_add_ps(v1, _mm256_loadu_ps(d.add(8)));
-            }
-            _mm256_storeu_ps(d, v0);
-            _mm256_storeu_ps(d.add(8), v1);
-        }
-    }
+    // 12 × 32: 24 accumulators, 2 B vectors and a broadcast in the 32 zmm registers.
+    microkernel!(
+        micro_avx512,
+        "avx512f",
+        12,
+        16,
+        _mm512_setzero_ps,
+        _mm512_loadu_ps,
+        _mm512_storeu_ps,
+        _mm512_set1_ps,
+        _mm512_fmadd_ps,
+        _mm512_add_ps
+    );
+    // 6 × 16: 12 accumulators, 2 B vectors and a broadcast in the 16 ymm registers.
+    microkernel!(
+        micro_avx2,
+        "avx2,fma",
+        6,
+        8,
+        _mm256_setzero_ps,
+        _mm256_loadu_ps,
+        _mm256_storeu_ps,
+        _mm256_set1_ps,
+        _mm256_fmadd_ps,
+        _mm256_add_ps
+    );
 }
 
 #[cfg(test)]
@@ -367,6 +365,37 @@ mod tests {
             .collect()
     }
 
+    /// `sgemm_acc` on slices: operands as (data, row stride, column stride).
+    fn product(
+        (m, n, k): (usize, usize, usize),
+        (a, a_rs, a_cs): (&[f32], usize, usize),
+        (b, b_rs, b_cs): (&[f32], usize, usize),
+        c: &mut [f32],
+        c_rs: usize,
+        accumulate: bool,
+    ) {
+        assert!(c.len() >= (m - 1) * c_rs + n);
+        let mat = |p: &[f32], rs: usize, cs: usize| Mat {
+            ptr: p.as_ptr(),
+            rs: rs as isize,
+            cs: cs as isize,
+        };
+        // SAFETY: the strides address `m × k` / `k × n` elements inside `a` / `b` (the test
+        // builds them so), and `c` holds the `m × n` output rows `c_rs` apart (asserted).
+        unsafe {
+            sgemm_acc(
+                m,
+                n,
+                k,
+                mat(a, a_rs, a_cs),
+                mat(b, b_rs, b_cs),
+                c.as_mut_ptr(),
+                c_rs,
+                accumulate,
+            )
+        }
+    }
+
     /// Every level the CPU has, edge tiles in M, N and K, strided and transposed operands.
     #[test]
     fn matches_a_naive_product() {
@@ -390,71 +419,16 @@ mod tests {
                 let want = naive(m, n, k, &a, &b);
                 // Row-major A and B.
                 let mut c = vec![f32::NAN; m * n];
-                unsafe {
-                    sgemm(
-                        m,
-                        n,
-                        k,
-                        Mat {
-                            ptr: a.as_ptr(),
-                            rs: k as isize,
-                            cs: 1,
-                        },
-                        Mat {
-                            ptr: b.as_ptr(),
-                            rs: n as isize,
-                            cs: 1,
-                        },
-                        c.as_mut_ptr(),
-                        n,
-                    )
-                };
+                product((m, n, k), (&a, k, 1), (&b, n, 1), &mut c, n, false);
                 // Transposed storage of both (A column-major, B as Bᵀ row-major), output
                 // with a row stride wider than n.
                 let at: Vec<f32> = (0..k * m).map(|x| a[(x % m) * k + x / m]).collect();
                 let bt: Vec<f32> = (0..n * k).map(|x| b[(x % k) * n + x / k]).collect();
                 let mut c2 = vec![f32::NAN; m * (n + 3)];
-                unsafe {
-                    sgemm(
-                        m,
-                        n,
-                        k,
-                        Mat {
-                            ptr: at.as_ptr(),
-                            rs: 1,
-                            cs: m as isize,
-                        },
-                        Mat {
-                            ptr: bt.as_ptr(),
-                            rs: 1,
-                            cs: k as isize,
-                        },
-                        c2.as_mut_ptr(),
-                        n + 3,
-                    )
-                };
+                product((m, n, k), (&at, 1, m), (&bt, 1, k), &mut c2, n + 3, false);
                 // Accumulating into the first result doubles it.
                 let mut c3 = c.clone();
-                unsafe {
-                    sgemm_acc(
-                        m,
-                        n,
-                        k,
-                        Mat {
-                            ptr: a.as_ptr(),
-                            rs: k as isize,
-                            cs: 1,
-                        },
-                        Mat {
-                            ptr: b.as_ptr(),
-                            rs: n as isize,
-                            cs: 1,
-                        },
-                        c3.as_mut_ptr(),
-                        n,
-                        true,
-                    )
-                };
+                product((m, n, k), (&a, k, 1), (&b, n, 1), &mut c3, n, true);
                 for i in 0..m * n {
                     let w = 2.0 * want[i];
                     assert!(
