@@ -40,14 +40,42 @@ fn floats(v: &Value) -> Vec<f32> {
         .collect()
 }
 
+/// The fixture's model with its last block trainable, for the fixture's two windows: the
+/// graph pieces and the windows' (inputs, targets).
+struct Setup<'g> {
+    ft: LlamaFinetune<'g>,
+    targets: GraphTensor<'g>,
+    loss: GraphTensor<'g>,
+    x: Vec<i32>,
+    y: Vec<i32>,
+}
+
+fn setup<'g>(cx: &'g Graph, model: &str, r: &Value) -> Setup<'g> {
+    let (x, y, seq) = windows(r);
+    let (ft, _) = LlamaFinetune::build(cx, fixture(&format!("{model}.gguf")), 2, seq, 1).unwrap();
+    let targets = cx.input("targets", 2 * seq, DType::I32);
+    let loss = cross_entropy(ft.logits, targets, CrossEntropy::default());
+    Setup {
+        ft,
+        targets,
+        loss,
+        x,
+        y,
+    }
+}
+
 fn check_gradients(model: &str) {
     let fx = json(fixture("finetune_reference.json"));
     let r = &fx["models"][model];
-    let (x, y, seq) = windows(r);
     let cx = Graph::new();
-    let (ft, _) = LlamaFinetune::build(&cx, fixture(&format!("{model}.gguf")), 2, seq, 1).unwrap();
-    let targets = cx.input("targets", 2 * seq, DType::I32);
-    let loss = cross_entropy(ft.logits, targets, CrossEntropy::default()).output();
+    let Setup {
+        ft,
+        targets,
+        loss,
+        x,
+        y,
+    } = setup(&cx, model, r);
+    let loss = loss.output();
     let grads: Vec<GraphTensor> = gradients(&ft.trainable, loss)
         .into_iter()
         .map(|g| g.output())
@@ -92,11 +120,14 @@ fn check_gradients(model: &str) {
 fn check_adamw(model: &str) {
     let fx = json(fixture("finetune_reference.json"));
     let r = &fx["models"][model];
-    let (x, y, seq) = windows(r);
     let cx = Graph::new();
-    let (ft, _) = LlamaFinetune::build(&cx, fixture(&format!("{model}.gguf")), 2, seq, 1).unwrap();
-    let targets = cx.input("targets", 2 * seq, DType::I32);
-    let loss = cross_entropy(ft.logits, targets, CrossEntropy::default());
+    let Setup {
+        ft,
+        targets,
+        loss,
+        x,
+        y,
+    } = setup(&cx, model, r);
     let opts = TrainOptions {
         mode: StateMode::InPlace,
         ..TrainOptions::default()

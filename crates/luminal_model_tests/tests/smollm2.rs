@@ -287,9 +287,11 @@ fn same_top_p_int8_vs_f32_on_a_text() {
             total += 1;
         }
     }
-    println!(
-        "same top p: {same}/{total} = {:.3}%",
-        100.0 * same as f64 / total as f64
+    let rate = same as f64 / total.max(1) as f64;
+    println!("same top p: {same}/{total} = {:.3}%", 100.0 * rate);
+    // llama.cpp's Q4_1 run on the benches/README text: 95.25 ± 0.37%.
+    assert!(
+        total > 0 && rate >= 0.95,
+        "same top p {rate} under llama.cpp's 95%"
     );
-    assert!(total > 0);
 }
