@@ -461,8 +461,8 @@ impl TileCx<'_> {
                     let sc = &mut sc[..rows * kb];
                     let (q_rows, k_rows) = (&qs[p0 * qt * d..p1 * qt * d], &self.k[ko..]);
                     if nq <= DECODE_ROWS {
-                        // Few rows (decoding): direct dot products (gemm would allocate
-                        // its packing buffers on every call).
+                        // Few rows (decoding): direct dot products; packing K for a
+                        // GEMM would cost as much as the product itself.
                         simd::run(Scores {
                             sc,
                             q: q_rows,
