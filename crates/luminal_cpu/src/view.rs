@@ -246,20 +246,112 @@ impl ResolvedView {
             out.fill(0.0);
             return;
         }
-        let r = self.dims.len();
-        if r == 0 {
+        if self.dims.is_empty() {
             out[0] = buf.get_f32(self.offset as usize);
             return;
         }
-        // Odometer over the logical index, one run along the last dim at a time.
-        let mut idx = [0i64; 16];
-        if r > idx.len() {
+        match Flat::of(self) {
+            Some(f) => f.load(buf, z0, out),
             // Rare deep views: element-wise path.
-            for (j, o) in out.iter_mut().enumerate() {
-                *o = self.load_one(buf, z0 + j);
+            None => {
+                for (j, o) in out.iter_mut().enumerate() {
+                    *o = self.load_one(buf, z0 + j);
+                }
             }
-            return;
         }
+    }
+    /// One logical element (slow path for very deep views).
+    pub fn load_one(&self, buf: BufRef<'_>, z: usize) -> f32 {
+        let mut rem = z as i64;
+        let mut phys = self.offset;
+        let mut valid = self.any_valid;
+        for i in (0..self.dims.len()).rev() {
+            let c = rem % self.dims[i];
+            rem /= self.dims[i];
+            phys += c * self.strides[i];
+            if self.masked && (c < self.lo[i] || c >= self.hi[i]) {
+                valid = false;
+            }
+        }
+        if valid {
+            buf.get_f32(phys as usize)
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Most dims a view may have for the block loaders (deeper views load element by element).
+const MAX_FLAT_RANK: usize = 16;
+
+/// A resolved view simplified for loading (same logical order, same elements): size-1 dims
+/// dropped, and adjacent dims merged where the outer one steps over the whole inner one and
+/// the inner one is not masked. Autograd's scatters and conv windows come with trailing
+/// size-1 dims and split rows; merged, the loaders walk fewer and longer rows.
+#[derive(Clone, Copy, Debug)]
+struct Flat {
+    r: usize,
+    dims: [i64; MAX_FLAT_RANK],
+    strides: [i64; MAX_FLAT_RANK],
+    lo: [i64; MAX_FLAT_RANK],
+    hi: [i64; MAX_FLAT_RANK],
+    offset: i64,
+    masked: bool,
+}
+
+impl Flat {
+    /// `None` when the view is deeper than `MAX_FLAT_RANK` (after simplification). The view
+    /// must have some valid element (`any_valid`), so every mask window is non-empty.
+    #[inline]
+    fn of(v: &ResolvedView) -> Option<Flat> {
+        let mut f = Flat {
+            r: 0,
+            dims: [0; MAX_FLAT_RANK],
+            strides: [0; MAX_FLAT_RANK],
+            lo: [0; MAX_FLAT_RANK],
+            hi: [0; MAX_FLAT_RANK],
+            offset: v.offset,
+            masked: false,
+        };
+        for i in 0..v.dims.len() {
+            let (d, s) = (v.dims[i], v.strides[i]);
+            let (lo, hi) = if v.masked { (v.lo[i], v.hi[i]) } else { (0, d) };
+            if d == 1 {
+                // Its one index is valid (any_valid): it moves nothing.
+                continue;
+            }
+            let full = lo == 0 && hi == d;
+            if f.r > 0 && full && f.strides[f.r - 1] == s * d {
+                let t = f.r - 1;
+                f.dims[t] *= d;
+                f.strides[t] = s;
+                f.lo[t] *= d;
+                f.hi[t] *= d;
+                continue;
+            }
+            if f.r == MAX_FLAT_RANK {
+                return None;
+            }
+            f.dims[f.r] = d;
+            f.strides[f.r] = s;
+            f.lo[f.r] = lo;
+            f.hi[f.r] = hi;
+            f.r += 1;
+        }
+        if f.r == 0 {
+            f.dims[0] = 1;
+            f.hi[0] = 1;
+            f.r = 1;
+        }
+        f.masked = (0..f.r).any(|i| f.lo[i] != 0 || f.hi[i] != f.dims[i]);
+        Some(f)
+    }
+
+    fn load(&self, buf: BufRef<'_>, z0: usize, out: &mut [f32]) {
+        let n = out.len();
+        let r = self.r;
+        // Odometer over the logical index, one run along the last dim at a time.
+        let mut idx = [0i64; MAX_FLAT_RANK];
         let mut rem = z0 as i64;
         for i in (0..r).rev() {
             idx[i] = rem % self.dims[i];
@@ -328,8 +420,8 @@ impl ResolvedView {
     /// walked two dims at a time: along the second-to-last dim the row base just advances
     /// by its stride, and the outer dims' base and validity change only when it wraps.
     /// `idx` is the logical index of `out[0]`.
-    fn load_short_rows(&self, v: &[f32], mut idx: [i64; 16], out: &mut [f32]) {
-        let r = self.dims.len();
+    fn load_short_rows(&self, v: &[f32], mut idx: [i64; MAX_FLAT_RANK], out: &mut [f32]) {
+        let r = self.r;
         let last = r - 1;
         let d = self.dims[last] as usize;
         let s = self.strides[last];
@@ -447,33 +539,13 @@ impl ResolvedView {
 
     /// Base offset and validity of the first `k` dims at `idx`.
     #[inline]
-    fn outer_base(&self, idx: &[i64; 16], k: usize) -> (i64, bool) {
+    fn outer_base(&self, idx: &[i64; MAX_FLAT_RANK], k: usize) -> (i64, bool) {
         let (mut base, mut ok) = (self.offset, true);
         for (i, &c) in idx.iter().enumerate().take(k) {
             base += c * self.strides[i];
             ok &= !self.masked || (c >= self.lo[i] && c < self.hi[i]);
         }
         (base, ok)
-    }
-
-    /// One logical element (slow path for very deep views).
-    pub fn load_one(&self, buf: BufRef<'_>, z: usize) -> f32 {
-        let mut rem = z as i64;
-        let mut phys = self.offset;
-        let mut valid = self.any_valid;
-        for i in (0..self.dims.len()).rev() {
-            let c = rem % self.dims[i];
-            rem /= self.dims[i];
-            phys += c * self.strides[i];
-            if self.masked && (c < self.lo[i] || c >= self.hi[i]) {
-                valid = false;
-            }
-        }
-        if valid {
-            buf.get_f32(phys as usize)
-        } else {
-            0.0
-        }
     }
 }
 

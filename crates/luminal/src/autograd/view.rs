@@ -10,8 +10,9 @@
 //! 3. the remaining dims are sorted by stride; when each stride is a multiple of the next
 //!    and the dims do not overlap, the view is "a slice of a reshape" of the buffer, so the
 //!    gradient is the same tensor padded back to the virtual shape and reshaped to the buffer;
-//! 4. overlapping dims (`unfold` windows) are split element by element along the smaller
-//!    dim, each piece being a non-overlapping view, and the pieces are added.
+//! 4. overlapping dims (`unfold` windows) are split along the smaller dim into runs that do
+//!    not overlap (a window of 3 at step 2: positions {0, 1} and {2}; at step 1, one
+//!    position each), each piece being a non-overlapping view, and the pieces are added.
 //!
 //! The contiguous case (the vast majority of edges) costs nothing. Views with symbolic
 //! strides or offsets are supported only when they are contiguous or a pure
@@ -257,20 +258,33 @@ fn scatter<'g>(
                 flat.slice(0, 0, n).contiguous()
             }
         }
-        Err(split) => {
+        Err((split, run)) => {
             let d = v.dims[split];
+            // Pieces of `run` positions, the first one cut short so that every piece starts
+            // at a multiple of `run` in the virtual shape (where it fits without overlap).
+            let run = run.max(1);
+            let first = (run - (v.offset / v.strides[split]).rem_euclid(run)).min(d);
+            let starts: Vec<i64> = std::iter::once(0)
+                .chain((first..d).step_by(run as usize))
+                .collect();
             assert!(
-                *pieces + d as usize <= MAX_SPLIT_TERMS,
+                *pieces + starts.len() <= MAX_SPLIT_TERMS,
                 "Autograd: the gradient through view {orig} needs more than \
                  {MAX_SPLIT_TERMS} pieces"
             );
             let mut acc: Option<GraphTensor<'g>> = None;
-            for t in 0..d {
-                let piece = g.slice(split as i64, t, t + 1).squeeze(split as i64);
+            for (j, &t) in starts.iter().enumerate() {
+                let len = starts.get(j + 1).copied().unwrap_or(d) - t;
                 let mut pv = v.clone();
                 pv.offset += t * v.strides[split];
-                pv.dims.remove(split);
-                pv.strides.remove(split);
+                let piece = if len == 1 {
+                    pv.dims.remove(split);
+                    pv.strides.remove(split);
+                    g.slice(split as i64, t, t + 1).squeeze(split as i64)
+                } else {
+                    pv.dims[split] = len;
+                    g.slice(split as i64, t, t + len)
+                };
                 let s = scatter(piece, pv, n, orig, pieces);
                 acc = Some(match acc {
                     None => s,
@@ -284,8 +298,11 @@ fn scatter<'g>(
 
 /// For dims sorted by decreasing stride: the virtual shape `[V_0, .., V_{r-1}, V_r]` (with
 /// `V_k = s_{k-1} / s_k` and `V_r = s_{r-1}`) whose row-major layout covers the buffer, and
-/// the view's start in it, when the view is a plain slice of it. Otherwise the dim to split.
-fn decompose(v: &StaticView, n: i64) -> Result<(Vec<i64>, Vec<i64>), usize> {
+/// the view's start in it, when the view is a plain slice of it. Otherwise the dim to split
+/// and the length of its pieces: runs of `s_{k-1} / s_k` consecutive window positions do
+/// not overlap (a stride-2 window of 3 splits into {0, 1} and {2}, not three single
+/// positions), single positions when the strides do not divide.
+fn decompose(v: &StaticView, n: i64) -> Result<(Vec<i64>, Vec<i64>), (usize, i64)> {
     let r = v.dims.len();
     if r == 0 {
         let total = n.max(v.offset + 1);
@@ -299,12 +316,23 @@ fn decompose(v: &StaticView, n: i64) -> Result<(Vec<i64>, Vec<i64>), usize> {
     for k in (1..r).rev() {
         if s[k - 1] % s[k] != 0 || v.dims[k] * s[k] > s[k - 1] {
             // Overlapping or misaligned pair: split the smaller of the two dims.
-            return Err(if v.dims[k] <= v.dims[k - 1] { k } else { k - 1 });
+            return Err(if v.dims[k] <= v.dims[k - 1] {
+                (
+                    k,
+                    if s[k - 1] % s[k] == 0 {
+                        s[k - 1] / s[k]
+                    } else {
+                        1
+                    },
+                )
+            } else {
+                (k - 1, 1)
+            });
         }
         virt[k] = s[k - 1] / s[k];
         offs[k] = (v.offset / s[k]) % virt[k];
         if offs[k] + v.dims[k] > virt[k] {
-            return Err(k);
+            return Err((k, 1));
         }
     }
     offs[0] = v.offset / s[0];
