@@ -394,7 +394,9 @@ impl Flat {
                 dst[vhi..].fill(0.0);
                 let start = base + (c0 + vlo as i64) * s;
                 let seg = &mut dst[vlo..vhi];
-                if s == 0 {
+                if seg.is_empty() {
+                    // The run reads only padding (its start may lie outside the buffer).
+                } else if s == 0 {
                     seg.fill(buf.get_f32(start as usize));
                 } else if s == 1 {
                     buf.copy_to_f32(start as usize, seg);
@@ -564,15 +566,35 @@ mod tests {
             seed ^= seed << 17;
             (seed % m.max(1) as u64) as i64
         };
-        let buf: Vec<f32> = (0..4096).map(|i| i as f32 + 0.5).collect();
+        let buf: Vec<f32> = (0..200_000).map(|i| i as f32 + 0.5).collect();
         for case in 0..3000 {
-            let r = 1 + next(4) as usize;
+            let r = 1 + next(if case % 3 == 0 { 6 } else { 4 }) as usize;
             let dims: Vec<i64> = (0..r)
-                .map(|i| if i == r - 1 { 1 + next(9) } else { 1 + next(6) })
+                .map(|i| {
+                    if i == r - 1 {
+                        1 + next(9)
+                    } else if next(4) == 0 {
+                        1
+                    } else {
+                        1 + next(6)
+                    }
+                })
                 .collect();
-            let strides: Vec<i64> = (0..r)
-                .map(|_| if next(4) == 0 { 0 } else { 1 + next(40) })
-                .collect();
+            // Every third case: strides that chain (row-major pieces, broadcasts), so the
+            // loaders' dim merging and size-1 dropping are exercised.
+            let strides: Vec<i64> = if case % 3 == 0 {
+                let mut st = vec![0i64; r];
+                let mut acc = 1 + next(3);
+                for i in (0..r).rev() {
+                    st[i] = if next(5) == 0 { 0 } else { acc };
+                    acc *= dims[i] + next(2);
+                }
+                st
+            } else {
+                (0..r)
+                    .map(|_| if next(4) == 0 { 0 } else { 1 + next(40) })
+                    .collect()
+            };
             let masked = case % 4 != 0;
             let (lo, hi): (Vec<i64>, Vec<i64>) = dims
                 .iter()
@@ -606,6 +628,30 @@ mod tests {
                 z += len;
             }
             assert_eq!(got, want, "case {case}: {v:?}");
+        }
+        // Padding before the buffer's start: a [7, 3, 1] view whose first two rows are
+        // padding (offset -6) merges into one masked dim, and a block of padding only must
+        // not touch the buffer.
+        let v = ResolvedView {
+            dims: vec![7, 3, 1],
+            strides: vec![3, 1, 1],
+            offset: -6,
+            lo: vec![2, 0, 0],
+            hi: vec![7, 3, 1],
+            any_valid: true,
+            masked: true,
+            contiguous: false,
+            linear: false,
+        };
+        for z0 in 0..21 {
+            for n in 1..=21 - z0 {
+                let want: Vec<f32> = (z0..z0 + n)
+                    .map(|z| v.load_one(BufRef::F32(&buf), z))
+                    .collect();
+                let mut got = vec![f32::NAN; n];
+                v.load(BufRef::F32(&buf), z0, &mut got);
+                assert_eq!(got, want, "z0 {z0} n {n}");
+            }
         }
     }
 }
