@@ -298,6 +298,9 @@ pub(crate) unsafe fn exp2_avx2<const F: bool>(
             _mm256_add_ps(_mm256_mul_ps(a, b), c)
         }
     };
+    // Lanes below -150 compute 2^0 and are zeroed at the end, as the scalar code does.
+    let zero = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(-150.0));
+    let x = _mm256_andnot_ps(zero, x);
     // `max(c, x)` / `min(c, x)` return `x` when it is NaN, as the scalar clamps do.
     let x = _mm256_max_ps(_mm256_set1_ps(-151.0), x);
     let x = _mm256_min_ps(_mm256_set1_ps(129.0), x);
@@ -318,7 +321,7 @@ pub(crate) unsafe fn exp2_avx2<const F: bool>(
     let bias = _mm256_set1_epi32(127);
     let s1 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n1, bias)));
     let s2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n2, bias)));
-    _mm256_mul_ps(_mm256_mul_ps(p, s1), s2)
+    _mm256_andnot_ps(zero, _mm256_mul_ps(_mm256_mul_ps(p, s1), s2))
 }
 
 /// Elements of a chain's running value held at once by [`chain_tiles_avx2`]: eight of the

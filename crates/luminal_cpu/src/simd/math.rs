@@ -16,6 +16,11 @@ pub(crate) const ROUND_MAGIC: f32 = 12582912.0;
 /// 2^x, within 2 ulp over the whole f32 range (subnormal results included); NaN stays NaN.
 #[inline(always)]
 pub fn exp2<const F: bool>(x: f32) -> f32 {
+    // Below -150 the result rounds to 0. Those lanes compute 2^0 instead and are zeroed at
+    // the end: the underflowing multiply would cost a microcode assist (~100+ cycles an
+    // element on x86), and every masked softmax entry (-inf) lands here.
+    let zero = x < -150.0;
+    let x = if zero { 0.0 } else { x };
     // Clamp (NaN passes through: comparisons with NaN are false).
     let x = if x < -151.0 { -151.0 } else { x };
     let x = if x > 129.0 { 129.0 } else { x };
@@ -36,7 +41,12 @@ pub fn exp2<const F: bool>(x: f32) -> f32 {
     let n2 = ni.wrapping_sub(n1);
     let s1 = f32::from_bits((n1.wrapping_add(127) << 23) as u32);
     let s2 = f32::from_bits((n2.wrapping_add(127) << 23) as u32);
-    p * s1 * s2
+    let y = p * s1 * s2;
+    if zero {
+        0.0
+    } else {
+        y
+    }
 }
 
 /// log2(x), within 2 ulp; log2(0) = -inf, log2(x<0) = NaN, log2(inf) = inf.
