@@ -7,8 +7,8 @@
 //! A schedule is named `threads=N;off=a,b` (`off=` lists passes switched off on top of
 //! the backend's own [`CpuBackend::disable_rules`]), so a cached result is reapplied by name.
 
-use crate::{detected_isa, CpuBackend};
-use luminal::{GraphData, Tunable};
+use crate::{detected_isa, CpuBackend, CpuRuntime};
+use luminal::{Backend, CompileOptions, FusedTerm, GraphData, Tunable};
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 
@@ -98,8 +98,25 @@ impl Tunable for CpuBackend {
     }
 
     fn supports(&self, term: &str) -> bool {
-        // Products are recognised from their broadcast-multiply + sum pattern and run by gemm.
-        term == "matmul" && !self.disabled_rules.contains(&"matmul")
+        match term {
+            // Products are recognised from their broadcast-multiply + sum pattern and run by
+            // gemm.
+            "matmul" => !self.disabled_rules.contains(&"matmul"),
+            // Attention as one online-softmax recurrence over tiles of keys, the operands
+            // named by the search (`lower/terms.rs`): the tiled kernel of `kernels/attention.rs`,
+            // whether or not the hand `attention` rule is on.
+            "online_attention" => !self.disabled_rules.contains(&"terms"),
+            _ => false,
+        }
+    }
+
+    fn compile_terms(
+        &self,
+        graph: GraphData,
+        terms: &[FusedTerm],
+        options: &CompileOptions,
+    ) -> luminal::Result<CpuRuntime> {
+        crate::lower::with_terms(terms, || self.compile(graph, options))
     }
 }
 

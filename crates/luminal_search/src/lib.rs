@@ -39,6 +39,7 @@
 //! `CompileOptions::default()` never searches (the wrapper then is the plain backend).
 //! Set `LUMINAL_SEARCH_LOG=1` to print every search's report to stderr.
 
+pub mod attention;
 pub mod cache;
 pub mod egraph;
 pub mod measure;
@@ -46,7 +47,9 @@ pub mod terms;
 
 use egraph::{CostWeights, Limits, StageReport};
 use indicatif::{ProgressBar, ProgressStyle};
-use luminal::{Backend, CompileOptions, GraphData, LuminalError, Result, SearchBudget, Tunable};
+use luminal::{
+    Backend, CompileOptions, FusedTerm, GraphData, LuminalError, Result, SearchBudget, Tunable,
+};
 use measure::{Candidate, CandidateReport, Outcome};
 use std::collections::HashMap;
 use std::fmt;
@@ -62,7 +65,7 @@ pub const MARGIN: f64 = 0.03;
 pub const REFERENCE_LIMIT: f64 = 3e7;
 
 /// The rulesets, in the order the stages run them.
-pub const STAGES: &[&str] = &["movement", "algebra", "reassociate"];
+pub const STAGES: &[&str] = &["movement", "algebra", "reassociate", "attention"];
 
 /// A search-based compile's account of itself.
 #[derive(Clone, Debug, Default)]
@@ -227,7 +230,7 @@ impl<B: Tunable> Backend for Search<B> {
             ))
         })?;
         *self.report.lock().unwrap_or_else(|e| e.into_inner()) = Some(plan.report);
-        backend.compile(plan.graph, options)
+        backend.compile_terms(plan.graph, &plan.terms, options)
     }
 }
 
@@ -235,6 +238,8 @@ impl<B: Tunable> Backend for Search<B> {
 #[derive(Clone, Debug)]
 pub struct Plan {
     pub graph: GraphData,
+    /// Nodes of `graph` the backend computes with its fused terms.
+    pub terms: Vec<FusedTerm>,
     pub schedule: String,
     pub report: SearchReport,
 }
@@ -250,6 +255,9 @@ fn progress() -> ProgressBar {
     }
     pb
 }
+
+/// A graph variant: name, graph, fused terms, cost, terms.
+type Variant = (String, GraphData, Vec<FusedTerm>, f64, terms::TermDag);
 
 /// Searches for a faster plan of `g` (already through the generic passes) on `backend`
 /// within `budget`, reading and writing the cache in `cache_dir` when the budget allows.
@@ -271,7 +279,8 @@ pub fn search<B: Tunable>(
             "dynamic dim '{d}' needs a value for timing: SearchBudget::default().dim(\"{d}\", n)"
         )));
     }
-    let enc = terms::encode(&g, backend.supports("matmul"));
+    let mut enc = terms::encode(&g, backend.supports("matmul"));
+    enc.online_attention = backend.supports("online_attention");
     let key = cache::key(&enc, &g, &dims, &backend.tuning_id());
     let log = std::env::var("LUMINAL_SEARCH_LOG").is_ok_and(|v| !v.is_empty() && v != "0");
     let mut report = SearchReport {
@@ -281,8 +290,8 @@ pub fn search<B: Tunable>(
 
     if budget.use_cache {
         if let Some(entry) = cache::load(cache_dir, &key) {
-            if let (Some(graph), Some(_)) = (
-                terms::rebuild(&g, &enc, &entry.dag),
+            if let (Some((graph, fused)), Some(_)) = (
+                terms::rebuild_with_terms(&g, &enc, &entry.dag),
                 backend.schedule(&entry.schedule),
             ) {
                 report.from_cache = true;
@@ -295,6 +304,7 @@ pub fn search<B: Tunable>(
                 }
                 return Ok(Plan {
                     graph,
+                    terms: fused,
                     schedule: entry.schedule,
                     report,
                 });
@@ -326,23 +336,28 @@ pub fn search<B: Tunable>(
 
     // Graph variants: the source, then the cost model's picks under each weighting.
     let source_cost = egraph::dag_cost(&enc.dag, &enc, &g, &CostWeights::DEFAULT, &dims);
-    let mut variants: Vec<(String, GraphData, f64, terms::TermDag)> =
-        vec![("source".into(), g.clone(), source_cost, enc.dag.clone())];
+    let mut variants: Vec<Variant> = vec![(
+        "source".into(),
+        g.clone(),
+        vec![],
+        source_cost,
+        enc.dag.clone(),
+    )];
     for (name, w) in [
         ("extracted", CostWeights::DEFAULT),
         ("extracted-compute", CostWeights::COMPUTE_BOUND),
     ] {
         let dag = egraph::extract(&classes, &enc, &g, &w, &dims).map_err(err)?;
-        if variants.iter().any(|v| v.3.signature() == dag.signature()) {
+        if variants.iter().any(|v| v.4.signature() == dag.signature()) {
             continue;
         }
-        let graph = terms::rebuild(&g, &enc, &dag)
+        let (graph, fused) = terms::rebuild_with_terms(&g, &enc, &dag)
             .ok_or_else(|| err("an extracted term does not rebuild"))?;
         let cost = egraph::dag_cost(&dag, &enc, &g, &CostWeights::DEFAULT, &dims);
-        variants.push((name.into(), graph, cost, dag));
+        variants.push((name.into(), graph, fused, cost, dag));
     }
     // Cheapest rewritten variant first after the source.
-    variants[1..].sort_by(|a, b| a.2.total_cmp(&b.2));
+    variants[1..].sort_by(|a, b| a.3.total_cmp(&b.3));
     let schedules = backend.schedules(&g);
     let mut order: Vec<(usize, usize)> = vec![];
     let mut push = |v: usize, s: usize| {
@@ -367,8 +382,9 @@ pub fn search<B: Tunable>(
         .map(|&(v, s)| Candidate {
             variant: variants[v].0.clone(),
             graph: variants[v].1.clone(),
+            terms: variants[v].2.clone(),
             schedule: schedules[s].clone(),
-            cost: variants[v].2,
+            cost: variants[v].3,
         })
         .collect();
 
@@ -419,7 +435,7 @@ pub fn search<B: Tunable>(
     let c = &candidates[chosen];
     report.schedule = c.schedule.clone();
     report.variant = c.variant.clone();
-    let dag = &variants[order[chosen].0].3;
+    let dag = &variants[order[chosen].0].4;
     if budget.use_cache {
         let entry = cache::Entry {
             schedule: c.schedule.clone(),
@@ -435,6 +451,7 @@ pub fn search<B: Tunable>(
     }
     Ok(Plan {
         graph: c.graph.clone(),
+        terms: c.terms.clone(),
         schedule: c.schedule.clone(),
         report,
     })

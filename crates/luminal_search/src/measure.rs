@@ -4,7 +4,10 @@
 
 use luminal::graph::{GraphData, NodeId, TensorId, TensorRef};
 use luminal::op::Op;
-use luminal::{Backend, CompileOptions, DType, HostData, ReferenceBackend, Runtime, SharedBytes};
+use luminal::{
+    Backend, CompileOptions, DType, FusedTerm, HostData, ReferenceBackend, Runtime, SharedBytes,
+    Tunable,
+};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -15,6 +18,8 @@ pub struct Candidate {
     /// Which graph variant (`"source"`, `"extracted"`, …).
     pub variant: String,
     pub graph: GraphData,
+    /// Nodes of `graph` the backend is to compute with its fused terms.
+    pub terms: Vec<FusedTerm>,
     pub schedule: String,
     /// Cost-model estimate of the graph (lower is better).
     pub cost: f64,
@@ -127,9 +132,37 @@ pub fn run_once<B: Backend>(
         optimize: false,
         ..CompileOptions::default()
     };
-    let mut rt = backend
+    let rt = backend
         .compile(g.clone(), &opts)
         .map_err(|e| format!("compile: {e}"))?;
+    run_compiled(rt, inputs, dims, outputs)
+}
+
+/// [`run_once`] of a plan with fused terms (see [`luminal::Tunable::compile_terms`]).
+pub fn run_once_terms<B: Tunable>(
+    backend: &B,
+    g: &GraphData,
+    terms: &[FusedTerm],
+    inputs: &[(TensorRef, HostData)],
+    dims: &HashMap<String, i64>,
+    outputs: &[(NodeId, TensorRef)],
+) -> Result<(B::Runtime, Vec<HostData>), String> {
+    let opts = CompileOptions {
+        optimize: false,
+        ..CompileOptions::default()
+    };
+    let rt = backend
+        .compile_terms(g.clone(), terms, &opts)
+        .map_err(|e| format!("compile: {e}"))?;
+    run_compiled(rt, inputs, dims, outputs)
+}
+
+fn run_compiled<R: Runtime>(
+    mut rt: R,
+    inputs: &[(TensorRef, HostData)],
+    dims: &HashMap<String, i64>,
+    outputs: &[(NodeId, TensorRef)],
+) -> Result<(R, Vec<HostData>), String> {
     for (name, &v) in dims {
         rt.set_dim(name, v.max(0) as usize);
     }
@@ -214,7 +247,7 @@ fn median(v: &mut [Duration]) -> Duration {
 /// if its error is within tolerance, or — when the first candidate (the backend's own plan)
 /// is itself outside tolerance (e.g. int8 activations) — within twice that plan's error.
 #[allow(clippy::too_many_arguments)]
-pub fn measure<B: Backend>(
+pub fn measure<B: Tunable>(
     backend_for: &dyn Fn(&str) -> Option<B>,
     candidates: &[Candidate],
     inputs: &[(TensorRef, HostData)],
@@ -248,7 +281,7 @@ pub fn measure<B: Backend>(
             reports[i].outcome = Outcome::Rejected(format!("unknown schedule {}", c.schedule));
             continue;
         };
-        match run_once(&backend, &c.graph, inputs, dims, outputs) {
+        match run_once_terms(&backend, &c.graph, &c.terms, inputs, dims, outputs) {
             Err(e) => reports[i].outcome = Outcome::Rejected(e),
             Ok((rt, outs)) => {
                 let err = outs

@@ -135,6 +135,7 @@ fn a_wrong_candidate_is_rejected() {
     let cand = |variant: &str, graph: &luminal::GraphData| Candidate {
         variant: variant.into(),
         graph: graph.clone(),
+        terms: vec![],
         schedule: sched.clone(),
         cost: 0.0,
     };

@@ -18,6 +18,9 @@
 //!   between halves and ints) runs the reference-semantics fallback.
 
 mod attention;
+mod terms;
+
+pub(crate) use terms::with_terms;
 
 use crate::kernel::{BufId, CpuKernel, Kernel};
 use crate::kernels::fallback::FallbackKernel;
@@ -596,8 +599,11 @@ impl Lowering<'_> {
         {
             return Ok(None);
         }
-        // The final product of an attention pattern is the fused attention kernel's.
-        if !self.disabled("attention") && self.match_attention(e.node).is_some() {
+        // The final product of an attention pattern is the fused attention kernel's, and
+        // a node the search made a fused term is that term's.
+        if terms::is_term(e.node)
+            || !self.disabled("attention") && self.match_attention(e.node).is_some()
+        {
             return Ok(None);
         }
         self.try_matmul(e.node, op, axis)
@@ -676,6 +682,7 @@ type Rule = fn(&Lowering<'_>, NodeId) -> Result<Option<Lowered>>;
 /// ([`PASSES`]): the graph then runs on what remains, with the same results.
 const RULES: &[(&str, Rule)] = &[
     ("write_slice", |l, id| l.write_slice(id)),
+    ("terms", |l, id| l.fused_term(id)),
     ("attention", |l, id| l.attention(id)),
     ("dequantize", |l, id| l.dequantize(id)),
     ("fused_elementwise", |l, id| l.fused_elementwise(id)),
