@@ -83,6 +83,8 @@ pub struct SearchReport {
     pub chosen: Option<usize>,
     pub schedule: String,
     pub variant: String,
+    /// The fused terms of the chosen plan (e.g. `online_attention`), one entry per node.
+    pub fused: Vec<String>,
     /// What candidates' outputs were compared with.
     pub checked_against: String,
     pub total: Duration,
@@ -166,6 +168,9 @@ impl fmt::Display for SearchReport {
             )?;
         }
         write!(f, "  chosen: {} with {}", self.variant, self.schedule)?;
+        if !self.fused.is_empty() {
+            write!(f, ", fused terms: {}", self.fused.join(", "))?;
+        }
         if let Some(s) = self.speedup() {
             write!(f, " ({s:.2}× the backend's own plan)")?;
         }
@@ -298,6 +303,7 @@ pub fn search<B: Tunable>(
                 report.cache_path = Some(cache::path(cache_dir, &key));
                 report.schedule = entry.schedule.clone();
                 report.variant = "cached".into();
+                report.fused = fused.iter().map(|t| t.term.clone()).collect();
                 report.total = start.elapsed();
                 if log {
                     eprintln!("{report}");
@@ -435,6 +441,7 @@ pub fn search<B: Tunable>(
     let c = &candidates[chosen];
     report.schedule = c.schedule.clone();
     report.variant = c.variant.clone();
+    report.fused = c.terms.iter().map(|t| t.term.clone()).collect();
     let dag = &variants[order[chosen].0].4;
     if budget.use_cache {
         let entry = cache::Entry {
