@@ -236,6 +236,10 @@ pub fn error_ratio(got: &HostData, want: &HostData) -> f64 {
     worst
 }
 
+/// A candidate whose check run (compile + one run) takes this many times the fastest
+/// candidate's is not timed further.
+pub const PRUNE_SLOWER: f64 = 4.0;
+
 fn median(v: &mut [Duration]) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -273,10 +277,22 @@ pub fn measure<B: Tunable>(
         .collect();
     let mut runtimes: Vec<(usize, B::Runtime)> = vec![];
     let mut allowed = 1.0f64;
+    // Seconds of each candidate's check (compile + one run), and the fastest so far.
+    let mut check = vec![0f64; candidates.len()];
+    let mut fastest = f64::INFINITY;
+    let mut pruned_variants: Vec<String> = vec![];
     for (i, c) in candidates.iter().enumerate().take(max_candidates.max(1)) {
         if i > 0 && Instant::now() >= deadline {
             break;
         }
+        // A graph pruned under one schedule is not checked under the others (they move
+        // times by far less than the pruning factor).
+        if pruned_variants.contains(&c.variant) {
+            reports[i].outcome =
+                Outcome::Rejected("pruned under another schedule: not checked".into());
+            continue;
+        }
+        let t0 = Instant::now();
         let Some(backend) = backend_for(&c.schedule) else {
             reports[i].outcome = Outcome::Rejected(format!("unknown schedule {}", c.schedule));
             continue;
@@ -294,7 +310,22 @@ pub fn measure<B: Tunable>(
                     allowed = 2.0 * err;
                 }
                 if err <= allowed {
+                    check[i] = t0.elapsed().as_secs_f64();
+                    fastest = fastest.min(check[i]);
                     runtimes.push((i, rt));
+                    // Plans far slower than the fastest are not timed further, and their
+                    // buffers are freed at once (a materialised attention next to the derived
+                    // one: gigabytes). The backend's own plan is always timed.
+                    let slow = |j: usize| j > 0 && check[j] > PRUNE_SLOWER * fastest.max(0.01);
+                    for (j, _) in runtimes.iter().filter(|(j, _)| slow(*j)) {
+                        pruned_variants.push(candidates[*j].variant.clone());
+                        reports[*j].outcome = Outcome::Rejected(format!(
+                            "pruned: its check took {:.1} ms, over {PRUNE_SLOWER}× the fastest ({:.1} ms)",
+                            check[*j] * 1e3,
+                            fastest * 1e3
+                        ));
+                    }
+                    runtimes.retain(|(j, _)| !slow(*j));
                 } else {
                     reports[i].outcome = Outcome::Rejected(format!(
                         "outputs differ from the reference: error {err:.3e} × tolerance"
