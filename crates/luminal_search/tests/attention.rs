@@ -137,6 +137,40 @@ fn attention_is_derived_into_the_online_kernel() {
 }
 
 #[test]
+fn grouped_query_attention_from_luminal_nn_is_derived_too() {
+    // luminal_nn::causal_attention: [b, heads, s, d] with 4 query heads over 2 kv heads
+    // (the kv heads broadcast over their group, read in place).
+    let (s, d) = (150, 16);
+    let cx = Graph::new();
+    let q = cx.tensor("q", (1, 4, s, d));
+    let k = cx.tensor("k", (1, 2, s, d));
+    let v = cx.tensor("v", (1, 2, s, d));
+    let out = luminal_nn::causal_attention(q, k, v).output();
+    let g = cx.snapshot();
+    let set = |rt: &mut dyn FnMut(TensorRef, Vec<f32>)| {
+        rt(q.handle(), values(4 * s * d, 1));
+        rt(k.handle(), values(2 * s * d, 2));
+        rt(v.handle(), values(2 * s * d, 3));
+    };
+    let mut reference = cx
+        .compile(ReferenceBackend, CompileOptions::default())
+        .unwrap();
+    set(&mut |t, x| reference.set(t, &x).unwrap());
+    reference.run().unwrap();
+    let want: Vec<f32> = reference.get(out).unwrap();
+    let hand_off = CpuBackend::default().disable_rules(&["attention"]);
+    let (g2, fused) = derive(&g, &hand_off);
+    assert_eq!(fused.len(), 1);
+    let mut rt = hand_off
+        .compile_terms(g2, &fused, &CompileOptions::default())
+        .unwrap();
+    assert!(rt.kernel_names().contains(&"online_attention".to_string()));
+    set(&mut |t, x| rt.set(t, &x).unwrap());
+    rt.run().unwrap();
+    assert_close(&rt.get::<f32>(out).unwrap(), &want);
+}
+
+#[test]
 fn search_compiles_plain_attention_with_the_hand_rule_off() {
     let (s, t) = (256, 256);
     let cx = Graph::new();

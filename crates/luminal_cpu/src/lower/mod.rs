@@ -226,9 +226,11 @@ struct Lowering<'a> {
 
 impl Lowering<'_> {
     fn fusable(&self, id: NodeId) -> bool {
-        fusable(self.g, id)
+        // A node the search made a fused term is that term's kernel, never inlined.
+        (fusable(self.g, id)
             || crate::kernels::half::fusable(self.g, id)
-            || self.pair_max.contains_key(&id)
+            || self.pair_max.contains_key(&id))
+            && !terms::is_term(id)
     }
 
     /// A fusable single-use producer that is not an output.
@@ -599,11 +601,8 @@ impl Lowering<'_> {
         {
             return Ok(None);
         }
-        // The final product of an attention pattern is the fused attention kernel's, and
-        // a node the search made a fused term is that term's.
-        if terms::is_term(e.node)
-            || !self.disabled("attention") && self.match_attention(e.node).is_some()
-        {
+        // The final product of an attention pattern is the fused attention kernel's.
+        if !self.disabled("attention") && self.match_attention(e.node).is_some() {
             return Ok(None);
         }
         self.try_matmul(e.node, op, axis)
