@@ -6,14 +6,18 @@
 //!    term DAG — primops over views, products recognised as `MatMul`, everything else kept
 //!    opaque — and any extracted DAG is rebuilt into a graph.
 //! 2. **Bounded saturation** ([`egraph`]): the terms seed an egglog e-graph; the rule files
-//!    in `src/rules/*.egg` run in stages (`movement`, `algebra`, `reassociate`), each until
+//!    in `src/rules/*.egg` run in stages (`movement`, `algebra`, `reassociate`,
+//!    `attention`: softmax·V reorganised into an online max/sum recurrence over tiles of
+//!    keys with the scores inside, see [`attention`]), each until
 //!    it saturates, the e-graph reaches [`SearchBudget::max_enodes`], or its share of the
 //!    time runs out. An `indicatif` progress line shows the stage, e-nodes and candidates
 //!    timed (on a terminal).
 //! 3. **Extraction by measurement** ([`measure`]): a cost model picks the cheapest graph
 //!    under a few weightings; each graph variant × each schedule the backend offers
 //!    ([`luminal::Tunable`]: threads, which fusion passes run) is a candidate. Candidates
-//!    are compiled on the backend, run on random inputs of the real shapes and checked
+//!    are compiled on the backend (extracted terms the backend runs fused, such as
+//!    `online_attention`, are handed to it as [`luminal::FusedTerm`]s through
+//!    [`luminal::Tunable::compile_terms`]), run on random inputs of the real shapes and checked
 //!    against the reference runtime (the op suite's tolerances); the ones that pass are
 //!    timed, interleaved round by round, and the fastest median wins — the backend's own
 //!    plan (candidate 0) unless another is at least 3% faster.
