@@ -173,7 +173,14 @@ impl fmt::Display for SearchReport {
         }
         write!(f, "  chosen: {} with {}", self.variant, self.schedule)?;
         if !self.fused.is_empty() {
-            write!(f, ", fused terms: {}", self.fused.join(", "))?;
+            let mut names: Vec<&String> = self.fused.iter().collect();
+            names.sort();
+            names.dedup();
+            let counted: Vec<String> = names
+                .iter()
+                .map(|n| format!("{n} ×{}", self.fused.iter().filter(|f| f == n).count()))
+                .collect();
+            write!(f, ", fused terms: {}", counted.join(", "))?;
         }
         if let Some(s) = self.speedup() {
             write!(f, " ({s:.2}× the backend's own plan)")?;

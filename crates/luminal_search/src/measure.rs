@@ -363,7 +363,20 @@ pub fn measure<B: Tunable>(
         if round > 0 && Instant::now() >= deadline {
             break;
         }
+        // After the first round, plans far slower than the fastest sample are not run
+        // again (their first sample stands): a materialised attention at seq 8192 takes
+        // seconds a run.
+        let best = times.iter().filter_map(|t| t.iter().min()).min().copied();
         for (i, rt) in runtimes.iter_mut() {
+            let slow = |t: &Vec<Duration>| {
+                let (Some(b), Some(m)) = (best, t.iter().min()) else {
+                    return false;
+                };
+                m.as_secs_f64() > PRUNE_SLOWER * b.as_secs_f64().max(1e-3)
+            };
+            if round > 0 && slow(&times[*i]) {
+                continue;
+            }
             sample(*i, rt, &mut reports, &mut times);
         }
     }
@@ -386,12 +399,22 @@ pub fn measure<B: Tunable>(
         if let Some(base) = runtimes.iter().position(|(i, _)| *i == 0) {
             let wpos = runtimes.iter().position(|(i, _)| *i == w).expect("timed");
             let (mut tb, mut tw) = (vec![], vec![]);
-            for _ in 0..(2 * repeats).max(5) {
+            for pair in 0..(2 * repeats).max(5) {
                 for (pos, out) in [(base, &mut tb), (wpos, &mut tw)] {
                     let (i, rt) = &mut runtimes[pos];
                     let mut t = vec![vec![]; candidates.len()];
                     sample(*i, rt, &mut reports, &mut t);
                     out.append(&mut t[*i]);
+                }
+                // Three pairs in which every run of the winner beat every run of the
+                // baseline by the margin settle it (and so does the deadline).
+                let clear = || {
+                    let worst_w = tw.iter().max().map_or(f64::INFINITY, |d| d.as_secs_f64());
+                    let best_b = tb.iter().min().map_or(0.0, |d| d.as_secs_f64());
+                    worst_w < best_b * (1.0 - margin)
+                };
+                if pair >= 2 && (clear() || Instant::now() >= deadline) {
+                    break;
                 }
             }
             if !tb.is_empty() && !tw.is_empty() {
@@ -425,6 +448,16 @@ pub fn reference_outputs(
 /// The winner: the fastest timed candidate (not refuted head to head), unless it is not at
 /// least `margin` faster than candidate 0 (the backend's own plan), which then stays.
 pub fn pick(reports: &[CandidateReport], margin: f64) -> Option<usize> {
+    // After the head-to-head: its winner if confirmed, else the backend's own plan (the
+    // best contender lost; another one's median, improved by the head-to-head's extra runs
+    // of the baseline, is not a second win).
+    let timed = |i: usize| matches!(reports[i].outcome, Outcome::Timed { .. });
+    if let Some(w) = (0..reports.len()).find(|&i| reports[i].confirmed == Some(true) && timed(i)) {
+        return Some(w);
+    }
+    if reports.iter().any(|r| r.confirmed == Some(false)) && !reports.is_empty() && timed(0) {
+        return Some(0);
+    }
     let time = |i: usize| match reports[i].outcome {
         Outcome::Timed { median, .. } if reports[i].confirmed != Some(false) => Some(median),
         _ => None,
