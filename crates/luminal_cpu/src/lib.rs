@@ -76,6 +76,9 @@ pub struct CpuBackend {
     pub quant_dots: QuantDots,
     /// Lowering rules and passes switched off (see [`CpuBackend::disable_rules`]).
     pub disabled_rules: &'static [&'static str],
+    /// Threads the matrix products may use, at most `threads` (`None`: all of them): a
+    /// kernel-level choice of the search (schedule knob `mm=N`, see `search.rs`).
+    pub matmul_threads: Option<usize>,
 }
 
 /// Activations of products with block-quantized weights: skinny ones (M ≤ 8 rows: decode
@@ -157,11 +160,13 @@ impl Backend for CpuBackend {
             .threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
             .max(1);
-        CpuRuntime::new(
-            graph,
-            threads,
-            self.quant_dots.resolved(),
-            self.disabled_rules,
-        )
+        crate::lower::with_matmul_threads(self.matmul_threads, || {
+            CpuRuntime::new(
+                graph,
+                threads,
+                self.quant_dots.resolved(),
+                self.disabled_rules,
+            )
+        })
     }
 }

@@ -399,6 +399,7 @@ pub fn measure<B: Tunable>(
         if let Some(base) = runtimes.iter().position(|(i, _)| *i == 0) {
             let wpos = runtimes.iter().position(|(i, _)| *i == w).expect("timed");
             let (mut tb, mut tw) = (vec![], vec![]);
+            let mut settled = false;
             for pair in 0..(2 * repeats).max(5) {
                 for (pos, out) in [(base, &mut tb), (wpos, &mut tw)] {
                     let (i, rt) = &mut runtimes[pos];
@@ -406,20 +407,26 @@ pub fn measure<B: Tunable>(
                     sample(*i, rt, &mut reports, &mut t);
                     out.append(&mut t[*i]);
                 }
-                // Three pairs in which every run of the winner beat every run of the
-                // baseline by the margin settle it (and so does the deadline).
-                let clear = || {
-                    let worst_w = tw.iter().max().map_or(f64::INFINITY, |d| d.as_secs_f64());
-                    let best_b = tb.iter().min().map_or(0.0, |d| d.as_secs_f64());
-                    worst_w < best_b * (1.0 - margin)
-                };
-                if pair >= 2 && (clear() || Instant::now() >= deadline) {
+                // Every run of the winner (the rounds' and these, three or more of each)
+                // beating every run of the baseline by the margin settles it early.
+                let all_b: Vec<Duration> = times[0].iter().chain(&tb).copied().collect();
+                let all_w: Vec<Duration> = times[w].iter().chain(&tw).copied().collect();
+                let worst_w = all_w
+                    .iter()
+                    .max()
+                    .map_or(f64::INFINITY, |d| d.as_secs_f64());
+                let best_b = all_b.iter().min().map_or(0.0, |d| d.as_secs_f64());
+                if all_b.len().min(all_w.len()) >= 3 && worst_w < best_b * (1.0 - margin) {
+                    settled = true;
+                    break;
+                }
+                if pair >= 2 && Instant::now() >= deadline {
                     break;
                 }
             }
             if !tb.is_empty() && !tw.is_empty() {
                 let (mb, mw) = (median(&mut tb), median(&mut tw));
-                if mw.as_secs_f64() > mb.as_secs_f64() * (1.0 - margin) {
+                if !settled && mw.as_secs_f64() > mb.as_secs_f64() * (1.0 - margin) {
                     reports[w].confirmed = Some(false);
                 } else {
                     reports[w].confirmed = Some(true);

@@ -20,7 +20,7 @@
 mod attention;
 mod terms;
 
-pub(crate) use terms::with_terms;
+pub(crate) use terms::{with_matmul_threads, with_terms};
 
 use crate::kernel::{BufId, CpuKernel, Kernel};
 use crate::kernels::fallback::FallbackKernel;
@@ -663,7 +663,7 @@ impl Lowering<'_> {
             b_buf,
             ViewExprs::new(&a.view, self.names)?,
             ViewExprs::new(&b.view, self.names)?,
-            self.threads,
+            terms::matmul_threads(self.threads),
         );
         k.weight = weight.map(|(_, dt)| dt);
         Ok(Some(k))

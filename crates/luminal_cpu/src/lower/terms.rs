@@ -41,6 +41,31 @@ pub(crate) fn with_terms<R>(terms: &[FusedTerm], f: impl FnOnce() -> R) -> R {
     f()
 }
 
+thread_local! {
+    /// The matrix products' thread count of the compile running on this thread
+    /// (`CpuBackend::matmul_threads`).
+    static MATMUL_THREADS: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` (a compile) with the products limited to `threads`.
+pub(crate) fn with_matmul_threads<R>(threads: Option<usize>, f: impl FnOnce() -> R) -> R {
+    struct Reset(Option<usize>);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            MATMUL_THREADS.with(|t| t.set(self.0));
+        }
+    }
+    let _reset = Reset(MATMUL_THREADS.with(|t| t.replace(threads)));
+    f()
+}
+
+/// The products' thread count for a plan on `pool` threads.
+pub(super) fn matmul_threads(pool: usize) -> usize {
+    MATMUL_THREADS
+        .with(|t| t.get())
+        .map_or(pool, |n| n.clamp(1, pool.max(1)))
+}
+
 fn term_of(id: NodeId) -> Option<FusedTerm> {
     TERMS.with(|t| t.borrow().iter().find(|f| f.node == id).cloned())
 }
