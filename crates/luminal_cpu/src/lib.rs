@@ -142,7 +142,8 @@ impl CpuBackend {
 impl CpuBackend {
     /// This backend with the named lowering rules or passes switched off: the graph runs
     /// on the remaining ones (ultimately the reference-semantics fallback) with the same
-    /// results. Rules: `write_slice`, `attention`, `dequantize`, `fused_elementwise`, `half_cast`,
+    /// results. Rules: `write_slice`, `terms` (fused terms a search names, see `search.rs`),
+    /// `attention`, `dequantize`, `fused_elementwise`, `half_cast`,
     /// `matmul`, `fused_reduce`, `movement`; passes: `shared`, `rows`, `concat`. Unknown names are
     /// an error at compile time.
     pub fn disable_rules(self, rules: &'static [&'static str]) -> CpuBackend {
