@@ -170,48 +170,51 @@ mod tests {
         assert!(b.schedule("threads=2;off=fallback").is_none());
     }
 
-    #[test]
-    fn single_threaded_products_equal_the_reference() {
+    /// A product with an epilogue on `backend`, on fixed data.
+    fn product_on<B: Backend>(backend: B) -> (Vec<f32>, Vec<String>)
+    where
+        B::Runtime: KernelNames,
+    {
         use luminal::prelude::*;
         let data = |n: usize| -> Vec<f32> {
             (0..n)
                 .map(|i| ((i * 37) % 23) as f32 / 11.0 - 1.0)
                 .collect()
         };
+        let cx = Graph::new();
+        let a = cx.tensor("a", (67, 130));
+        let b = cx.tensor("b", (130, 45));
+        let y = (a.matmul(b).relu() + 1.0).output();
+        let mut rt = cx.compile(backend, CompileOptions::default()).unwrap();
+        rt.set(a, &data(67 * 130)).unwrap();
+        rt.set(b, &data(130 * 45)).unwrap();
+        rt.run().unwrap();
+        (rt.get::<f32>(y).unwrap(), rt.names())
+    }
+
+    trait KernelNames {
+        fn names(&self) -> Vec<String>;
+    }
+    impl KernelNames for CpuRuntime {
+        fn names(&self) -> Vec<String> {
+            self.kernel_names()
+        }
+    }
+    impl KernelNames for luminal::ReferenceRuntime {
+        fn names(&self) -> Vec<String> {
+            vec![]
+        }
+    }
+
+    #[test]
+    fn single_threaded_products_equal_the_reference() {
         let knob = CpuBackend::with_threads(2)
             .schedule("threads=2;off=;mm=1")
             .unwrap();
-        let mut outs = vec![];
-        for cpu in [false, true] {
-            let cx = Graph::new();
-            let a = cx.tensor("a", (67, 130));
-            let b = cx.tensor("b", (130, 45));
-            let y = (a.matmul(b).relu() + 1.0).output();
-            let mut set_run = |rt: &mut dyn FnMut(&[f32], &[f32]) -> Vec<f32>| {
-                outs.push(rt(&data(67 * 130), &data(130 * 45)))
-            };
-            if cpu {
-                let mut rt = cx.compile(knob, CompileOptions::default()).unwrap();
-                assert!(rt.kernel_names().iter().any(|n| n.starts_with("matmul")));
-                set_run(&mut |da, db| {
-                    rt.set(a, da).unwrap();
-                    rt.set(b, db).unwrap();
-                    rt.run().unwrap();
-                    rt.get::<f32>(y).unwrap()
-                });
-            } else {
-                let mut rt = cx
-                    .compile(ReferenceBackend, CompileOptions::default())
-                    .unwrap();
-                set_run(&mut |da, db| {
-                    rt.set(a, da).unwrap();
-                    rt.set(b, db).unwrap();
-                    rt.run().unwrap();
-                    rt.get::<f32>(y).unwrap()
-                });
-            }
-        }
-        for (x, w) in outs[1].iter().zip(&outs[0]) {
+        let (want, _) = product_on(luminal::ReferenceBackend);
+        let (got, names) = product_on(knob);
+        assert!(names.iter().any(|n| n.starts_with("matmul")), "{names:?}");
+        for (x, w) in got.iter().zip(&want) {
             assert!((x - w).abs() <= 1e-4 * w.abs().max(1.0), "{x} vs {w}");
         }
     }
