@@ -209,3 +209,58 @@ fn search_compiles_plain_attention_with_the_hand_rule_off() {
         "{derived:?}"
     );
 }
+
+#[test]
+fn a_cached_derived_plan_brings_its_fused_term_back() {
+    // The derived plan stored as the search stores its choice; the next search of the same
+    // graph reads it and hands the backend the same fused term, without searching.
+    let (s, t) = (120, 120);
+    let cx = Graph::new();
+    let (ins, out) = attention(&cx, s, t, true);
+    let g = cx.snapshot();
+    let want = run(
+        &mut cx
+            .compile(ReferenceBackend, CompileOptions::default())
+            .unwrap(),
+        &ins,
+        out,
+        s,
+        t,
+    );
+    let backend = CpuBackend::default().disable_rules(&["attention"]);
+    let mut enc = terms::encode(&g, backend.supports("matmul"));
+    enc.online_attention = backend.supports("online_attention");
+    let rules: String = egraph::RULE_FILES.iter().map(|r| r.1).collect();
+    let mut eg = egraph::seed(&enc, &rules).unwrap();
+    let limits = Limits {
+        max_enodes: 100_000,
+        time: Duration::from_secs(20),
+        max_iterations: 64,
+    };
+    egraph::saturate(&mut eg, STAGES, &limits, &mut |_, _| {}).unwrap();
+    let classes = egraph::read_classes(&eg, &enc, &g).unwrap();
+    let dims = HashMap::new();
+    let dag = egraph::extract(&classes, &enc, &g, &CostWeights::DEFAULT, &dims).unwrap();
+    let dir = std::env::temp_dir().join(format!(
+        "luminal-search-test-{}-attention-cache",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let key = luminal_search::cache::key(&enc, &g, &dims, &backend.tuning_id());
+    let schedule = backend.schedules(&g)[0].clone();
+    let entry = luminal_search::cache::Entry {
+        schedule,
+        dag,
+        notes: String::new(),
+    };
+    luminal_search::cache::store(&dir, &key, &entry).unwrap();
+    let plan = luminal_search::search(&backend, g, &SearchBudget::default(), &dir).unwrap();
+    assert!(plan.report.from_cache, "{}", plan.report);
+    assert_eq!(plan.report.fused, vec!["online_attention".to_string()]);
+    let mut rt = backend
+        .compile_terms(plan.graph, &plan.terms, &CompileOptions::default())
+        .unwrap();
+    assert!(rt.kernel_names().contains(&"online_attention".to_string()));
+    assert_close(&run(&mut rt, &ins, out, s, t), &want);
+    let _ = std::fs::remove_dir_all(&dir);
+}
