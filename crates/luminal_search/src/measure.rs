@@ -264,6 +264,41 @@ pub fn measure<B: Tunable>(
     deadline: Instant,
     on_step: &mut dyn FnMut(usize),
 ) -> Vec<CandidateReport> {
+    measure_from(
+        backend_for,
+        candidates,
+        inputs,
+        dims,
+        reference,
+        outputs,
+        max_candidates,
+        repeats,
+        margin,
+        deadline,
+        on_step,
+        None,
+    )
+}
+
+/// [`measure`], with candidate 0 already compiled and run once: `baseline` is its runtime
+/// and the seconds that took, when its outputs are the `reference` (a graph too large for
+/// the reference runtime is checked against the backend's own plan: running that plan a
+/// second time as candidate 0 would cost as much again, seconds for a long attention).
+#[allow(clippy::too_many_arguments)]
+pub fn measure_from<B: Tunable>(
+    backend_for: &dyn Fn(&str) -> Option<B>,
+    candidates: &[Candidate],
+    inputs: &[(TensorRef, HostData)],
+    dims: &HashMap<String, i64>,
+    reference: &[HostData],
+    outputs: &[(NodeId, TensorRef)],
+    max_candidates: usize,
+    repeats: usize,
+    margin: f64,
+    deadline: Instant,
+    on_step: &mut dyn FnMut(usize),
+    baseline: Option<(B::Runtime, f64)>,
+) -> Vec<CandidateReport> {
     let mut reports: Vec<CandidateReport> = candidates
         .iter()
         .map(|c| CandidateReport {
@@ -281,6 +316,7 @@ pub fn measure<B: Tunable>(
     let mut check = vec![0f64; candidates.len()];
     let mut fastest = f64::INFINITY;
     let mut pruned_variants: Vec<String> = vec![];
+    let mut baseline = baseline;
     for (i, c) in candidates.iter().enumerate().take(max_candidates.max(1)) {
         // Past the deadline only the backend's own plan is checked, and the next candidate
         // when the cost model rates it far cheaper (a derived attention next to seconds-long
@@ -295,6 +331,16 @@ pub fn measure<B: Tunable>(
             reports[i].outcome =
                 Outcome::Rejected("pruned under another schedule: not checked".into());
             continue;
+        }
+        if i == 0 {
+            if let Some((rt, secs)) = baseline.take() {
+                reports[0].error = Some(0.0);
+                check[0] = secs;
+                fastest = fastest.min(secs);
+                runtimes.push((0, rt));
+                on_step(1);
+                continue;
+            }
         }
         let t0 = Instant::now();
         let Some(backend) = backend_for(&c.schedule) else {
