@@ -3,7 +3,7 @@
 
 use crate::dtype::{Element, HostData};
 use crate::error::{LuminalError, Result};
-use crate::graph::{GraphData, TensorRef};
+use crate::graph::{Edge, GraphData, NodeId, TensorRef};
 use std::time::Duration;
 
 /// Options common to every backend.
@@ -93,6 +93,31 @@ pub trait Tunable: Backend + Clone {
     /// Whether the backend runs a kind of fused term the search may produce (e.g.
     /// `"matmul"`); terms it cannot run are never extracted.
     fn supports(&self, term: &str) -> bool;
+    /// Compiles `graph`, computing each node of `terms` with the named fused term (one the
+    /// backend [`supports`](Tunable::supports)) from the term's operands. The node's own
+    /// primop subgraph stays in `graph` as the term's reference semantics; a backend may
+    /// fall back to it. The default knows no terms and compiles the graph as it is.
+    fn compile_terms(
+        &self,
+        graph: GraphData,
+        terms: &[FusedTerm],
+        options: &CompileOptions,
+    ) -> Result<Self::Runtime> {
+        let _ = terms;
+        self.compile(graph, options)
+    }
+}
+
+/// A node that a search asks a [`Tunable`] backend to compute with one of its fused terms
+/// (see [`Tunable::compile_terms`]), e.g. `"online_attention"` with inputs `[q, k, v, bias]`
+/// read through the views the term's primop subgraph reads them with, and `params`
+/// `[scale]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FusedTerm {
+    pub term: String,
+    pub node: NodeId,
+    pub inputs: Vec<Edge>,
+    pub params: Vec<f64>,
 }
 
 pub trait Backend {

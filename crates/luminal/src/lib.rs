@@ -34,7 +34,7 @@ pub mod testing;
 
 pub use half;
 
-pub use backend::{Backend, CompileOptions, Runtime, SearchBudget, Tunable};
+pub use backend::{Backend, CompileOptions, FusedTerm, Runtime, SearchBudget, Tunable};
 pub use dtype::{ByteData, DType, Element, HostData};
 pub use error::{DataAccess, LuminalError, Result};
 pub use graph::{Graph, GraphData, GraphTensor, NodeId, TensorId, TensorRef, ToAxes, ToShape};

@@ -76,6 +76,9 @@ pub struct CpuBackend {
     pub quant_dots: QuantDots,
     /// Lowering rules and passes switched off (see [`CpuBackend::disable_rules`]).
     pub disabled_rules: &'static [&'static str],
+    /// Threads the matrix products may use, at most `threads` (`None`: all of them): a
+    /// kernel-level choice of the search (schedule knob `mm=N`, see `search.rs`).
+    pub matmul_threads: Option<usize>,
 }
 
 /// Activations of products with block-quantized weights: skinny ones (M ≤ 8 rows: decode
@@ -139,7 +142,8 @@ impl CpuBackend {
 impl CpuBackend {
     /// This backend with the named lowering rules or passes switched off: the graph runs
     /// on the remaining ones (ultimately the reference-semantics fallback) with the same
-    /// results. Rules: `write_slice`, `attention`, `dequantize`, `fused_elementwise`, `half_cast`,
+    /// results. Rules: `write_slice`, `terms` (fused terms a search names, see `search.rs`),
+    /// `attention`, `dequantize`, `fused_elementwise`, `half_cast`,
     /// `matmul`, `fused_reduce`, `movement`; passes: `shared`, `rows`, `concat`. Unknown names are
     /// an error at compile time.
     pub fn disable_rules(self, rules: &'static [&'static str]) -> CpuBackend {
@@ -157,11 +161,13 @@ impl Backend for CpuBackend {
             .threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
             .max(1);
-        CpuRuntime::new(
-            graph,
-            threads,
-            self.quant_dots.resolved(),
-            self.disabled_rules,
-        )
+        crate::lower::with_matmul_threads(self.matmul_threads, || {
+            CpuRuntime::new(
+                graph,
+                threads,
+                self.quant_dots.resolved(),
+                self.disabled_rules,
+            )
+        })
     }
 }

@@ -66,6 +66,7 @@ fn run(backend: Option<CpuBackend>) -> (Vec<f32>, Vec<f32>, Vec<String>) {
 
 const ALL: &[&str] = &[
     "write_slice",
+    "terms",
     "attention",
     "dequantize",
     "fused_elementwise",

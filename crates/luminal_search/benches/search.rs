@@ -28,6 +28,19 @@ fn attention(cx: &Graph, seq: usize) -> Vec<GraphTensor<'_>> {
     vec![scores.softmax(2).matmul(v)]
 }
 
+fn causal_attention(cx: &Graph, seq: usize) -> Vec<GraphTensor<'_>> {
+    // The same with a causal mask: the hand `attention` rule's pattern.
+    let (h, d) = (4, 64);
+    let q = cx.tensor("q", (h, seq, d));
+    let k = cx.tensor("k", (h, seq, d));
+    let v = cx.tensor("v", (h, seq, d));
+    let key = cx.arange(seq).expand(0, seq);
+    let query = cx.arange(seq).expand(1, seq);
+    let mask = (key - query).le(cx.constant(0.0)).cast(DType::F32).log2();
+    let scores = q.matmul(k.permute([0, 2, 1])) * (1.0 / (d as f32).sqrt()) + mask.expand(0, h);
+    vec![scores.softmax(2).matmul(v)]
+}
+
 fn workloads() -> Vec<(&'static str, Build)> {
     vec![
         ("matmul square 256", |cx| {
@@ -84,6 +97,10 @@ fn workloads() -> Vec<(&'static str, Build)> {
         ("attention seq 128", |cx| attention(cx, 128)),
         ("attention seq 256", |cx| attention(cx, 256)),
         ("attention seq 512", |cx| attention(cx, 512)),
+        ("attention seq 1024", |cx| attention(cx, 1024)),
+        ("causal attention seq 1024 (hand kernel)", |cx| {
+            causal_attention(cx, 1024)
+        }),
         ("conv2d 1x16x32x32 k3 ->32", |cx| {
             let x = cx.tensor("x", (1, 16, 32, 32));
             let w = cx.tensor("w", (32, 16, 3, 3));
@@ -172,13 +189,18 @@ fn main() {
         let ratio = mh.as_secs_f64() / ms.as_secs_f64();
         ratios.push(ratio);
         println!(
-            "| {name} | {:.3} | {:.3} | {ratio:.2}× | {:.2} | {} | {} / {}{} |",
+            "| {name} | {:.3} | {:.3} | {ratio:.2}× | {:.2} | {} | {} / {}{}{} |",
             mh.as_secs_f64() * 1e3,
             ms.as_secs_f64() * 1e3,
             compile.as_secs_f64(),
             report.enodes,
             report.variant,
             report.schedule,
+            if report.fused.is_empty() {
+                String::new()
+            } else {
+                format!(" [{}]", report.fused.join(","))
+            },
             if report.chosen == Some(0) {
                 " (= the hand plan: the ratio is noise)"
             } else {

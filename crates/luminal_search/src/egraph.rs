@@ -15,6 +15,7 @@ pub const RULE_FILES: &[(&str, &str)] = &[
     ("movement", include_str!("rules/movement.egg")),
     ("algebra", include_str!("rules/algebra.egg")),
     ("reassociate", include_str!("rules/reassociate.egg")),
+    ("attention", include_str!("rules/attention.egg")),
 ];
 
 /// One rewrite rule of a rule file: its name (the `; rule NAME` comment before it), its
@@ -101,7 +102,10 @@ pub fn seed_program(enc: &Encoding) -> String {
             }
             TNode::Cont(a) => format!("(Cont {})", t(a)),
             TNode::Ed(a, v) => format!("(Ed {} {v})", t(a)),
-            TNode::MatMul(a, b) => format!("(MatMul {} {})", t(a), t(b)),
+            n => {
+                let c: Vec<String> = n.children().into_iter().map(t).collect();
+                format!("({} {})", n.head(), c.join(" "))
+            }
         };
         s.push_str(&format!("(union (T {i}) {body})\n"));
     }
@@ -113,6 +117,35 @@ pub fn seed_program(enc: &Encoding) -> String {
     for &e in &enc.zero_edges {
         if live[e as usize] {
             s.push_str(&format!("(ZeroEdge (T {e}))\n"));
+        }
+    }
+    // Facts of the attention rules: a constant is named by the role it plays.
+    for &(e, v) in &enc.const_edges {
+        if live[e as usize] {
+            s.push_str(&format!("(ConstEdge (T {e}))\n"));
+            let role = match v as f32 {
+                std::f32::consts::LOG2_E => Some("log2e"),
+                -1.0 => Some("minus-one"),
+                _ => None,
+            };
+            if let Some(role) = role {
+                s.push_str(&format!("(ConstIs (T {e}) \"{role}\")\n"));
+            }
+        }
+    }
+    for &e in &enc.bcast_edges {
+        if live[e as usize] {
+            s.push_str(&format!("(Bcast (T {e}))\n"));
+        }
+    }
+    for &(e, n) in &enc.zero_strides {
+        if live[e as usize] {
+            s.push_str(&format!("(ZeroStride (T {e}) {n})\n"));
+        }
+    }
+    for &e in &enc.last_reds {
+        if live[e as usize] {
+            s.push_str(&format!("(LastRed (T {e}))\n"));
         }
     }
     s
@@ -262,6 +295,10 @@ pub fn read_classes(eg: &EGraph, enc: &Encoding, g: &GraphData) -> Result<Classe
             "Cont" => TNode::Cont(cls(0)?),
             "Ed" => TNode::Ed(cls(0)?, int(1)?),
             "MatMul" => TNode::MatMul(cls(0)?, cls(1)?),
+            head @ ("AttnV" | "OnlineAttnV" | "Flash" | "FlashNoMask") => {
+                let c: Result<Vec<u32>, String> = (0..node.children.len()).map(&mut cls).collect();
+                TNode::attention(head, &c?).ok_or_else(|| bad("attention term"))?
+            }
             _ => continue, // primitives, fact relations
         };
         let c = idx(node.eclass.as_ref(), &mut nodes);
@@ -351,6 +388,23 @@ pub fn node_cost(
             let k = info(a).map_or(1.0, |i| numel(&i.shape[1..], dims));
             w.per_node + w.per_element * elems + w.per_mac * elems * k
         }
+        // Their primop forms: the product with the values, and about four passes over the
+        // scores (max, exp, sum; the online form twice over half the keys, plus a merge).
+        TNode::AttnV(x, _) | TNode::OnlineAttnV(x, _) => {
+            let scores = info(x).map_or(elems, |i| numel(&i.shape, dims));
+            let t = info(x).map_or(1.0, |i| numel(&i.shape[i.shape.len() - 1..], dims));
+            let passes = if matches!(n, TNode::AttnV(..)) {
+                4.0
+            } else {
+                4.5
+            };
+            6.0 * w.per_node + w.per_element * passes * scores + w.per_mac * elems * t
+        }
+        // One kernel: both products, no scores in memory.
+        TNode::Flash(q, ..) | TNode::FlashNoMask(q, ..) => {
+            let qk = info(q).map_or(elems, |i| numel(&i.shape, dims));
+            w.per_node + w.per_element * elems + 2.0 * w.per_mac * qk
+        }
         _ => w.per_node + w.per_element * elems,
     }
 }
@@ -418,18 +472,7 @@ pub fn extract(
                 }
                 continue;
             }
-            let m = |x: u32| built[&x];
-            let t = match chosen {
-                TNode::Op0(k) => TNode::Op0(k),
-                TNode::Op1(k, a) => TNode::Op1(k, m(a)),
-                TNode::Op2(k, a, b) => TNode::Op2(k, m(a), m(b)),
-                TNode::Un(op, a) => TNode::Un(op, m(a)),
-                TNode::Bin(op, a, b) => TNode::Bin(op, m(a), m(b)),
-                TNode::Red(op, ax, a) => TNode::Red(op, ax, m(a)),
-                TNode::Cont(a) => TNode::Cont(m(a)),
-                TNode::Ed(a, v) => TNode::Ed(m(a), v),
-                TNode::MatMul(a, b) => TNode::MatMul(m(a), m(b)),
-            };
+            let t = chosen.map_children(&|x: u32| built[&x]);
             let id = dag.add(t);
             built.insert(c, id);
         }

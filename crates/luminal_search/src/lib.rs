@@ -6,14 +6,18 @@
 //!    term DAG — primops over views, products recognised as `MatMul`, everything else kept
 //!    opaque — and any extracted DAG is rebuilt into a graph.
 //! 2. **Bounded saturation** ([`egraph`]): the terms seed an egglog e-graph; the rule files
-//!    in `src/rules/*.egg` run in stages (`movement`, `algebra`, `reassociate`), each until
+//!    in `src/rules/*.egg` run in stages (`movement`, `algebra`, `reassociate`,
+//!    `attention`: softmax·V reorganised into an online max/sum recurrence over tiles of
+//!    keys with the scores inside, see [`attention`]), each until
 //!    it saturates, the e-graph reaches [`SearchBudget::max_enodes`], or its share of the
 //!    time runs out. An `indicatif` progress line shows the stage, e-nodes and candidates
 //!    timed (on a terminal).
 //! 3. **Extraction by measurement** ([`measure`]): a cost model picks the cheapest graph
 //!    under a few weightings; each graph variant × each schedule the backend offers
 //!    ([`luminal::Tunable`]: threads, which fusion passes run) is a candidate. Candidates
-//!    are compiled on the backend, run on random inputs of the real shapes and checked
+//!    are compiled on the backend (extracted terms the backend runs fused, such as
+//!    `online_attention`, are handed to it as [`luminal::FusedTerm`]s through
+//!    [`luminal::Tunable::compile_terms`]), run on random inputs of the real shapes and checked
 //!    against the reference runtime (the op suite's tolerances); the ones that pass are
 //!    timed, interleaved round by round, and the fastest median wins — the backend's own
 //!    plan (candidate 0) unless another is at least 3% faster.
@@ -39,6 +43,7 @@
 //! `CompileOptions::default()` never searches (the wrapper then is the plain backend).
 //! Set `LUMINAL_SEARCH_LOG=1` to print every search's report to stderr.
 
+pub mod attention;
 pub mod cache;
 pub mod egraph;
 pub mod measure;
@@ -46,7 +51,9 @@ pub mod terms;
 
 use egraph::{CostWeights, Limits, StageReport};
 use indicatif::{ProgressBar, ProgressStyle};
-use luminal::{Backend, CompileOptions, GraphData, LuminalError, Result, SearchBudget, Tunable};
+use luminal::{
+    Backend, CompileOptions, FusedTerm, GraphData, LuminalError, Result, SearchBudget, Tunable,
+};
 use measure::{Candidate, CandidateReport, Outcome};
 use std::collections::HashMap;
 use std::fmt;
@@ -62,7 +69,7 @@ pub const MARGIN: f64 = 0.03;
 pub const REFERENCE_LIMIT: f64 = 3e7;
 
 /// The rulesets, in the order the stages run them.
-pub const STAGES: &[&str] = &["movement", "algebra", "reassociate"];
+pub const STAGES: &[&str] = &["movement", "algebra", "reassociate", "attention"];
 
 /// A search-based compile's account of itself.
 #[derive(Clone, Debug, Default)]
@@ -80,6 +87,8 @@ pub struct SearchReport {
     pub chosen: Option<usize>,
     pub schedule: String,
     pub variant: String,
+    /// The fused terms of the chosen plan (e.g. `online_attention`), one entry per node.
+    pub fused: Vec<String>,
     /// What candidates' outputs were compared with.
     pub checked_against: String,
     pub total: Duration,
@@ -163,6 +172,16 @@ impl fmt::Display for SearchReport {
             )?;
         }
         write!(f, "  chosen: {} with {}", self.variant, self.schedule)?;
+        if !self.fused.is_empty() {
+            let mut names: Vec<&String> = self.fused.iter().collect();
+            names.sort();
+            names.dedup();
+            let counted: Vec<String> = names
+                .iter()
+                .map(|n| format!("{n} ×{}", self.fused.iter().filter(|f| f == n).count()))
+                .collect();
+            write!(f, ", fused terms: {}", counted.join(", "))?;
+        }
         if let Some(s) = self.speedup() {
             write!(f, " ({s:.2}× the backend's own plan)")?;
         }
@@ -227,7 +246,7 @@ impl<B: Tunable> Backend for Search<B> {
             ))
         })?;
         *self.report.lock().unwrap_or_else(|e| e.into_inner()) = Some(plan.report);
-        backend.compile(plan.graph, options)
+        backend.compile_terms(plan.graph, &plan.terms, options)
     }
 }
 
@@ -235,6 +254,8 @@ impl<B: Tunable> Backend for Search<B> {
 #[derive(Clone, Debug)]
 pub struct Plan {
     pub graph: GraphData,
+    /// Nodes of `graph` the backend computes with its fused terms.
+    pub terms: Vec<FusedTerm>,
     pub schedule: String,
     pub report: SearchReport,
 }
@@ -250,6 +271,9 @@ fn progress() -> ProgressBar {
     }
     pb
 }
+
+/// A graph variant: name, graph, fused terms, cost, terms.
+type Variant = (String, GraphData, Vec<FusedTerm>, f64, terms::TermDag);
 
 /// Searches for a faster plan of `g` (already through the generic passes) on `backend`
 /// within `budget`, reading and writing the cache in `cache_dir` when the budget allows.
@@ -271,7 +295,8 @@ pub fn search<B: Tunable>(
             "dynamic dim '{d}' needs a value for timing: SearchBudget::default().dim(\"{d}\", n)"
         )));
     }
-    let enc = terms::encode(&g, backend.supports("matmul"));
+    let mut enc = terms::encode(&g, backend.supports("matmul"));
+    enc.online_attention = backend.supports("online_attention");
     let key = cache::key(&enc, &g, &dims, &backend.tuning_id());
     let log = std::env::var("LUMINAL_SEARCH_LOG").is_ok_and(|v| !v.is_empty() && v != "0");
     let mut report = SearchReport {
@@ -281,20 +306,22 @@ pub fn search<B: Tunable>(
 
     if budget.use_cache {
         if let Some(entry) = cache::load(cache_dir, &key) {
-            if let (Some(graph), Some(_)) = (
-                terms::rebuild(&g, &enc, &entry.dag),
+            if let (Some((graph, fused)), Some(_)) = (
+                terms::rebuild_with_terms(&g, &enc, &entry.dag),
                 backend.schedule(&entry.schedule),
             ) {
                 report.from_cache = true;
                 report.cache_path = Some(cache::path(cache_dir, &key));
                 report.schedule = entry.schedule.clone();
                 report.variant = "cached".into();
+                report.fused = fused.iter().map(|t| t.term.clone()).collect();
                 report.total = start.elapsed();
                 if log {
                     eprintln!("{report}");
                 }
                 return Ok(Plan {
                     graph,
+                    terms: fused,
                     schedule: entry.schedule,
                     report,
                 });
@@ -326,23 +353,28 @@ pub fn search<B: Tunable>(
 
     // Graph variants: the source, then the cost model's picks under each weighting.
     let source_cost = egraph::dag_cost(&enc.dag, &enc, &g, &CostWeights::DEFAULT, &dims);
-    let mut variants: Vec<(String, GraphData, f64, terms::TermDag)> =
-        vec![("source".into(), g.clone(), source_cost, enc.dag.clone())];
+    let mut variants: Vec<Variant> = vec![(
+        "source".into(),
+        g.clone(),
+        vec![],
+        source_cost,
+        enc.dag.clone(),
+    )];
     for (name, w) in [
         ("extracted", CostWeights::DEFAULT),
         ("extracted-compute", CostWeights::COMPUTE_BOUND),
     ] {
         let dag = egraph::extract(&classes, &enc, &g, &w, &dims).map_err(err)?;
-        if variants.iter().any(|v| v.3.signature() == dag.signature()) {
+        if variants.iter().any(|v| v.4.signature() == dag.signature()) {
             continue;
         }
-        let graph = terms::rebuild(&g, &enc, &dag)
+        let (graph, fused) = terms::rebuild_with_terms(&g, &enc, &dag)
             .ok_or_else(|| err("an extracted term does not rebuild"))?;
         let cost = egraph::dag_cost(&dag, &enc, &g, &CostWeights::DEFAULT, &dims);
-        variants.push((name.into(), graph, cost, dag));
+        variants.push((name.into(), graph, fused, cost, dag));
     }
     // Cheapest rewritten variant first after the source.
-    variants[1..].sort_by(|a, b| a.2.total_cmp(&b.2));
+    variants[1..].sort_by(|a, b| a.3.total_cmp(&b.3));
     let schedules = backend.schedules(&g);
     let mut order: Vec<(usize, usize)> = vec![];
     let mut push = |v: usize, s: usize| {
@@ -367,8 +399,9 @@ pub fn search<B: Tunable>(
         .map(|&(v, s)| Candidate {
             variant: variants[v].0.clone(),
             graph: variants[v].1.clone(),
+            terms: variants[v].2.clone(),
             schedule: schedules[s].clone(),
-            cost: variants[v].2,
+            cost: variants[v].3,
         })
         .collect();
 
@@ -378,22 +411,28 @@ pub fn search<B: Tunable>(
     // element at a time: seconds for a large model) the backend's own plan, itself checked
     // against the reference by the op suite, stands in for it (the report says which).
     let mac_cost = egraph::dag_cost(&enc.dag, &enc, &g, &CostWeights::COMPUTE_BOUND, &dims);
-    let reference = if mac_cost <= REFERENCE_LIMIT {
+    let (reference, baseline) = if mac_cost <= REFERENCE_LIMIT {
         report.checked_against = "reference runtime".into();
-        measure::reference_outputs(&g, &inputs, &dims, &outputs).map_err(err)?
+        let r = measure::reference_outputs(&g, &inputs, &dims, &outputs).map_err(err)?;
+        (r, None)
     } else {
         report.checked_against =
             "the backend's own plan (graph too large for the reference runtime)".into();
         let b0 = backend
             .schedule(&schedules[0])
             .ok_or_else(|| err("the backend's first schedule does not parse"))?;
-        measure::run_once(&b0, &g, &inputs, &dims, &outputs)
-            .map_err(err)?
-            .1
+        // Candidate 0 is this plan (the source graph on the first schedule): its runtime
+        // is reused rather than compiled and run again.
+        let t0 = Instant::now();
+        let (rt, outs) = measure::run_once(&b0, &g, &inputs, &dims, &outputs).map_err(err)?;
+        let reuse = candidates.first().is_some_and(|c| {
+            c.variant == "source" && c.schedule == schedules[0] && c.terms.is_empty()
+        });
+        (outs, reuse.then(|| (rt, t0.elapsed().as_secs_f64())))
     };
     let n = candidates.len().min(budget.max_candidates.max(1));
     pb.set_message(format!("timing 0/{n} candidates"));
-    report.candidates = measure::measure(
+    report.candidates = measure::measure_from(
         &|s: &str| backend.schedule(s),
         &candidates,
         &inputs,
@@ -408,6 +447,7 @@ pub fn search<B: Tunable>(
             pb.set_message(format!("timing {k}/{n} candidates"));
             pb.tick();
         },
+        baseline,
     );
     pb.finish_and_clear();
     let chosen = measure::pick(&report.candidates, MARGIN).ok_or_else(|| {
@@ -419,7 +459,8 @@ pub fn search<B: Tunable>(
     let c = &candidates[chosen];
     report.schedule = c.schedule.clone();
     report.variant = c.variant.clone();
-    let dag = &variants[order[chosen].0].3;
+    report.fused = c.terms.iter().map(|t| t.term.clone()).collect();
+    let dag = &variants[order[chosen].0].4;
     if budget.use_cache {
         let entry = cache::Entry {
             schedule: c.schedule.clone(),
@@ -435,6 +476,7 @@ pub fn search<B: Tunable>(
     }
     Ok(Plan {
         graph: c.graph.clone(),
+        terms: c.terms.clone(),
         schedule: c.schedule.clone(),
         report,
     })

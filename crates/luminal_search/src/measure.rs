@@ -4,7 +4,10 @@
 
 use luminal::graph::{GraphData, NodeId, TensorId, TensorRef};
 use luminal::op::Op;
-use luminal::{Backend, CompileOptions, DType, HostData, ReferenceBackend, Runtime, SharedBytes};
+use luminal::{
+    Backend, CompileOptions, DType, FusedTerm, HostData, ReferenceBackend, Runtime, SharedBytes,
+    Tunable,
+};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -15,6 +18,8 @@ pub struct Candidate {
     /// Which graph variant (`"source"`, `"extracted"`, …).
     pub variant: String,
     pub graph: GraphData,
+    /// Nodes of `graph` the backend is to compute with its fused terms.
+    pub terms: Vec<FusedTerm>,
     pub schedule: String,
     /// Cost-model estimate of the graph (lower is better).
     pub cost: f64,
@@ -127,9 +132,37 @@ pub fn run_once<B: Backend>(
         optimize: false,
         ..CompileOptions::default()
     };
-    let mut rt = backend
+    let rt = backend
         .compile(g.clone(), &opts)
         .map_err(|e| format!("compile: {e}"))?;
+    run_compiled(rt, inputs, dims, outputs)
+}
+
+/// [`run_once`] of a plan with fused terms (see [`luminal::Tunable::compile_terms`]).
+pub fn run_once_terms<B: Tunable>(
+    backend: &B,
+    g: &GraphData,
+    terms: &[FusedTerm],
+    inputs: &[(TensorRef, HostData)],
+    dims: &HashMap<String, i64>,
+    outputs: &[(NodeId, TensorRef)],
+) -> Result<(B::Runtime, Vec<HostData>), String> {
+    let opts = CompileOptions {
+        optimize: false,
+        ..CompileOptions::default()
+    };
+    let rt = backend
+        .compile_terms(g.clone(), terms, &opts)
+        .map_err(|e| format!("compile: {e}"))?;
+    run_compiled(rt, inputs, dims, outputs)
+}
+
+fn run_compiled<R: Runtime>(
+    mut rt: R,
+    inputs: &[(TensorRef, HostData)],
+    dims: &HashMap<String, i64>,
+    outputs: &[(NodeId, TensorRef)],
+) -> Result<(R, Vec<HostData>), String> {
     for (name, &v) in dims {
         rt.set_dim(name, v.max(0) as usize);
     }
@@ -203,6 +236,10 @@ pub fn error_ratio(got: &HostData, want: &HostData) -> f64 {
     worst
 }
 
+/// A candidate whose check run (compile + one run) takes this many times the fastest
+/// candidate's is not timed further.
+pub const PRUNE_SLOWER: f64 = 4.0;
+
 fn median(v: &mut [Duration]) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -214,7 +251,7 @@ fn median(v: &mut [Duration]) -> Duration {
 /// if its error is within tolerance, or — when the first candidate (the backend's own plan)
 /// is itself outside tolerance (e.g. int8 activations) — within twice that plan's error.
 #[allow(clippy::too_many_arguments)]
-pub fn measure<B: Backend>(
+pub fn measure<B: Tunable>(
     backend_for: &dyn Fn(&str) -> Option<B>,
     candidates: &[Candidate],
     inputs: &[(TensorRef, HostData)],
@@ -226,6 +263,41 @@ pub fn measure<B: Backend>(
     margin: f64,
     deadline: Instant,
     on_step: &mut dyn FnMut(usize),
+) -> Vec<CandidateReport> {
+    measure_from(
+        backend_for,
+        candidates,
+        inputs,
+        dims,
+        reference,
+        outputs,
+        max_candidates,
+        repeats,
+        margin,
+        deadline,
+        on_step,
+        None,
+    )
+}
+
+/// [`measure`], with candidate 0 already compiled and run once: `baseline` is its runtime
+/// and the seconds that took, when its outputs are the `reference` (a graph too large for
+/// the reference runtime is checked against the backend's own plan: running that plan a
+/// second time as candidate 0 would cost as much again, seconds for a long attention).
+#[allow(clippy::too_many_arguments)]
+pub fn measure_from<B: Tunable>(
+    backend_for: &dyn Fn(&str) -> Option<B>,
+    candidates: &[Candidate],
+    inputs: &[(TensorRef, HostData)],
+    dims: &HashMap<String, i64>,
+    reference: &[HostData],
+    outputs: &[(NodeId, TensorRef)],
+    max_candidates: usize,
+    repeats: usize,
+    margin: f64,
+    deadline: Instant,
+    on_step: &mut dyn FnMut(usize),
+    baseline: Option<(B::Runtime, f64)>,
 ) -> Vec<CandidateReport> {
     let mut reports: Vec<CandidateReport> = candidates
         .iter()
@@ -240,15 +312,42 @@ pub fn measure<B: Backend>(
         .collect();
     let mut runtimes: Vec<(usize, B::Runtime)> = vec![];
     let mut allowed = 1.0f64;
+    // Seconds of each candidate's check (compile + one run), and the fastest so far.
+    let mut check = vec![0f64; candidates.len()];
+    let mut fastest = f64::INFINITY;
+    let mut pruned_variants: Vec<String> = vec![];
+    let mut baseline = baseline;
     for (i, c) in candidates.iter().enumerate().take(max_candidates.max(1)) {
-        if i > 0 && Instant::now() >= deadline {
+        // Past the deadline only the backend's own plan is checked, and the next candidate
+        // when the cost model rates it far cheaper (a derived attention next to seconds-long
+        // runs of the materialised one: otherwise the budget can run out before it).
+        let far_cheaper = i == 1 && c.cost * PRUNE_SLOWER < candidates[0].cost;
+        if i > 0 && Instant::now() >= deadline && !far_cheaper {
             break;
         }
+        // A graph pruned under one schedule is not checked under the others (they move
+        // times by far less than the pruning factor).
+        if pruned_variants.contains(&c.variant) {
+            reports[i].outcome =
+                Outcome::Rejected("pruned under another schedule: not checked".into());
+            continue;
+        }
+        if i == 0 {
+            if let Some((rt, secs)) = baseline.take() {
+                reports[0].error = Some(0.0);
+                check[0] = secs;
+                fastest = fastest.min(secs);
+                runtimes.push((0, rt));
+                on_step(1);
+                continue;
+            }
+        }
+        let t0 = Instant::now();
         let Some(backend) = backend_for(&c.schedule) else {
             reports[i].outcome = Outcome::Rejected(format!("unknown schedule {}", c.schedule));
             continue;
         };
-        match run_once(&backend, &c.graph, inputs, dims, outputs) {
+        match run_once_terms(&backend, &c.graph, &c.terms, inputs, dims, outputs) {
             Err(e) => reports[i].outcome = Outcome::Rejected(e),
             Ok((rt, outs)) => {
                 let err = outs
@@ -261,7 +360,22 @@ pub fn measure<B: Backend>(
                     allowed = 2.0 * err;
                 }
                 if err <= allowed {
+                    check[i] = t0.elapsed().as_secs_f64();
+                    fastest = fastest.min(check[i]);
                     runtimes.push((i, rt));
+                    // Plans far slower than the fastest are not timed further, and their
+                    // buffers are freed at once (a materialised attention next to the derived
+                    // one: gigabytes). The backend's own plan is always timed.
+                    let slow = |j: usize| j > 0 && check[j] > PRUNE_SLOWER * fastest.max(0.01);
+                    for (j, _) in runtimes.iter().filter(|(j, _)| slow(*j)) {
+                        pruned_variants.push(candidates[*j].variant.clone());
+                        reports[*j].outcome = Outcome::Rejected(format!(
+                            "pruned: its check took {:.1} ms, over {PRUNE_SLOWER}× the fastest ({:.1} ms)",
+                            check[*j] * 1e3,
+                            fastest * 1e3
+                        ));
+                    }
+                    runtimes.retain(|(j, _)| !slow(*j));
                 } else {
                     reports[i].outcome = Outcome::Rejected(format!(
                         "outputs differ from the reference: error {err:.3e} × tolerance"
@@ -299,7 +413,20 @@ pub fn measure<B: Backend>(
         if round > 0 && Instant::now() >= deadline {
             break;
         }
+        // After the first round, plans far slower than the fastest sample are not run
+        // again (their first sample stands): a materialised attention at seq 8192 takes
+        // seconds a run.
+        let best = times.iter().filter_map(|t| t.iter().min()).min().copied();
         for (i, rt) in runtimes.iter_mut() {
+            let slow = |t: &Vec<Duration>| {
+                let (Some(b), Some(m)) = (best, t.iter().min()) else {
+                    return false;
+                };
+                m.as_secs_f64() > PRUNE_SLOWER * b.as_secs_f64().max(1e-3)
+            };
+            if round > 0 && slow(&times[*i]) {
+                continue;
+            }
             sample(*i, rt, &mut reports, &mut times);
         }
     }
@@ -322,17 +449,34 @@ pub fn measure<B: Backend>(
         if let Some(base) = runtimes.iter().position(|(i, _)| *i == 0) {
             let wpos = runtimes.iter().position(|(i, _)| *i == w).expect("timed");
             let (mut tb, mut tw) = (vec![], vec![]);
-            for _ in 0..(2 * repeats).max(5) {
+            let mut settled = false;
+            for pair in 0..(2 * repeats).max(5) {
                 for (pos, out) in [(base, &mut tb), (wpos, &mut tw)] {
                     let (i, rt) = &mut runtimes[pos];
                     let mut t = vec![vec![]; candidates.len()];
                     sample(*i, rt, &mut reports, &mut t);
                     out.append(&mut t[*i]);
                 }
+                // Every run of the winner (the rounds' and these, three or more of each)
+                // beating every run of the baseline by the margin settles it early.
+                let all_b: Vec<Duration> = times[0].iter().chain(&tb).copied().collect();
+                let all_w: Vec<Duration> = times[w].iter().chain(&tw).copied().collect();
+                let worst_w = all_w
+                    .iter()
+                    .max()
+                    .map_or(f64::INFINITY, |d| d.as_secs_f64());
+                let best_b = all_b.iter().min().map_or(0.0, |d| d.as_secs_f64());
+                if all_b.len().min(all_w.len()) >= 3 && worst_w < best_b * (1.0 - margin) {
+                    settled = true;
+                    break;
+                }
+                if pair >= 2 && Instant::now() >= deadline {
+                    break;
+                }
             }
             if !tb.is_empty() && !tw.is_empty() {
                 let (mb, mw) = (median(&mut tb), median(&mut tw));
-                if mw.as_secs_f64() > mb.as_secs_f64() * (1.0 - margin) {
+                if !settled && mw.as_secs_f64() > mb.as_secs_f64() * (1.0 - margin) {
                     reports[w].confirmed = Some(false);
                 } else {
                     reports[w].confirmed = Some(true);
@@ -361,6 +505,16 @@ pub fn reference_outputs(
 /// The winner: the fastest timed candidate (not refuted head to head), unless it is not at
 /// least `margin` faster than candidate 0 (the backend's own plan), which then stays.
 pub fn pick(reports: &[CandidateReport], margin: f64) -> Option<usize> {
+    // After the head-to-head: its winner if confirmed, else the backend's own plan (the
+    // best contender lost; another one's median, improved by the head-to-head's extra runs
+    // of the baseline, is not a second win).
+    let timed = |i: usize| matches!(reports[i].outcome, Outcome::Timed { .. });
+    if let Some(w) = (0..reports.len()).find(|&i| reports[i].confirmed == Some(true) && timed(i)) {
+        return Some(w);
+    }
+    if reports.iter().any(|r| r.confirmed == Some(false)) && !reports.is_empty() && timed(0) {
+        return Some(0);
+    }
     let time = |i: usize| match reports[i].outcome {
         Outcome::Timed { median, .. } if reports[i].confirmed != Some(false) => Some(median),
         _ => None,

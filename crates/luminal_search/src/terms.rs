@@ -17,7 +17,7 @@
 use luminal::graph::{Edge, GraphData, Node, NodeId};
 use luminal::op::{BinaryOp, ConstValue, Op, ReduceOp, UnaryOp};
 use luminal::passes::{DeadNodeElimination, Pass};
-use luminal::{DType, Expression, ShapeTracker};
+use luminal::{DType, Expression, FusedTerm, ShapeTracker};
 use std::collections::HashMap;
 
 pub type TId = u32;
@@ -33,6 +33,16 @@ pub enum TNode {
     Cont(TId),
     Ed(TId, u32),
     MatMul(TId, TId),
+    /// `Σ_t softmax_t(x)·v` with the normalisation after the product (see
+    /// [`crate::attention`]): scores node `x` `[.., s, t]`, values edge `[.., s, d, t]`.
+    AttnV(TId, TId),
+    /// The same, as the online-softmax recurrence over tiles of keys.
+    OnlineAttnV(TId, TId),
+    /// The same with the scores `q·kᵀ·scale + bias` inside: edges `q, k, v, bias, scale`.
+    /// Run by a backend that supports `"online_attention"` as one fused kernel.
+    Flash(TId, TId, TId, TId, TId),
+    /// [`TNode::Flash`] without a bias: edges `q, k, v, scale`.
+    FlashNoMask(TId, TId, TId, TId),
 }
 
 impl TNode {
@@ -42,6 +52,58 @@ impl TNode {
             TNode::Op1(_, a) | TNode::Un(_, a) | TNode::Red(_, _, a) | TNode::Cont(a) => vec![a],
             TNode::Ed(a, _) => vec![a],
             TNode::Op2(_, a, b) | TNode::Bin(_, a, b) | TNode::MatMul(a, b) => vec![a, b],
+            TNode::AttnV(a, b) | TNode::OnlineAttnV(a, b) => vec![a, b],
+            TNode::Flash(a, b, c, d, e) => vec![a, b, c, d, e],
+            TNode::FlashNoMask(a, b, c, d) => vec![a, b, c, d],
+        }
+    }
+
+    /// Name of the term in the egglog language and in the cache's text.
+    pub fn head(&self) -> &'static str {
+        match self {
+            TNode::Op0(_) => "Op0",
+            TNode::Op1(..) => "Op1",
+            TNode::Op2(..) => "Op2",
+            TNode::Un(..) => "Un",
+            TNode::Bin(..) => "Bin",
+            TNode::Red(..) => "Red",
+            TNode::Cont(_) => "Cont",
+            TNode::Ed(..) => "Ed",
+            TNode::MatMul(..) => "MatMul",
+            TNode::AttnV(..) => "AttnV",
+            TNode::OnlineAttnV(..) => "OnlineAttnV",
+            TNode::Flash(..) => "Flash",
+            TNode::FlashNoMask(..) => "FlashNoMask",
+        }
+    }
+
+    /// Builds an attention term (one whose arguments are all terms) from its head.
+    pub fn attention(head: &str, c: &[TId]) -> Option<TNode> {
+        Some(match (head, c.len()) {
+            ("AttnV", 2) => TNode::AttnV(c[0], c[1]),
+            ("OnlineAttnV", 2) => TNode::OnlineAttnV(c[0], c[1]),
+            ("Flash", 5) => TNode::Flash(c[0], c[1], c[2], c[3], c[4]),
+            ("FlashNoMask", 4) => TNode::FlashNoMask(c[0], c[1], c[2], c[3]),
+            _ => return None,
+        })
+    }
+
+    /// The same node over other children (in [`TNode::children`]'s order).
+    pub fn map_children(&self, f: &dyn Fn(TId) -> TId) -> TNode {
+        match *self {
+            TNode::Op0(k) => TNode::Op0(k),
+            TNode::Op1(k, a) => TNode::Op1(k, f(a)),
+            TNode::Op2(k, a, b) => TNode::Op2(k, f(a), f(b)),
+            TNode::Un(op, a) => TNode::Un(op, f(a)),
+            TNode::Bin(op, a, b) => TNode::Bin(op, f(a), f(b)),
+            TNode::Red(op, ax, a) => TNode::Red(op, ax, f(a)),
+            TNode::Cont(a) => TNode::Cont(f(a)),
+            TNode::Ed(a, v) => TNode::Ed(f(a), v),
+            TNode::MatMul(a, b) => TNode::MatMul(f(a), f(b)),
+            n => {
+                let c: Vec<TId> = n.children().into_iter().map(f).collect();
+                TNode::attention(n.head(), &c).expect("an attention term")
+            }
         }
     }
 }
@@ -100,7 +162,7 @@ impl TermDag {
                 TNode::Red(op, ax, _) => format!("Red {} {ax}", reduce_name(op)),
                 TNode::Cont(_) => "Cont".into(),
                 TNode::Ed(_, v) => format!("Ed {v}"),
-                TNode::MatMul(..) => "MatMul".into(),
+                n => n.head().into(),
             };
             let mut text = own;
             for c in n.children() {
@@ -127,7 +189,10 @@ impl TermDag {
                 TNode::Red(op, ax, a) => format!("Red {} {ax} {a}", reduce_name(op)),
                 TNode::Cont(a) => format!("Cont {a}"),
                 TNode::Ed(a, v) => format!("Ed {a} {v}"),
-                TNode::MatMul(a, b) => format!("MatMul {a} {b}"),
+                n => {
+                    let c: Vec<String> = n.children().iter().map(|c| c.to_string()).collect();
+                    format!("{} {}", n.head(), c.join(" "))
+                }
             };
             s.push_str(&format!("{i} {line}\n"));
         }
@@ -162,7 +227,10 @@ impl TermDag {
                 "Cont" => TNode::Cont(num(2)?),
                 "Ed" => TNode::Ed(num(2)?, num(3)?),
                 "MatMul" => TNode::MatMul(num(2)?, num(3)?),
-                _ => return None,
+                head => {
+                    let c: Option<Vec<u32>> = (2..w.len()).map(num).collect();
+                    TNode::attention(head, &c?)?
+                }
             };
             if node.children().iter().any(|&c| c >= id) || dag.add(node) != id {
                 return None;
@@ -227,6 +295,16 @@ pub struct Encoding {
     /// Edge terms whose every element reads the constant 1 (0).
     pub one_edges: Vec<TId>,
     pub zero_edges: Vec<TId>,
+    /// Facts the attention rules match on (see `rules/lang.egg`): edges reading one f32
+    /// constant (with its value), edges that only broadcast or unsqueeze their producer,
+    /// edges with stride 0 at `rank − 1 − n` (`n` = 1, 2), reductions of a last axis.
+    pub const_edges: Vec<(TId, f64)>,
+    pub bcast_edges: Vec<TId>,
+    pub zero_strides: Vec<(TId, u32)>,
+    pub last_reds: Vec<TId>,
+    /// The backend runs `Flash` terms (`"online_attention"`); without it they are never
+    /// extracted.
+    pub online_attention: bool,
 }
 
 impl Encoding {
@@ -283,8 +361,67 @@ impl Encoding {
                     dtype: ia.dtype,
                 }
             }
+            TNode::AttnV(x, v) | TNode::OnlineAttnV(x, v) => {
+                let (ix, iv) = (child(x)?, child(v)?);
+                attention_info(&ix.shape, iv)?
+            }
+            TNode::Flash(q, k, v, ..) | TNode::FlashNoMask(q, k, v, _) => {
+                if !self.online_attention {
+                    return None;
+                }
+                let (iq, ik) = (child(q)?, child(k)?);
+                if iq.shape != ik.shape || iq.shape.len() < 3 {
+                    return None;
+                }
+                let mut st = iq.shape;
+                st.pop();
+                attention_info(&st, child(v)?)?
+            }
         })
     }
+}
+
+/// The output of an attention term over scores `[.., s, t]` and values `[.., s, d, t]`.
+fn attention_info(st: &[Expression], v: Info) -> Option<Info> {
+    let r = v.shape.len();
+    if v.dtype != DType::F32
+        || r < 3
+        || st.len() != r - 1
+        || st[..r - 2] != v.shape[..r - 2]
+        || st[r - 2] != v.shape[r - 1]
+    {
+        return None;
+    }
+    Some(Info {
+        shape: v.shape[..r - 1].to_vec(),
+        dtype: DType::F32,
+    })
+}
+
+/// The edge only broadcasts (stride-0 dims) or unsqueezes (size-1 dims) its producer of
+/// shape `p`, whose other dims it reads in row-major order.
+fn broadcast_only(v: &ShapeTracker, p: &[Expression]) -> bool {
+    if v.is_masked() || !v.offset().is_zero() {
+        return false;
+    }
+    let one = |d: &Expression| d.as_constant() == Some(1);
+    let kept: Vec<usize> = (0..p.len()).filter(|&i| !one(&p[i])).collect();
+    let mut row = vec![Expression::one(); p.len()];
+    for i in (0..p.len().saturating_sub(1)).rev() {
+        row[i] = &row[i + 1] * &p[i + 1];
+    }
+    let (dims, strides) = (v.dims(), v.strides());
+    let mut k = 0;
+    for j in 0..dims.len() {
+        if strides[j].is_zero() || one(&dims[j]) {
+            continue;
+        }
+        match kept.get(k) {
+            Some(&i) if dims[j] == p[i] && strides[j] == row[i] => k += 1,
+            _ => return false,
+        }
+    }
+    k == kept.len()
 }
 
 /// The edge reads the producer's whole buffer in order, with the producer's shape.
@@ -369,9 +506,15 @@ pub fn encode(g: &GraphData, matmul: bool) -> Encoding {
         info: vec![],
         one_edges: vec![],
         zero_edges: vec![],
+        const_edges: vec![],
+        bcast_edges: vec![],
+        zero_strides: vec![],
+        last_reds: vec![],
+        online_attention: false,
     };
     let mut view_ids: HashMap<ShapeTracker, u32> = HashMap::new();
     let mut term_of: HashMap<NodeId, TId> = HashMap::new();
+    let mut edge_seen: std::collections::HashSet<TId> = std::collections::HashSet::new();
     let add = |enc: &mut Encoding, n: TNode, info: Info| -> TId {
         let id = enc.dag.add(n);
         if id as usize == enc.info.len() {
@@ -405,10 +548,27 @@ pub fn encode(g: &GraphData, matmul: bool) -> Encoding {
                 dtype: g.node(e.node).dtype,
             };
             let et = add(enc, TNode::Ed(t, v), info);
+            let fresh = edge_seen.insert(et);
             match uniform_value(g, e) {
                 Some(x) if x == 1.0 && !enc.one_edges.contains(&et) => enc.one_edges.push(et),
                 Some(x) if x == 0.0 && !enc.zero_edges.contains(&et) => enc.zero_edges.push(et),
                 _ => {}
+            }
+            if fresh {
+                if let Some(x) = uniform_value(g, e) {
+                    if g.node(e.node).dtype == DType::F32 {
+                        enc.const_edges.push((et, x));
+                    }
+                }
+                if v != 0 && broadcast_only(&e.view, &g.node(e.node).shape) {
+                    enc.bcast_edges.push(et);
+                }
+                let (st, r) = (e.view.strides(), e.view.rank());
+                for n in [1u32, 2] {
+                    if r >= 3 && st[r - 1 - n as usize].is_zero() && !e.view.is_masked() {
+                        enc.zero_strides.push((et, n));
+                    }
+                }
             }
             et
         };
@@ -435,7 +595,15 @@ pub fn encode(g: &GraphData, matmul: bool) -> Encoding {
                     }
                     None => {
                         let a = edge(&mut enc, &node.inputs[0]);
-                        TNode::Red(*op, *axis as u32, a)
+                        let last = *axis + 1 == node.inputs[0].view.rank();
+                        let red = TNode::Red(*op, *axis as u32, a);
+                        if last && node.dtype == DType::F32 {
+                            let t = add(&mut enc, red, info.clone());
+                            if !enc.last_reds.contains(&t) {
+                                enc.last_reds.push(t);
+                            }
+                        }
+                        red
                     }
                 }
             }
@@ -466,7 +634,19 @@ pub fn encode(g: &GraphData, matmul: bool) -> Encoding {
 /// replaced by its term's node and the nodes nothing reads any more removed. Handles to
 /// inputs and outputs stay valid. `None` if the DAG does not fit the tables.
 pub fn rebuild(g: &GraphData, enc: &Encoding, dag: &TermDag) -> Option<GraphData> {
+    rebuild_with_terms(g, enc, dag).map(|r| r.0)
+}
+
+/// [`rebuild`], and the fused terms the backend is to run: each `Flash` term is built as
+/// its primop semantics and named, with its operands, as an `"online_attention"`
+/// [`FusedTerm`].
+pub fn rebuild_with_terms(
+    g: &GraphData,
+    enc: &Encoding,
+    dag: &TermDag,
+) -> Option<(GraphData, Vec<FusedTerm>)> {
     let mut out = g.clone();
+    let mut fused: Vec<FusedTerm> = vec![];
     let mut nodes: Vec<Option<NodeId>> = vec![None; dag.nodes.len()];
     let mut edges: Vec<Option<Edge>> = vec![None; dag.nodes.len()];
     let live = dag.reachable();
@@ -567,6 +747,39 @@ pub fn rebuild(g: &GraphData, enc: &Encoding, dag: &TermDag) -> Option<GraphData
                 };
                 nodes[i] = Some(mk(&mut out, sum, vec![pe], inf));
             }
+            TNode::AttnV(x, v) | TNode::OnlineAttnV(x, v) => {
+                enc.derive(n, &info, &out)?;
+                let x = nodes[x as usize]?;
+                let xe = Edge {
+                    node: x,
+                    view: ShapeTracker::new(out.node(x).shape.clone()),
+                };
+                let ve = edge(v)?;
+                nodes[i] = Some(match n {
+                    TNode::AttnV(..) => crate::attention::folded(&mut out, xe, ve),
+                    _ => crate::attention::online(&mut out, xe, ve)?,
+                });
+            }
+            TNode::Flash(q, k, v, _, sc) | TNode::FlashNoMask(q, k, v, sc) => {
+                enc.derive(n, &info, &out)?;
+                let bias = match *n {
+                    TNode::Flash(_, _, _, b, _) => Some(edge(b)?),
+                    _ => None,
+                };
+                let (q, k, v, sc) = (edge(q)?, edge(k)?, edge(v)?, edge(sc)?);
+                let scale = crate::attention::constant_value(&out, &sc)?;
+                let x = crate::attention::scores(&mut out, q.clone(), k.clone(), sc, bias.clone());
+                let node = crate::attention::folded(&mut out, x, v.clone());
+                nodes[i] = Some(node);
+                let mut inputs = vec![q, k, v];
+                inputs.extend(bias);
+                fused.push(FusedTerm {
+                    term: "online_attention".into(),
+                    node,
+                    inputs,
+                    params: vec![scale],
+                });
+            }
         }
     }
     for &(old, t) in &dag.roots {
@@ -591,9 +804,15 @@ pub fn rebuild(g: &GraphData, enc: &Encoding, dag: &TermDag) -> Option<GraphData
             });
         }
         out.replace_node(old, new);
+        for f in &mut fused {
+            if f.node == old {
+                f.node = new;
+            }
+        }
     }
     DeadNodeElimination.run(&mut out);
-    Some(out)
+    fused.retain(|f| out.try_node(f.node).is_some());
+    Some((out, fused))
 }
 
 #[cfg(test)]

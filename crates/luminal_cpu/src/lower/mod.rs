@@ -18,6 +18,9 @@
 //!   between halves and ints) runs the reference-semantics fallback.
 
 mod attention;
+mod terms;
+
+pub(crate) use terms::{with_matmul_threads, with_terms};
 
 use crate::kernel::{BufId, CpuKernel, Kernel};
 use crate::kernels::fallback::FallbackKernel;
@@ -223,9 +226,11 @@ struct Lowering<'a> {
 
 impl Lowering<'_> {
     fn fusable(&self, id: NodeId) -> bool {
-        fusable(self.g, id)
+        // A node the search made a fused term is that term's kernel, never inlined.
+        (fusable(self.g, id)
             || crate::kernels::half::fusable(self.g, id)
-            || self.pair_max.contains_key(&id)
+            || self.pair_max.contains_key(&id))
+            && !terms::is_term(id)
     }
 
     /// A fusable single-use producer that is not an output.
@@ -658,7 +663,7 @@ impl Lowering<'_> {
             b_buf,
             ViewExprs::new(&a.view, self.names)?,
             ViewExprs::new(&b.view, self.names)?,
-            self.threads,
+            terms::matmul_threads(self.threads),
         );
         k.weight = weight.map(|(_, dt)| dt);
         Ok(Some(k))
@@ -676,6 +681,7 @@ type Rule = fn(&Lowering<'_>, NodeId) -> Result<Option<Lowered>>;
 /// ([`PASSES`]): the graph then runs on what remains, with the same results.
 const RULES: &[(&str, Rule)] = &[
     ("write_slice", |l, id| l.write_slice(id)),
+    ("terms", |l, id| l.fused_term(id)),
     ("attention", |l, id| l.attention(id)),
     ("dequantize", |l, id| l.dequantize(id)),
     ("fused_elementwise", |l, id| l.fused_elementwise(id)),
