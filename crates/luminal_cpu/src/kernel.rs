@@ -35,6 +35,10 @@ pub struct RunCtx<'a> {
     pub dims: &'a DimValues,
     /// f32 scratch of the f16 / bf16 products, shared by all kernels of a runtime.
     pub half_scratch: &'a mut HalfScratch,
+    /// Working memory of one launch (attention's per-worker tiles), shared by every kernel
+    /// of a runtime since they run one at a time: grown to the largest use, never shrunk.
+    /// A kernel keeping such scratch itself holds it for the whole run, once per layer.
+    pub arena: &'a mut Vec<f32>,
 }
 
 /// Per-thread scratch a kernel needs, reserved on every pool thread at compile time so no

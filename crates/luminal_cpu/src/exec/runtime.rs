@@ -42,9 +42,15 @@ pub struct CpuRuntime {
     pool: std::sync::Arc<crate::exec::par::Pool>,
     threads: usize,
     profile: bool,
+    /// Print the memory report after every run (`LUMINAL_MEMORY=1`).
+    memory_log: bool,
     timings: Vec<Duration>,
     /// f32 scratch of the f16 / bf16 matmuls, shared by all of them.
     half_scratch: HalfScratch,
+    /// Per-launch working memory shared by all kernels (`RunCtx::arena`).
+    arena: Vec<f32>,
+    /// Whether `run` was called before (the first one releases the compile's free heap).
+    ran: bool,
     /// Handles that passed the (allocating, symbolic) whole-tensor check of `set` or
     /// `get_into`: an input stays an input, so later calls check only dtype and length.
     checked: std::sync::Mutex<Vec<(TensorRef, bool)>>,
@@ -80,7 +86,7 @@ impl CpuRuntime {
         let names = DimNames(all_dims.into_iter().collect());
         let mut kernels =
             crate::lower::lower(&graph, &order, &names, threads, dots, disabled_rules)?;
-        let plan = crate::exec::memory::plan(&graph, &order, &mut kernels);
+        let plan = crate::exec::memory::plan(&graph, &order, &mut kernels)?;
         let reads: Vec<Vec<BufId>> = kernels.iter().map(|k| k.reads()).collect();
         let mut inputs = vec![];
         for &(id, buf) in &plan.inputs {
@@ -133,8 +139,11 @@ impl CpuRuntime {
             pool,
             threads,
             profile: std::env::var("LUMINAL_PROFILE").is_ok_and(|v| v == "1"),
+            memory_log: std::env::var("LUMINAL_MEMORY").is_ok_and(|v| v == "1"),
             timings: vec![Duration::ZERO; n],
             half_scratch: HalfScratch::default(),
+            arena: Vec::new(),
+            ran: false,
             checked: Default::default(),
         })
     }
@@ -172,6 +181,59 @@ impl CpuRuntime {
             })
             .sum()
     }
+    /// What the runtime's memory is made of now: the inputs (weights, caches: total and
+    /// largest), the shared launch arena, then every working buffer of the memory plan by
+    /// size, largest first, with the kernels whose results live in it. Buffers of dynamic
+    /// size count as grown by the runs so far. `LUMINAL_MEMORY=1` prints it after every run.
+    pub fn memory_report(&self) -> String {
+        let mb = |b: usize| b as f64 / 1e6;
+        let mut owners: Vec<Vec<&str>> = vec![vec![]; self.bufs.len()];
+        for k in &self.kernels {
+            if k.kind.in_place_of().is_none() {
+                owners[k.out.idx()].push(&k.name);
+            }
+        }
+        let mut inputs: Vec<(usize, &str)> = self
+            .inputs
+            .iter()
+            .map(|s| (self.buf_bytes(s.buf), s.name.as_str()))
+            .collect();
+        inputs.sort_unstable_by(|a, b| b.cmp(a));
+        let input_bytes: usize = inputs.iter().map(|r| r.0).sum();
+        let mut rows: Vec<(usize, usize)> = (0..self.bufs.len())
+            .filter(|&b| !owners[b].is_empty())
+            .map(|b| (self.buf_bytes(BufId(b as u32)), b))
+            .collect();
+        rows.sort_unstable_by(|a, b| b.cmp(a));
+        let working: usize = rows.iter().map(|r| r.0).sum();
+        let mut out = format!(
+            "memory: {} inputs {:.1} MB (largest: {}), launch arena {:.1} MB, \
+             {} working buffers {:.1} MB\n",
+            inputs.len(),
+            mb(input_bytes),
+            inputs
+                .iter()
+                .take(2)
+                .map(|(b, n)| format!("{n} {:.1} MB", mb(*b)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            mb(4 * self.arena.capacity()),
+            rows.len(),
+            mb(working),
+        );
+        for (bytes, b) in rows {
+            let who = &owners[b];
+            out += &format!(
+                "{:>10.3} MB  buf {b:<4} {} value(s): {}{}\n",
+                mb(bytes),
+                who.len(),
+                who[..who.len().min(3)].join(", "),
+                if who.len() > 3 { ", …" } else { "" }
+            );
+        }
+        out
+    }
+
     /// Whether `t` passed the whole-input (`output: false`, `set`) or whole-output
     /// (`get_into`) check before.
     fn checked_handle(&self, t: TensorRef, output: bool) -> bool {
@@ -241,6 +303,7 @@ impl CpuRuntime {
                 n,
                 dims: &dims,
                 half_scratch: &mut self.half_scratch,
+                arena: &mut self.arena,
             };
             let res = k.kind.run(cx, &mut out);
             self.bufs[o] = out;
@@ -250,6 +313,24 @@ impl CpuRuntime {
             }
         }
         Ok(())
+    }
+}
+
+/// Hands the allocator's free heap pages back to the system. Building and compiling a
+/// model's graph peaks at tens of MB of short-lived heap (SmolLM2: 63 MB), which glibc keeps
+/// after it is freed; called once, at the first run, when the caller's graph is usually
+/// gone, so the run's buffers reuse those pages instead of adding to them.
+fn release_free_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        extern "C" {
+            fn malloc_trim(pad: usize) -> std::os::raw::c_int;
+        }
+        // SAFETY: glibc's malloc_trim takes no pointers and is thread-safe; it only
+        // returns unused pages of the heap to the kernel.
+        unsafe {
+            malloc_trim(0);
+        }
     }
 }
 
@@ -362,6 +443,10 @@ impl Runtime for CpuRuntime {
             }
         }
         self.computed = false;
+        if !self.ran {
+            self.ran = true;
+            release_free_heap();
+        }
         // Kernels run on the caller; their loops fork onto the pool's spinning workers
         // (`par`), sequential for a one-thread runtime.
         let pool = std::sync::Arc::clone(&self.pool);
@@ -369,6 +454,9 @@ impl Runtime for CpuRuntime {
         self.computed = true;
         if self.profile {
             eprintln!("{}", self.profile());
+        }
+        if self.memory_log {
+            eprintln!("{}", self.memory_report());
         }
         Ok(())
     }

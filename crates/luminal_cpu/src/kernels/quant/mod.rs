@@ -357,14 +357,14 @@ pub(crate) fn gather_rows(w: WeightRef, picked: &[usize], out: &mut [f32]) {
 }
 
 /// A cast of a quantized input to a float type read through any view (the general case the
-/// weight kernels do not cover): the input is decoded whole into kept scratch, which the
-/// float cast kernel then reads through the view (padding reads 0; halves round once).
+/// weight kernels do not cover): the input is decoded whole into the runtime's shared
+/// launch arena (`RunCtx::arena`, not a copy kept per kernel), which the float cast kernel
+/// then reads through the view (padding reads 0; halves round once).
 #[derive(Debug)]
 pub struct DequantKernel {
     dtype: DType,
     /// Reads the decoded values; its `input` is the quantized input's buffer.
     pub cast: CastKernel,
-    decoded: Vec<f32>,
 }
 
 impl DequantKernel {
@@ -382,7 +382,6 @@ impl DequantKernel {
         Ok(Some(DequantKernel {
             dtype,
             cast: CastKernel::reading(e, names)?,
-            decoded: vec![],
         }))
     }
 }
@@ -403,9 +402,13 @@ impl CpuKernel for DequantKernel {
                 self.dtype
             )));
         };
-        self.decoded.resize(b.len(), 0.0);
-        luminal::quant::decode(self.dtype, b.as_slice(), &mut self.decoded);
-        self.cast.run_from(BufRef::F32(&self.decoded), out, cx.n)
+        let decoded = cx.arena;
+        if decoded.len() < b.len() {
+            decoded.resize(b.len(), 0.0);
+        }
+        luminal::quant::decode(self.dtype, b.as_slice(), &mut decoded[..b.len()]);
+        self.cast
+            .run_from(BufRef::F32(&decoded[..b.len()]), out, cx.n)
     }
     fn flops(&self, _n: usize) -> usize {
         0
