@@ -1,25 +1,27 @@
-//! Fused causal attention, `softmax(q·kᵀ·scale + bias)·v`, in memory linear in the sequence:
-//! the `[s, t]` score matrix is never materialised. Keys are visited in blocks with an
-//! online softmax (flash-attention style): each query row keeps its running maximum, its
-//! running sum of exponentials and its unnormalised output, rescaled when the maximum grows.
+//! Fused attention, `softmax(q·kᵀ·scale + bias)·v`, in memory linear in the sequence: the
+//! `[s, t]` score matrix is never materialised. Keys are visited in blocks with an online
+//! softmax (flash-attention style): each query row keeps its running maximum, its running
+//! sum of exponentials and its unnormalised output, rescaled when the maximum grows.
 //!
 //! - q, k and v are read in place through their views (k and v straight from the KV cache);
 //!   query heads that read the same k and v (a grouped-query group: the stride-0 expand of
 //!   `causal_attention`) are processed together, so each key block is read once per group.
-//! - The bias (the causal / sliding-window mask) is the fused program of the `[s, t]` node
-//!   the graph adds, evaluated block by block (see `lower/attention.rs`); a key block the
-//!   bias hides from every row of a query tile is skipped.
-//! - Prefill (many query rows): parallel over query tiles; the block products run on our
-//!   packed GEMM (`kernels::matmul::gemm_f32`).
+//! - The bias is optional. When present it is the fused program of the node the graph adds
+//!   (the causal / sliding-window mask over `[s, t]`, or a padding bias over `[b, t]`
+//!   broadcast over heads and queries), read through its view and evaluated block by block
+//!   (see `lower/attention.rs`); a key block the bias hides (`-inf`) from every row of a
+//!   query tile is skipped.
+//! - Prefill (many query rows): parallel over query tiles × chunks of (batch, head) groups;
+//!   the block products run on our packed GEMM (`kernels::matmul::gemm_f32`).
 //!   Decode (few rows): the keys are split across threads, each split keeps its own
-//!   running state, and a combine step merges them.
+//!   running state, and a combine step merges them (short key ranges: parallel over groups).
 
 use crate::kernel::{BufId, CpuKernel, RunCtx, Scratch};
 use crate::kernels::fused::{Program, RowEnv};
 use crate::kernels::matmul::gemm_f32 as mm;
 use crate::simd::{self, Task};
 use crate::storage::Storage;
-use crate::view::{ResolvedView, ViewExprs};
+use crate::view::{LaunchExpr, ResolvedView, ViewExprs};
 use luminal::{LuminalError, Result};
 
 /// Query rows per tile when prefilling.
@@ -32,6 +34,29 @@ const DECODE_ROWS: usize = 8;
 const LANES: usize = 16;
 /// Keys per block when decoding, and the least keys a split gets.
 const DECODE_BLOCK: usize = 256;
+
+/// The additive bias: the fused program of the bias node (evaluated at the node's flat
+/// element indices) and the view the pattern reads it through, `[batch.., s, t]` with unit
+/// stride along `t`.
+#[derive(Debug)]
+pub struct AttentionBias {
+    pub program: Program,
+    exprs: ViewExprs,
+    view: ResolvedView,
+    /// Elements of the bias node (the view must stay inside them).
+    numel: LaunchExpr,
+}
+
+impl AttentionBias {
+    pub fn new(program: Program, exprs: ViewExprs, numel: LaunchExpr) -> AttentionBias {
+        AttentionBias {
+            program,
+            exprs,
+            view: ResolvedView::default(),
+            numel,
+        }
+    }
+}
 
 #[derive(Debug)]
 pub struct AttentionKernel {
@@ -46,14 +71,14 @@ pub struct AttentionKernel {
     q_view: ResolvedView,
     k_view: ResolvedView,
     v_view: ResolvedView,
-    /// Number of batch dims (heads, …) before `s`.
+    /// Number of batch dims (batch, heads, …) before `s`.
     batch_dims: usize,
     pub scale: f32,
-    /// The additive bias over `[s, t]` (element `i·t + j`), shared by every batch index.
-    pub bias: Program,
-    /// Launch state, grown once: per batch index its q, k, v offsets; batch indices ordered
-    /// so that those sharing k and v are adjacent; group boundaries in that order; scratch.
-    offsets: Vec<[i64; 3]>,
+    pub bias: Option<AttentionBias>,
+    /// Launch state, grown once: per batch index its q, k, v and bias offsets; batch indices
+    /// ordered so that those sharing k, v and bias are adjacent; group boundaries in that
+    /// order; scratch.
+    offsets: Vec<[i64; 4]>,
     order: Vec<u32>,
     groups: Vec<(usize, usize)>,
     arena: Vec<f32>,
@@ -65,7 +90,7 @@ impl AttentionKernel {
         (q_exprs, k_exprs, v_exprs): (ViewExprs, ViewExprs, ViewExprs),
         batch_dims: usize,
         scale: f32,
-        bias: Program,
+        bias: Option<AttentionBias>,
     ) -> AttentionKernel {
         AttentionKernel {
             q,
@@ -98,26 +123,46 @@ struct Plan {
     q_s: usize,
     k_t: usize,
     v_t: usize,
-    /// Query rows per tile, keys per block, key splits, tiles.
+    /// The bias's stride along s (along t it is 1).
+    b_s: usize,
+    has_bias: bool,
+    /// Query rows per tile, keys per block, key splits.
     qt: usize,
     kb: usize,
     splits: usize,
-    tiles: usize,
+    /// Most batch indices in one group.
+    gmax: usize,
     /// Floats of one worker's scratch.
     per_worker: usize,
 }
 
 impl Plan {
+    /// Rows of the running state a worker keeps: every batch index's when the keys are
+    /// split (the combine step reads them), one group's otherwise.
+    fn state_rows(&self) -> usize {
+        if self.splits > 1 {
+            self.batch * self.qt
+        } else {
+            self.gmax * self.qt
+        }
+    }
+
     /// Scratch layout of one worker: q rows, scores, bias, accumulators, maxima, sums.
     fn parts(&self) -> [usize; 6] {
-        let rows = self.batch * self.qt;
+        let rows = self.gmax * self.qt;
+        let state = self.state_rows();
+        let bias = if self.has_bias {
+            self.qt * self.t.div_ceil(self.splits)
+        } else {
+            self.kb
+        };
         [
             rows * self.d,
             rows * self.kb,
-            self.qt * self.t.div_ceil(self.splits),
-            rows * self.d,
-            rows,
-            rows,
+            bias,
+            state * self.d,
+            state,
+            state,
         ]
     }
 }
@@ -132,26 +177,36 @@ fn split_parts<'a>(mut s: &'a mut [f32], parts: [usize; 6]) -> [&'a mut [f32]; 6
     out
 }
 
+#[derive(Clone, Copy)]
 struct SendPtr(*mut f32);
-// SAFETY: workers write disjoint output rows (each query tile's rows of every head).
+// SAFETY: workers write disjoint output rows (each task's query tile of its groups) and
+// disjoint parts of the arena.
 unsafe impl Sync for SendPtr {}
 unsafe impl Send for SendPtr {}
+
+fn backend_err(msg: &str) -> LuminalError {
+    LuminalError::Backend(format!("attention: {msg}"))
+}
 
 impl CpuKernel for AttentionKernel {
     fn reads(&self) -> Vec<BufId> {
         let mut r = vec![self.q, self.k, self.v];
-        r.extend(self.bias.reads());
+        if let Some(b) = &self.bias {
+            r.extend(b.program.reads());
+        }
         r
     }
     fn remap(&mut self, map: &dyn Fn(BufId) -> BufId) {
         self.q = map(self.q);
         self.k = map(self.k);
         self.v = map(self.v);
-        self.bias.remap(map);
+        if let Some(b) = &mut self.bias {
+            b.program.remap(map);
+        }
     }
     fn scratch(&self) -> Scratch {
         Scratch {
-            instrs: self.bias.instrs.len(),
+            instrs: self.bias.as_ref().map_or(0, |b| b.program.instrs.len()),
         }
     }
     fn flops(&self, n: usize) -> usize {
@@ -169,9 +224,7 @@ impl CpuKernel for AttentionKernel {
         let bufs = cx.bufs;
         let f32_of = |b: BufId| match &bufs[b] {
             Storage::F32(v) => Ok(v.as_slice()),
-            _ => Err(LuminalError::Backend(
-                "attention: q, k and v must be f32".into(),
-            )),
+            _ => Err(backend_err("q, k and v must be f32")),
         };
         let (q, k, v) = (f32_of(self.q)?, f32_of(self.k)?, f32_of(self.v)?);
         self.q_exprs.resolve(cx.dims, &mut self.q_view)?;
@@ -180,17 +233,29 @@ impl CpuKernel for AttentionKernel {
         self.q_view.check_bounds(q.len())?;
         self.k_view.check_bounds(k.len())?;
         self.v_view.check_bounds(v.len())?;
-        self.bias.prepare(cx.dims, bufs)?;
+        let nb = self.batch_dims;
+        if let Some(b) = &mut self.bias {
+            b.program.prepare(cx.dims, bufs)?;
+            b.exprs.resolve(cx.dims, &mut b.view)?;
+            // The program is evaluated at the bias node's flat indices: every index the
+            // view reads must be one of them.
+            b.view
+                .check_bounds(b.numel.eval(cx.dims)?.max(0) as usize)?;
+            if b.view.masked || (b.view.dims[nb + 1] > 1 && b.view.strides[nb + 1] != 1) {
+                return Err(backend_err("the bias must be read unmasked, keys adjacent"));
+            }
+        }
         // The tile loops and the GEMM step through rows with unsigned strides.
+        let bias_view = self.bias.as_ref().map(|b| &b.view);
         if [&self.q_view, &self.k_view, &self.v_view]
-            .iter()
+            .into_iter()
+            .chain(bias_view)
             .any(|v| v.strides.iter().any(|&st| st < 0) || v.offset < 0)
         {
-            return Err(LuminalError::Backend(
-                "attention: q, k and v views need non-negative strides".into(),
+            return Err(backend_err(
+                "q, k, v and bias views need non-negative strides",
             ));
         }
-        let nb = self.batch_dims;
         let dims = &self.q_view.dims;
         let (s, t, d) = (
             dims[nb] as usize,
@@ -199,16 +264,16 @@ impl CpuKernel for AttentionKernel {
         );
         let batch: usize = dims[..nb].iter().product::<i64>() as usize;
         let Storage::F32(o) = out else {
-            return Err(LuminalError::Backend("attention: f32 output".into()));
+            return Err(backend_err("f32 output"));
         };
         let o = &mut o[..cx.n];
         if batch * s * d == 0 {
             return Ok(());
         }
-        // Offsets of every batch index; order batch indices by the (k, v) they read.
+        // Offsets of every batch index; order batch indices by the (k, v, bias) they read.
         self.offsets.clear();
         for b in 0..batch {
-            let (mut rem, mut off) = (b as i64, [0i64; 3]);
+            let (mut rem, mut off) = (b as i64, [0i64; 4]);
             for i in (0..nb).rev() {
                 let n = self.q_view.dims[i];
                 let c = rem % n;
@@ -216,17 +281,21 @@ impl CpuKernel for AttentionKernel {
                 off[0] += c * self.q_view.strides[i];
                 off[1] += c * self.k_view.strides[i];
                 off[2] += c * self.v_view.strides[i];
+                off[3] += bias_view.map_or(0, |v| c * v.strides[i]);
             }
             off[0] += self.q_view.offset;
             off[1] += self.k_view.offset;
             off[2] += self.v_view.offset;
+            off[3] += bias_view.map_or(0, |v| v.offset);
             self.offsets.push(off);
         }
         self.order.clear();
         self.order.extend(0..batch as u32);
         let offsets = &self.offsets;
-        self.order
-            .sort_unstable_by_key(|&b| (offsets[b as usize][1], offsets[b as usize][2], b));
+        self.order.sort_unstable_by_key(|&b| {
+            let o = offsets[b as usize];
+            (o[1], o[2], o[3], b)
+        });
         self.groups.clear();
         let mut start = 0;
         for p in 1..=batch {
@@ -235,7 +304,7 @@ impl CpuKernel for AttentionKernel {
                     offsets[self.order[p - 1] as usize],
                     offsets[self.order[p] as usize],
                 );
-                a[1] == b[1] && a[2] == b[2]
+                a[1..] == b[1..]
             };
             if !same {
                 self.groups.push((start, p));
@@ -253,6 +322,14 @@ impl CpuKernel for AttentionKernel {
         } else {
             (QUERY_TILE, KEY_BLOCK, 1)
         };
+        let tiles = s.div_ceil(qt);
+        let ngroups = self.groups.len();
+        // Enough tasks for the threads: query tiles × chunks of groups (× key splits).
+        let chunks = if splits > 1 {
+            1
+        } else {
+            ngroups.min((4 * threads).div_ceil(tiles)).max(1)
+        };
         let mut plan = Plan {
             batch,
             s,
@@ -261,14 +338,16 @@ impl CpuKernel for AttentionKernel {
             q_s: self.q_view.strides[nb] as usize,
             k_t: self.k_view.strides[nb + 1] as usize,
             v_t: self.v_view.strides[nb + 2] as usize,
+            b_s: bias_view.map_or(0, |v| v.strides[nb] as usize),
+            has_bias: self.bias.is_some(),
             qt,
             kb,
             splits,
-            tiles: s.div_ceil(qt),
+            gmax: self.groups.iter().map(|&(a, b)| b - a).max().unwrap_or(1),
             per_worker: 0,
         };
         plan.per_worker = plan.parts().iter().sum();
-        let tasks = plan.tiles * splits;
+        let tasks = tiles * chunks * splits;
         // With one split, worker `w` does tasks w, w + W, …; with several, one task each
         // (its scratch then holds the split's partial state for the combine step).
         let workers = if splits > 1 {
@@ -281,9 +360,10 @@ impl CpuKernel for AttentionKernel {
         }
         let arena = SendPtr(self.arena.as_mut_ptr());
         let out_ptr = SendPtr(o.as_mut_ptr());
-        let (order, groups, bias, scale) = (&self.order, &self.groups, &self.bias, self.scale);
+        let bias = self.bias.as_ref().map(|b| &b.program);
+        let (order, groups, scale) = (&self.order, &self.groups, self.scale);
         crate::exec::par::for_each(workers, |w| {
-            let (arena, out_ptr) = (&arena, &out_ptr);
+            let arena = &arena;
             // SAFETY: worker `w` owns floats `w·per_worker ..` of the arena, which holds
             // `workers · per_worker` floats and is not otherwise touched during the loop.
             let scratch = unsafe {
@@ -291,6 +371,8 @@ impl CpuKernel for AttentionKernel {
             };
             let mut task = w;
             while task < tasks {
+                let rest = task / splits;
+                let chunk = rest % chunks;
                 let cx = TileCx {
                     plan,
                     q,
@@ -301,30 +383,12 @@ impl CpuKernel for AttentionKernel {
                     scale,
                     order,
                     offsets,
-                    groups,
-                    tile: task / splits,
+                    groups: &groups[chunk * ngroups / chunks..(chunk + 1) * ngroups / chunks],
+                    tile: rest / chunks,
                     split: task % splits,
+                    out: out_ptr,
                 };
-                let [qs, sc, bs, acc, m, l] = split_parts(&mut scratch[..], plan.parts());
-                cx.attend(qs, sc, bs, acc, m, l);
-                if splits == 1 {
-                    let i0 = cx.tile * qt;
-                    let nq = qt.min(s - i0);
-                    for (p, &b) in order.iter().enumerate() {
-                        for ii in 0..nq {
-                            let r = p * qt + ii;
-                            let inv = 1.0 / l[r];
-                            let at = (b as usize * s + i0 + ii) * d;
-                            // SAFETY: row `i0 + ii` of batch index `b` belongs to this
-                            // tile only; `at + d <= batch·s·d = o.len()`.
-                            let dst =
-                                unsafe { std::slice::from_raw_parts_mut(out_ptr.0.add(at), d) };
-                            for (x, a) in dst.iter_mut().zip(&acc[r * d..(r + 1) * d]) {
-                                *x = a * inv;
-                            }
-                        }
-                    }
-                }
+                cx.attend(split_parts(&mut scratch[..], plan.parts()));
                 task += if splits > 1 { tasks } else { workers };
             }
         });
@@ -366,34 +430,30 @@ impl CpuKernel for AttentionKernel {
     }
 }
 
-/// One query tile over one key split.
+/// One query tile of some groups over one key split.
 struct TileCx<'a> {
     plan: Plan,
     q: &'a [f32],
     k: &'a [f32],
     v: &'a [f32],
     bufs: &'a [Storage],
-    bias: &'a Program,
+    bias: Option<&'a Program>,
     scale: f32,
     order: &'a [u32],
-    offsets: &'a [[i64; 3]],
+    offsets: &'a [[i64; 4]],
+    /// The groups this task covers.
     groups: &'a [(usize, usize)],
     tile: usize,
     split: usize,
+    out: SendPtr,
 }
 
 impl TileCx<'_> {
-    /// Leaves the tile's unnormalised outputs in `acc`, running maxima in `m` and sums of
-    /// exponentials in `l` (row `p·qt + ii`: batch index `order[p]`, query `tile·qt + ii`).
-    fn attend(
-        &self,
-        qs: &mut [f32],
-        sc: &mut [f32],
-        bs: &mut [f32],
-        acc: &mut [f32],
-        m: &mut [f32],
-        l: &mut [f32],
-    ) {
+    /// Runs the task's groups over its key split. With one split each group's rows are
+    /// normalised and written to the output; with several, the unnormalised outputs stay
+    /// in `acc`, the running maxima in `m` and the sums of exponentials in `l` (row
+    /// `p·qt + ii`: batch index `order[p]`, query `tile·qt + ii`) for the combine step.
+    fn attend(&self, [qs, sc, bs, acc, m, l]: [&mut [f32]; 6]) {
         let Plan {
             s,
             t,
@@ -402,8 +462,7 @@ impl TileCx<'_> {
             kb,
             splits,
             q_s,
-            k_t,
-            v_t,
+            b_s,
             ..
         } = self.plan;
         let i0 = self.tile * qt;
@@ -413,137 +472,203 @@ impl TileCx<'_> {
             (self.split * chunk).min(t),
             ((self.split + 1) * chunk).min(t),
         );
-        m.fill(f32::NEG_INFINITY);
-        l.fill(0.0);
-        acc.fill(0.0);
-        // The tile's query rows, adjacent per group.
-        for (p, &b) in self.order.iter().enumerate() {
-            let qo = self.offsets[b as usize][0] as usize;
-            for ii in 0..nq {
-                let src = &self.q[qo + (i0 + ii) * q_s..][..d];
-                qs[(p * qt + ii) * d..][..d].copy_from_slice(src);
-            }
-        }
-        // The bias of the tile's rows over the split's keys, once for every head, in
-        // pieces of at most one interpreter block.
         let span = j1 - j0;
-        self.bias.with_regs(|mut regs| {
-            for ii in 0..nq {
-                let mut j = j0;
-                while j < j1 {
-                    let n = (j1 - j).min(crate::kernels::fused::BLOCK);
-                    let dst = &mut bs[ii * span + (j - j0)..][..n];
-                    let z0 = (i0 + ii) * t + j;
-                    if let Some(src) =
-                        self.bias
-                            .eval(self.bufs, RowEnv::NONE, z0, n, &mut regs, dst)
-                    {
-                        dst.copy_from_slice(&src[..n]);
-                    }
-                    j += n;
+        if self.bias.is_none() {
+            bs.fill(0.0);
+        }
+        // The bias offset whose rows `bs` holds.
+        let mut bias_at = None;
+        for &(p0, p1) in self.groups {
+            let np = p1 - p0;
+            let base = if splits > 1 { p0 * qt } else { 0 };
+            let rows = base..base + np * qt;
+            let (m, l) = (&mut m[rows.clone()], &mut l[rows.clone()]);
+            let acc = &mut acc[rows.start * d..rows.end * d];
+            m.fill(f32::NEG_INFINITY);
+            l.fill(0.0);
+            acc.fill(0.0);
+            // The tile's query rows, adjacent per batch index.
+            for (pp, &b) in self.order[p0..p1].iter().enumerate() {
+                let qo = self.offsets[b as usize][0] as usize;
+                for ii in 0..nq {
+                    let src = &self.q[qo + (i0 + ii) * q_s..][..d];
+                    qs[(pp * qt + ii) * d..][..d].copy_from_slice(src);
                 }
             }
-        });
+            let [_, ko, vo, bo] = self.offsets[self.order[p0] as usize];
+            // The bias of the tile's rows over the split's keys, in pieces of at most one
+            // interpreter block; shared by the group, and by the next while it is the same.
+            if let Some(bias) = self.bias {
+                if bias_at != Some(bo) {
+                    bias_at = Some(bo);
+                    bias.with_regs(|mut regs| {
+                        for ii in 0..nq {
+                            let mut j = j0;
+                            while j < j1 {
+                                let n = (j1 - j).min(crate::kernels::fused::BLOCK);
+                                let dst = &mut bs[ii * span + (j - j0)..][..n];
+                                let z0 = bo as usize + (i0 + ii) * b_s + j;
+                                if let Some(src) =
+                                    bias.eval(self.bufs, RowEnv::NONE, z0, n, &mut regs, dst)
+                                {
+                                    dst.copy_from_slice(&src[..n]);
+                                }
+                                j += n;
+                            }
+                        }
+                    });
+                }
+            }
+            self.group(
+                &qs[..np * qt * d],
+                &mut sc[..np * qt * kb],
+                bs,
+                (ko as usize, vo as usize),
+                (j0, j1, nq),
+                (acc, m, l),
+            );
+            if splits == 1 {
+                for (pp, &b) in self.order[p0..p1].iter().enumerate() {
+                    for ii in 0..nq {
+                        let r = pp * qt + ii;
+                        let inv = 1.0 / l[r];
+                        let at = (b as usize * s + i0 + ii) * d;
+                        // SAFETY: row `i0 + ii` of batch index `b` belongs to this task
+                        // only; `at + d <= batch·s·d`, the output's length.
+                        let dst = unsafe { std::slice::from_raw_parts_mut(self.out.0.add(at), d) };
+                        for (x, a) in dst.iter_mut().zip(&acc[r * d..(r + 1) * d]) {
+                            *x = a * inv;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// One group's rows (`q_rows`, `np·qt` of them) over keys `j0..j1`.
+    #[allow(clippy::type_complexity)]
+    fn group(
+        &self,
+        q_rows: &[f32],
+        sc: &mut [f32],
+        bs: &[f32],
+        (ko, vo): (usize, usize),
+        (j0, j1, nq): (usize, usize, usize),
+        (acc, m, l): (&mut [f32], &mut [f32], &mut [f32]),
+    ) {
+        let Plan {
+            d,
+            qt,
+            kb,
+            k_t,
+            v_t,
+            has_bias,
+            ..
+        } = self.plan;
+        let rows = q_rows.len() / d;
+        let span = j1 - j0;
         let mut jb = j0;
         while jb < j1 {
             let n = kb.min(j1 - jb);
             let boff = jb - j0;
-            let visible = (0..nq).any(|ii| {
-                bs[ii * span + boff..][..n]
-                    .iter()
-                    .any(|&x| x != f32::NEG_INFINITY)
-            });
-            if visible {
-                for &(p0, p1) in self.groups {
-                    let rows = (p1 - p0) * qt;
-                    let [_, ko, vo] = self.offsets[self.order[p0] as usize];
-                    let (ko, vo) = (ko as usize + jb * k_t, vo as usize + jb * v_t);
-                    let sc = &mut sc[..rows * kb];
-                    let (q_rows, k_rows) = (&qs[p0 * qt * d..p1 * qt * d], &self.k[ko..]);
-                    if nq <= DECODE_ROWS {
-                        // Few rows (decoding): direct dot products; packing K for a
-                        // GEMM would cost as much as the product itself.
-                        simd::run(Scores {
-                            sc,
-                            q: q_rows,
-                            k: k_rows,
-                            k_t,
-                            n,
-                            kb,
-                            d,
-                        });
-                    } else {
-                        // SAFETY: the views were bounds-checked over every (t, d) they
-                        // address; `q_rows`, `sc` hold `rows × d` and `rows × kb` floats.
-                        unsafe {
-                            mm::sgemm_acc(
-                                rows,
-                                n,
-                                d,
-                                mm::Mat {
-                                    ptr: q_rows.as_ptr(),
-                                    rs: d as isize,
-                                    cs: 1,
-                                },
-                                mm::Mat {
-                                    ptr: k_rows.as_ptr(),
-                                    rs: 1,
-                                    cs: k_t as isize,
-                                },
-                                sc.as_mut_ptr(),
-                                kb,
-                                false,
-                            );
-                        }
-                    }
-                    simd::run(Softmax {
-                        sc,
-                        bs: &bs[boff..],
-                        bstride: span,
-                        m: &mut m[p0 * qt..p1 * qt],
-                        l: &mut l[p0 * qt..p1 * qt],
-                        acc: &mut acc[p0 * qt * d..p1 * qt * d],
-                        scale: self.scale,
-                        qt,
-                        nq,
+            if has_bias
+                && !(0..nq).any(|ii| {
+                    bs[ii * span + boff..][..n]
+                        .iter()
+                        .any(|&x| x != f32::NEG_INFINITY)
+                })
+            {
+                jb += n;
+                continue;
+            }
+            let k_rows = &self.k[ko + jb * k_t..];
+            let v_rows = &self.v[vo + jb * v_t..];
+            if nq <= DECODE_ROWS {
+                // Few rows (decoding): direct dot products; packing K for a GEMM would
+                // cost as much as the product itself.
+                simd::run(Scores {
+                    sc,
+                    q: q_rows,
+                    k: k_rows,
+                    k_t,
+                    n,
+                    kb,
+                    d,
+                });
+            } else {
+                // SAFETY: the views were bounds-checked over every (t, d) they address;
+                // `q_rows`, `sc` hold `rows × d` and `rows × kb` floats.
+                unsafe {
+                    mm::sgemm_acc(
+                        rows,
                         n,
-                        kb,
                         d,
-                    });
-                    let (acc, v_rows) = (&mut acc[p0 * qt * d..p1 * qt * d], &self.v[vo..]);
-                    if nq <= DECODE_ROWS {
-                        simd::run(Accumulate {
-                            acc,
-                            p: sc,
-                            v: v_rows,
-                            v_t,
-                            n,
-                            kb,
-                            d,
-                        });
-                    } else {
-                        // SAFETY: as above; `acc` holds `rows × d` floats.
-                        unsafe {
-                            mm::sgemm_acc(
-                                rows,
-                                d,
-                                n,
-                                mm::Mat {
-                                    ptr: sc.as_ptr(),
-                                    rs: kb as isize,
-                                    cs: 1,
-                                },
-                                mm::Mat {
-                                    ptr: v_rows.as_ptr(),
-                                    rs: v_t as isize,
-                                    cs: 1,
-                                },
-                                acc.as_mut_ptr(),
-                                d,
-                                true,
-                            );
-                        }
-                    }
+                        mm::Mat {
+                            ptr: q_rows.as_ptr(),
+                            rs: d as isize,
+                            cs: 1,
+                        },
+                        mm::Mat {
+                            ptr: k_rows.as_ptr(),
+                            rs: 1,
+                            cs: k_t as isize,
+                        },
+                        sc.as_mut_ptr(),
+                        kb,
+                        false,
+                    );
+                }
+            }
+            let (bs, bstride) = if has_bias {
+                (&bs[boff..], span)
+            } else {
+                (bs, 0)
+            };
+            simd::run(Softmax {
+                sc,
+                bs,
+                bstride,
+                m,
+                l,
+                acc,
+                scale: self.scale,
+                qt,
+                nq,
+                n,
+                kb,
+                d,
+            });
+            if nq <= DECODE_ROWS {
+                simd::run(Accumulate {
+                    acc,
+                    p: sc,
+                    v: v_rows,
+                    v_t,
+                    n,
+                    kb,
+                    d,
+                });
+            } else {
+                // SAFETY: as above; `acc` holds `rows × d` floats.
+                unsafe {
+                    mm::sgemm_acc(
+                        rows,
+                        d,
+                        n,
+                        mm::Mat {
+                            ptr: sc.as_ptr(),
+                            rs: kb as isize,
+                            cs: 1,
+                        },
+                        mm::Mat {
+                            ptr: v_rows.as_ptr(),
+                            rs: v_t as isize,
+                            cs: 1,
+                        },
+                        acc.as_mut_ptr(),
+                        d,
+                        true,
+                    );
                 }
             }
             jb += n;
