@@ -184,7 +184,7 @@ const CASES: &[Case] = &[
     },
 ];
 
-fn check_cases() {
+fn check_cases(isa: Isa) {
     for &c in CASES {
         let (want, _) = run(c, None);
         for threads in [1, 2] {
@@ -193,7 +193,7 @@ fn check_cases() {
                 names.iter().any(|n| n == "attention"),
                 "{c:?}: no attention kernel in {names:?}"
             );
-            close(&got, &want, &format!("{c:?}, {threads} threads"));
+            close(&got, &want, &format!("{c:?}, {threads} threads, {isa:?}"));
         }
         let off = CpuBackend::with_threads(2).disable_rules(&["attention"]);
         let (got, names) = run(c, Some(off));
@@ -213,8 +213,8 @@ fn attention_matches_reference_at_every_isa() {
             continue;
         }
         set_max_isa(isa);
-        check_cases();
-        check_bi_cases();
+        check_cases(isa);
+        check_bi_cases(isa);
     }
     set_max_isa(best);
 }
@@ -385,7 +385,7 @@ const BI_CASES: &[BiCase] = &[
     },
 ];
 
-fn check_bi_cases() {
+fn check_bi_cases(isa: Isa) {
     for &c in BI_CASES {
         let (want, _) = run_bi(c, None);
         for threads in [1, 2] {
@@ -394,7 +394,7 @@ fn check_bi_cases() {
                 names.iter().any(|n| n == "attention"),
                 "{c:?}: no attention kernel in {names:?}"
             );
-            close(&got, &want, &format!("{c:?}, {threads} threads"));
+            close(&got, &want, &format!("{c:?}, {threads} threads, {isa:?}"));
         }
         let off = CpuBackend::with_threads(2).disable_rules(&["attention"]);
         let (got, names) = run_bi(c, Some(off));
