@@ -1,7 +1,7 @@
 //! The fused attention kernel (`attention` rule) against the reference runtime on the
 //! primop graphs of `luminal_nn::causal_attention_windowed` and `luminal_nn::attention`
 //! (bidirectional and cross attention with padding masks): prefill and decode through a
-//! KV cache (keys read in place from the cache), grouped-query heads, sliding windows, odd
+//! KV cache (keys read in place from the cache, f32 or f16), grouped-query heads, sliding windows, odd
 //! sizes, one and two threads, and every instruction-set level the CPU has. With the rule
 //! switched off the same graph runs on the generic kernels (and materialises the scores).
 
@@ -33,11 +33,13 @@ fn data(n: usize, seed: usize) -> Vec<f32> {
 
 /// Runs the case on `backend` (the reference when `None`); returns the output and the
 /// kernel names.
-fn run(c: Case, backend: Option<CpuBackend>) -> (Vec<f32>, Vec<String>) {
+/// With `cache` = `F16` the cache inputs are f16 (an f16 KV cache: the kernel reads the
+/// halves in place; the reference widens them).
+fn run(c: Case, backend: Option<CpuBackend>, cache: DType) -> (Vec<f32>, Vec<String>) {
     let cx = Graph::new();
     let q = cx.tensor("q", (1, c.hq, Expression::var("s"), c.d));
-    let kc = cx.tensor("k_cache", (c.hkv, c.max_ctx, c.d));
-    let vc = cx.tensor("v_cache", (c.hkv, c.max_ctx, c.d));
+    let kc = cx.input("k_cache", (c.hkv, c.max_ctx, c.d), cache);
+    let vc = cx.input("v_cache", (c.hkv, c.max_ctx, c.d), cache);
     let t = Expression::var("p") + Expression::var("s");
     let k = kc.slice(1, 0, t.clone()).unsqueeze(0);
     let v = vc.slice(1, 0, t).unsqueeze(0);
@@ -51,8 +53,14 @@ fn run(c: Case, backend: Option<CpuBackend>) -> (Vec<f32>, Vec<String>) {
             rt.set_dim("s", c.s);
             rt.set_dim("p", c.past);
             rt.set(q, &qd).unwrap();
-            rt.set(kc, &kd).unwrap();
-            rt.set(vc, &vd).unwrap();
+            for (t, d) in [(kc, &kd), (vc, &vd)] {
+                let data = if cache == DType::F16 {
+                    HostData::F16(d.iter().map(|&x| half::f16::from_f32(x)).collect())
+                } else {
+                    HostData::F32(d.clone())
+                };
+                rt.set_data(t, data).unwrap();
+            }
             rt.run().unwrap();
             rt.get::<f32>(out).unwrap()
         }};
@@ -185,18 +193,25 @@ const CASES: &[Case] = &[
 ];
 
 fn check_cases(isa: Isa) {
-    for &c in CASES {
-        let (want, _) = run(c, None);
+    for (&c, cache) in CASES
+        .iter()
+        .flat_map(|c| [(c, DType::F32), (c, DType::F16)])
+    {
+        let (want, _) = run(c, None, cache);
         for threads in [1, 2] {
-            let (got, names) = run(c, Some(CpuBackend::with_threads(threads)));
+            let (got, names) = run(c, Some(CpuBackend::with_threads(threads)), cache);
             assert!(
                 names.iter().any(|n| n == "attention"),
                 "{c:?}: no attention kernel in {names:?}"
             );
-            close(&got, &want, &format!("{c:?}, {threads} threads, {isa:?}"));
+            close(
+                &got,
+                &want,
+                &format!("{c:?}, {cache:?} cache, {threads} threads, {isa:?}"),
+            );
         }
         let off = CpuBackend::with_threads(2).disable_rules(&["attention"]);
-        let (got, names) = run(c, Some(off));
+        let (got, names) = run(c, Some(off), cache);
         assert!(!names.iter().any(|n| n == "attention"), "{names:?}");
         close(&got, &want, &format!("{c:?}, rule off"));
     }

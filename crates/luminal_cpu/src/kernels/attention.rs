@@ -126,6 +126,9 @@ struct Plan {
     /// The bias's stride along s (along t it is 1).
     b_s: usize,
     has_bias: bool,
+    /// Keys / values stored as f16 (widened block by block).
+    k_half: bool,
+    v_half: bool,
     /// Query rows per tile, keys per block, key splits.
     qt: usize,
     kb: usize,
@@ -147,8 +150,9 @@ impl Plan {
         }
     }
 
-    /// Scratch layout of one worker: q rows, scores, bias, accumulators, maxima, sums.
-    fn parts(&self) -> [usize; 6] {
+    /// Scratch layout of one worker: q rows, scores, bias, accumulators, maxima, sums, and
+    /// (f16 keys / values) one block of keys and one of values widened to f32.
+    fn parts(&self) -> [usize; 8] {
         let rows = self.gmax * self.qt;
         let state = self.state_rows();
         let bias = if self.has_bias {
@@ -156,6 +160,7 @@ impl Plan {
         } else {
             self.kb
         };
+        let widened = |half: bool| if half { self.kb * self.d } else { 0 };
         [
             rows * self.d,
             rows * self.kb,
@@ -163,12 +168,14 @@ impl Plan {
             state * self.d,
             state,
             state,
+            widened(self.k_half),
+            widened(self.v_half),
         ]
     }
 }
 
-fn split_parts<'a>(mut s: &'a mut [f32], parts: [usize; 6]) -> [&'a mut [f32]; 6] {
-    let mut out: [&mut [f32]; 6] = Default::default();
+fn split_parts<'a>(mut s: &'a mut [f32], parts: [usize; 8]) -> [&'a mut [f32]; 8] {
+    let mut out: [&mut [f32]; 8] = Default::default();
     for (o, n) in out.iter_mut().zip(parts) {
         let (a, b) = s.split_at_mut(n);
         *o = a;
@@ -222,11 +229,16 @@ impl CpuKernel for AttentionKernel {
 
     fn run(&mut self, cx: RunCtx<'_>, out: &mut Storage) -> Result<()> {
         let bufs = cx.bufs;
-        let f32_of = |b: BufId| match &bufs[b] {
-            Storage::F32(v) => Ok(v.as_slice()),
-            _ => Err(backend_err("q, k and v must be f32")),
+        let q = match &bufs[self.q] {
+            Storage::F32(v) => v.as_slice(),
+            _ => return Err(backend_err("q must be f32")),
         };
-        let (q, k, v) = (f32_of(self.q)?, f32_of(self.k)?, f32_of(self.v)?);
+        let rows_of = |b: BufId| match &bufs[b] {
+            Storage::F32(v) => Ok(KvRows::F32(v)),
+            Storage::F16(v) => Ok(KvRows::F16(v)),
+            _ => Err(backend_err("k and v must be f32 or f16")),
+        };
+        let (k, v) = (rows_of(self.k)?, rows_of(self.v)?);
         self.q_exprs.resolve(cx.dims, &mut self.q_view)?;
         self.k_exprs.resolve(cx.dims, &mut self.k_view)?;
         self.v_exprs.resolve(cx.dims, &mut self.v_view)?;
@@ -340,6 +352,8 @@ impl CpuKernel for AttentionKernel {
             v_t: self.v_view.strides[nb + 2] as usize,
             b_s: bias_view.map_or(0, |v| v.strides[nb] as usize),
             has_bias: self.bias.is_some(),
+            k_half: matches!(k, KvRows::F16(_)),
+            v_half: matches!(v, KvRows::F16(_)),
             qt,
             kb,
             splits,
@@ -430,12 +444,53 @@ impl CpuKernel for AttentionKernel {
     }
 }
 
+/// Keys or values as stored: f32 (read in place) or f16 (an f16 KV cache).
+#[derive(Clone, Copy)]
+enum KvRows<'a> {
+    F32(&'a [f32]),
+    F16(&'a [half::f16]),
+}
+
+impl<'a> KvRows<'a> {
+    fn len(&self) -> usize {
+        match self {
+            KvRows::F32(v) => v.len(),
+            KvRows::F16(v) => v.len(),
+        }
+    }
+
+    /// `n` rows of `d` elements from `start`, `stride` apart, as f32 with their stride:
+    /// f32 data in place, f16 data widened into `buf` (rows `d` apart).
+    fn block<'b>(
+        &self,
+        start: usize,
+        n: usize,
+        stride: usize,
+        d: usize,
+        buf: &'b mut [f32],
+    ) -> (&'b [f32], usize)
+    where
+        'a: 'b,
+    {
+        match *self {
+            KvRows::F32(v) => (&v[start..], stride),
+            KvRows::F16(v) => {
+                for j in 0..n {
+                    let src = &v[start + j * stride..][..d];
+                    <half::f16 as crate::storage::Elem>::widen(src, &mut buf[j * d..][..d]);
+                }
+                (&buf[..n * d], d)
+            }
+        }
+    }
+}
+
 /// One query tile of some groups over one key split.
 struct TileCx<'a> {
     plan: Plan,
     q: &'a [f32],
-    k: &'a [f32],
-    v: &'a [f32],
+    k: KvRows<'a>,
+    v: KvRows<'a>,
     bufs: &'a [Storage],
     bias: Option<&'a Program>,
     scale: f32,
@@ -453,7 +508,7 @@ impl TileCx<'_> {
     /// normalised and written to the output; with several, the unnormalised outputs stay
     /// in `acc`, the running maxima in `m` and the sums of exponentials in `l` (row
     /// `p·qt + ii`: batch index `order[p]`, query `tile·qt + ii`) for the combine step.
-    fn attend(&self, [qs, sc, bs, acc, m, l]: [&mut [f32]; 6]) {
+    fn attend(&self, [qs, sc, bs, acc, m, l, kw, vw]: [&mut [f32]; 8]) {
         let Plan {
             s,
             t,
@@ -549,7 +604,8 @@ impl TileCx<'_> {
                 }
             }
             let (q_rows, sc) = (&qs[..rows * d], &mut sc[..rows * kb]);
-            let (keys, state) = ((ko as usize, vo as usize), (&mut *acc, &mut *m, &mut *l));
+            let keys = (ko as usize, vo as usize, &mut *kw, &mut *vw);
+            let state = (&mut *acc, &mut *m, &mut *l);
             if prefill {
                 self.group_prefill(q_rows, sc, bs, keys, (j0, j1, nq), state);
             } else {
@@ -582,7 +638,7 @@ impl TileCx<'_> {
         q_rows: &[f32],
         sc: &mut [f32],
         bs: &[f32],
-        (ko, vo): (usize, usize),
+        (ko, vo, kw, vw): (usize, usize, &mut [f32], &mut [f32]),
         (j0, j1, nq): (usize, usize, usize),
         (acc, m, l): (&mut [f32], &mut [f32], &mut [f32]),
     ) {
@@ -610,10 +666,11 @@ impl TileCx<'_> {
                 jb += n;
                 continue;
             }
+            let (k, k_t) = self.k.block(ko + jb * k_t, n, k_t, d, kw);
             simd::run(Scores {
                 sc,
                 q: q_rows,
-                k: &self.k[ko + jb * k_t..],
+                k,
                 k_t,
                 n,
                 kb,
@@ -638,10 +695,11 @@ impl TileCx<'_> {
                 kb,
                 d,
             });
+            let (v, v_t) = self.v.block(vo + jb * v_t, n, v_t, d, vw);
             simd::run(Accumulate {
                 acc,
                 p: sc,
-                v: &self.v[vo + jb * v_t..],
+                v,
                 v_t,
                 n,
                 kb,
@@ -662,7 +720,7 @@ impl TileCx<'_> {
         q_t: &[f32],
         sc: &mut [f32],
         bs: &[f32],
-        (ko, vo): (usize, usize),
+        (ko, vo, kw, vw): (usize, usize, &mut [f32], &mut [f32]),
         (j0, j1, nq): (usize, usize, usize),
         (acc, m, l): (&mut [f32], &mut [f32], &mut [f32]),
     ) {
@@ -689,7 +747,7 @@ impl TileCx<'_> {
                 continue;
             }
             let sc = &mut sc[..n * rows];
-            let k = &self.k[ko + jb * k_t..];
+            let (k, k_t) = self.k.block(ko + jb * k_t, n, k_t, d, kw);
             if !tiles::scores(sc, q_t, k, k_t, n, rows, d) {
                 simd::run(ScoresT {
                     sc,
@@ -712,7 +770,7 @@ impl TileCx<'_> {
                 n,
                 d,
             });
-            let v = &self.v[vo + jb * v_t..];
+            let (v, v_t) = self.v.block(vo + jb * v_t, n, v_t, d, vw);
             if !tiles::accumulate(acc, sc, v, v_t, n, rows, d) {
                 simd::run(AccumulateT {
                     acc,

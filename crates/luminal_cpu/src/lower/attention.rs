@@ -11,7 +11,9 @@
 //! X   = Sum_d(Q[.., s, ·, d] * K[.., ·, t, d]) * scale (+ bias[.., s, t])
 //! ```
 //!
-//! q, k and v may be any views with unit stride along `d` (the kernel reads them in place).
+//! q, k and v may be any views with unit stride along `d` (the kernel reads them in place);
+//! k and v may also be f16 values widened by a cast as the last step (an f16 KV cache,
+//! `luminal_nn::scores_product` / `values_product`): the kernel then reads the f16 data.
 //! The bias is optional (`luminal_nn::attention` without a mask has none); when present it
 //! is any f32 node read unmasked with unit stride along the keys — the causal mask `[s, t]`
 //! broadcast over heads, or a padding bias `[b, 1, 1, t]` broadcast over heads and queries —
@@ -107,6 +109,27 @@ impl Lowering<'_> {
         }
     }
 
+    /// Where the kernel reads k or v from the product's operand `e`: an f32 node through
+    /// `e`'s view, or, when `e` reads (one to one) a private cast to f32 of an f16 value
+    /// (`luminal_nn::scores_product` over an f16 KV cache), the f16 value through the
+    /// cast's input view. Returns the edge and the cast node, if any.
+    fn kv_source(&self, e: &Edge) -> Option<(Edge, Option<NodeId>)> {
+        let n = self.g.node(e.node);
+        match n.op {
+            _ if n.dtype != DType::F32 => None,
+            Op::Cast(DType::F32)
+                if self.g.node(n.inputs[0].node).dtype == DType::F16
+                    && flat_identity_edge(self.g, e)
+                    && !self.g.outputs.contains(&e.node)
+                    && self.uses.get(&e.node) == Some(&1) =>
+            {
+                Some((n.inputs[0].clone(), Some(e.node)))
+            }
+            Op::Cast(_) => None,
+            _ => Some((e.clone(), None)),
+        }
+    }
+
     pub(super) fn match_attention(&self, id: NodeId) -> Option<Match> {
         let g = self.g;
         let mul = |n: NodeId| self.f32_node(n, Op::Binary(BinaryOp::Mul));
@@ -141,11 +164,11 @@ impl Lowering<'_> {
                 && a.offset() == b.offset()
         };
         let unit_d = |v: &ShapeTracker, at: usize| v.strides()[at].as_constant() == Some(1);
+        let (ve, v_cast) = self.kv_source(ve)?;
         if !same_view(&pe.view, &p_view)
             || ve.view.is_masked()
             || !ve.view.strides()[r - 3].is_zero()
             || !unit_d(&ve.view, r - 2)
-            || g.node(ve.node).dtype != DType::F32
         {
             return None;
         }
@@ -250,12 +273,12 @@ impl Lowering<'_> {
             return None;
         }
         let (qe, ke) = self.operands(qk, |e| e.view.strides()[r - 2].is_zero())?;
-        for (e, zero) in [(qe, r - 2), (ke, r - 3)] {
-            if e.view.is_masked()
-                || !e.view.strides()[zero].is_zero()
-                || !unit_d(&e.view, r - 1)
-                || g.node(e.node).dtype != DType::F32
-            {
+        if g.node(qe.node).dtype != DType::F32 {
+            return None;
+        }
+        let (ke, k_cast) = self.kv_source(ke)?;
+        for (e, zero) in [(qe, r - 2), (&ke, r - 3)] {
+            if e.view.is_masked() || !e.view.strides()[zero].is_zero() || !unit_d(&e.view, r - 1) {
                 return None;
             }
         }
@@ -266,6 +289,7 @@ impl Lowering<'_> {
         if s_node != x {
             inner.push(s_node);
         }
+        inner.extend(k_cast.into_iter().chain(v_cast));
         let mut reads: HashMap<NodeId, usize> = HashMap::new();
         for n in inner.iter().chain([&id]) {
             for e in &g.node(*n).inputs {
@@ -280,8 +304,8 @@ impl Lowering<'_> {
         }
         Some(Match {
             q: qe.clone(),
-            k: ke.clone(),
-            v: ve.clone(),
+            k: ke,
+            v: ve,
             bias,
             scale,
             batch_dims: nb,
