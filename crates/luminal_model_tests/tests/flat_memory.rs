@@ -38,7 +38,10 @@ fn decode_memory_is_flat_in_the_context() {
     // Long enough that per-token growth would show (1,000 steps × 138 KB = 138 MB), short
     // enough for a 2-core CI machine.
     let max_ctx = 1024;
-    let opts = LoadOptions { max_ctx };
+    let opts = LoadOptions {
+        max_ctx,
+        ..Default::default()
+    };
     let (mut model, _) = LlamaModel::load(&path, CpuBackend::default(), &opts, |_, _| {}).unwrap();
     let vocab = model.vocab_size() as u32;
     let token = |i: usize| ((i as u64 * 2654435761) % vocab as u64) as u32;

@@ -194,7 +194,10 @@ fn reference_backend_runs_window_and_yarn() {
         ("tiny-yarn.gguf", "tiny-yarn"),
     ] {
         let r = reference(model);
-        let opts = LoadOptions { max_ctx: 16 };
+        let opts = LoadOptions {
+            max_ctx: 16,
+            ..Default::default()
+        };
         let path = fixture(&format!("scaling/{file}"));
         let (mut m, _) = LlamaModel::load(&path, ReferenceBackend, &opts, |_, _| {}).unwrap();
         let tokens = ids(&r["ids"]);

@@ -50,7 +50,10 @@ pub fn logits(case: &Value) -> Vec<f32> {
 /// A fixture model on two threads with f32 activations (`QuantDots::F32`): the tight
 /// bounds against transformers apply (int8 activations are checked on SmolLM2).
 pub fn load(file: &str) -> (LlamaModel<CpuRuntime>, Tokenizer) {
-    let opts = LoadOptions { max_ctx: 64 };
+    let opts = LoadOptions {
+        max_ctx: 64,
+        ..Default::default()
+    };
     let backend = CpuBackend::with_threads(2).quant_dots(QuantDots::F32);
     LlamaModel::load(fixture(file), backend, &opts, |_, _| {}).unwrap()
 }
@@ -175,7 +178,10 @@ fn load_smollm2(backend: CpuBackend) -> Option<Mutex<(LlamaModel<CpuRuntime>, To
         );
         return None;
     }
-    let opts = LoadOptions { max_ctx: 512 };
+    let opts = LoadOptions {
+        max_ctx: 512,
+        ..Default::default()
+    };
     Some(Mutex::new(
         LlamaModel::load(&path, backend, &opts, |_, _| {}).unwrap(),
     ))
