@@ -1,5 +1,5 @@
 //! The `attention` rule: `softmax(q·kᵀ·scale + bias)·v` as the core's hl_ops build it
-//! (`luminal_nn::causal_attention`, `luminal_nn::attention`) becomes one fused kernel (`kernels/attention.rs`) that
+//! (`luminal_nn::causal_attention`, `luminal_nn::attention`) becomes one fused kernel (`kernels/attention/`) that
 //! never materialises the `[s, t]` scores.
 //!
 //! The primop pattern, matched from the final product down (every node in it private to it):
