@@ -173,8 +173,7 @@ impl Plan {
             state * self.d,
             state,
             state,
-            // Decoding on x86 transposes each key block (keys in lanes) whatever its type.
-            widened(self.k_half || (self.s <= DECODE_ROWS && tiles::available())),
+            widened(self.k_half),
             widened(self.v_half),
         ]
     }
@@ -465,49 +464,6 @@ impl<'a> KvRows<'a> {
         }
     }
 
-    /// `n` rows of `d` elements from `start`, `stride` apart, transposed into `buf` as f32
-    /// (element `c` of row `j` at `c·npad + j`; lanes `n..npad` are left as they are).
-    fn block_transposed<'b>(
-        &self,
-        start: usize,
-        n: usize,
-        stride: usize,
-        d: usize,
-        npad: usize,
-        buf: &'b mut [f32],
-    ) -> &'b [f32]
-    where
-        'a: 'b,
-    {
-        let buf = &mut buf[..d * npad];
-        match *self {
-            KvRows::F32(v) => {
-                for j in 0..n {
-                    for (c, &x) in v[start + j * stride..][..d].iter().enumerate() {
-                        buf[c * npad + j] = x;
-                    }
-                }
-            }
-            KvRows::F16(v) => {
-                let mut row = [0f32; 256];
-                for j in 0..n {
-                    let src = &v[start + j * stride..][..d];
-                    if d <= row.len() {
-                        <half::f16 as crate::storage::Elem>::widen(src, &mut row[..d]);
-                        for (c, &x) in row[..d].iter().enumerate() {
-                            buf[c * npad + j] = x;
-                        }
-                    } else {
-                        for (c, &x) in src.iter().enumerate() {
-                            buf[c * npad + j] = x.to_f32();
-                        }
-                    }
-                }
-            }
-        }
-        buf
-    }
-
     /// `n` rows of `d` elements from `start`, `stride` apart, as f32 with their stride:
     /// f32 data in place, f16 data widened into `buf` (rows `d` apart).
     fn block<'b>(
@@ -715,31 +671,16 @@ impl TileCx<'_> {
                 jb += n;
                 continue;
             }
-            // Row stride of the block's scores: with the x86 tiles, keys sit in vector lanes
-            // (the block transposed once for the group's rows, no horizontal sums).
-            let stride = if tiles::available() {
-                let npad = n.next_multiple_of(prefill::ROW_CHUNK);
-                let k_t_block = self.k.block_transposed(ko + jb * k_t, n, k_t, d, npad, kw);
-                let rows = q_rows.len() / d;
-                // sc[r·npad + j] = Σ_c q[r·d + c] · kᵀ[c·npad + j]: the prefill tile with
-                // the roles swapped (keys in lanes, query rows broadcast).
-                let done =
-                    tiles::scores(&mut sc[..rows * npad], k_t_block, q_rows, d, rows, npad, d);
-                debug_assert!(done);
-                npad
-            } else {
-                let (k, k_t) = self.k.block(ko + jb * k_t, n, k_t, d, kw);
-                simd::run(Scores {
-                    sc,
-                    q: q_rows,
-                    k,
-                    k_t,
-                    n,
-                    kb,
-                    d,
-                });
-                kb
-            };
+            let (k, k_t) = self.k.block(ko + jb * k_t, n, k_t, d, kw);
+            simd::run(Scores {
+                sc,
+                q: q_rows,
+                k,
+                k_t,
+                n,
+                kb,
+                d,
+            });
             let (bs, bstride) = if has_bias {
                 (&bs[boff..], span)
             } else {
@@ -756,7 +697,7 @@ impl TileCx<'_> {
                 qt,
                 nq,
                 n,
-                kb: stride,
+                kb,
                 d,
             });
             let (v, v_t) = self.v.block(vo + jb * v_t, n, v_t, d, vw);
@@ -766,7 +707,7 @@ impl TileCx<'_> {
                 v,
                 v_t,
                 n,
-                kb: stride,
+                kb,
                 d,
             });
             jb += n;

@@ -228,12 +228,6 @@ impl AccumulateT<'_> {
 pub(super) mod tiles {
     use crate::simd::{isa, Isa};
 
-    /// Whether [`scores`] and [`accumulate`] run register tiles at this instruction set
-    /// (for rows in multiples of two vectors, and for `accumulate` head dims likewise).
-    pub(in crate::kernels::attention) fn available() -> bool {
-        cfg!(target_arch = "x86_64") && matches!(isa(), Isa::Avx512 | Isa::Avx2)
-    }
-
     /// `sc[j·rows + r] = Σ_c k[j·k_t + c] · q_t[c·rows + r]` for keys `0..n`.
     pub(in crate::kernels::attention) fn scores(
         sc: &mut [f32],
