@@ -480,9 +480,15 @@ impl<'a> KvRows<'a> {
         match *self {
             KvRows::F32(v) => (&v[start..], stride),
             KvRows::F16(v) => {
-                for j in 0..n {
-                    let src = &v[start + j * stride..][..d];
-                    <half::f16 as crate::storage::Elem>::widen(src, &mut buf[j * d..][..d]);
+                use crate::storage::Elem;
+                if stride == d {
+                    // Adjacent rows (a cache head's positions): one conversion.
+                    half::f16::widen(&v[start..start + n * d], &mut buf[..n * d]);
+                } else {
+                    for j in 0..n {
+                        let src = &v[start + j * stride..][..d];
+                        half::f16::widen(src, &mut buf[j * d..][..d]);
+                    }
                 }
                 (&buf[..n * d], d)
             }
