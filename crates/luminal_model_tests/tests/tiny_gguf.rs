@@ -15,7 +15,7 @@ mod common;
 use common::*;
 use luminal::ReferenceBackend;
 use luminal_cpu::CpuBackend;
-use luminal_models::{LlamaModel, LoadOptions, Model};
+use luminal_models::{CacheType, LlamaModel, LoadOptions, Model};
 use luminal_nn::RopeLayout;
 
 #[test]
@@ -85,9 +85,10 @@ const Q8_TOLERANCE: f32 = 1e-4;
 /// and the logits match transformers, and the CPU backend, within the same bound.
 #[test]
 fn the_same_model_code_runs_on_the_reference_backend() {
+    // An f32 KV cache, as `load` uses: the bound is against transformers' f32 logits.
     let opts = LoadOptions {
         max_ctx: 64,
-        ..Default::default()
+        cache_type: CacheType::F32,
     };
     let path = fixture("tiny-llama.q8_0.gguf");
     let (mut on_ref, _) = LlamaModel::load(&path, ReferenceBackend, &opts, |_, _| {}).unwrap();
