@@ -68,6 +68,9 @@ pub struct BenchArgs {
     /// CPU threads (default: every core)
     #[arg(short, long)]
     threads: Option<usize>,
+    /// KV-cache element type: f32 or f16
+    #[arg(long, default_value_t = luminal_models::LoadOptions::default().cache_type)]
+    cache_type: luminal_models::CacheType,
     /// Timed repetitions of each test
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     reps: usize,
@@ -108,8 +111,14 @@ pub fn run(args: BenchArgs) -> CliResult {
     let depths = depths(&args);
     let longest = prompts.iter().chain(&gens).copied().max().unwrap_or(0);
     let max_ctx = depths.iter().max().unwrap_or(&0) + longest;
-    let (mut model, _tok) =
-        load_model_with(&args.model, args.device, args.threads, max_ctx, args.search)?;
+    let (mut model, _tok) = load_model_with(
+        &args.model,
+        args.device,
+        args.threads,
+        max_ctx,
+        args.cache_type,
+        args.search,
+    )?;
     let desc = describe(&args.model, model.stats.parameters as u64)?;
     let threads = effective_threads(args.threads);
     let tokens = bench_tokens(model.vocab_size(), max_ctx);
@@ -123,7 +132,13 @@ pub fn run(args: BenchArgs) -> CliResult {
     }
     if args.search.is_some() {
         // The hand lowering, measured the same way after the searched model.
-        let (mut hand, _) = load_model(&args.model, args.device, args.threads, max_ctx)?;
+        let (mut hand, _) = load_model(
+            &args.model,
+            args.device,
+            args.threads,
+            max_ctx,
+            args.cache_type,
+        )?;
         let base = run_tests(&args, &mut hand, &tokens)?;
         for (r, b) in results.iter().zip(&base) {
             let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;

@@ -62,7 +62,13 @@ pub fn run(args: ChatArgs) -> CliResult {
         ..Default::default()
     };
     sampler.validate()?;
-    let (model, tok) = load_model(&args.model, args.device, args.threads, args.ctx)?;
+    let (model, tok) = load_model(
+        &args.model,
+        args.device,
+        args.threads,
+        args.ctx,
+        luminal_models::LoadOptions::default().cache_type,
+    )?;
     let mut chat = Chat::new(model, tok)?;
     chat.set_system(args.system.clone());
     let opts = GenerateOptions {

@@ -4,7 +4,7 @@
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use luminal_cpu::{CpuBackend, CpuRuntime};
 use luminal_io::IoError;
-use luminal_models::{LlamaModel, LoadOptions, Model, ModelError, Tokenizer};
+use luminal_models::{CacheType, LlamaModel, LoadOptions, Model, ModelError, Tokenizer};
 use std::fmt;
 use std::path::Path;
 
@@ -91,8 +91,9 @@ pub fn load_model(
     device: Device,
     threads: Option<usize>,
     max_ctx: usize,
+    cache_type: CacheType,
 ) -> CliResult<(CliModel, Tokenizer)> {
-    load_model_with(path, device, threads, max_ctx, None)
+    load_model_with(path, device, threads, max_ctx, cache_type, None)
 }
 
 /// [`load_model`], compiled with search (`luminal_search`, budget `search` seconds, timing
@@ -102,6 +103,7 @@ pub fn load_model_with(
     device: Device,
     threads: Option<usize>,
     max_ctx: usize,
+    cache_type: CacheType,
     search: Option<u64>,
 ) -> CliResult<(CliModel, Tokenizer)> {
     if !path.exists() {
@@ -125,7 +127,10 @@ pub fn load_model_with(
             .unwrap_or_default(),
     );
     bar.enable_steady_tick(std::time::Duration::from_millis(120));
-    let opts = LoadOptions { max_ctx };
+    let opts = LoadOptions {
+        max_ctx,
+        cache_type,
+    };
     let backend = match (device, threads) {
         (Device::Cpu, Some(n)) => CpuBackend::with_threads(n),
         (Device::Cpu, None) => CpuBackend::default(),

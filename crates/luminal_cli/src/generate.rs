@@ -60,6 +60,9 @@ pub struct GenerateArgs {
     /// CPU threads (default: every core)
     #[arg(short, long)]
     threads: Option<usize>,
+    /// KV-cache element type: f32 or f16
+    #[arg(long, default_value_t = luminal_models::LoadOptions::default().cache_type)]
+    cache_type: luminal_models::CacheType,
     /// Context size in tokens (prompt + generation)
     #[arg(long, default_value_t = 2048)]
     ctx: usize,
@@ -83,7 +86,13 @@ pub fn run(args: GenerateArgs) -> CliResult {
     };
     sampler.validate()?;
     let prompt = read_prompt(&args.prompt, args.file.as_deref())?;
-    let (model, tok) = load_model(&args.model, args.device, args.threads, args.ctx)?;
+    let (model, tok) = load_model(
+        &args.model,
+        args.device,
+        args.threads,
+        args.ctx,
+        args.cache_type,
+    )?;
     let opts = GenerateOptions {
         max_new_tokens: args.n_predict,
         sampler,

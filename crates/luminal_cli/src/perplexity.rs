@@ -29,6 +29,9 @@ pub struct PerplexityArgs {
     /// of each chunk scored), so that the numbers compare with llama.cpp's
     #[arg(long, value_enum, default_value_t = Protocol::Luminal)]
     protocol: Protocol,
+    /// KV-cache element type: f32 or f16
+    #[arg(long, default_value_t = luminal_models::LoadOptions::default().cache_type)]
+    cache_type: luminal_models::CacheType,
 }
 
 /// The token-scoring protocol of `luminal perplexity`.
@@ -47,7 +50,13 @@ pub fn run(args: PerplexityArgs) -> CliResult {
             args.ctx
         )));
     }
-    let (mut model, tok) = load_model(&args.model, args.device, args.threads, args.ctx)?;
+    let (mut model, tok) = load_model(
+        &args.model,
+        args.device,
+        args.threads,
+        args.ctx,
+        args.cache_type,
+    )?;
     if args.ctx > model.max_ctx() {
         return Err(CliError::msg(format!(
             "--ctx {} exceeds the model's context length of {} tokens",

@@ -99,7 +99,13 @@ enum WorkerEvent {
 }
 
 pub fn run(args: ServeArgs) -> CliResult {
-    let (model, tok) = load_model(&args.model, args.device, args.threads, args.ctx)?;
+    let (model, tok) = load_model(
+        &args.model,
+        args.device,
+        args.threads,
+        args.ctx,
+        luminal_models::LoadOptions::default().cache_type,
+    )?;
     let model_name = args.model_name.clone().unwrap_or_else(|| {
         args.model
             .file_stem()

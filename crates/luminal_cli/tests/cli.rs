@@ -248,6 +248,37 @@ fn perplexity_prints_its_value_as_the_last_line() {
     assert!(stdout(&o).contains("[1/"));
 }
 
+/// `--cache-type f16` (the default) and `f32` both run; rounding the cached keys and values to
+/// f16 moves the perplexity only slightly; an unknown type is a clear error.
+#[test]
+fn perplexity_takes_the_kv_cache_type() {
+    let file = model_fixtures().join("ppl.txt");
+    let run = |cache: &str| {
+        luminal(&[
+            "perplexity",
+            "--model",
+            s(&tiny_llama()),
+            "--file",
+            s(&file),
+            "--ctx",
+            "64",
+            "--cache-type",
+            cache,
+        ])
+    };
+    let (f32_ppl, f16_ppl) = (
+        last_line_perplexity(&run("f32")),
+        last_line_perplexity(&run("f16")),
+    );
+    assert!(
+        ((f16_ppl - f32_ppl) / f32_ppl).abs() < 0.01,
+        "f16 {f16_ppl} vs f32 {f32_ppl}"
+    );
+    let o = run("q3");
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("q3"), "{}", stderr(&o));
+}
+
 #[test]
 fn perplexity_of_smollm2_matches_transformers() {
     let Some(model) = smollm2() else { return };

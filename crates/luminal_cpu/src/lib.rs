@@ -17,7 +17,7 @@
 //! - **casts** between f32, f16 and bf16 as direct conversion kernels (F16C where present);
 //! - **attention** (`softmax(q·kᵀ·scale + mask)·v`, grouped-query heads, read in place
 //!   from the KV cache) as one tiled online-softmax kernel whose memory is linear in the
-//!   sequence (see `kernels/attention.rs`);
+//!   sequence (see `kernels/attention/`);
 //! - **data movement** kernels: gather (embedding rows copied whole), iota, concatenation
 //!   (the pad + add pattern, copied piece by piece), in-place state writes, any dtype (see
 //!   `kernels/movement/`);

@@ -1,12 +1,13 @@
 //! The fused attention kernel (`attention` rule) against the reference runtime on the
-//! primop graph of `luminal_nn::causal_attention_windowed`: prefill and decode through a
-//! KV cache (keys read in place from the cache), grouped-query heads, sliding windows, odd
+//! primop graphs of `luminal_nn::causal_attention_windowed` and `luminal_nn::attention`
+//! (bidirectional and cross attention with padding masks): prefill and decode through a
+//! KV cache (keys read in place from the cache, f32 or f16), grouped-query heads, sliding windows, odd
 //! sizes, one and two threads, and every instruction-set level the CPU has. With the rule
 //! switched off the same graph runs on the generic kernels (and materialises the scores).
 
 use luminal::prelude::*;
 use luminal_cpu::{detected_isa, set_max_isa, CpuBackend, Isa};
-use luminal_nn::causal_attention_windowed;
+use luminal_nn::{attention, causal_attention_windowed};
 
 /// One case: `s` new queries at positions `past..past + s` over a cache of `max_ctx`.
 #[derive(Clone, Copy, Debug)]
@@ -32,11 +33,13 @@ fn data(n: usize, seed: usize) -> Vec<f32> {
 
 /// Runs the case on `backend` (the reference when `None`); returns the output and the
 /// kernel names.
-fn run(c: Case, backend: Option<CpuBackend>) -> (Vec<f32>, Vec<String>) {
+/// With `cache` = `F16` the cache inputs are f16 (an f16 KV cache: the kernel reads the
+/// halves in place; the reference widens them).
+fn run(c: Case, backend: Option<CpuBackend>, cache: DType) -> (Vec<f32>, Vec<String>) {
     let cx = Graph::new();
     let q = cx.tensor("q", (1, c.hq, Expression::var("s"), c.d));
-    let kc = cx.tensor("k_cache", (c.hkv, c.max_ctx, c.d));
-    let vc = cx.tensor("v_cache", (c.hkv, c.max_ctx, c.d));
+    let kc = cx.input("k_cache", (c.hkv, c.max_ctx, c.d), cache);
+    let vc = cx.input("v_cache", (c.hkv, c.max_ctx, c.d), cache);
     let t = Expression::var("p") + Expression::var("s");
     let k = kc.slice(1, 0, t.clone()).unsqueeze(0);
     let v = vc.slice(1, 0, t).unsqueeze(0);
@@ -50,8 +53,14 @@ fn run(c: Case, backend: Option<CpuBackend>) -> (Vec<f32>, Vec<String>) {
             rt.set_dim("s", c.s);
             rt.set_dim("p", c.past);
             rt.set(q, &qd).unwrap();
-            rt.set(kc, &kd).unwrap();
-            rt.set(vc, &vd).unwrap();
+            for (t, d) in [(kc, &kd), (vc, &vd)] {
+                let data = if cache == DType::F16 {
+                    HostData::F16(d.iter().map(|&x| half::f16::from_f32(x)).collect())
+                } else {
+                    HostData::F32(d.clone())
+                };
+                rt.set_data(t, data).unwrap();
+            }
             rt.run().unwrap();
             rt.get::<f32>(out).unwrap()
         }};
@@ -183,25 +192,34 @@ const CASES: &[Case] = &[
     },
 ];
 
-fn check_cases() {
-    for &c in CASES {
-        let (want, _) = run(c, None);
+fn check_cases(isa: Isa) {
+    for (&c, cache) in CASES
+        .iter()
+        .flat_map(|c| [(c, DType::F32), (c, DType::F16)])
+    {
+        let (want, _) = run(c, None, cache);
         for threads in [1, 2] {
-            let (got, names) = run(c, Some(CpuBackend::with_threads(threads)));
+            let (got, names) = run(c, Some(CpuBackend::with_threads(threads)), cache);
             assert!(
                 names.iter().any(|n| n == "attention"),
                 "{c:?}: no attention kernel in {names:?}"
             );
-            close(&got, &want, &format!("{c:?}, {threads} threads"));
+            close(
+                &got,
+                &want,
+                &format!("{c:?}, {cache:?} cache, {threads} threads, {isa:?}"),
+            );
         }
         let off = CpuBackend::with_threads(2).disable_rules(&["attention"]);
-        let (got, names) = run(c, Some(off));
+        let (got, names) = run(c, Some(off), cache);
         assert!(!names.iter().any(|n| n == "attention"), "{names:?}");
         close(&got, &want, &format!("{c:?}, rule off"));
     }
 }
 
-/// Every case at every instruction-set level (one test: the level is process-wide).
+/// Every case, causal and bidirectional / cross ([`BI_CASES`]: padding masks, no mask,
+/// `t != s`, batch > 1), at every instruction-set level (one test: the level is
+/// process-wide).
 #[test]
 fn attention_matches_reference_at_every_isa() {
     let best = detected_isa();
@@ -210,7 +228,8 @@ fn attention_matches_reference_at_every_isa() {
             continue;
         }
         set_max_isa(isa);
-        check_cases();
+        check_cases(isa);
+        check_bi_cases(isa);
     }
     set_max_isa(best);
 }
@@ -247,4 +266,154 @@ fn uncached_attention_uses_the_kernel() {
     rt.set(x, &xd).unwrap();
     rt.run().unwrap();
     close(&rt.get::<f32>(out).unwrap(), &want, "uncached");
+}
+
+/// One case of bidirectional / cross attention (`luminal_nn::attention`): `b` sequences,
+/// `h` heads, `s` queries over `t` keys, each sequence's keys `0..len[i]` real and the rest
+/// padding (no mask when `lens` is `None`).
+#[derive(Clone, Copy, Debug)]
+struct BiCase {
+    b: usize,
+    h: usize,
+    s: usize,
+    t: usize,
+    d: usize,
+    lens: Option<&'static [usize]>,
+}
+
+/// Runs `c` on `backend` (the reference when `None`): q, k and v are the head-split views
+/// of `[b, s|t, h·d]` projections, as `MultiHeadAttention` builds them.
+fn run_bi(c: BiCase, backend: Option<CpuBackend>) -> (Vec<f32>, Vec<String>) {
+    let cx = Graph::new();
+    let seq = Expression::var("s");
+    let keys = Expression::var("t");
+    let x = cx.tensor("x", (c.b, seq.clone(), c.h * c.d));
+    let mem = cx.tensor("mem", (c.b, keys.clone(), c.h * c.d));
+    fn heads<'g>(t: GraphTensor<'g>, n: Expression, c: BiCase) -> GraphTensor<'g> {
+        t.reshape(vec![c.b.into(), n, c.h.into(), c.d.into()])
+            .permute(&[0, 2, 1, 3])
+    }
+    let q = heads(x * 0.7, seq, c);
+    let k = heads(mem.sin() * 2.0, keys.clone(), c);
+    let v = heads(mem * 1.5, keys.clone(), c);
+    let mask = c.lens.map(|_| cx.tensor("mask", (c.b, keys)));
+    let out = attention(q, k, v, mask).output();
+    let xd = data(c.b * c.s * c.h * c.d, 11);
+    let md = data(c.b * c.t * c.h * c.d, 12);
+    let maskd: Vec<f32> = c.lens.map_or(vec![], |lens| {
+        lens.iter()
+            .flat_map(|&n| (0..c.t).map(move |j| if j < n { 1.0 } else { 0.0 }))
+            .collect()
+    });
+    macro_rules! go {
+        ($rt:expr) => {{
+            let mut rt = $rt;
+            rt.set_dim("s", c.s);
+            rt.set_dim("t", c.t);
+            rt.set(x, &xd).unwrap();
+            rt.set(mem, &md).unwrap();
+            if let Some(m) = mask {
+                rt.set(m, &maskd).unwrap();
+            }
+            rt.run().unwrap();
+            rt.get::<f32>(out).unwrap()
+        }};
+    }
+    match backend {
+        None => (
+            go!(cx
+                .compile(ReferenceBackend, CompileOptions::default())
+                .unwrap()),
+            vec![],
+        ),
+        Some(be) => {
+            let rt = cx.compile(be, CompileOptions::default()).unwrap();
+            let names = rt.kernel_names();
+            (go!(rt), names)
+        }
+    }
+}
+
+const BI_CASES: &[BiCase] = &[
+    // BERT-like: padded batch, one sequence entirely padding (uniform weights, as
+    // transformers), odd lengths.
+    BiCase {
+        b: 3,
+        h: 4,
+        s: 37,
+        t: 37,
+        d: 32,
+        lens: Some(&[37, 20, 0]),
+    },
+    // Several query tiles and key blocks; whole key blocks padded in one sequence.
+    BiCase {
+        b: 2,
+        h: 2,
+        s: 130,
+        t: 300,
+        d: 32,
+        lens: Some(&[300, 10]),
+    },
+    // Encoder self-attention without a mask (Whisper), several tiles and blocks.
+    BiCase {
+        b: 1,
+        h: 3,
+        s: 150,
+        t: 150,
+        d: 64,
+        lens: None,
+    },
+    // Cross-attention, few queries over many keys (the decoder's steps): keys split
+    // across threads; with and without a padding mask, batch > 1.
+    BiCase {
+        b: 1,
+        h: 6,
+        s: 1,
+        t: 1500,
+        d: 64,
+        lens: None,
+    },
+    BiCase {
+        b: 2,
+        h: 3,
+        s: 4,
+        t: 700,
+        d: 64,
+        lens: Some(&[700, 300]),
+    },
+    // Cross-attention, many queries over a different number of keys; odd head dim.
+    BiCase {
+        b: 2,
+        h: 2,
+        s: 70,
+        t: 33,
+        d: 24,
+        lens: Some(&[5, 33]),
+    },
+    BiCase {
+        b: 2,
+        h: 1,
+        s: 9,
+        t: 260,
+        d: 8,
+        lens: None,
+    },
+];
+
+fn check_bi_cases(isa: Isa) {
+    for &c in BI_CASES {
+        let (want, _) = run_bi(c, None);
+        for threads in [1, 2] {
+            let (got, names) = run_bi(c, Some(CpuBackend::with_threads(threads)));
+            assert!(
+                names.iter().any(|n| n == "attention"),
+                "{c:?}: no attention kernel in {names:?}"
+            );
+            close(&got, &want, &format!("{c:?}, {threads} threads, {isa:?}"));
+        }
+        let off = CpuBackend::with_threads(2).disable_rules(&["attention"]);
+        let (got, names) = run_bi(c, Some(off));
+        assert!(!names.iter().any(|n| n == "attention"), "{names:?}");
+        close(&got, &want, &format!("{c:?}, rule off"));
+    }
 }

@@ -20,7 +20,10 @@ fn fixture(name: &str) -> PathBuf {
 /// Allocations during the decode steps of a second pass over the same positions.
 fn decode_allocations(file: &str, dots: QuantDots, threads: usize) -> usize {
     let backend = CpuBackend::with_threads(threads).quant_dots(dots);
-    let opts = LoadOptions { max_ctx: 48 };
+    let opts = LoadOptions {
+        max_ctx: 48,
+        ..Default::default()
+    };
     let (mut model, _) = LlamaModel::load(fixture(file), backend, &opts, |_, _| {}).unwrap();
     let prompt = [1u32, 5, 9, 3, 7];
     let steps: Vec<u32> = (0..40).map(|i| (i * 7 + 2) % 50).collect();

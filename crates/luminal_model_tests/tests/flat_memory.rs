@@ -43,7 +43,10 @@ fn decode_memory_is_flat_in_the_context() {
         .and_then(|v| v.parse::<usize>().ok())
         .unwrap_or(1024)
         .max(128);
-    let opts = LoadOptions { max_ctx };
+    let opts = LoadOptions {
+        max_ctx,
+        ..Default::default()
+    };
     let (mut model, _) = LlamaModel::load(&path, CpuBackend::default(), &opts, |_, _| {}).unwrap();
     let vocab = model.vocab_size() as u32;
     let token = |i: usize| ((i as u64 * 2654435761) % vocab as u64) as u32;

@@ -18,7 +18,10 @@ fn fixtures() -> PathBuf {
 }
 
 fn load_tiny(max_ctx: usize) -> (LlamaModel<CpuRuntime>, Tokenizer) {
-    let opts = LoadOptions { max_ctx };
+    let opts = LoadOptions {
+        max_ctx,
+        ..Default::default()
+    };
     let backend = CpuBackend::with_threads(2);
     LlamaModel::load(fixtures().join("tiny-llama"), backend, &opts, |_, _| {}).unwrap()
 }

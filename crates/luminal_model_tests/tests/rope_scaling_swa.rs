@@ -22,7 +22,7 @@ mod common;
 
 use common::*;
 use luminal::ReferenceBackend;
-use luminal_models::{LlamaModel, LoadOptions, Model};
+use luminal_models::{CacheType, LlamaModel, LoadOptions, Model};
 use luminal_nn::{RopeLayout, RopeScaling, YarnScaling};
 use serde_json::Value;
 
@@ -194,7 +194,11 @@ fn reference_backend_runs_window_and_yarn() {
         ("tiny-yarn.gguf", "tiny-yarn"),
     ] {
         let r = reference(model);
-        let opts = LoadOptions { max_ctx: 16 };
+        // An f32 KV cache: the fixtures are transformers' f32 logits.
+        let opts = LoadOptions {
+            max_ctx: 16,
+            cache_type: CacheType::F32,
+        };
         let path = fixture(&format!("scaling/{file}"));
         let (mut m, _) = LlamaModel::load(&path, ReferenceBackend, &opts, |_, _| {}).unwrap();
         let tokens = ids(&r["ids"]);

@@ -15,7 +15,7 @@ mod common;
 use common::*;
 use luminal::ReferenceBackend;
 use luminal_cpu::CpuBackend;
-use luminal_models::{LlamaModel, LoadOptions, Model};
+use luminal_models::{CacheType, LlamaModel, LoadOptions, Model};
 use luminal_nn::RopeLayout;
 
 #[test]
@@ -85,7 +85,11 @@ const Q8_TOLERANCE: f32 = 1e-4;
 /// and the logits match transformers, and the CPU backend, within the same bound.
 #[test]
 fn the_same_model_code_runs_on_the_reference_backend() {
-    let opts = LoadOptions { max_ctx: 64 };
+    // An f32 KV cache, as `load` uses: the bound is against transformers' f32 logits.
+    let opts = LoadOptions {
+        max_ctx: 64,
+        cache_type: CacheType::F32,
+    };
     let path = fixture("tiny-llama.q8_0.gguf");
     let (mut on_ref, _) = LlamaModel::load(&path, ReferenceBackend, &opts, |_, _| {}).unwrap();
     let (mut on_cpu, _) = load("tiny-llama.q8_0.gguf");
@@ -166,7 +170,10 @@ fn zero_rope_freq_factor_is_a_load_error() {
     bytes[at..at + 4].copy_from_slice(&0f32.to_le_bytes());
     let path = std::env::temp_dir().join(format!("luminal-zero-rope-{}.gguf", std::process::id()));
     std::fs::write(&path, &bytes).unwrap();
-    let opts = LoadOptions { max_ctx: 8 };
+    let opts = LoadOptions {
+        max_ctx: 8,
+        ..Default::default()
+    };
     let backend = CpuBackend::with_threads(1);
     let err = LlamaModel::load(&path, backend, &opts, |_, _| {}).unwrap_err();
     std::fs::remove_file(&path).unwrap();

@@ -27,5 +27,6 @@ pub use generate::{
 };
 pub use llama::{LlamaModel, LoadOptions};
 pub use luminal_io::Tokenizer;
+pub use luminal_nn::CacheType;
 pub use model::Model;
 pub use session::{Chat, ChatReply, Session};

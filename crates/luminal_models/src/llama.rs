@@ -9,7 +9,7 @@ use crate::error::{ModelError, Result};
 use crate::model::Model;
 use luminal::prelude::*;
 use luminal_io::{GgufFile, SafetensorsModel, Tokenizer};
-use luminal_nn::{Embedding, KvCache, Linear, Module, RmsNorm, Rope, TransformerBlock};
+use luminal_nn::{CacheType, Embedding, KvCache, Linear, Module, RmsNorm, Rope, TransformerBlock};
 use rayon::prelude::*;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -19,11 +19,19 @@ use std::time::{Duration, Instant};
 pub struct LoadOptions {
     /// KV-cache capacity in tokens (capped by the model's context length).
     pub max_ctx: usize,
+    /// Element type of the KV cache (f16 halves its memory and the bytes each decode step
+    /// reads; see `benches/README.md` for its perplexity effect).
+    pub cache_type: CacheType,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { max_ctx: 2048 }
+        LoadOptions {
+            max_ctx: 2048,
+            // llama.cpp's default too; measured in benches/README.md (2026-11-24, fourth
+            // session): perplexity +0.1%, less memory, decode at depth no slower.
+            cache_type: CacheType::F16,
+        }
     }
 }
 
@@ -194,6 +202,7 @@ pub struct LlamaModel<R> {
     tokens: TensorRef,
     logits: TensorRef,
     caches: Vec<TensorRef>,
+    cache_type: CacheType,
     max_ctx: usize,
     pos: usize,
     /// The token ids of the last call, as the graph's i32 input (kept: no allocation).
@@ -206,6 +215,7 @@ impl<R> std::fmt::Debug for LlamaModel<R> {
         f.debug_struct("LlamaModel")
             .field("config", &self.config)
             .field("max_ctx", &self.max_ctx)
+            .field("cache_type", &self.cache_type)
             .field("pos", &self.pos)
             .finish()
     }
@@ -321,12 +331,13 @@ impl<R: Runtime> LlamaModel<R> {
             .collect();
         let caches: Vec<KvCache> = (0..c.n_layers)
             .map(|i| {
-                KvCache::new(
+                KvCache::with_type(
                     &cx,
                     &format!("model.layers.{i}.self_attn"),
                     c.n_kv_heads,
                     max_ctx,
                     c.head_dim,
+                    opts.cache_type,
                 )
             })
             .collect();
@@ -410,6 +421,7 @@ impl<R: Runtime> LlamaModel<R> {
             tokens: tokens.handle(),
             logits: logits.handle(),
             caches: cache_refs,
+            cache_type: opts.cache_type,
             max_ctx,
             pos: 0,
             ids: Vec::new(),
@@ -451,7 +463,11 @@ impl<R: Runtime> LlamaModel<R> {
         let c = &self.config;
         let n = c.n_kv_heads * self.max_ctx * c.head_dim;
         for &r in &self.caches {
-            self.runtime.set_data(r, HostData::F32(vec![0.0; n]))?;
+            let zeros = match self.cache_type {
+                CacheType::F32 => HostData::F32(vec![0.0; n]),
+                CacheType::F16 => HostData::F16(vec![luminal::half::f16::ZERO; n]),
+            };
+            self.runtime.set_data(r, zeros)?;
         }
         self.pos = 0;
         Ok(())

@@ -378,7 +378,10 @@ mod tests {
         LlamaModel::load(
             dir,
             luminal::ReferenceBackend,
-            &LoadOptions { max_ctx },
+            &LoadOptions {
+                max_ctx,
+                ..Default::default()
+            },
             |_, _| {},
         )
         .unwrap()

@@ -61,7 +61,7 @@ pub fn causal_attention_windowed<'g>(
     } else {
         (q, k, v)
     };
-    let scores = q.matmul(k.transpose(-1, -2)) * scale; // [b, (hkv, groups | hq), s, t]
+    let scores = scores_product(q, k) * scale; // [b, (hkv, groups | hq), s, t]
     let (s, t) = (qs[2].clone(), ks[2].clone());
     // Additive mask: log2(1) = 0 where visible, log2(0) = -inf elsewhere, visible where
     // key index − query index ≤ t − s. Built in f32 from two aranges (the indices are small
@@ -79,7 +79,7 @@ pub fn causal_attention_windowed<'g>(
     }
     let bias = visible.cast(DType::F32).log2();
     let scores = scores + bias.expand_to(scores.shape());
-    let out = scores.softmax(-1).matmul(v);
+    let out = values_product(scores.softmax(-1), v);
     if grouped {
         out.reshape(vec![
             qs[0].clone(),
@@ -90,6 +90,34 @@ pub fn causal_attention_windowed<'g>(
     } else {
         out
     }
+}
+
+/// `q·kᵀ` over the last axis: `q: [.., s, d]`, `k: [.., t, d]` → `[.., s, t]`. A `k` held
+/// in another float dtype (an f16 KV cache) is widened to f32 as the last step, after the
+/// broadcast over the queries: the cast is then of a view a backend can read in place
+/// (its attention kernel reads the f16 cache directly), instead of a widened copy.
+pub fn scores_product<'g>(q: GraphTensor<'g>, k: GraphTensor<'g>) -> GraphTensor<'g> {
+    if k.dtype() == DType::F32 {
+        return q.matmul(k.transpose(-1, -2));
+    }
+    let r = q.rank();
+    let (s, t) = (q.shape()[r - 2].clone(), k.shape()[r - 2].clone());
+    let q = q.expand(r - 1, t); // [.., s, t, d]
+    let k = k.expand(r - 2, s).cast(DType::F32); // [.., s, t, d]
+    (q * k).sum(r)
+}
+
+/// `p·v`: `p: [.., s, t]`, `v: [.., t, d]` → `[.., s, d]`; a `v` in another float dtype is
+/// widened last, as in [`scores_product`].
+pub fn values_product<'g>(p: GraphTensor<'g>, v: GraphTensor<'g>) -> GraphTensor<'g> {
+    if v.dtype() == DType::F32 {
+        return p.matmul(v);
+    }
+    let r = p.rank();
+    let (s, d) = (p.shape()[r - 2].clone(), v.shape()[r - 1].clone());
+    let p = p.expand(r - 1, d); // [.., s, d, t]
+    let v = v.transpose(-1, -2).expand(r - 2, s).cast(DType::F32); // [.., s, d, t]
+    (p * v).sum(r)
 }
 
 /// Llama-family attention: q/k/v/o projections (optional q/k/v bias, as in Qwen2), RoPE,
@@ -203,6 +231,46 @@ pub struct KvCache<'g> {
     pub max_ctx: usize,
 }
 
+/// The element type of a KV cache: f32, or f16 (half the memory and the bytes each decode
+/// step reads; new rows are rounded once when written, as llama.cpp's default cache).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CacheType {
+    #[default]
+    F32,
+    F16,
+}
+
+impl CacheType {
+    pub fn dtype(self) -> DType {
+        match self {
+            CacheType::F32 => DType::F32,
+            CacheType::F16 => DType::F16,
+        }
+    }
+}
+
+impl std::str::FromStr for CacheType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<CacheType, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "f32" => Ok(CacheType::F32),
+            "f16" => Ok(CacheType::F16),
+            other => Err(format!(
+                "unknown KV cache type {other:?} (expected f32 or f16)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for CacheType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CacheType::F32 => "f32",
+            CacheType::F16 => "f16",
+        })
+    }
+}
+
 impl<'g> KvCache<'g> {
     /// Inputs `{prefix}.k_cache` and `{prefix}.v_cache`.
     pub fn new(
@@ -212,16 +280,40 @@ impl<'g> KvCache<'g> {
         max_ctx: usize,
         head_dim: usize,
     ) -> Self {
+        Self::with_type(cx, prefix, n_kv_heads, max_ctx, head_dim, CacheType::F32)
+    }
+
+    /// [`KvCache::new`] holding `cache_type` elements (the inputs have its dtype).
+    pub fn with_type(
+        cx: &'g Graph,
+        prefix: &str,
+        n_kv_heads: usize,
+        max_ctx: usize,
+        head_dim: usize,
+        cache_type: CacheType,
+    ) -> Self {
         let shape = (n_kv_heads, max_ctx, head_dim);
+        let dt = cache_type.dtype();
         KvCache {
-            k: cx.tensor(&join(prefix, "k_cache"), shape),
-            v: cx.tensor(&join(prefix, "v_cache"), shape),
+            k: cx.input(&join(prefix, "k_cache"), shape, dt),
+            v: cx.input(&join(prefix, "v_cache"), shape, dt),
             max_ctx,
         }
     }
 
-    /// Writes `k, v: [1, kv_heads, s, head_dim]` at `past..past + s` and returns the cached
-    /// keys and values of positions `0..past + s`, as `[1, kv_heads, past + s, head_dim]`.
+    /// The cache's element type.
+    pub fn cache_type(&self) -> CacheType {
+        if self.k.dtype() == DType::F16 {
+            CacheType::F16
+        } else {
+            CacheType::F32
+        }
+    }
+
+    /// Writes `k, v: [1, kv_heads, s, head_dim]` at `past..past + s` (rounded to the cache's
+    /// type) and returns the cached keys and values of positions `0..past + s`, as
+    /// `[1, kv_heads, past + s, head_dim]` in the cache's type ([`causal_attention`] takes
+    /// them as they are).
     pub fn append(
         &self,
         k: GraphTensor<'g>,
@@ -231,6 +323,11 @@ impl<'g> KvCache<'g> {
         let s = k.shape()[2].clone();
         let total = past.clone() + s;
         let step = |cache: GraphTensor<'g>, new: GraphTensor<'g>| {
+            let new = if new.dtype() == cache.dtype() {
+                new
+            } else {
+                new.cast(cache.dtype())
+            };
             cache
                 .write_slice(1, past.clone(), new.squeeze(0))
                 .slice(1, 0, total.clone())

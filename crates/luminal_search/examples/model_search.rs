@@ -30,7 +30,10 @@ fn main() {
         .first()
         .expect("usage: model_search MODEL.gguf [budget_s]");
     let budget_s: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(20);
-    let opts = LoadOptions { max_ctx: 256 };
+    let opts = LoadOptions {
+        max_ctx: 256,
+        ..Default::default()
+    };
     let cache = std::env::temp_dir().join(format!("luminal-model-search-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&cache);
     let budget = SearchBudget {

@@ -1,5 +1,5 @@
 //! The `attention` rule: `softmax(q·kᵀ·scale + bias)·v` as the core's hl_ops build it
-//! (`luminal_nn::causal_attention`) becomes one fused kernel (`kernels/attention.rs`) that
+//! (`luminal_nn::causal_attention`, `luminal_nn::attention`) becomes one fused kernel (`kernels/attention/`) that
 //! never materialises the `[s, t]` scores.
 //!
 //! The primop pattern, matched from the final product down (every node in it private to it):
@@ -8,18 +8,22 @@
 //! out = Sum_t( P[.., s, ·, t] * V[.., ·, d, t] )         P·V
 //! P   = E * Recip(Sum_t(E))[.., s, ·]                    softmax
 //! E   = Exp2((X + Max_t(X)[.., s, ·] * -1) * log2 e)
-//! X   = Sum_d(Q[.., s, ·, d] * K[.., ·, t, d]) * scale + bias[s, t] (broadcast over heads)
+//! X   = Sum_d(Q[.., s, ·, d] * K[.., ·, t, d]) * scale (+ bias[.., s, t])
 //! ```
 //!
 //! q, k and v may be any views with unit stride along `d` (the kernel reads them in place);
-//! the bias is any f32 node of shape `[s, t]`, computed inside the kernel by its fused
-//! program (the causal mask's aranges and comparisons), block by block.
+//! k and v may also be f16 values widened by a cast as the last step (an f16 KV cache,
+//! `luminal_nn::scores_product` / `values_product`): the kernel then reads the f16 data.
+//! The bias is optional (`luminal_nn::attention` without a mask has none); when present it
+//! is any f32 node read unmasked with unit stride along the keys — the causal mask `[s, t]`
+//! broadcast over heads, or a padding bias `[b, 1, 1, t]` broadcast over heads and queries —
+//! computed inside the kernel by its fused program, block by block.
 
 use super::{flat_identity_edge, Broadcast, Lowered, Lowering};
 use crate::kernel::BufId;
-use crate::kernels::attention::AttentionKernel;
+use crate::kernels::attention::{AttentionBias, AttentionKernel};
 use crate::kernels::fused::{Instr, Leaf, Program};
-use crate::view::{ResolvedView, ViewExprs};
+use crate::view::{LaunchExpr, ResolvedView, ViewExprs};
 use luminal::graph::{Edge, NodeId};
 use luminal::op::{BinaryOp, ConstValue, Op, ReduceOp, UnaryOp};
 use luminal::{DType, Expression, Result, ShapeTracker};
@@ -30,7 +34,8 @@ pub(super) struct Match {
     q: Edge,
     k: Edge,
     v: Edge,
-    bias: NodeId,
+    /// The additive bias, read over `[batch.., s, t]`; none when the scores are only scaled.
+    bias: Option<Edge>,
     scale: f32,
     batch_dims: usize,
 }
@@ -104,6 +109,27 @@ impl Lowering<'_> {
         }
     }
 
+    /// Where the kernel reads k or v from the product's operand `e`: an f32 node through
+    /// `e`'s view, or, when `e` reads (one to one) a private cast to f32 of an f16 value
+    /// (`luminal_nn::scores_product` over an f16 KV cache), the f16 value through the
+    /// cast's input view. Returns the edge and the cast node, if any.
+    fn kv_source(&self, e: &Edge) -> Option<(Edge, Option<NodeId>)> {
+        let n = self.g.node(e.node);
+        match n.op {
+            _ if n.dtype != DType::F32 => None,
+            Op::Cast(DType::F32)
+                if self.g.node(n.inputs[0].node).dtype == DType::F16
+                    && flat_identity_edge(self.g, e)
+                    && !self.g.outputs.contains(&e.node)
+                    && self.uses.get(&e.node) == Some(&1) =>
+            {
+                Some((n.inputs[0].clone(), Some(e.node)))
+            }
+            Op::Cast(_) => None,
+            _ => Some((e.clone(), None)),
+        }
+    }
+
     pub(super) fn match_attention(&self, id: NodeId) -> Option<Match> {
         let g = self.g;
         let mul = |n: NodeId| self.f32_node(n, Op::Binary(BinaryOp::Mul));
@@ -138,11 +164,11 @@ impl Lowering<'_> {
                 && a.offset() == b.offset()
         };
         let unit_d = |v: &ShapeTracker, at: usize| v.strides()[at].as_constant() == Some(1);
+        let (ve, v_cast) = self.kv_source(ve)?;
         if !same_view(&pe.view, &p_view)
             || ve.view.is_masked()
             || !ve.view.strides()[r - 3].is_zero()
             || !unit_d(&ve.view, r - 2)
-            || g.node(ve.node).dtype != DType::F32
         {
             return None;
         }
@@ -175,11 +201,26 @@ impl Lowering<'_> {
             return None;
         }
         let a42 = ae.node;
-        let (xe, ne) = self.operands(a42, |e| add(e.node) && flat_identity_edge(g, e))?;
-        let x = xe.node;
-        if !mul(ne.node) || !self.row_broadcast(ne, &st) {
+        // X is the operand the other (`Max_t(X) * -1`, row-broadcast) reduces: an Add when
+        // there is a bias, the scaling Mul when not.
+        let a42_ins = &g.node(a42).inputs;
+        if a42_ins.len() != 2 {
             return None;
         }
+        let (xe, ne) = [(&a42_ins[0], &a42_ins[1]), (&a42_ins[1], &a42_ins[0])]
+            .into_iter()
+            .find(|(xe, ne)| {
+                (add(xe.node) || mul(xe.node))
+                    && flat_identity_edge(g, xe)
+                    && mul(ne.node)
+                    && self.row_broadcast(ne, &st)
+                    && self
+                        .operands(ne.node, |e| self.const_value(e).is_none())
+                        .is_some_and(|(me, _)| {
+                            self.last_axis_reduce(me.node, ReduceOp::Max) == Some(xe.node)
+                        })
+            })?;
+        let x = xe.node;
         let neg = ne.node;
         let (me, minus) = self.operands(neg, |e| self.const_value(e).is_none())?;
         if self.const_value(minus) != Some(-1.0)
@@ -190,23 +231,33 @@ impl Lowering<'_> {
             return None;
         }
         let max_x = me.node;
-        // X = S * scale + bias
-        let (se, be) = self.operands(x, |e| mul(e.node) && flat_identity_edge(g, e))?;
-        let s_node = se.node;
-        let bias = be.node;
-        let bn = g.node(bias);
-        let (s_dim, t_dim) = (&st[nb], &st[nb + 1]);
-        let bv = &be.view;
-        let bs = bv.strides();
-        if bn.dtype != DType::F32
-            || bn.shape != [s_dim.clone(), t_dim.clone()]
-            || bv.is_masked()
-            || !bv.offset().is_zero()
-            || (0..nb).any(|j| !bs[j].is_zero() && !is_one(&st[j]))
-            || !(bs[nb] == *t_dim || is_one(s_dim))
-            || bs[nb + 1].as_constant() != Some(1)
-        {
+        // X = S * scale + bias, or X = S * scale
+        let scaled = |e: &Edge| {
+            mul(e.node)
+                && flat_identity_edge(g, e)
+                && self
+                    .operands(e.node, |c| self.const_value(c).is_some())
+                    .is_some()
+        };
+        let (s_node, bias) = if add(x) {
+            let (se, be) = self.operands(x, scaled)?;
+            (se.node, Some(be.clone()))
+        } else if mul(x) {
+            (x, None)
+        } else {
             return None;
+        };
+        if let Some(be) = &bias {
+            // Any f32 node read unmasked with the keys adjacent (its own program is
+            // evaluated at the element indices the view gives); batch / query strides free.
+            let bv = &be.view;
+            if g.node(be.node).dtype != DType::F32
+                || bv.is_masked()
+                || bv.dims() != st
+                || !(bv.strides()[nb + 1].as_constant() == Some(1) || is_one(&st[nb + 1]))
+            {
+                return None;
+            }
         }
         let (re2, sce) = self.operands(s_node, |e| {
             flat_identity_edge(g, e) && self.const_value(e).is_none()
@@ -222,19 +273,23 @@ impl Lowering<'_> {
             return None;
         }
         let (qe, ke) = self.operands(qk, |e| e.view.strides()[r - 2].is_zero())?;
-        for (e, zero) in [(qe, r - 2), (ke, r - 3)] {
-            if e.view.is_masked()
-                || !e.view.strides()[zero].is_zero()
-                || !unit_d(&e.view, r - 1)
-                || g.node(e.node).dtype != DType::F32
-            {
+        if g.node(qe.node).dtype != DType::F32 {
+            return None;
+        }
+        let (ke, k_cast) = self.kv_source(ke)?;
+        for (e, zero) in [(qe, r - 2), (&ke, r - 3)] {
+            if e.view.is_masked() || !e.view.strides()[zero].is_zero() || !unit_d(&e.view, r - 1) {
                 return None;
             }
         }
         // Every node of the pattern is private to it: its reads all come from inside.
-        let inner = [
-            pv, p, e_node, re.node, sum_e, a44.node, a42, neg, max_x, x, s_node, sum_qk, qk,
+        let mut inner = vec![
+            pv, p, e_node, re.node, sum_e, a44.node, a42, neg, max_x, x, sum_qk, qk,
         ];
+        if s_node != x {
+            inner.push(s_node);
+        }
+        inner.extend(k_cast.into_iter().chain(v_cast));
         let mut reads: HashMap<NodeId, usize> = HashMap::new();
         for n in inner.iter().chain([&id]) {
             for e in &g.node(*n).inputs {
@@ -249,8 +304,8 @@ impl Lowering<'_> {
         }
         Some(Match {
             q: qe.clone(),
-            k: ke.clone(),
-            v: ve.clone(),
+            k: ke,
+            v: ve,
             bias,
             scale,
             batch_dims: nb,
@@ -262,23 +317,34 @@ impl Lowering<'_> {
         let Some(m) = self.match_attention(id) else {
             return Ok(None);
         };
-        let bn = self.g.node(m.bias);
-        let mut bias = Program::default();
-        if self.fusable(m.bias) && !matches!(bn.op, Op::Constant { .. }) {
-            self.begin_root(m.bias);
-            let r = self.emit_node(m.bias, &mut bias, &mut vec![]);
-            self.root.set(None);
-            if r?.is_none() {
-                return Ok(None);
+        let bias = match &m.bias {
+            None => None,
+            Some(be) => {
+                let bn = self.g.node(be.node);
+                let mut program = Program::default();
+                if self.fusable(be.node) && !matches!(bn.op, Op::Constant { .. }) {
+                    self.begin_root(be.node);
+                    let r = self.emit_node(be.node, &mut program, &mut vec![]);
+                    self.root.set(None);
+                    if r?.is_none() {
+                        return Ok(None);
+                    }
+                } else {
+                    program.leaves.push(Leaf {
+                        buf: BufId::of(be.node),
+                        exprs: ViewExprs::new(&ShapeTracker::new(bn.shape.clone()), self.names)?,
+                        view: ResolvedView::default(),
+                    });
+                    program.instrs.push(Instr::Load(0));
+                }
+                let numel = LaunchExpr::new(&bn.shape.iter().product(), self.names)?;
+                Some(AttentionBias::new(
+                    program,
+                    ViewExprs::new(&be.view, self.names)?,
+                    numel,
+                ))
             }
-        } else {
-            bias.leaves.push(Leaf {
-                buf: BufId::of(m.bias),
-                exprs: ViewExprs::new(&ShapeTracker::new(bn.shape.clone()), self.names)?,
-                view: ResolvedView::default(),
-            });
-            bias.instrs.push(Instr::Load(0));
-        }
+        };
         let views = (
             ViewExprs::new(&m.q.view, self.names)?,
             ViewExprs::new(&m.k.view, self.names)?,

@@ -13,9 +13,9 @@
 
 use super::{Lowered, Lowering};
 use crate::kernel::BufId;
-use crate::kernels::attention::AttentionKernel;
-use crate::kernels::fused::{ConstSrc, Instr, Leaf, Program};
-use crate::view::{ResolvedView, ViewExprs};
+use crate::kernels::attention::{AttentionBias, AttentionKernel};
+use crate::kernels::fused::{Instr, Leaf, Program};
+use crate::view::{LaunchExpr, ResolvedView, ViewExprs};
 use luminal::graph::Edge;
 use luminal::op::Op;
 use luminal::{DType, FusedTerm, NodeId, Result, ShapeTracker};
@@ -123,11 +123,9 @@ impl Lowering<'_> {
         let nb = r - 3;
         let (s_dim, t_dim) = (&qd[nb], &qd[nb + 1]);
         let mut bias = Program::default();
-        match t.inputs.get(3) {
-            None => {
-                bias.consts.push(ConstSrc::Value(0.0));
-                bias.instrs.push(Instr::Const(0));
-            }
+        let bias_edge = t.inputs.get(3);
+        match bias_edge {
+            None => {}
             Some(b) => {
                 // The kernel evaluates the bias per [s, t] tile: an [s, t] node broadcast
                 // over the batch dims only.
@@ -166,6 +164,14 @@ impl Lowering<'_> {
             ViewExprs::new(&k.view, self.names)?,
             ViewExprs::new(&v.view, self.names)?,
         );
+        let bias = match bias_edge {
+            None => None,
+            Some(b) => Some(AttentionBias::new(
+                bias,
+                ViewExprs::new(&b.view, self.names)?,
+                LaunchExpr::new(&g.node(b.node).shape.iter().product(), self.names)?,
+            )),
+        };
         let kernel = AttentionKernel::new(
             (BufId::of(q.node), BufId::of(k.node), BufId::of(v.node)),
             views,

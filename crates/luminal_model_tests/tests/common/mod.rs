@@ -4,7 +4,7 @@
 
 use luminal_cpu::{CpuBackend, CpuRuntime, QuantDots};
 use luminal_models::Model;
-use luminal_models::{LlamaModel, LoadOptions, Tokenizer};
+use luminal_models::{CacheType, LlamaModel, LoadOptions, Tokenizer};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
@@ -47,10 +47,14 @@ pub fn logits(case: &Value) -> Vec<f32> {
         .collect()
 }
 
-/// A fixture model on two threads with f32 activations (`QuantDots::F32`): the tight
-/// bounds against transformers apply (int8 activations are checked on SmolLM2).
+/// A fixture model on two threads with f32 activations (`QuantDots::F32`) and an f32 KV
+/// cache: the tight bounds against transformers apply (int8 activations and the default
+/// f16 cache are checked on SmolLM2).
 pub fn load(file: &str) -> (LlamaModel<CpuRuntime>, Tokenizer) {
-    let opts = LoadOptions { max_ctx: 64 };
+    let opts = LoadOptions {
+        max_ctx: 64,
+        cache_type: CacheType::F32,
+    };
     let backend = CpuBackend::with_threads(2).quant_dots(QuantDots::F32);
     LlamaModel::load(fixture(file), backend, &opts, |_, _| {}).unwrap()
 }
@@ -148,24 +152,35 @@ pub fn check_tokenizer_and_greedy(file: &str, model_name: &str) {
 }
 
 /// The real SmolLM2 GGUF (fetched by `scripts/fetch-models.sh`) on the default CPU backend
-/// (int8 activations in the skinny quantized products, the top logits refined), loaded once
+/// (int8 activations in the skinny quantized products, the top logits refined) with the
+/// default (f16) KV cache, loaded once
 /// per test binary and shared; `None` (with a message) when the file is absent.
 pub fn smollm2() -> Option<&'static Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>> {
     static MODEL: OnceLock<Option<Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>>> = OnceLock::new();
     MODEL
-        .get_or_init(|| load_smollm2(CpuBackend::default()))
+        .get_or_init(|| load_smollm2(CpuBackend::default(), LoadOptions::default().cache_type))
         .as_ref()
 }
 
-/// [`smollm2`] with f32 activations everywhere (`QuantDots::F32`).
+/// [`smollm2`] with f32 everywhere: activations (`QuantDots::F32`) and the KV cache (an
+/// f16 cache rounds each key and value once; tiny upstream differences then flip some
+/// roundings, ~1e-3 in the logits).
 pub fn smollm2_f32() -> Option<&'static Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>> {
     static MODEL: OnceLock<Option<Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>>> = OnceLock::new();
     MODEL
-        .get_or_init(|| load_smollm2(CpuBackend::default().quant_dots(QuantDots::F32)))
+        .get_or_init(|| {
+            load_smollm2(
+                CpuBackend::default().quant_dots(QuantDots::F32),
+                CacheType::F32,
+            )
+        })
         .as_ref()
 }
 
-fn load_smollm2(backend: CpuBackend) -> Option<Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>> {
+fn load_smollm2(
+    backend: CpuBackend,
+    cache_type: CacheType,
+) -> Option<Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
     if !path.exists() {
@@ -175,7 +190,10 @@ fn load_smollm2(backend: CpuBackend) -> Option<Mutex<(LlamaModel<CpuRuntime>, To
         );
         return None;
     }
-    let opts = LoadOptions { max_ctx: 512 };
+    let opts = LoadOptions {
+        max_ctx: 512,
+        cache_type,
+    };
     Some(Mutex::new(
         LlamaModel::load(&path, backend, &opts, |_, _| {}).unwrap(),
     ))
