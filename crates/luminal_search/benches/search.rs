@@ -6,14 +6,26 @@
 //! report the ratio of medians (> 1: search is faster), the search's compile time and the
 //! plan it chose.
 //!
+//! Three kinds of workload: graphs built here; the same with some of the backend's hand
+//! rules switched off on both sides (`CpuBackend::disable_rules`: what the search derives
+//! where the backend has no hand kernel); and the whole SmolLM2-135M-Instruct (Q4_1 GGUF
+//! from `./scripts/fetch-models.sh`; skipped with a line when absent) loaded through
+//! `LlamaModel::load`, once on the hand backend and once on a `Search` with the budget's
+//! dims set to the step timed (decode: `s = 1`, `p = 64`, `n_out = 1`; prefill: `s = 128`,
+//! `p = 0`, `n_out = 1`). The model rows' compile column is the searched model's whole load
+//! (weights, search, compile); the hand load time is printed below the table.
+//!
 //! `cargo bench -p luminal_search` (all), or with a substring filter:
 //! `cargo bench -p luminal_search -- attention`. `LUMINAL_SEARCH_BENCH_RUNS=n` sets the
-//! timed runs per plan (default 21), `LUMINAL_SEARCH_BENCH_TIME=s` the search budget (10).
+//! timed runs per plan (default 21, the whole model too: a SmolLM2 row takes ~10 s of timing
+//! on 2 cores), `LUMINAL_SEARCH_BENCH_TIME=s` the search budget (10).
 
 use luminal::prelude::*;
 use luminal_cpu::CpuBackend;
+use luminal_models::{LlamaModel, LoadOptions, Model};
 use luminal_nn::{Module, Rope, RopeLayout, TransformerBlock};
-use luminal_search::Search;
+use luminal_search::{Search, SearchReport};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 type Build = fn(&Graph) -> Vec<GraphTensor<'_>>;
@@ -115,6 +127,77 @@ fn workloads() -> Vec<(&'static str, Build)> {
     ]
 }
 
+/// Graph workloads compiled on `CpuBackend::default().disable_rules(rules)` for both the
+/// hand side and the search's backend.
+fn rule_off_workloads() -> Vec<(&'static str, Build, &'static [&'static str])> {
+    vec![(
+        "causal attention seq 2048 (hand attention rule off)",
+        |cx| causal_attention(cx, 2048),
+        &["attention"],
+    )]
+}
+
+/// The step a whole-model workload times.
+#[derive(Clone, Copy)]
+enum Step {
+    /// `DECODE_BLOCK` one-token steps after a `DECODE_CACHED`-token prefill, per step.
+    Decode,
+    /// A `PREFILL`-token prompt from an empty cache, logits of the last position only.
+    Prefill,
+}
+
+const DECODE_CACHED: usize = 64;
+const DECODE_BLOCK: usize = 8;
+const PREFILL: usize = 128;
+
+/// Name, step, budget dims `(s, p, n_out)` (`n_out`: how many of the last positions get
+/// logits; 1 when generating).
+fn model_workloads() -> Vec<(&'static str, Step, (usize, usize, usize))> {
+    vec![
+        (
+            "SmolLM2 decode step (whole model, 64 cached)",
+            Step::Decode,
+            (1, DECODE_CACHED, 1),
+        ),
+        (
+            "SmolLM2 prefill step (whole model, 128 tokens)",
+            Step::Prefill,
+            (PREFILL, 0, 1),
+        ),
+    ]
+}
+
+fn model_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+/// Token ids for a prompt of `n` (arbitrary, below the vocabulary size).
+fn prompt(n: usize) -> Vec<u32> {
+    (0..n as u32).map(|i| 2 + (i * 37) % 1000).collect()
+}
+
+/// One timed run of `step`; the reset and the decode's prefill are outside the timing.
+fn time_step<R: Runtime>(m: &mut LlamaModel<R>, step: Step, logits: &mut Vec<f32>) -> Duration {
+    m.reset();
+    match step {
+        Step::Decode => {
+            m.forward_into(&prompt(DECODE_CACHED), 1, logits).unwrap();
+            let next = prompt(DECODE_BLOCK + 1);
+            let t = Instant::now();
+            for &tok in &next[1..] {
+                m.forward_into(&[tok], 1, logits).unwrap();
+            }
+            t.elapsed() / DECODE_BLOCK as u32
+        }
+        Step::Prefill => {
+            let tokens = prompt(PREFILL);
+            let t = Instant::now();
+            m.forward_into(&tokens, 1, logits).unwrap();
+            t.elapsed()
+        }
+    }
+}
+
 fn fill(rt: &mut impl Runtime, g: &luminal::GraphData) {
     for (t, data) in luminal_search::measure::make_inputs(g, &Default::default()).unwrap() {
         rt.set_data(t, data).unwrap();
@@ -126,19 +209,149 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
+/// One workload's measurements.
+struct Row {
+    hand: Duration,
+    search: Duration,
+    compile: Duration,
+    report: SearchReport,
+}
+
+fn print_row(name: &str, row: &Row, ratios: &mut Vec<f64>) {
+    let Row {
+        hand: mh,
+        search: ms,
+        compile,
+        report,
+    } = row;
+    let ratio = mh.as_secs_f64() / ms.as_secs_f64();
+    ratios.push(ratio);
+    println!(
+        "| {name} | {:.3} | {:.3} | {ratio:.2}× | {:.2} | {} | {} / {}{}{} |",
+        mh.as_secs_f64() * 1e3,
+        ms.as_secs_f64() * 1e3,
+        compile.as_secs_f64(),
+        report.enodes,
+        report.variant,
+        report.schedule,
+        if report.fused.is_empty() {
+            String::new()
+        } else {
+            format!(" [{}]", report.fused.join(","))
+        },
+        if report.chosen == Some(0) {
+            " (= the hand plan: the ratio is noise)"
+        } else {
+            ""
+        }
+    );
+    if std::env::var("LUMINAL_SEARCH_LOG").is_ok() {
+        eprintln!("{report}");
+    }
+}
+
+/// A graph workload on `backend` (hand lowering) against `Search::new(backend)`.
+fn graph_row(build: Build, backend: CpuBackend, runs: usize, budget_s: u64) -> Row {
+    let cx = Graph::new();
+    for o in build(&cx) {
+        o.output();
+    }
+    let mut hand = cx.compile(backend, CompileOptions::default()).unwrap();
+    let search = Search::new(backend);
+    let handle = search.report_handle();
+    let budget = SearchBudget {
+        time: Duration::from_secs(budget_s),
+        use_cache: false,
+        ..SearchBudget::default()
+    };
+    let t0 = Instant::now();
+    let mut searched = cx.compile(search, CompileOptions::search(budget)).unwrap();
+    let compile = t0.elapsed();
+    let report = handle.lock().unwrap().take().unwrap();
+    let g = cx.snapshot();
+    fill(&mut hand, &g);
+    fill(&mut searched, &g);
+    hand.run().unwrap();
+    searched.run().unwrap();
+    let (mut th, mut ts) = (vec![], vec![]);
+    for _ in 0..runs {
+        let t = Instant::now();
+        hand.run().unwrap();
+        th.push(t.elapsed());
+        let t = Instant::now();
+        searched.run().unwrap();
+        ts.push(t.elapsed());
+    }
+    Row {
+        hand: median(th),
+        search: median(ts),
+        compile,
+        report,
+    }
+}
+
+/// A whole-model workload: `hand` against the model loaded on a `Search` whose budget's
+/// dims are `dims` (a fresh cache folder, not read or written: every row is searched).
+fn model_row<R: Runtime>(
+    path: &Path,
+    hand: &mut LlamaModel<R>,
+    opts: &LoadOptions,
+    step: Step,
+    (s, p, n_out): (usize, usize, usize),
+    runs: usize,
+    budget_s: u64,
+) -> Row {
+    let budget = SearchBudget {
+        time: Duration::from_secs(budget_s),
+        use_cache: false,
+        ..SearchBudget::default()
+    }
+    .dim("s", s)
+    .dim("p", p)
+    .dim("n_out", n_out);
+    let cache = std::env::temp_dir().join(format!(
+        "luminal-search-bench-{}-{s}-{p}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&cache);
+    let search = Search::new(CpuBackend::default())
+        .cache_dir(&cache)
+        .with_budget(budget);
+    let handle = search.report_handle();
+    let t0 = Instant::now();
+    let (mut searched, _) = LlamaModel::load(path, search, opts, |_, _| {}).unwrap();
+    let compile = t0.elapsed();
+    let _ = std::fs::remove_dir_all(&cache);
+    let report = handle.lock().unwrap().take().unwrap();
+    let mut logits = vec![];
+    time_step(hand, step, &mut logits);
+    time_step(&mut searched, step, &mut logits);
+    let (mut th, mut ts) = (vec![], vec![]);
+    for _ in 0..runs {
+        th.push(time_step(hand, step, &mut logits));
+        ts.push(time_step(&mut searched, step, &mut logits));
+    }
+    Row {
+        hand: median(th),
+        search: median(ts),
+        compile,
+        report,
+    }
+}
+
 fn main() {
     let filter: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))
         .collect();
-    let env = |k: &str, d: u64| {
-        std::env::var(k)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(d)
-    };
-    let runs = env("LUMINAL_SEARCH_BENCH_RUNS", 21) as usize;
-    let budget_s = env("LUMINAL_SEARCH_BENCH_TIME", 10);
+    let selected =
+        |name: &str| filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str()));
+    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
+    // 21 runs of the whole model are ~10 s a row on 2 cores (2026-11-26: a 128-token
+    // prefill ≈ 0.27 s, a decode block of 64 prefilled + 8 steps ≈ 0.25 s, each side), so
+    // it keeps the default.
+    let runs = env("LUMINAL_SEARCH_BENCH_RUNS").unwrap_or(21) as usize;
+    let budget_s = env("LUMINAL_SEARCH_BENCH_TIME").unwrap_or(10);
     println!(
         "isa {:?}, {} threads available; {runs} alternating runs per plan; search budget {budget_s} s",
         luminal_cpu::detected_isa(),
@@ -149,67 +362,50 @@ fn main() {
     );
     println!("|---|---:|---:|---:|---:|---:|---|");
     let mut ratios = vec![];
-    for (name, build) in workloads() {
-        if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
+    let mut notes = vec![];
+    let graphs = workloads()
+        .into_iter()
+        .map(|(name, build)| (name, build, &[][..]))
+        .chain(rule_off_workloads());
+    for (name, build, off) in graphs {
+        if selected(name) {
+            let backend = CpuBackend::default().disable_rules(off);
+            print_row(
+                name,
+                &graph_row(build, backend, runs, budget_s),
+                &mut ratios,
+            );
+        }
+    }
+    let path = model_path();
+    let opts = LoadOptions {
+        // The decode block (64 + 8 positions) and the 128-token prefill fit.
+        max_ctx: 256,
+        ..LoadOptions::default()
+    };
+    let mut hand = None;
+    for (name, step, dims) in model_workloads() {
+        if !selected(name) {
             continue;
         }
-        let cx = Graph::new();
-        for o in build(&cx) {
-            o.output();
+        if !path.exists() {
+            println!(
+                "| {name} | skipped: {} not found (./scripts/fetch-models.sh) | | | | | |",
+                path.display()
+            );
+            continue;
         }
-        let mut hand = cx
-            .compile(CpuBackend::default(), CompileOptions::default())
-            .unwrap();
-        let search = Search::new(CpuBackend::default());
-        let handle = search.report_handle();
-        let budget = SearchBudget {
-            time: Duration::from_secs(budget_s),
-            use_cache: false,
-            ..SearchBudget::default()
-        };
-        let t0 = Instant::now();
-        let mut searched = cx.compile(search, CompileOptions::search(budget)).unwrap();
-        let compile = t0.elapsed();
-        let report = handle.lock().unwrap().take().unwrap();
-        let g = cx.snapshot();
-        fill(&mut hand, &g);
-        fill(&mut searched, &g);
-        hand.run().unwrap();
-        searched.run().unwrap();
-        let (mut th, mut ts) = (vec![], vec![]);
-        for _ in 0..runs {
-            let t = Instant::now();
-            hand.run().unwrap();
-            th.push(t.elapsed());
-            let t = Instant::now();
-            searched.run().unwrap();
-            ts.push(t.elapsed());
-        }
-        let (mh, ms) = (median(th), median(ts));
-        let ratio = mh.as_secs_f64() / ms.as_secs_f64();
-        ratios.push(ratio);
-        println!(
-            "| {name} | {:.3} | {:.3} | {ratio:.2}× | {:.2} | {} | {} / {}{}{} |",
-            mh.as_secs_f64() * 1e3,
-            ms.as_secs_f64() * 1e3,
-            compile.as_secs_f64(),
-            report.enodes,
-            report.variant,
-            report.schedule,
-            if report.fused.is_empty() {
-                String::new()
-            } else {
-                format!(" [{}]", report.fused.join(","))
-            },
-            if report.chosen == Some(0) {
-                " (= the hand plan: the ratio is noise)"
-            } else {
-                ""
-            }
-        );
-        if std::env::var("LUMINAL_SEARCH_LOG").is_ok() {
-            eprintln!("{report}");
-        }
+        let hand = hand.get_or_insert_with(|| {
+            let t0 = Instant::now();
+            let (m, _) = LlamaModel::load(&path, CpuBackend::default(), &opts, |_, _| {}).unwrap();
+            notes.push(format!(
+                "SmolLM2 hand lowering: load + compile {:.2} s (the whole-model rows' compile column includes the same loading)",
+                t0.elapsed().as_secs_f64()
+            ));
+            m
+        });
+        let row = model_row(&path, hand, &opts, step, dims, runs, budget_s);
+        print_row(name, &row, &mut ratios);
     }
     if !ratios.is_empty() {
         let geo = (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp();
@@ -219,5 +415,8 @@ fn main() {
             "\n{} workloads: geomean {geo:.2}×, min {min:.2}×, {big} at ≥ 1.3×",
             ratios.len()
         );
+    }
+    for note in notes {
+        println!("{note}");
     }
 }

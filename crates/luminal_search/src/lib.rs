@@ -46,6 +46,7 @@
 pub mod attention;
 pub mod cache;
 pub mod egraph;
+pub mod fold;
 pub mod measure;
 pub mod terms;
 
@@ -79,6 +80,9 @@ pub struct SearchReport {
     /// The plan came from the cache: nothing was searched.
     pub from_cache: bool,
     pub stages: Vec<StageReport>,
+    /// Identical segments folded before seeding (see [`fold`]): instances, terms per
+    /// segment, and the terms of the whole graph and of what was seeded.
+    pub folded: Option<FoldReport>,
     /// E-classes and e-nodes of the saturated e-graph.
     pub eclasses: usize,
     pub enodes: usize,
@@ -138,6 +142,13 @@ impl fmt::Display for SearchReport {
                 s.elapsed.as_secs_f64()
             )?;
         }
+        if let Some(fr) = &self.folded {
+            writeln!(
+                f,
+                "  folded: {} identical segments of {} terms searched once ({} of {} terms seeded)",
+                fr.instances, fr.period, fr.seeded_terms, fr.source_terms
+            )?;
+        }
         if !self.stages.is_empty() {
             writeln!(
                 f,
@@ -187,6 +198,15 @@ impl fmt::Display for SearchReport {
         }
         Ok(())
     }
+}
+
+/// What [`fold`] did to a search's graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FoldReport {
+    pub instances: usize,
+    pub period: usize,
+    pub source_terms: usize,
+    pub seeded_terms: usize,
 }
 
 /// Where a [`Search`] leaves the report of its last compile.
@@ -330,9 +350,25 @@ pub fn search<B: Tunable>(
     }
 
     let pb = progress();
+    // Identical segments (a model's layers) are seeded once.
+    let folding = if fold::enabled() {
+        fold::find(&enc, &g)
+    } else {
+        None
+    };
+    if let Some(fd) = &folding {
+        let (source_terms, seeded_terms) = fd.sizes(&enc);
+        report.folded = Some(FoldReport {
+            instances: fd.count,
+            period: fd.period,
+            source_terms,
+            seeded_terms,
+        });
+    }
+    let seeded = folding.as_ref().map_or(&enc, |fd| &fd.reduced);
     // Saturation gets half of the time; timing the rest.
     let mut eg = egraph::seed(
-        &enc,
+        seeded,
         &egraph::RULE_FILES.iter().map(|r| r.1).collect::<String>(),
     )
     .map_err(err)?;
@@ -346,7 +382,7 @@ pub fn search<B: Tunable>(
         pb.tick();
     })
     .map_err(err)?;
-    let classes = egraph::read_classes(&eg, &enc, &g).map_err(err)?;
+    let classes = egraph::read_classes(&eg, seeded, &g).map_err(err)?;
     drop(eg);
     report.eclasses = classes.nodes.len();
     report.enodes = classes.enode_count();
@@ -364,7 +400,13 @@ pub fn search<B: Tunable>(
         ("extracted", CostWeights::DEFAULT),
         ("extracted-compute", CostWeights::COMPUTE_BOUND),
     ] {
-        let dag = egraph::extract(&classes, &enc, &g, &w, &dims).map_err(err)?;
+        let dag = egraph::extract(&classes, seeded, &g, &w, &dims).map_err(err)?;
+        let dag = match &folding {
+            Some(fd) => fd
+                .expand(&dag)
+                .ok_or_else(|| err("a folded extraction does not expand"))?,
+            None => dag,
+        };
         if variants.iter().any(|v| v.4.signature() == dag.signature()) {
             continue;
         }

@@ -305,6 +305,10 @@ pub struct Encoding {
     /// The backend runs `Flash` terms (`"online_attention"`); without it they are never
     /// extracted.
     pub online_attention: bool,
+    /// Opaque leaves past the opaque table: `Op0(opaque.len() + i)` stands for a value of
+    /// shape and dtype `placeholders[i]` that the encoding does not describe (a folded
+    /// segment's input or output, see [`crate::fold`]).
+    pub placeholders: Vec<Info>,
 }
 
 impl Encoding {
@@ -317,6 +321,10 @@ impl Encoding {
         g: &GraphData,
     ) -> Option<Info> {
         Some(match *n {
+            TNode::Op0(k) if k as usize >= self.opaque.len() => self
+                .placeholders
+                .get(k as usize - self.opaque.len())?
+                .clone(),
             TNode::Op0(k) | TNode::Op1(k, _) | TNode::Op2(k, _, _) => {
                 let node = g.node(*self.opaque.get(k as usize)?);
                 Info {
@@ -511,6 +519,7 @@ pub fn encode(g: &GraphData, matmul: bool) -> Encoding {
         zero_strides: vec![],
         last_reds: vec![],
         online_attention: false,
+        placeholders: vec![],
     };
     let mut view_ids: HashMap<ShapeTracker, u32> = HashMap::new();
     let mut term_of: HashMap<NodeId, TId> = HashMap::new();
