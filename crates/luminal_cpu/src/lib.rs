@@ -64,6 +64,8 @@ mod storage;
 mod view;
 
 pub use exec::runtime::CpuRuntime;
+pub use kernels::matmul::gemm_f32::Tiles as MatmulTiles;
+pub use kernels::matmul::Split as MatmulSplit;
 pub use simd::{detected_isa, set_max_isa, Isa};
 
 use luminal::{Backend, CompileOptions, GraphData, Result};
@@ -79,6 +81,11 @@ pub struct CpuBackend {
     /// Threads the matrix products may use, at most `threads` (`None`: all of them): a
     /// kernel-level choice of the search (schedule knob `mm=N`, see `search.rs`).
     pub matmul_threads: Option<usize>,
+    /// The axis a single large f32 product is split along across threads (schedule knob
+    /// `split=m|n`; `Auto`: N when it is wide enough, else M).
+    pub matmul_split: MatmulSplit,
+    /// The f32 products' cache blocking (schedule knob `tiles=KCxMC`; `None`: 256 × 144).
+    pub matmul_tiles: Option<MatmulTiles>,
 }
 
 /// Activations of products with block-quantized weights: skinny ones (M ≤ 8 rows: decode
@@ -161,7 +168,12 @@ impl Backend for CpuBackend {
             .threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
             .max(1);
-        crate::lower::with_matmul_threads(self.matmul_threads, || {
+        let knobs = crate::lower::MatmulKnobs {
+            threads: self.matmul_threads,
+            split: self.matmul_split,
+            tiles: self.matmul_tiles,
+        };
+        crate::lower::with_matmul_knobs(knobs, || {
             CpuRuntime::new(
                 graph,
                 threads,

@@ -8,14 +8,42 @@
 //! products run single-threaded while the other kernels keep the pool; for plans of small
 //! products, where splitting a product costs more than it saves).
 //!
-//! A schedule is named `threads=N;off=a,b[;mm=M]` (`off=` lists passes switched off on top
-//! of the backend's own [`CpuBackend::disable_rules`]; `mm` absent: products use every
-//! thread), so a cached result is reapplied by name.
+//! Two more kernel-level knobs of the f32 products, offered when the graph has a product:
+//! the axis a single large product is split along across threads (`split=m`: rows of A,
+//! each thread packing all of B; `split=n`: columns of B; absent: N when it is wide enough,
+//! else M), and the products' cache blocking (`tiles=KCxMC`: `KC`-deep slices of K and
+//! `MC`-row blocks of A; absent: 256 × 144), which trades packing traffic against cache
+//! residency and depends on the shapes.
+//!
+//! A schedule is named `threads=N;off=a,b[;mm=M][;split=m|n][;tiles=KCxMC]` (`off=` lists
+//! passes switched off on top of the backend's own [`CpuBackend::disable_rules`]; `mm`
+//! absent: products use every thread), so a cached result is reapplied by name.
 
-use crate::{detected_isa, CpuBackend, CpuRuntime};
+use crate::{detected_isa, CpuBackend, CpuRuntime, MatmulSplit, MatmulTiles};
 use luminal::{Backend, CompileOptions, FusedTerm, GraphData, Tunable};
 use std::collections::BTreeSet;
 use std::sync::Mutex;
+
+/// The cache blockings (`KC`, `MC`) offered besides the default.
+const TILE_CHOICES: &[(usize, usize)] = &[(512, 288), (128, 72)];
+
+/// Whether `graph` has a product (the broadcast multiply + sum over K that `matmul` builds).
+fn has_product(graph: &GraphData) -> bool {
+    use luminal::op::{BinaryOp, Op, ReduceOp};
+    graph.node_ids().any(|id| {
+        let n = graph.node(id);
+        matches!(
+            n.op,
+            Op::Reduce {
+                op: ReduceOp::Sum,
+                ..
+            }
+        ) && n.inputs.first().is_some_and(|e| {
+            let p = graph.node(e.node);
+            p.op == Op::Binary(BinaryOp::Mul) && p.shape.len() >= 3
+        })
+    })
+}
 
 /// The pass sets a schedule may switch off.
 const PASS_CHOICES: &[&[&str]] = &[&[], &["rows"], &["shared"], &["rows", "shared"]];
@@ -46,18 +74,20 @@ impl CpuBackend {
 impl Tunable for CpuBackend {
     fn tuning_id(&self) -> String {
         format!(
-            "cpu-{}/isa={:?}/cores={}/threads={:?}/mm={:?}/qdots={:?}/off={}",
+            "cpu-{}/isa={:?}/cores={}/threads={:?}/mm={:?}/split={:?}/tiles={:?}/qdots={:?}/off={}",
             env!("CARGO_PKG_VERSION"),
             detected_isa(),
             available_threads(),
             self.threads,
             self.matmul_threads,
+            self.matmul_split,
+            self.matmul_tiles,
             self.quant_dots.resolved(),
             self.disabled_rules.join(",")
         )
     }
 
-    fn schedules(&self, _graph: &GraphData) -> Vec<String> {
+    fn schedules(&self, graph: &GraphData) -> Vec<String> {
         let current = self.thread_count();
         let mut threads = vec![current];
         for t in [1, available_threads()] {
@@ -65,7 +95,18 @@ impl Tunable for CpuBackend {
                 threads.push(t);
             }
         }
-        let mm = |m: Option<usize>| m.map_or(String::new(), |m| format!(";mm={m}"));
+        // The backend's own kernel knobs, kept by every schedule that does not change them.
+        let split = |s: MatmulSplit| match s {
+            MatmulSplit::Auto => "",
+            MatmulSplit::Rows => ";split=m",
+            MatmulSplit::Cols => ";split=n",
+        };
+        let tiles = |t: Option<MatmulTiles>| {
+            t.map_or(String::new(), |t| format!(";tiles={}x{}", t.kc, t.mc))
+        };
+        let own = format!("{}{}", split(self.matmul_split), tiles(self.matmul_tiles));
+        let mm_only = |m: Option<usize>| m.map_or(String::new(), |m| format!(";mm={m}"));
+        let mm = |m: Option<usize>| mm_only(m) + &own;
         let mut out = vec![];
         for &t in &threads {
             for off in PASS_CHOICES {
@@ -79,9 +120,25 @@ impl Tunable for CpuBackend {
                 ));
             }
         }
-        // The kernel-level knob, on the backend's own thread count and passes.
+        // The kernel-level knobs, on the backend's own thread count and passes.
         if current > 1 && self.matmul_threads != Some(1) {
-            out.push(format!("threads={current};off=;mm=1"));
+            out.push(format!("threads={current};off=;mm=1{own}"));
+        }
+        if has_product(graph) {
+            let base = format!("threads={current};off={}", mm_only(self.matmul_threads));
+            if current > 1 {
+                for s in [MatmulSplit::Rows, MatmulSplit::Cols] {
+                    if s != self.matmul_split {
+                        out.push(format!("{base}{}{}", split(s), tiles(self.matmul_tiles)));
+                    }
+                }
+            }
+            for &(kc, mc) in TILE_CHOICES {
+                let t = Some(MatmulTiles { kc, mc });
+                if t != self.matmul_tiles {
+                    out.push(format!("{base}{}{}", split(self.matmul_split), tiles(t)));
+                }
+            }
         }
         out
     }
@@ -89,12 +146,29 @@ impl Tunable for CpuBackend {
     fn schedule(&self, name: &str) -> Option<CpuBackend> {
         let mut threads = None;
         let mut matmul_threads = None;
+        let mut matmul_split = MatmulSplit::Auto;
+        let mut matmul_tiles = None;
         let mut off: BTreeSet<&'static str> = self.disabled_rules.iter().copied().collect();
         for part in name.split(';') {
             let (key, value) = part.split_once('=')?;
             match key {
                 "threads" => threads = Some(value.parse::<usize>().ok().filter(|&t| t >= 1)?),
                 "mm" => matmul_threads = Some(value.parse::<usize>().ok().filter(|&t| t >= 1)?),
+                "split" => {
+                    matmul_split = match value {
+                        "m" => MatmulSplit::Rows,
+                        "n" => MatmulSplit::Cols,
+                        _ => return None,
+                    }
+                }
+                "tiles" => {
+                    let (kc, mc) = value.split_once('x')?;
+                    let (kc, mc) = (kc.parse::<usize>().ok()?, mc.parse::<usize>().ok()?);
+                    if !(16..=4096).contains(&kc) || !(12..=4096).contains(&mc) {
+                        return None;
+                    }
+                    matmul_tiles = Some(MatmulTiles { kc, mc });
+                }
                 "off" => {
                     for p in value.split(',').filter(|p| !p.is_empty()) {
                         let known = PASS_CHOICES
@@ -111,6 +185,8 @@ impl Tunable for CpuBackend {
             threads: Some(threads?),
             disabled_rules: intern(off),
             matmul_threads,
+            matmul_split,
+            matmul_tiles,
             ..*self
         })
     }
@@ -168,6 +244,44 @@ mod tests {
         assert!(names.iter().any(|n| n.ends_with(";mm=1")), "{names:?}");
         assert_eq!(two.schedule(&names[0]).unwrap().matmul_threads, None);
         assert!(b.schedule("threads=2;off=fallback").is_none());
+        // The products' split axis and blocking parse back and are offered for a graph
+        // with a product, keeping the backend's own passes.
+        let s = b.schedule("threads=2;off=;split=m;tiles=512x288").unwrap();
+        assert_eq!(s.matmul_split, MatmulSplit::Rows);
+        assert_eq!(s.matmul_tiles, Some(MatmulTiles { kc: 512, mc: 288 }));
+        assert_eq!(
+            b.schedule("threads=2;off=;split=n").unwrap().matmul_split,
+            MatmulSplit::Cols
+        );
+        for bad in [
+            "split=k",
+            "tiles=512",
+            "tiles=8x8",
+            "tiles=512x0",
+            "tiles=axb",
+        ] {
+            assert!(
+                b.schedule(&format!("threads=2;off=;{bad}")).is_none(),
+                "{bad}"
+            );
+        }
+        let cx = luminal::prelude::Graph::new();
+        let x = cx.tensor("x", (8, 16));
+        let w = cx.tensor("w", (16, 4));
+        x.matmul(w).output();
+        let names = two.schedules(&cx.snapshot());
+        for knob in [";split=m", ";split=n", ";tiles=512x288", ";tiles=128x72"] {
+            assert!(names.iter().any(|n| n.ends_with(knob)), "{knob}: {names:?}");
+        }
+        assert!(!two.schedules(&g).iter().any(|n| n.contains("tiles")));
+        // A backend with a schedule applied names itself the same way (passes switched off
+        // become its own, so only schedules that switch none off are compared).
+        for n in names
+            .iter()
+            .filter(|n| n.contains("off=;") || n.ends_with("off="))
+        {
+            assert_eq!(two.schedule(n).unwrap().schedules(&g)[0], *n, "{n}");
+        }
     }
 
     /// A product with an epilogue on `backend`, on fixed data.
@@ -203,6 +317,29 @@ mod tests {
     impl KernelNames for luminal::ReferenceRuntime {
         fn names(&self) -> Vec<String> {
             vec![]
+        }
+    }
+
+    #[test]
+    fn products_under_every_split_and_blocking_equal_the_reference() {
+        let (want, _) = product_on(luminal::ReferenceBackend);
+        for name in [
+            "threads=2;off=;split=m",
+            "threads=2;off=;split=n",
+            "threads=2;off=;tiles=512x288",
+            "threads=2;off=;tiles=128x72",
+            "threads=2;off=;split=m;tiles=16x12",
+            "threads=1;off=;tiles=32x24",
+        ] {
+            let knob = CpuBackend::default().schedule(name).unwrap();
+            let (got, names) = product_on(knob);
+            assert!(names.iter().any(|n| n.starts_with("matmul")), "{names:?}");
+            for (x, w) in got.iter().zip(&want) {
+                assert!(
+                    (x - w).abs() <= 1e-4 * w.abs().max(1.0),
+                    "{name}: {x} vs {w}"
+                );
+            }
         }
     }
 

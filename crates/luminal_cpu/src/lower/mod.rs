@@ -20,7 +20,7 @@
 mod attention;
 mod terms;
 
-pub(crate) use terms::{with_matmul_threads, with_terms};
+pub(crate) use terms::{with_matmul_knobs, with_terms, MatmulKnobs};
 
 use crate::kernel::{BufId, CpuKernel, Kernel};
 use crate::kernels::fallback::FallbackKernel;
@@ -665,6 +665,7 @@ impl Lowering<'_> {
             ViewExprs::new(&b.view, self.names)?,
             terms::matmul_threads(self.threads),
         );
+        (k.split, k.tiles) = terms::matmul_layout();
         k.weight = weight.map(|(_, dt)| dt);
         Ok(Some(k))
     }

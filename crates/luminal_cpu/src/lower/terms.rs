@@ -41,29 +41,46 @@ pub(crate) fn with_terms<R>(terms: &[FusedTerm], f: impl FnOnce() -> R) -> R {
     f()
 }
 
-thread_local! {
-    /// The matrix products' thread count of the compile running on this thread
-    /// (`CpuBackend::matmul_threads`).
-    static MATMUL_THREADS: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+/// The matrix products' schedule knobs of a compile (`CpuBackend::matmul_threads`,
+/// `matmul_split`, `matmul_tiles`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct MatmulKnobs {
+    pub threads: Option<usize>,
+    pub split: crate::kernels::matmul::Split,
+    pub tiles: Option<crate::kernels::matmul::gemm_f32::Tiles>,
 }
 
-/// Runs `f` (a compile) with the products limited to `threads`.
-pub(crate) fn with_matmul_threads<R>(threads: Option<usize>, f: impl FnOnce() -> R) -> R {
-    struct Reset(Option<usize>);
+thread_local! {
+    /// The matrix products' knobs of the compile running on this thread.
+    static MATMUL_KNOBS: std::cell::Cell<MatmulKnobs> = std::cell::Cell::new(MatmulKnobs::default());
+}
+
+/// Runs `f` (a compile) with the products scheduled by `knobs`.
+pub(crate) fn with_matmul_knobs<R>(knobs: MatmulKnobs, f: impl FnOnce() -> R) -> R {
+    struct Reset(MatmulKnobs);
     impl Drop for Reset {
         fn drop(&mut self) {
-            MATMUL_THREADS.with(|t| t.set(self.0));
+            MATMUL_KNOBS.with(|t| t.set(self.0));
         }
     }
-    let _reset = Reset(MATMUL_THREADS.with(|t| t.replace(threads)));
+    let _reset = Reset(MATMUL_KNOBS.with(|t| t.replace(knobs)));
     f()
 }
 
 /// The products' thread count for a plan on `pool` threads.
 pub(super) fn matmul_threads(pool: usize) -> usize {
-    MATMUL_THREADS
-        .with(|t| t.get())
+    MATMUL_KNOBS
+        .with(|t| t.get().threads)
         .map_or(pool, |n| n.clamp(1, pool.max(1)))
+}
+
+/// The products' split axis and cache blocking in the compile on this thread.
+pub(super) fn matmul_layout() -> (
+    crate::kernels::matmul::Split,
+    crate::kernels::matmul::gemm_f32::Tiles,
+) {
+    let k = MATMUL_KNOBS.with(|t| t.get());
+    (k.split, k.tiles.unwrap_or_default())
 }
 
 fn term_of(id: NodeId) -> Option<FusedTerm> {

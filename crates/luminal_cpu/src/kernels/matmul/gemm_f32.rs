@@ -17,9 +17,28 @@
 use crate::simd::{isa, Isa};
 use std::cell::RefCell;
 
-const KC: usize = 256;
-const MC: usize = 144;
 const NC: usize = 1024;
+
+/// The cache blocking of a product: `kc`-deep slices of K, `mc`-row blocks of A (the packed
+/// A block, `mc × kc` floats, is meant to stay in L2). A schedule choice of the search
+/// (`tiles=KCxMC`, see `search.rs`); results depend on `kc` (the summation order over K), not
+/// on `mc`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Tiles {
+    pub kc: usize,
+    pub mc: usize,
+}
+
+impl Tiles {
+    /// The blocking every product uses unless a schedule says otherwise.
+    pub const DEFAULT: Tiles = Tiles { kc: 256, mc: 144 };
+}
+
+impl Default for Tiles {
+    fn default() -> Self {
+        Tiles::DEFAULT
+    }
+}
 
 thread_local! {
     /// Packed A block and B slab of this thread (grown on first use, then reused).
@@ -50,6 +69,24 @@ pub(crate) unsafe fn sgemm(m: usize, n: usize, k: usize, a: Mat, b: Mat, c: *mut
     sgemm_acc(m, n, k, a, b, c, c_rs, false)
 }
 
+/// [`sgemm`] with the given cache blocking.
+///
+/// # Safety
+/// As [`sgemm`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn sgemm_tiled(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat,
+    b: Mat,
+    c: *mut f32,
+    c_rs: usize,
+    tiles: Tiles,
+) {
+    product(m, n, k, a, b, c, c_rs, false, tiles)
+}
+
 /// [`sgemm`], adding the product to C instead when `accumulate` (`C += A·B`).
 ///
 /// # Safety
@@ -65,6 +102,21 @@ pub(crate) unsafe fn sgemm_acc(
     c_rs: usize,
     accumulate: bool,
 ) {
+    product(m, n, k, a, b, c, c_rs, accumulate, Tiles::DEFAULT)
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn product(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat,
+    b: Mat,
+    c: *mut f32,
+    c_rs: usize,
+    accumulate: bool,
+    tiles: Tiles,
+) {
     if m == 0 || n == 0 || (k == 0 && accumulate) {
         return;
     }
@@ -76,9 +128,9 @@ pub(crate) unsafe fn sgemm_acc(
     }
     match isa() {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => blocked::<12, 32>(m, n, k, a, b, c, c_rs, accumulate, Kernel::Avx512),
+        Isa::Avx512 => blocked::<12, 32>(m, n, k, a, b, c, c_rs, accumulate, Kernel::Avx512, tiles),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => blocked::<6, 16>(m, n, k, a, b, c, c_rs, accumulate, Kernel::Avx2),
+        Isa::Avx2 => blocked::<6, 16>(m, n, k, a, b, c, c_rs, accumulate, Kernel::Avx2, tiles),
         _ => gemm::gemm(
             m,
             n,
@@ -122,26 +174,28 @@ unsafe fn blocked<const MR: usize, const NR: usize>(
     c_rs: usize,
     accumulate: bool,
     kernel: Kernel,
+    tiles: Tiles,
 ) {
+    let (kc_max, mc_max) = (tiles.kc.max(1), tiles.mc.max(1));
     PACK.with(|pack| {
         let mut pack = pack.borrow_mut();
         let (pa, pb) = &mut *pack;
-        // Full-size buffers on a thread's first product (1.2 MB), so that no later product,
-        // whatever its shape, allocates.
-        if pb.len() < NC * KC {
-            pb.resize(NC * KC, 0.0);
+        // Full-size buffers on a thread's first product (1.2 MB with the default tiles), so
+        // that no later product of the same blocking, whatever its shape, allocates.
+        if pb.len() < NC * kc_max {
+            pb.resize(NC * kc_max, 0.0);
         }
-        if pa.len() < MC * KC {
-            pa.resize(MC * KC, 0.0);
+        if pa.len() < mc_max.next_multiple_of(MR) * kc_max {
+            pa.resize(mc_max.next_multiple_of(MR) * kc_max, 0.0);
         }
         let mut tile = [0f32; 12 * 32];
         for jc in (0..n).step_by(NC) {
             let nc = NC.min(n - jc);
-            for pc in (0..k).step_by(KC) {
-                let kc = KC.min(k - pc);
+            for pc in (0..k).step_by(kc_max) {
+                let kc = kc_max.min(k - pc);
                 pack_b::<NR>(b, pc, kc, jc, nc, pb);
-                for ic in (0..m).step_by(MC) {
-                    let mc = MC.min(m - ic);
+                for ic in (0..m).step_by(mc_max) {
+                    let mc = mc_max.min(m - ic);
                     pack_a::<MR>(a, ic, mc, pc, kc, pa);
                     for jr in (0..nc).step_by(NR) {
                         let cols = NR.min(nc - jr);

@@ -30,6 +30,10 @@ pub struct MatmulKernel {
     b_view: ResolvedView,
     /// Threads gemm may use (the runtime's pool size).
     pub threads: usize,
+    /// Which axis a single large f32 product is split along across threads, and its cache
+    /// blocking: schedule choices of the search (`split=`, `tiles=`, see `search.rs`).
+    pub split: Split,
+    pub tiles: gemm_f32::Tiles,
     /// An elementwise consumer fused as an epilogue: run in place over the product, which
     /// it reads as row register 0 (`Instr::RowReg(0)`); the kernel's output is its result.
     pub epilogue: Option<Program>,
@@ -44,6 +48,19 @@ pub struct MatmulKernel {
     /// with f32 activations (0 = none). Set for graph outputs (the logits): the likely
     /// tokens come out exact (argmax, top-k, their log-probabilities) at int8 speed.
     pub refine: usize,
+}
+
+/// How a single large f32 product is shared between threads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Split {
+    /// Along N in multiples of 16 columns when N is wide enough (32 columns a thread), else
+    /// along M.
+    #[default]
+    Auto,
+    /// Along M: each thread packs all of B and its own rows of A.
+    Rows,
+    /// Along N (multiples of 16 columns): each thread packs all of A and its own columns of B.
+    Cols,
 }
 
 /// Entries of each logits row a refined int8 product recomputes exactly.
@@ -71,6 +88,8 @@ impl MatmulKernel {
             a_view: ResolvedView::default(),
             b_view: ResolvedView::default(),
             threads,
+            split: Split::Auto,
+            tiles: gemm_f32::Tiles::DEFAULT,
             epilogue: None,
             weight: None,
             exact: false,
@@ -162,7 +181,7 @@ impl MatmulKernel {
             // do not alias (`d` is the kernel's own output buffer, taken out of the buffer
             // table).
             unsafe {
-                gemm_f32::sgemm(
+                gemm_f32::sgemm_tiled(
                     i1 - i0,
                     j1 - j0,
                     k,
@@ -178,6 +197,7 @@ impl MatmulKernel {
                     },
                     d.add(i0 * n + j0),
                     n,
+                    self.tiles,
                 )
             }
         };
@@ -221,13 +241,19 @@ impl MatmulKernel {
             crate::exec::par::for_each_chunk(dst, m * n, call);
         } else if flops_per >= (1 << 16) && crate::exec::par::threads() > 1 {
             // One product at a time, split into one block per thread: along N in
-            // multiples of 16 columns when it is wide enough, else along M.
+            // multiples of 16 columns when it is wide enough, else along M (`Split::Auto`;
+            // a schedule may fix the axis).
             let threads = crate::exec::par::threads();
+            let cols = match self.split {
+                Split::Auto => n >= 32 * threads,
+                Split::Cols => n >= 16 * threads.min(2),
+                Split::Rows => false,
+            };
             let out = crate::kernels::matmul::skinny_f32::OutPtr(dst.as_mut_ptr());
             for i in 0..batch {
                 let d = out.0.wrapping_add(i * m * n);
                 let d = crate::kernels::matmul::skinny_f32::OutPtr(d);
-                if n >= 32 * threads {
+                if cols {
                     let w = n.div_ceil(threads).next_multiple_of(16);
                     crate::exec::par::for_each(n.div_ceil(w), |t| {
                         let d = d;
