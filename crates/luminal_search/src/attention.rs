@@ -62,6 +62,17 @@ fn constant(g: &mut GraphData, v: f64, dims: &[Expression]) -> Edge {
     Edge { node: c, view }
 }
 
+/// The edge's values as f32: itself, or a widening of an f16/bf16 edge (the fused kernel
+/// reads the half values in place; this is its semantics).
+fn widen(g: &mut GraphData, e: Edge) -> Edge {
+    if g.node(e.node).dtype == DType::F32 {
+        return e;
+    }
+    let dims = e.view.dims();
+    let c = add(g, Op::Cast(DType::F32), vec![e], dims);
+    whole(g, c)
+}
+
 fn bin(g: &mut GraphData, op: BinaryOp, a: Edge, b: Edge) -> NodeId {
     let shape = a.view.dims();
     add(g, Op::Binary(op), vec![a, b], shape)
@@ -103,6 +114,7 @@ fn state(g: &mut GraphData, x: Edge, ve: Edge, finite: bool) -> (NodeId, NodeId,
     let e = exp_diff(g, x, along_last(m, &xd));
     let l = last_reduce(g, ReduceOp::Sum, whole(g, e));
     let vd = ve.view.dims(); // [.., s, d, t']
+    let ve = widen(g, ve);
     let r = vd.len();
     let mut ev = ShapeTracker::new(xd);
     ev.expand(r - 2, vd[r - 2].clone());
@@ -190,6 +202,7 @@ pub fn online(g: &mut GraphData, x: Edge, ve: Edge) -> Option<NodeId> {
 /// The scores `Σ_d q·k · scale (+ bias)` `[.., s, t]` from the product's operand views
 /// (`[.., s, t, d]` each) and the edges of the scale and the bias (`[.., s, t]`).
 pub fn scores(g: &mut GraphData, q: Edge, k: Edge, scale: Edge, bias: Option<Edge>) -> Edge {
+    let k = widen(g, k);
     let p = bin(g, BinaryOp::Mul, q, k);
     let s = last_reduce(g, ReduceOp::Sum, whole(g, p));
     let x = bin(g, BinaryOp::Mul, whole(g, s), scale);

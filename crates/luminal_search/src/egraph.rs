@@ -148,6 +148,11 @@ pub fn seed_program(enc: &Encoding) -> String {
             s.push_str(&format!("(LastRed (T {e}))\n"));
         }
     }
+    for &(e, raw) in &enc.widened {
+        if live[e as usize] && live[raw as usize] {
+            s.push_str(&format!("(Widened (T {e}) (T {raw}))\n"));
+        }
+    }
     s
 }
 

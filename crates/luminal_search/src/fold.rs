@@ -477,6 +477,7 @@ fn build(enc: &Encoding, start: usize, period: usize, count: usize) -> Option<Fo
         bcast_edges: vec![],
         zero_strides: vec![],
         last_reds: vec![],
+        widened: vec![],
         online_attention: enc.online_attention,
         placeholders: vec![],
     };
@@ -603,6 +604,11 @@ fn build(enc: &Encoding, start: usize, period: usize, count: usize) -> Option<Fo
         .zero_strides
         .iter()
         .filter_map(|&(t, s)| Some((keep(&t)?, s)))
+        .collect();
+    r.widened = enc
+        .widened
+        .iter()
+        .filter_map(|&(e, raw)| Some((keep(&e)?, keep(&raw)?)))
         .collect();
     for list in [
         &mut r.one_edges,

@@ -302,6 +302,10 @@ pub struct Encoding {
     pub bcast_edges: Vec<TId>,
     pub zero_strides: Vec<(TId, u32)>,
     pub last_reds: Vec<TId>,
+    /// `(e, raw)`: edge `e` reads, whole and in order, a private widening to f32 of an f16 or
+    /// bf16 value that edge `raw` reads (`luminal_nn::scores_product` over an f16 KV cache):
+    /// the attention rules let a fused term read `raw` in place.
+    pub widened: Vec<(TId, TId)>,
     /// The backend runs `Flash` terms (`"online_attention"`); without it they are never
     /// extracted.
     pub online_attention: bool,
@@ -389,10 +393,11 @@ impl Encoding {
     }
 }
 
-/// The output of an attention term over scores `[.., s, t]` and values `[.., s, d, t]`.
+/// The output of an attention term over scores `[.., s, t]` and values `[.., s, d, t]` (f32,
+/// or f16/bf16 values widened inside the term).
 fn attention_info(st: &[Expression], v: Info) -> Option<Info> {
     let r = v.shape.len();
-    if v.dtype != DType::F32
+    if !matches!(v.dtype, DType::F32 | DType::F16 | DType::BF16)
         || r < 3
         || st.len() != r - 1
         || st[..r - 2] != v.shape[..r - 2]
@@ -518,6 +523,7 @@ pub fn encode(g: &GraphData, matmul: bool) -> Encoding {
         bcast_edges: vec![],
         zero_strides: vec![],
         last_reds: vec![],
+        widened: vec![],
         online_attention: false,
         placeholders: vec![],
     };
@@ -571,6 +577,17 @@ pub fn encode(g: &GraphData, matmul: bool) -> Encoding {
                 }
                 if v != 0 && broadcast_only(&e.view, &g.node(e.node).shape) {
                     enc.bcast_edges.push(et);
+                }
+                let src = g.node(e.node);
+                if v == 0
+                    && src.op == Op::Cast(DType::F32)
+                    && uses[e.node.0 as usize] == 1
+                    && !g.outputs.contains(&e.node)
+                    && matches!(g.node(src.inputs[0].node).dtype, DType::F16 | DType::BF16)
+                {
+                    if let TNode::Op1(_, raw) = enc.dag.nodes[t as usize] {
+                        enc.widened.push((et, raw));
+                    }
                 }
                 let (st, r) = (e.view.strides(), e.view.rank());
                 for n in [1u32, 2] {

@@ -103,6 +103,20 @@ fn graphs() -> Vec<(&'static str, GraphData)> {
         luminal_nn::causal_attention(q, k, v).output();
         out.push(("nn-attention", cx.snapshot()));
     }
+    {
+        // The same over an f16 KV cache (keys and values widened as the products read them),
+        // causal and unmasked.
+        let cx = Graph::new();
+        let q = cx.tensor("q", (1, 4, 6, 8));
+        let k = cx.input("k", (1, 2, 7, 8), DType::F16);
+        let v = cx.input("v", (1, 2, 7, 8), DType::F16);
+        luminal_nn::causal_attention(q, k, v).output();
+        let k4 = cx.input("k4", (1, 4, 7, 8), DType::F16);
+        let v4 = cx.input("v4", (1, 4, 7, 8), DType::F16);
+        let scores = luminal_nn::scores_product(q, k4) * 0.35;
+        luminal_nn::values_product(scores.softmax(-1), v4).output();
+        out.push(("nn-attention-f16", cx.snapshot()));
+    }
     out
 }
 

@@ -8,7 +8,8 @@
 //!   views the scores product reads q (`[.., s, t, d]`, stride 0 along `t`) and k
 //!   (`[.., s, t, d]`, stride 0 along `s`) with, the view the product with the values reads v
 //!   (`[.., s, d, t]`, stride 0 along `s`), and the bias `[.., s, t]` read from an `[s, t]`
-//!   node broadcast over the batch dims: the tiled online-softmax kernel
+//!   node broadcast over the batch dims (k and v f32 or f16, as the hand rule reads an f16
+//!   KV cache): the tiled online-softmax kernel
 //!   (`kernels/attention.rs`).
 
 use super::{Lowered, Lowering};
@@ -120,6 +121,10 @@ impl Lowering<'_> {
         let zero = |e: &Edge, at: usize| e.view.strides()[at].is_zero();
         let unit = |e: &Edge, at: usize| e.view.strides()[at].as_constant() == Some(1);
         let f32_edge = |e: &Edge| g.node(e.node).dtype == DType::F32 && !e.view.is_masked();
+        // Keys and values may be f16 (an f16 KV cache, widened inside the term).
+        let kv_edge = |e: &Edge| {
+            matches!(g.node(e.node).dtype, DType::F32 | DType::F16) && !e.view.is_masked()
+        };
         if r < 3
             || k.view.dims() != qd
             || vd.len() != r
@@ -127,7 +132,9 @@ impl Lowering<'_> {
             || vd[r - 2] != qd[r - 1]
             || vd[r - 1] != qd[r - 2]
             || out[..] != vd[..r - 1]
-            || ![q, k, v].iter().all(|e| f32_edge(e))
+            || !f32_edge(q)
+            || !kv_edge(k)
+            || !kv_edge(v)
             || !zero(q, r - 2)
             || !zero(k, r - 3)
             || !zero(v, r - 3)
