@@ -106,6 +106,15 @@ pub trait Tunable: Backend + Clone {
         let _ = terms;
         self.compile(graph, options)
     }
+    /// The backend a search checks candidates' outputs on, where it differs from this one:
+    /// the same plans with exact arithmetic in place of lossy fast paths (e.g. activations
+    /// rounded to int8), so that the check measures a rewrite's own error and not the fast
+    /// path's rounding, which any change of summation order can flip and a deep model
+    /// amplifies. Candidates that pass are timed on this backend. `None` (the default):
+    /// this backend is exact enough to check on.
+    fn checking(&self) -> Option<Self> {
+        None
+    }
 }
 
 /// A node that a search asks a [`Tunable`] backend to compute with one of its fused terms

@@ -142,30 +142,50 @@ fn rule_off_workloads() -> Vec<(&'static str, Build, &'static [&'static str])> {
 enum Step {
     /// `DECODE_BLOCK` one-token steps after a `DECODE_CACHED`-token prefill, per step.
     Decode,
-    /// A `PREFILL`-token prompt from an empty cache, logits of the last position only.
-    Prefill,
+    /// A prompt of this many tokens from an empty cache, logits of the last position only.
+    Prefill(usize),
 }
 
 const DECODE_CACHED: usize = 64;
 const DECODE_BLOCK: usize = 8;
 const PREFILL: usize = 128;
 
-/// Name, step, budget dims `(s, p, n_out)` (`n_out`: how many of the last positions get
-/// logits; 1 when generating).
-fn model_workloads() -> Vec<(&'static str, Step, (usize, usize, usize))> {
+/// A whole-model workload: name, step, budget dims `(s, p, n_out)` (`n_out`: how many of
+/// the last positions get logits; 1 when generating), and the hand rules switched off on
+/// both sides.
+type ModelWorkload = (
+    &'static str,
+    Step,
+    (usize, usize, usize),
+    &'static [&'static str],
+);
+
+fn model_workloads() -> Vec<ModelWorkload> {
     vec![
         (
             "SmolLM2 decode step (whole model, 64 cached)",
             Step::Decode,
             (1, DECODE_CACHED, 1),
+            &[],
         ),
         (
             "SmolLM2 prefill step (whole model, 128 tokens)",
-            Step::Prefill,
+            Step::Prefill(PREFILL),
             (PREFILL, 0, 1),
+            &[],
+        ),
+        // Where the backend has no hand attention kernel, the search derives it for the
+        // model's grouped-query attention over the f16 KV cache.
+        (
+            "SmolLM2 prefill step (whole model, 512 tokens, hand attention rule off)",
+            Step::Prefill(LONG_PREFILL),
+            (LONG_PREFILL, 0, 1),
+            &["attention"],
         ),
     ]
 }
+
+const LONG_PREFILL: usize = 512;
 
 fn model_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -189,8 +209,8 @@ fn time_step<R: Runtime>(m: &mut LlamaModel<R>, step: Step, logits: &mut Vec<f32
             }
             t.elapsed() / DECODE_BLOCK as u32
         }
-        Step::Prefill => {
-            let tokens = prompt(PREFILL);
+        Step::Prefill(n) => {
+            let tokens = prompt(n);
             let t = Instant::now();
             m.forward_into(&tokens, 1, logits).unwrap();
             t.elapsed()
@@ -292,9 +312,11 @@ fn graph_row(build: Build, backend: CpuBackend, runs: usize, budget_s: u64) -> R
 
 /// A whole-model workload: `hand` against the model loaded on a `Search` whose budget's
 /// dims are `dims` (a fresh cache folder, not read or written: every row is searched).
+#[allow(clippy::too_many_arguments)]
 fn model_row<R: Runtime>(
     path: &Path,
     hand: &mut LlamaModel<R>,
+    backend: CpuBackend,
     opts: &LoadOptions,
     step: Step,
     (s, p, n_out): (usize, usize, usize),
@@ -314,9 +336,7 @@ fn model_row<R: Runtime>(
         std::process::id()
     ));
     let _ = std::fs::remove_dir_all(&cache);
-    let search = Search::new(CpuBackend::default())
-        .cache_dir(&cache)
-        .with_budget(budget);
+    let search = Search::new(backend).cache_dir(&cache).with_budget(budget);
     let handle = search.report_handle();
     let t0 = Instant::now();
     let (mut searched, _) = LlamaModel::load(path, search, opts, |_, _| {}).unwrap();
@@ -379,12 +399,12 @@ fn main() {
     }
     let path = model_path();
     let opts = LoadOptions {
-        // The decode block (64 + 8 positions) and the 128-token prefill fit.
-        max_ctx: 256,
+        // The decode block (64 + 8 positions) and the prefills fit.
+        max_ctx: LONG_PREFILL + 64,
         ..LoadOptions::default()
     };
-    let mut hand = None;
-    for (name, step, dims) in model_workloads() {
+    let mut hands: Vec<(&[&str], LlamaModel<luminal_cpu::CpuRuntime>)> = vec![];
+    for (name, step, dims, off) in model_workloads() {
         if !selected(name) {
             continue;
         }
@@ -395,16 +415,20 @@ fn main() {
             );
             continue;
         }
-        let hand = hand.get_or_insert_with(|| {
+        let backend = CpuBackend::default().disable_rules(off);
+        if !hands.iter().any(|h| h.0 == off) {
             let t0 = Instant::now();
-            let (m, _) = LlamaModel::load(&path, CpuBackend::default(), &opts, |_, _| {}).unwrap();
-            notes.push(format!(
-                "SmolLM2 hand lowering: load + compile {:.2} s (the whole-model rows' compile column includes the same loading)",
-                t0.elapsed().as_secs_f64()
-            ));
-            m
-        });
-        let row = model_row(&path, hand, &opts, step, dims, runs, budget_s);
+            let (m, _) = LlamaModel::load(&path, backend, &opts, |_, _| {}).unwrap();
+            if hands.is_empty() {
+                notes.push(format!(
+                    "SmolLM2 hand lowering: load + compile {:.2} s (the whole-model rows' compile column includes the same loading)",
+                    t0.elapsed().as_secs_f64()
+                ));
+            }
+            hands.push((off, m));
+        }
+        let hand = &mut hands.iter_mut().find(|h| h.0 == off).unwrap().1;
+        let row = model_row(&path, hand, backend, &opts, step, dims, runs, budget_s);
         print_row(name, &row, &mut ratios);
     }
     if !ratios.is_empty() {

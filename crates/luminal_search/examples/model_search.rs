@@ -1,7 +1,8 @@
 //! A whole model under search: compile time cold and from the cache, and decode speed
 //! against the hand lowering.
 //!
-//! `cargo run --release -p luminal_search --example model_search -- MODEL.gguf [budget_s]`
+//! `cargo run --release -p luminal_search --example model_search -- MODEL.gguf [budget_s] [attention]`
+//! (`attention`: the backend's hand attention rule off on both sides)
 //!
 //! The search times the decode shape (`s = 1`, 64 cached positions). Its cache goes to a
 //! fresh folder under the temp dir, so the first compile is cold.
@@ -30,6 +31,14 @@ fn main() {
         .first()
         .expect("usage: model_search MODEL.gguf [budget_s]");
     let budget_s: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(20);
+    // Optional: hand rules switched off on both sides (e.g. `attention`: the search must
+    // derive the attention kernel itself).
+    let off: &'static [&'static str] = match args.get(2).map(String::as_str) {
+        Some("attention") => &["attention"],
+        Some(other) => panic!("unknown rule list {other} (known: attention)"),
+        None => &[],
+    };
+    let backend = CpuBackend::default().disable_rules(off);
     let opts = LoadOptions {
         max_ctx: 256,
         ..Default::default()
@@ -45,12 +54,12 @@ fn main() {
     .dim("n_out", 1);
 
     let t0 = Instant::now();
-    let (mut hand, _) = LlamaModel::load(path, CpuBackend::default(), &opts, |_, _| {}).unwrap();
+    let (mut hand, _) = LlamaModel::load(path, backend, &opts, |_, _| {}).unwrap();
     let hand_load = t0.elapsed();
 
     let mut searched = vec![];
     for pass in ["cold", "cached"] {
-        let s = Search::new(CpuBackend::default())
+        let s = Search::new(backend)
             .cache_dir(&cache)
             .with_budget(budget.clone());
         let h = s.report_handle();
