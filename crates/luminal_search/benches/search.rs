@@ -237,7 +237,10 @@ struct Row {
     report: SearchReport,
 }
 
-fn print_row(name: &str, row: &Row, ratios: &mut Vec<f64>) {
+/// A row's ratio, and whether the search chose a plan other than the hand lowering's.
+type Ratio = (f64, bool);
+
+fn print_row(name: &str, row: &Row, ratios: &mut Vec<Ratio>) {
     let Row {
         hand: mh,
         search: ms,
@@ -245,7 +248,7 @@ fn print_row(name: &str, row: &Row, ratios: &mut Vec<f64>) {
         report,
     } = row;
     let ratio = mh.as_secs_f64() / ms.as_secs_f64();
-    ratios.push(ratio);
+    ratios.push((ratio, report.chosen != Some(0)));
     println!(
         "| {name} | {:.3} | {:.3} | {ratio:.2}× | {:.2} | {} | {} / {}{}{} |",
         mh.as_secs_f64() * 1e3,
@@ -257,7 +260,17 @@ fn print_row(name: &str, row: &Row, ratios: &mut Vec<f64>) {
         if report.fused.is_empty() {
             String::new()
         } else {
-            format!(" [{}]", report.fused.join(","))
+            let mut names = report.fused.clone();
+            names.sort();
+            names.dedup();
+            let counted: Vec<String> = names
+                .iter()
+                .map(|n| match report.fused.iter().filter(|f| *f == n).count() {
+                    1 => n.clone(),
+                    k => format!("{n} ×{k}"),
+                })
+                .collect();
+            format!(" [{}]", counted.join(", "))
         },
         if report.chosen == Some(0) {
             " (= the hand plan: the ratio is noise)"
@@ -431,14 +444,24 @@ fn main() {
         let row = model_row(&path, hand, backend, &opts, step, dims, runs, budget_s);
         print_row(name, &row, &mut ratios);
     }
+    let summary = |rs: &[f64]| {
+        let geo = (rs.iter().map(|r| r.ln()).sum::<f64>() / rs.len() as f64).exp();
+        let min = rs.iter().cloned().fold(f64::INFINITY, f64::min);
+        let big = rs.iter().filter(|&&r| r >= 1.3).count();
+        format!("geomean {geo:.2}×, min {min:.2}×, {big} at ≥ 1.3×")
+    };
     if !ratios.is_empty() {
-        let geo = (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp();
-        let min = ratios.iter().cloned().fold(f64::INFINITY, f64::min);
-        let big = ratios.iter().filter(|&&r| r >= 1.3).count();
-        println!(
-            "\n{} workloads: geomean {geo:.2}×, min {min:.2}×, {big} at ≥ 1.3×",
-            ratios.len()
-        );
+        let all: Vec<f64> = ratios.iter().map(|r| r.0).collect();
+        println!("\n{} workloads: {}", all.len(), summary(&all));
+        let other: Vec<f64> = ratios.iter().filter(|r| r.1).map(|r| r.0).collect();
+        if !other.is_empty() {
+            println!(
+                "{} where the search chose another plan than the hand lowering's: {} (the \
+                 others run the hand plan on both sides: their ratios are the machine's noise)",
+                other.len(),
+                summary(&other)
+            );
+        }
     }
     for note in notes {
         println!("{note}");
