@@ -466,21 +466,7 @@ fn build(enc: &Encoding, start: usize, period: usize, count: usize) -> Option<Fo
     }
 
     // The reduced encoding: terms before the run, instance 0, terms after the run.
-    let mut r = Encoding {
-        dag: TermDag::default(),
-        opaque: enc.opaque.clone(),
-        views: enc.views.clone(),
-        info: vec![],
-        one_edges: vec![],
-        zero_edges: vec![],
-        const_edges: vec![],
-        bcast_edges: vec![],
-        zero_strides: vec![],
-        last_reds: vec![],
-        widened: vec![],
-        online_attention: enc.online_attention,
-        placeholders: vec![],
-    };
+    let mut r = Encoding::with_tables(enc.opaque.clone(), enc.views.clone(), enc.online_attention);
     let base = enc.opaque.len() as u32;
     let mut placeholders: Vec<Placeholder> = vec![];
     let add = |r: &mut Encoding, n: TNode, info: Info| -> TId {

@@ -316,6 +316,29 @@ pub struct Encoding {
 }
 
 impl Encoding {
+    /// An encoding with no terms (and so no facts) over these tables.
+    pub fn with_tables(
+        opaque: Vec<NodeId>,
+        views: Vec<ShapeTracker>,
+        online_attention: bool,
+    ) -> Encoding {
+        Encoding {
+            dag: TermDag::default(),
+            opaque,
+            views,
+            info: vec![],
+            one_edges: vec![],
+            zero_edges: vec![],
+            const_edges: vec![],
+            bcast_edges: vec![],
+            zero_strides: vec![],
+            last_reds: vec![],
+            widened: vec![],
+            online_attention,
+            placeholders: vec![],
+        }
+    }
+
     /// Shape and dtype of a node term built from children of known info (`None`: the term
     /// is ill-formed, e.g. a product of non-matrices).
     pub fn derive(
@@ -512,21 +535,7 @@ fn matmul_operands(g: &GraphData, red: &Node, uses: &[usize]) -> Option<(Edge, E
 pub fn encode(g: &GraphData, matmul: bool) -> Encoding {
     let live = luminal::passes::live_nodes(g);
     let uses = g.use_counts();
-    let mut enc = Encoding {
-        dag: TermDag::default(),
-        opaque: vec![],
-        views: vec![ShapeTracker::new(vec![])],
-        info: vec![],
-        one_edges: vec![],
-        zero_edges: vec![],
-        const_edges: vec![],
-        bcast_edges: vec![],
-        zero_strides: vec![],
-        last_reds: vec![],
-        widened: vec![],
-        online_attention: false,
-        placeholders: vec![],
-    };
+    let mut enc = Encoding::with_tables(vec![], vec![ShapeTracker::new(vec![])], false);
     let mut view_ids: HashMap<ShapeTracker, u32> = HashMap::new();
     let mut term_of: HashMap<NodeId, TId> = HashMap::new();
     let mut edge_seen: std::collections::HashSet<TId> = std::collections::HashSet::new();
