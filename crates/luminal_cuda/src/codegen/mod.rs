@@ -1,0 +1,423 @@
+//! Graph to kernel source: one CUDA C kernel per primop node, one thread per output element
+//! (reductions: one thread per output, looping over the reduced axis).
+//!
+//! Each input is read through its edge's view: the `ShapeTracker`'s index and valid
+//! expressions, rendered with [`Expression::to_c`], with `z` bound to the logical element.
+//! Dynamic dims are renamed `lum_d0, lum_d1, …` (sorted by name) and become `long long`
+//! kernel parameters after the element count `lum_n`, so one source serves every binding.
+//! The same source is compiled by NVRTC on a GPU ([`crate::device`]) and by the host C
+//! compiler in the emulator ([`crate::host`]); only the prelude differs.
+
+pub mod prelude;
+
+use luminal::graph::{GraphData, Node};
+use luminal::op::{BinaryOp, ConstValue, Op, ReduceOp, UnaryOp};
+use luminal::{DType, Expression, ShapeTracker};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+/// Threads per block of every launch (1-D grids of `ceil(n / BLOCK)` blocks).
+pub const BLOCK: u32 = 256;
+
+/// A generated kernel. Its parameters are, in order: the output buffer, one buffer per input
+/// edge, the error buffer (two `int`s) when `error_flag` is set, then the scalars `lum_n` (the
+/// thread count) and the values of `dims`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Kernel {
+    /// The C function name (a hash of the body: equal sources have equal names).
+    pub name: String,
+    /// The kernel's source without the prelude; the key of every compile cache.
+    pub source: String,
+    /// C pointer types of the buffer parameters (output first).
+    pub buffer_types: Vec<&'static str>,
+    /// Whether the kernel reports an out-of-range index in an extra `int[2]` buffer.
+    pub error_flag: bool,
+    /// Dynamic dims passed at launch, in parameter order.
+    pub dims: Vec<String>,
+}
+
+/// The full source NVRTC compiles for `kernels` (one module).
+pub fn cuda_source<'a>(kernels: impl IntoIterator<Item = &'a Kernel>) -> String {
+    // NVRTC defines `__CUDACC__`, which makes the shape prelude's helpers device functions;
+    // defined here too in case a version does not.
+    let mut s = String::from("#ifndef __CUDACC__\n#define __CUDACC__\n#endif\n");
+    s.push_str(prelude::CUDA_PRELUDE);
+    s.push_str(luminal::shape::C_PRELUDE);
+    s.push_str(prelude::COMMON_PRELUDE);
+    for k in kernels {
+        s.push_str(&k.source);
+    }
+    s
+}
+
+/// The NVRTC architecture for a device's compute capability (`(9, 0)` → `compute_90`).
+pub fn nvrtc_arch(compute_capability: (i32, i32)) -> String {
+    format!("compute_{}{}", compute_capability.0, compute_capability.1)
+}
+
+/// The C type of a buffer of `dtype`.
+pub fn c_type(dtype: DType) -> Result<&'static str, String> {
+    Ok(match dtype {
+        DType::F32 => "float",
+        DType::F16 | DType::BF16 => "unsigned short",
+        DType::I32 => "int",
+        DType::Bool => "unsigned char",
+        q => return Err(format!("{q} data is not supported yet")),
+    })
+}
+
+/// How a value is held while computing: floats as `float`, i32 and bool as `int`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Val {
+    Float,
+    Int,
+}
+
+fn val_kind(dtype: DType) -> Val {
+    if dtype.is_float() {
+        Val::Float
+    } else {
+        Val::Int
+    }
+}
+
+fn val_type(v: Val) -> &'static str {
+    match v {
+        Val::Float => "float",
+        Val::Int => "int",
+    }
+}
+
+/// `buf[idx]` of `dtype` as a computing value.
+fn load(dtype: DType, buf: &str, idx: &str) -> String {
+    match dtype {
+        DType::F16 => format!("lum_f16_to_f32({buf}[{idx}])"),
+        DType::BF16 => format!("lum_bf16_to_f32({buf}[{idx}])"),
+        DType::Bool => format!("(int){buf}[{idx}]"),
+        _ => format!("{buf}[{idx}]"),
+    }
+}
+
+/// A value of kind `v` (any C arithmetic expression) rounded to `dtype` as the reference
+/// rounds a result (floats to nearest, ints truncated and wrapped, bools `!= 0`).
+fn store(dtype: DType, v: Val, value: &str) -> String {
+    match (dtype, v) {
+        (DType::F32, _) => format!("(float)({value})"),
+        (DType::F16, _) => format!("lum_f32_to_f16((float)({value}))"),
+        (DType::BF16, _) => format!("lum_f32_to_bf16((float)({value}))"),
+        (DType::I32, Val::Float) => format!("lum_f2i((double)({value}))"),
+        (DType::I32, Val::Int) => format!("(int)(unsigned long long)({value})"),
+        _ => format!("(unsigned char)(({value}) != 0)"),
+    }
+}
+
+/// Renames dynamic dims to C parameters and renders expressions.
+struct Dims {
+    index: BTreeMap<String, usize>,
+}
+
+impl Dims {
+    fn new(exprs: &[&Expression]) -> Dims {
+        let names: BTreeSet<String> = exprs
+            .iter()
+            .flat_map(|e| e.variables())
+            .filter(|v| v != "z")
+            .collect();
+        Dims {
+            index: names.into_iter().enumerate().map(|(i, n)| (n, i)).collect(),
+        }
+    }
+    fn c(&self, e: &Expression) -> String {
+        e.substitute_all(&|name| {
+            self.index
+                .get(name)
+                .map(|i| Expression::var(&format!("lum_d{i}")))
+        })
+        .to_c()
+    }
+    fn names(&self) -> Vec<String> {
+        self.index.keys().cloned().collect()
+    }
+}
+
+/// C statements that set `var` to logical element `z_expr` of input buffer `buf` read
+/// through `view` (0 where the view pads).
+fn read_view(
+    dims: &Dims,
+    view: &ShapeTracker,
+    dtype: DType,
+    buf: &str,
+    var: &str,
+    z_expr: &str,
+) -> String {
+    let valid = view.valid_expression();
+    let index = dims.c(&view.index_expression());
+    let value = load(dtype, buf, &index);
+    let zero = match val_kind(dtype) {
+        Val::Float => "0.0f",
+        Val::Int => "0",
+    };
+    let body = match valid.as_constant() {
+        Some(0) => format!("{var} = {zero};"),
+        Some(_) => format!("{var} = {value};"),
+        None => format!("{var} = ({}) ? {value} : {zero};", dims.c(&valid)),
+    };
+    format!("{{ const long long z = {z_expr}; (void)z; {body} }}")
+}
+
+/// Every expression the kernel of `node` renders (to collect its dynamic dims).
+fn node_expressions(node: &Node) -> Vec<Expression> {
+    let mut out = vec![];
+    for d in &node.shape {
+        out.push(d.clone());
+    }
+    for e in &node.inputs {
+        out.push(e.view.index_expression());
+        out.push(e.view.valid_expression());
+        out.extend(e.view.dims());
+    }
+    match &node.op {
+        Op::Iota { expr } => out.push(expr.clone()),
+        Op::Constant {
+            value: ConstValue::Expr(e),
+        } => out.push(e.clone()),
+        Op::WriteSlice { start, .. } => out.push(start.clone()),
+        _ => {}
+    }
+    out
+}
+
+fn product(d: &[Expression]) -> Expression {
+    d.iter().product()
+}
+
+/// A C float literal holding `v` exactly (through its bits, so inf and NaN survive).
+fn float_bits(v: f32) -> String {
+    format!("lum_u2f(0x{:08x}u)", v.to_bits())
+}
+
+fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100000001b3)
+    })
+}
+
+/// Generates the kernel of one node (`None` for `Input`, which holds uploaded data).
+/// `input_dtypes[i]` is the dtype of input edge `i`'s node.
+pub fn generate(node: &Node, input_dtypes: &[DType]) -> Result<Option<Kernel>, String> {
+    if matches!(node.op, Op::Input { .. }) {
+        return Ok(None);
+    }
+    let exprs = node_expressions(node);
+    let dims = Dims::new(&exprs.iter().collect::<Vec<_>>());
+    let out_t = c_type(node.dtype)?;
+    let mut buffer_types = vec![out_t];
+    for &d in input_dtypes {
+        buffer_types.push(c_type(d)?);
+    }
+    let od = node.dtype;
+    let mut body = String::new();
+    let mut error_flag = false;
+    let read = |i: usize, var: &str, z: &str| {
+        read_view(
+            &dims,
+            &node.inputs[i].view,
+            input_dtypes[i],
+            &format!("in{i}"),
+            var,
+            z,
+        )
+    };
+    let decl = |i: usize, var: &str| format!("{} {var};", val_type(val_kind(input_dtypes[i])));
+    let kind = match &node.op {
+        Op::Input { .. } => unreachable!(),
+        Op::Constant { value } => {
+            let v = match value {
+                ConstValue::Float(v) => match od {
+                    DType::I32 | DType::Bool => format!("{}", od.round(*v) as i64),
+                    _ => float_bits(od.round(*v) as f32),
+                },
+                ConstValue::Expr(e) => format!("(double)({})", dims.c(e)),
+            };
+            let kind = match value {
+                ConstValue::Float(_) if !od.is_float() => Val::Int,
+                _ => Val::Float,
+            };
+            let _ = writeln!(body, "    out[lum_i] = {};", store(od, kind, &v));
+            "const"
+        }
+        Op::Iota { expr } => {
+            let _ = writeln!(
+                body,
+                "    const long long z = lum_i;\n    const long long lum_v = {};\n    out[lum_i] = {};",
+                dims.c(expr),
+                store(od, if od.is_float() { Val::Float } else { Val::Int }, "lum_v")
+            );
+            "iota"
+        }
+        Op::Unary(u) => {
+            let _ = writeln!(body, "    {}\n    {}", decl(0, "a"), read(0, "a", "lum_i"));
+            let x = "(float)a";
+            let f = match u {
+                UnaryOp::Log2 => format!("log2f({x})"),
+                UnaryOp::Exp2 => format!("exp2f({x})"),
+                UnaryOp::Sin => format!("sinf({x})"),
+                UnaryOp::Sqrt => format!("sqrtf({x})"),
+                UnaryOp::Recip => format!("1.0f / {x}"),
+            };
+            let _ = writeln!(body, "    out[lum_i] = {};", store(od, Val::Float, &f));
+            "unary"
+        }
+        Op::Binary(b) => {
+            let _ = writeln!(
+                body,
+                "    {} {}\n    {}\n    {}",
+                decl(0, "a"),
+                decl(1, "b"),
+                read(0, "a", "lum_i"),
+                read(1, "b", "lum_i")
+            );
+            let in_dtype = input_dtypes[0];
+            let (v, kind) = match (b, in_dtype) {
+                (BinaryOp::LessThan, _) => ("(a < b)".to_string(), Val::Int),
+                (BinaryOp::Add, DType::I32) => {
+                    ("(int)((unsigned)a + (unsigned)b)".into(), Val::Int)
+                }
+                (BinaryOp::Mul, DType::I32) => {
+                    ("(int)((unsigned)a * (unsigned)b)".into(), Val::Int)
+                }
+                // x % 0 is 0 for ints (numpy); INT_MIN % -1 would trap in C (its value is 0).
+                (BinaryOp::Mod, DType::I32) => {
+                    ("((b == 0 || b == -1) ? 0 : a % b)".into(), Val::Int)
+                }
+                (BinaryOp::Add, DType::Bool) => ("(a | b)".into(), Val::Int),
+                (BinaryOp::Mul, DType::Bool) => ("(a & b)".into(), Val::Int),
+                // The reference takes fmod on the 0/1 values: x % 0 is NaN, which is true.
+                (BinaryOp::Mod, DType::Bool) => ("(b == 0 ? 1 : a % b)".into(), Val::Int),
+                (BinaryOp::Add, _) => ("a + b".into(), Val::Float),
+                (BinaryOp::Mul, _) => ("a * b".into(), Val::Float),
+                (BinaryOp::Mod, _) => ("fmodf(a, b)".into(), Val::Float),
+            };
+            let _ = writeln!(body, "    out[lum_i] = {};", store(od, kind, &v));
+            "binary"
+        }
+        Op::Contiguous | Op::Cast(_) => {
+            let _ = writeln!(body, "    {}\n    {}", decl(0, "a"), read(0, "a", "lum_i"));
+            let _ = writeln!(
+                body,
+                "    out[lum_i] = {};",
+                store(od, val_kind(input_dtypes[0]), "a")
+            );
+            "copy"
+        }
+        Op::Reduce { op, axis } => {
+            let in_dims = node.inputs[0].view.dims();
+            let len = dims.c(&in_dims[*axis]);
+            let inner = dims.c(&product(&in_dims[axis + 1..]));
+            let in_kind = val_kind(input_dtypes[0]);
+            let (acc_t, ident) = match (op, in_kind) {
+                (ReduceOp::Sum, Val::Float) => ("double", "0.0".to_string()),
+                (ReduceOp::Sum, Val::Int) => ("long long", "0".to_string()),
+                (ReduceOp::Max, Val::Float) => ("double", "-(double)LUM_INF".to_string()),
+                (ReduceOp::Max, Val::Int) => (
+                    "long long",
+                    if input_dtypes[0] == DType::Bool {
+                        "0".to_string()
+                    } else {
+                        "-2147483648LL".to_string()
+                    },
+                ),
+            };
+            let combine = match (op, in_kind) {
+                (ReduceOp::Sum, _) => "lum_acc += a;",
+                // NaN propagates (like PyTorch): NaN + anything is NaN.
+                (ReduceOp::Max, Val::Float) => {
+                    "lum_acc = (lum_acc != lum_acc || a != a) ? lum_acc + a : (a > lum_acc ? a : lum_acc);"
+                }
+                (ReduceOp::Max, Val::Int) => "if (a > lum_acc) lum_acc = a;",
+            };
+            let _ = writeln!(
+                body,
+                "    const long long lum_len = {len};\n    const long long lum_inner = lum_max({inner}, 1);\n    const long long lum_outer = lum_i / lum_inner, lum_rest = lum_i % lum_inner;\n    {acc_t} lum_acc = {ident};\n    for (long long lum_k = 0; lum_k < lum_len; ++lum_k) {{\n        {}\n        {}\n        {combine}\n    }}\n    out[lum_i] = {};",
+                decl(0, "a"),
+                read(0, "a", "(lum_outer * lum_len + lum_k) * lum_inner + lum_rest"),
+                store(od, in_kind, "lum_acc")
+            );
+            "reduce"
+        }
+        Op::Gather => {
+            let tdims = node.inputs[0].view.dims();
+            error_flag = true;
+            let _ = writeln!(
+                body,
+                "    const long long lum_rows = {}, lum_width = lum_max({}, 1);\n    const long long lum_s = lum_i / lum_width, lum_w = lum_i % lum_width;\n    {}\n    {}\n    const long long lum_id = (long long)ix;\n    if (lum_id < 0 || lum_id >= lum_rows) {{ lum_err[0] = 1; lum_err[1] = (int)lum_id; out[lum_i] = 0; return; }}\n    {}\n    {}\n    out[lum_i] = {};",
+                dims.c(&tdims[0]),
+                dims.c(&tdims[1]),
+                decl(1, "ix"),
+                read(1, "ix", "lum_s"),
+                decl(0, "a"),
+                read(0, "a", "lum_id * lum_width + lum_w"),
+                store(od, val_kind(input_dtypes[0]), "a")
+            );
+            "gather"
+        }
+        Op::WriteSlice { axis, start } => {
+            let src_dims = node.inputs[1].view.dims();
+            let _ = writeln!(
+                body,
+                "    const long long lum_len = {}, lum_size = {}, lum_start = {};\n    const long long lum_inner = lum_max({}, 1);\n    const long long lum_a = (lum_i / lum_inner) % lum_max(lum_size, 1);\n    const long long lum_outer = lum_i / (lum_inner * lum_max(lum_size, 1)), lum_rest = lum_i % lum_inner;\n    {}\n    if (lum_a >= lum_start && lum_a < lum_start + lum_len) {{\n        {}\n    }} else {{\n        {}\n    }}\n    out[lum_i] = {};",
+                dims.c(&src_dims[*axis]),
+                dims.c(&node.shape[*axis]),
+                dims.c(start),
+                dims.c(&product(&src_dims[axis + 1..])),
+                decl(0, "a"),
+                read(1, "a", "(lum_outer * lum_len + (lum_a - lum_start)) * lum_inner + lum_rest"),
+                read(0, "a", "lum_i"),
+                store(od, val_kind(input_dtypes[0]), "a")
+            );
+            "write_slice"
+        }
+    };
+    let mut params = format!("{out_t}* __restrict__ out");
+    for (i, t) in buffer_types.iter().enumerate().skip(1) {
+        let _ = write!(params, ", const {t}* __restrict__ in{}", i - 1);
+    }
+    if error_flag {
+        params.push_str(", int* lum_err");
+    }
+    params.push_str(", long long lum_n");
+    for i in 0..dims.index.len() {
+        let _ = write!(params, ", long long lum_d{i}");
+    }
+    let text = format!(
+        "LUM_EXTERN_C __global__ void KERNEL({params}) {{\n    const long long lum_i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n    if (lum_i >= lum_n) return;\n{body}}}\n"
+    );
+    let name = format!("lum_{kind}_{:016x}", fnv1a(&text));
+    Ok(Some(Kernel {
+        source: text.replace("KERNEL", &name),
+        name,
+        buffer_types,
+        error_flag,
+        dims: dims.names(),
+    }))
+}
+
+/// Kernels for every node of `order` (the nodes to compute, inputs before consumers);
+/// `None` where the node is an `Input`.
+pub fn generate_all(
+    graph: &GraphData,
+    order: &[luminal::NodeId],
+) -> Result<Vec<Option<Kernel>>, String> {
+    order
+        .iter()
+        .map(|&id| {
+            let node = graph.node(id);
+            let dtypes: Vec<DType> = node
+                .inputs
+                .iter()
+                .map(|e| graph.node(e.node).dtype)
+                .collect();
+            generate(node, &dtypes).map_err(|e| format!("node {} ({}): {e}", id.0, node.op.name()))
+        })
+        .collect()
+}

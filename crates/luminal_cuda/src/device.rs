@@ -1,0 +1,236 @@
+//! The GPU side: device selection, NVRTC compilation, device buffers and launches (cudarc,
+//! with the driver and NVRTC loaded at run time).
+
+use crate::codegen::{self, Kernel};
+use crate::error::{driver, CudaError};
+use crate::plan::{Executor, PlanRuntime};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
+};
+use cudarc::nvrtc;
+use luminal::graph::GraphData;
+use luminal::{Backend, CompileOptions, LuminalError, Result};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// The CUDA backend: one device, one stream. Cloning shares the device and the kernel cache.
+#[derive(Clone)]
+pub struct CudaBackend {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    arch: String,
+    /// Compiled kernels by source text (shared by every runtime of this backend).
+    cache: Arc<Mutex<HashMap<String, CudaFunction>>>,
+}
+
+impl std::fmt::Debug for CudaBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaBackend")
+            .field("ordinal", &self.ctx.ordinal())
+            .field("arch", &self.arch)
+            .finish()
+    }
+}
+
+/// Whether the CUDA driver library can be loaded on this machine.
+pub fn driver_available() -> bool {
+    // SAFETY: only tries to dlopen the library by its usual names.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+/// Whether NVRTC can be loaded on this machine.
+pub fn nvrtc_available() -> bool {
+    // SAFETY: only tries to dlopen the library by its usual names.
+    unsafe { nvrtc::sys::is_culib_present() }
+}
+
+impl CudaBackend {
+    /// Opens device `ordinal`. Fails with a typed error when there is no driver, no NVRTC,
+    /// or no such device; never panics for a missing library.
+    pub fn new(ordinal: usize) -> std::result::Result<CudaBackend, CudaError> {
+        if !driver_available() {
+            return Err(CudaError::DriverNotFound);
+        }
+        if !nvrtc_available() {
+            return Err(CudaError::NvrtcNotFound);
+        }
+        let ctx =
+            CudaContext::new(ordinal).map_err(|source| CudaError::Device { ordinal, source })?;
+        let cc = ctx
+            .compute_capability()
+            .map_err(|source| CudaError::Device { ordinal, source })?;
+        let stream = ctx.default_stream();
+        Ok(CudaBackend {
+            ctx,
+            stream,
+            arch: codegen::nvrtc_arch(cc),
+            cache: Arc::default(),
+        })
+    }
+
+    /// The NVRTC architecture of the device (`compute_90` on Hopper).
+    pub fn arch(&self) -> &str {
+        &self.arch
+    }
+
+    /// The device's name (e.g. "NVIDIA H100 80GB HBM3").
+    pub fn device_name(&self) -> Result<String> {
+        self.ctx.name().map_err(driver("cuDeviceGetName"))
+    }
+}
+
+/// The plan's runtime on a GPU.
+pub type CudaRuntime = PlanRuntime<CudaExecutor>;
+
+impl Backend for CudaBackend {
+    type Runtime = CudaRuntime;
+    fn compile(&self, graph: GraphData, _: &CompileOptions) -> Result<CudaRuntime> {
+        PlanRuntime::new(
+            graph,
+            CudaExecutor {
+                backend: self.clone(),
+            },
+        )
+    }
+}
+
+/// Device memory and launches on the backend's stream.
+pub struct CudaExecutor {
+    backend: CudaBackend,
+}
+
+impl CudaExecutor {
+    fn compile_one(&self, k: &Kernel) -> Result<CudaFunction> {
+        let src = codegen::cuda_source([k]);
+        let opts = nvrtc::CompileOptions {
+            options: vec![format!("--gpu-architecture={}", self.backend.arch)],
+            ..Default::default()
+        };
+        let ptx = nvrtc::compile_ptx_with_opts(&src, opts).map_err(|e| {
+            let log = match &e {
+                nvrtc::CompileError::CompileError { log, .. } => log.to_string_lossy().into(),
+                other => format!("{other:?}"),
+            };
+            LuminalError::from(CudaError::Nvrtc {
+                kernel: k.name.clone(),
+                arch: self.backend.arch.clone(),
+                log,
+            })
+        })?;
+        let module = self
+            .backend
+            .ctx
+            .load_module(ptx)
+            .map_err(driver("cuModuleLoadData"))?;
+        module
+            .load_function(&k.name)
+            .map_err(driver("cuModuleGetFunction"))
+    }
+}
+
+impl Executor for CudaExecutor {
+    type Buffer = CudaSlice<u8>;
+    type Function = CudaFunction;
+
+    fn compile(&mut self, kernels: &[&Kernel]) -> Result<Vec<CudaFunction>> {
+        let cache = self.backend.cache.clone();
+        kernels
+            .iter()
+            .map(|k| {
+                if let Some(f) = cache
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(&k.source)
+                {
+                    return Ok(f.clone());
+                }
+                let f = self.compile_one(k)?;
+                cache
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(k.source.clone(), f.clone());
+                Ok(f)
+            })
+            .collect()
+    }
+
+    fn alloc(&mut self, bytes: usize) -> Result<CudaSlice<u8>> {
+        self.backend
+            .stream
+            .alloc_zeros::<u8>(bytes.max(8))
+            .map_err(driver("cuMemAlloc"))
+    }
+
+    fn upload(&mut self, data: &[u8]) -> Result<CudaSlice<u8>> {
+        if data.is_empty() {
+            return self.alloc(8);
+        }
+        self.backend
+            .stream
+            .clone_htod(data)
+            .map_err(driver("cuMemcpyHtoD"))
+    }
+
+    fn download(&self, buf: &CudaSlice<u8>, bytes: usize) -> Result<Vec<u8>> {
+        if bytes == 0 {
+            return Ok(vec![]);
+        }
+        let mut out = vec![0u8; bytes];
+        self.backend
+            .stream
+            .memcpy_dtoh(&buf.slice(..bytes), &mut out)
+            .map_err(driver("cuMemcpyDtoH"))?;
+        self.backend
+            .stream
+            .synchronize()
+            .map_err(driver("cuStreamSynchronize"))?;
+        Ok(out)
+    }
+
+    fn copy(&mut self, src: &CudaSlice<u8>, dst: &mut CudaSlice<u8>, bytes: usize) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        self.backend
+            .stream
+            .memcpy_dtod(&src.slice(..bytes), &mut dst.slice_mut(..bytes))
+            .map_err(driver("cuMemcpyDtoD"))
+    }
+
+    fn launch(
+        &mut self,
+        f: &CudaFunction,
+        grid: u32,
+        block: u32,
+        buffers: &[&CudaSlice<u8>],
+        scalars: &[i64],
+    ) -> Result<()> {
+        let stream = &self.backend.stream;
+        let mut args = stream.launch_builder(f);
+        for b in buffers {
+            args.arg(*b);
+        }
+        for s in scalars {
+            args.arg(s);
+        }
+        let cfg = LaunchConfig {
+            grid_dim: (grid, 1, 1),
+            block_dim: (block, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the arguments match the generated kernel's parameters in number, order and
+        // type (buffers as pointers, scalars as `long long`), as the plan builds them from the
+        // kernel's description; every buffer holds the elements the kernel indexes (sized from
+        // the same shapes at this run's dims).
+        unsafe { args.launch(cfg) }
+            .map(|_| ())
+            .map_err(driver("cuLaunchKernel"))
+    }
+
+    fn synchronize(&mut self) -> Result<()> {
+        self.backend
+            .stream
+            .synchronize()
+            .map_err(driver("cuStreamSynchronize"))
+    }
+}

@@ -1,0 +1,384 @@
+//! The compiled plan and its runtime, generic over where the kernels run ([`Executor`]): the
+//! GPU ([`crate::device::CudaExecutor`]) or the host emulator ([`crate::host`]). Everything
+//! but the device calls (buffer sizes, launch shapes, dim bindings, state updates, error
+//! checks) is this one code, so the emulator's tests cover it.
+
+use crate::codegen::{self, Kernel, BLOCK};
+use luminal::graph::{GraphData, NodeId, TensorRef};
+use luminal::op::Op;
+use luminal::passes::live_nodes;
+use luminal::{DType, Expression, HostData, LuminalError, Result, Runtime};
+use std::collections::{BTreeSet, HashMap};
+
+/// Where the kernels run: device memory and launches.
+pub trait Executor {
+    type Buffer;
+    type Function;
+    /// Compiles kernels (at `Backend::compile` time); one function per kernel, in order.
+    fn compile(&mut self, kernels: &[&Kernel]) -> Result<Vec<Self::Function>>;
+    /// A zeroed buffer of at least `bytes` bytes.
+    fn alloc(&mut self, bytes: usize) -> Result<Self::Buffer>;
+    /// A buffer holding `data`.
+    fn upload(&mut self, data: &[u8]) -> Result<Self::Buffer>;
+    /// The first `bytes` bytes of `buf` (after the launches so far complete).
+    fn download(&self, buf: &Self::Buffer, bytes: usize) -> Result<Vec<u8>>;
+    /// Copies `bytes` bytes from `src` to `dst`.
+    fn copy(&mut self, src: &Self::Buffer, dst: &mut Self::Buffer, bytes: usize) -> Result<()>;
+    /// Launches `f` on a 1-D grid: `buffers` in parameter order (output first), then `scalars`.
+    fn launch(
+        &mut self,
+        f: &Self::Function,
+        grid: u32,
+        block: u32,
+        buffers: &[&Self::Buffer],
+        scalars: &[i64],
+    ) -> Result<()>;
+    /// Waits for every launch.
+    fn synchronize(&mut self) -> Result<()>;
+}
+
+/// One kernel launch of the plan.
+struct Step {
+    node: NodeId,
+    /// Index into the plan's functions.
+    function: usize,
+    error_flag: bool,
+    dims: Vec<String>,
+}
+
+struct Buffer<B> {
+    buf: B,
+    /// Bytes the buffer holds (its capacity).
+    capacity: usize,
+    /// Bytes of the current value.
+    len: usize,
+}
+
+/// A compiled graph on an [`Executor`]: inputs uploaded once and kept, one buffer per
+/// computed node (grown when the dims grow), kernels launched in order.
+pub struct PlanRuntime<E: Executor> {
+    graph: GraphData,
+    exec: E,
+    functions: Vec<E::Function>,
+    steps: Vec<Step>,
+    /// Live inputs (checked at run).
+    inputs_needed: Vec<NodeId>,
+    needed_dims: BTreeSet<String>,
+    buffers: HashMap<NodeId, Buffer<E::Buffer>>,
+    error_buffer: Option<E::Buffer>,
+    dims: HashMap<String, i64>,
+    /// The distinct kernels (sources) of the plan, for inspection.
+    kernels: Vec<Kernel>,
+}
+
+fn size_of(dtype: DType) -> usize {
+    match dtype {
+        DType::F32 | DType::I32 => 4,
+        DType::F16 | DType::BF16 => 2,
+        _ => 1,
+    }
+}
+
+/// Host data as the bytes of its device buffer.
+fn to_bytes(data: HostData) -> Result<Vec<u8>> {
+    Ok(match data.into_typed() {
+        HostData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        HostData::F16(v) => v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),
+        HostData::BF16(v) => v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),
+        HostData::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        HostData::Bool(v) => v.iter().map(|&b| b as u8).collect(),
+        other => {
+            return Err(LuminalError::Backend(format!(
+                "the CUDA backend does not support {} inputs yet",
+                other.dtype()
+            )))
+        }
+    })
+}
+
+fn from_bytes(dtype: DType, b: &[u8]) -> HostData {
+    match dtype {
+        DType::F32 => HostData::F32(
+            b.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        ),
+        DType::F16 => HostData::F16(
+            b.chunks_exact(2)
+                .map(|c| luminal::half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])))
+                .collect(),
+        ),
+        DType::BF16 => HostData::BF16(
+            b.chunks_exact(2)
+                .map(|c| luminal::half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]])))
+                .collect(),
+        ),
+        DType::I32 => HostData::I32(
+            b.chunks_exact(4)
+                .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        ),
+        _ => HostData::Bool(b.iter().map(|&x| x != 0).collect()),
+    }
+}
+
+impl<E: Executor> PlanRuntime<E> {
+    /// Generates the kernels of `graph`'s live nodes and compiles the distinct ones.
+    pub fn new(graph: GraphData, mut exec: E) -> Result<Self> {
+        let live = live_nodes(&graph);
+        let order: Vec<NodeId> = graph
+            .toposort()
+            .into_iter()
+            .filter(|id| live.contains(id))
+            .collect();
+        let mut sub = graph.clone();
+        sub.nodes.iter_mut().enumerate().for_each(|(i, n)| {
+            if !live.contains(&NodeId(i as u32)) {
+                *n = None;
+            }
+        });
+        let needed_dims = sub.dynamic_dims();
+        let generated = codegen::generate_all(&graph, &order).map_err(LuminalError::Backend)?;
+        let mut kernels: Vec<Kernel> = vec![];
+        let mut by_source: HashMap<String, usize> = HashMap::new();
+        let mut steps = vec![];
+        let mut inputs_needed = vec![];
+        for (&id, k) in order.iter().zip(generated) {
+            let Some(k) = k else {
+                inputs_needed.push(id);
+                continue;
+            };
+            let function = *by_source.entry(k.source.clone()).or_insert_with(|| {
+                kernels.push(k.clone());
+                kernels.len() - 1
+            });
+            steps.push(Step {
+                node: id,
+                function,
+                error_flag: k.error_flag,
+                dims: k.dims,
+            });
+        }
+        let functions = exec.compile(&kernels.iter().collect::<Vec<_>>())?;
+        Ok(PlanRuntime {
+            graph,
+            exec,
+            functions,
+            steps,
+            inputs_needed,
+            needed_dims,
+            buffers: HashMap::new(),
+            error_buffer: None,
+            dims: HashMap::new(),
+            kernels,
+        })
+    }
+
+    /// The distinct generated kernels of the plan.
+    pub fn kernels(&self) -> &[Kernel] {
+        &self.kernels
+    }
+
+    /// The executor (device handles).
+    pub fn executor(&self) -> &E {
+        &self.exec
+    }
+
+    fn eval(&self, e: &Expression) -> Result<i64> {
+        e.eval_with(&|name| self.dims.get(name).copied())
+            .map_err(|err| match err {
+                luminal::shape::ExprError::UnboundVariable(v) => LuminalError::UnboundDim(v),
+                other => LuminalError::Expression(other.to_string()),
+            })
+    }
+
+    fn numel(&self, shape: &[Expression]) -> Result<usize> {
+        shape
+            .iter()
+            .try_fold(1usize, |acc, d| Ok(acc * self.eval(d)?.max(0) as usize))
+    }
+
+    fn launch_step(&mut self, s: usize) -> Result<()> {
+        let step = &self.steps[s];
+        let node = self.graph.node(step.node);
+        let n = self.numel(&node.shape)?;
+        let bytes = n * size_of(node.dtype);
+        if let Op::WriteSlice { axis, start } = &node.op {
+            let len = self.eval(&node.inputs[1].view.dims()[*axis])?;
+            let size = self.eval(&node.shape[*axis])?;
+            let start = self.eval(start)?;
+            if start < 0 || start + len > size {
+                return Err(LuminalError::IndexOutOfRange {
+                    op: "WriteSlice".into(),
+                    index: start + len - 1,
+                    size,
+                });
+            }
+        }
+        // The output buffer, grown when the dims grew (kept otherwise).
+        let id = step.node;
+        let grow = self.buffers.get(&id).is_none_or(|b| b.capacity < bytes);
+        if grow {
+            let capacity = bytes.max(4);
+            let buf = self.exec.alloc(capacity)?;
+            self.buffers.insert(
+                id,
+                Buffer {
+                    buf,
+                    capacity,
+                    len: bytes,
+                },
+            );
+        }
+        self.buffers.get_mut(&id).expect("allocated above").len = bytes;
+        if n == 0 {
+            return Ok(());
+        }
+        if step.error_flag && self.error_buffer.is_none() {
+            self.error_buffer = Some(self.exec.alloc(8)?);
+        }
+        let mut scalars = vec![n as i64];
+        for d in &step.dims {
+            scalars.push(
+                *self
+                    .dims
+                    .get(d)
+                    .ok_or_else(|| LuminalError::UnboundDim(d.clone()))?,
+            );
+        }
+        let mut buffers: Vec<&E::Buffer> = vec![&self.buffers[&id].buf];
+        for e in &node.inputs {
+            let b = self
+                .buffers
+                .get(&e.node)
+                .ok_or_else(|| LuminalError::Backend(format!("node {} has no buffer", e.node.0)))?;
+            buffers.push(&b.buf);
+        }
+        if step.error_flag {
+            buffers.push(self.error_buffer.as_ref().expect("allocated above"));
+        }
+        let grid = u32::try_from(n.div_ceil(BLOCK as usize)).map_err(|_| {
+            LuminalError::Backend(format!("{n} elements is too many for one launch"))
+        })?;
+        self.exec.launch(
+            &self.functions[step.function],
+            grid,
+            BLOCK,
+            &buffers,
+            &scalars,
+        )
+    }
+}
+
+impl<E: Executor> Runtime for PlanRuntime<E> {
+    fn set_data(&mut self, tensor: impl Into<TensorRef>, data: HostData) -> Result<()> {
+        let node = self.graph.check_input(tensor, &data, &self.dims)?;
+        let bytes = to_bytes(data)?;
+        let len = bytes.len();
+        let buf = self.exec.upload(&bytes)?;
+        self.buffers.insert(
+            node,
+            Buffer {
+                buf,
+                capacity: len,
+                len,
+            },
+        );
+        Ok(())
+    }
+
+    fn set_dim(&mut self, name: &str, value: usize) {
+        self.dims.insert(name.to_string(), value as i64);
+    }
+
+    fn run(&mut self) -> Result<()> {
+        if let Some(d) = self
+            .needed_dims
+            .iter()
+            .find(|d| !self.dims.contains_key(*d))
+        {
+            return Err(LuminalError::UnboundDim(d.clone()));
+        }
+        for &id in &self.inputs_needed {
+            let node = self.graph.node(id);
+            let name = match &node.op {
+                Op::Input { name } => name.clone(),
+                _ => unreachable!("only inputs have no kernel"),
+            };
+            let have = self
+                .buffers
+                .get(&id)
+                .ok_or_else(|| LuminalError::MissingInput(name.clone()))?
+                .len;
+            let n = self.numel(&node.shape)?;
+            if have != n * size_of(node.dtype) {
+                return Err(LuminalError::WrongLength {
+                    tensor: name,
+                    expected: n,
+                    got: have / size_of(node.dtype),
+                });
+            }
+        }
+        let gathers = self.steps.iter().any(|s| s.error_flag);
+        if gathers {
+            let zero = self.exec.upload(&[0u8; 8])?;
+            self.error_buffer = Some(zero);
+        }
+        for s in 0..self.steps.len() {
+            self.launch_step(s)?;
+        }
+        // State written by `WriteSlice`s: the destination inputs take the updated tensors after
+        // the run (their other readers in this run saw the values from before it).
+        for step in &self.steps {
+            let node = self.graph.node(step.node);
+            if let Op::WriteSlice { .. } = node.op {
+                let dest = node.inputs[0].node;
+                let mut d = self.buffers.remove(&dest).expect("inputs checked above");
+                let src = &self.buffers[&step.node];
+                if d.capacity < src.len {
+                    d.buf = self.exec.alloc(src.len)?;
+                    d.capacity = src.len;
+                }
+                self.exec.copy(&src.buf, &mut d.buf, src.len)?;
+                d.len = src.len;
+                self.buffers.insert(dest, d);
+            }
+        }
+        self.exec.synchronize()?;
+        if gathers {
+            let err = self
+                .exec
+                .download(self.error_buffer.as_ref().expect("set above"), 8)?;
+            if err[0..4] != [0; 4] {
+                let index = i32::from_le_bytes([err[4], err[5], err[6], err[7]]) as i64;
+                // The table's rows, for the message (first gather's).
+                let size = self
+                    .steps
+                    .iter()
+                    .find(|s| s.error_flag)
+                    .map(|s| self.graph.node(s.node).inputs[0].view.dims()[0].clone())
+                    .map_or(Ok(0), |e| self.eval(&e))?;
+                return Err(LuminalError::IndexOutOfRange {
+                    op: "Gather".into(),
+                    index,
+                    size,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn get_data(&self, tensor: impl Into<TensorRef>) -> Result<HostData> {
+        let entry = self.graph.check_output(tensor)?;
+        let buf = self
+            .buffers
+            .get(&entry.node)
+            .ok_or_else(|| LuminalError::NotComputed(entry.label.clone()))?;
+        let bytes = self.exec.download(&buf.buf, buf.len)?;
+        Ok(from_bytes(entry.dtype, &bytes))
+    }
+
+    fn graph_data(&self) -> &GraphData {
+        &self.graph
+    }
+}
