@@ -15,7 +15,6 @@ use crate::plan::{Executor, PlanRuntime};
 use luminal::graph::GraphData;
 use luminal::{Backend, CompileOptions, LuminalError, Result};
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -242,19 +241,4 @@ impl Executor for HostExecutor {
     fn synchronize(&mut self) -> Result<()> {
         Ok(())
     }
-}
-
-/// Appends a one-line description of each kernel (for debugging output).
-pub fn describe(kernels: &[Kernel]) -> String {
-    let mut s = String::new();
-    for k in kernels {
-        let _ = writeln!(
-            s,
-            "{} ({} buffers, dims {:?})",
-            k.name,
-            k.buffer_types.len(),
-            k.dims
-        );
-    }
-    s
 }

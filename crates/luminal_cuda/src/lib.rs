@@ -46,7 +46,14 @@
 //!   against the reference backend and the op suite's numpy fixtures.
 //! - Only on a GPU: NVRTC accepting the sources, the cudarc calls (allocation, copies,
 //!   launches), results on the device. `tests/op_suite.rs` runs the core op suite on
-//!   `CudaBackend` and skips, printing a line, where no driver or device loads.
+//!   `CudaBackend` and skips, printing a line, where no driver or device loads. It passed
+//!   whole (every case, with and without the generic passes; 12 of 12 tests) on an NVIDIA
+//!   H200 (`compute_90`, driver 580, NVRTC 13.0). Build the binary on a machine without a
+//!   GPU with `cargo test -p luminal_cuda --release --no-run` and run
+//!   `target/release/deps/op_suite-* --nocapture` there, with the toolkit's `lib64` (for
+//!   `libnvrtc.so.13`) on `LD_LIBRARY_PATH` if it is not already found.
+//! - The host emulator needs only a C compiler (`cc`, which Rust's linker already needs;
+//!   `$CC` overrides it).
 //!
 //! ## Not done yet
 //! - Matmul runs as the primops say (broadcast multiply + sum-reduce kernels); cuBLASLt

@@ -421,3 +421,40 @@ pub fn generate_all(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use luminal::graph::Graph;
+
+    #[test]
+    fn arch_from_compute_capability() {
+        assert_eq!(nvrtc_arch((9, 0)), "compute_90");
+        assert_eq!(nvrtc_arch((8, 6)), "compute_86");
+    }
+
+    #[test]
+    fn views_render_through_index_and_valid_expressions() {
+        let cx = Graph::new();
+        let a = cx.tensor("a", ("seq", 4));
+        let b = a.permute([1, 0]).pad_axis(1, 1, 0).contiguous().output();
+        let g = cx.snapshot();
+        let node = g.node(b.node());
+        let k = generate(node, &[DType::F32]).unwrap().unwrap();
+        // The dynamic dim is a parameter; the pad is a validity test; one output per thread.
+        assert_eq!(k.dims, vec!["seq".to_string()]);
+        assert!(k.source.contains("long long lum_d0"), "{}", k.source);
+        assert!(k.source.contains("? in0["), "{}", k.source);
+        assert!(k.source.contains("if (lum_i >= lum_n) return;"));
+        // Equal nodes give equal sources (the cache key) and names.
+        let again = generate(node, &[DType::F32]).unwrap().unwrap();
+        assert_eq!(again, k);
+        assert!(cuda_source([&k]).contains(&k.name));
+    }
+
+    #[test]
+    fn quantized_buffers_are_refused() {
+        assert!(c_type(DType::Q4_0).is_err());
+        assert_eq!(c_type(DType::BF16), Ok("unsigned short"));
+    }
+}
