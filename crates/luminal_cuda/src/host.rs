@@ -111,6 +111,7 @@ pub fn host_source(kernels: &[&Kernel]) -> String {
     let mut s = String::from(prelude::HOST_PRELUDE);
     s.push_str(luminal::shape::C_PRELUDE);
     s.push_str(prelude::COMMON_PRELUDE);
+    s.push_str(prelude::QUANT_PRELUDE);
     for k in kernels {
         s.push_str(&k.source);
         s.push_str(&launcher_source(k));

@@ -30,6 +30,17 @@
 //!   with `Expression::to_c`. Dynamic dims are kernel parameters bound at launch, so a
 //!   kernel is generated and compiled once for the symbolic shape. Dtypes f32, f16, bf16
 //!   (stored as 16-bit words, converted with round-to-nearest-even in the prelude), i32, bool.
+//! - Quantized weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K … Q6_K) arrive as
+//!   `HostData::Bytes` and are uploaded as their raw blocks; their only reader is a cast to a
+//!   float type (`w.dequantize()`), whose kernel reads element `i` of the blocks through the
+//!   cast's view with the prelude's `lum_deq_<type>(blocks, i)` (`codegen::prelude::QUANT_PRELUDE`).
+//!   The dequantizers do the core decoders' f32 operations in the same order, with products
+//!   that NVRTC may not fuse into FMAs (`__fmul_rn`), so they equal `luminal::quant`'s values
+//!   bit for bit (`tests/emulator_quant.rs`: every type, odd shapes, through permuted,
+//!   sliced and padded views, casts to f16/bf16, a quantized embedding gather and matmul; its
+//!   `gpu_dequantizing_casts` ran the same checks on an H200 and passed, bit for bit).
+//!   f16/bf16 `Bytes` are uploaded as their halves. The cast writes a full f32 copy of the
+//!   weight each run: correct, not fast (kernels that read the blocks in place are to come).
 //! - [`plan`]: the runtime, generic over an [`plan::Executor`]: inputs uploaded once and
 //!   kept on the device, one buffer per computed node (grown when the dims grow), kernels
 //!   launched in order on one stream, outputs downloaded on `get`; `WriteSlice` state is

@@ -79,9 +79,26 @@ fn size_of(dtype: DType) -> usize {
     }
 }
 
-/// Host data as the bytes of its device buffer.
+/// Bytes of `n` values of `dtype` on the device (whole blocks for the quantized types, as
+/// ggml stores them; `None` when `n` is not a whole number of blocks).
+fn bytes_of(dtype: DType, n: usize) -> Option<usize> {
+    if dtype.is_quantized() {
+        dtype.bytes_for(n)
+    } else {
+        Some(n * size_of(dtype))
+    }
+}
+
+/// Values that `bytes` bytes of `dtype` hold (rounded down to whole blocks).
+fn values_in(dtype: DType, bytes: usize) -> usize {
+    bytes / dtype.block_bytes() * dtype.block_size()
+}
+
+/// Host data as the bytes of its device buffer (block-quantized data as its raw blocks:
+/// kernels dequantize the elements they read).
 fn to_bytes(data: HostData) -> Result<Vec<u8>> {
     Ok(match data.into_typed() {
+        HostData::Bytes(b) if b.dtype().is_quantized() => b.as_slice().to_vec(),
         HostData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         HostData::F16(v) => v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),
         HostData::BF16(v) => v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),
@@ -311,11 +328,11 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
                 .ok_or_else(|| LuminalError::MissingInput(name.clone()))?
                 .len;
             let n = self.numel(&node.shape)?;
-            if have != n * size_of(node.dtype) {
+            if bytes_of(node.dtype, n) != Some(have) {
                 return Err(LuminalError::WrongLength {
                     tensor: name,
                     expected: n,
-                    got: have / size_of(node.dtype),
+                    got: values_in(node.dtype, have),
                 });
             }
         }

@@ -44,6 +44,7 @@ pub fn cuda_source<'a>(kernels: impl IntoIterator<Item = &'a Kernel>) -> String 
     s.push_str(prelude::CUDA_PRELUDE);
     s.push_str(luminal::shape::C_PRELUDE);
     s.push_str(prelude::COMMON_PRELUDE);
+    s.push_str(prelude::QUANT_PRELUDE);
     for k in kernels {
         s.push_str(&k.source);
     }
@@ -55,13 +56,14 @@ pub fn nvrtc_arch(compute_capability: (i32, i32)) -> String {
     format!("compute_{}{}", compute_capability.0, compute_capability.1)
 }
 
-/// The C type of a buffer of `dtype`.
+/// The C type of a buffer of `dtype` (block-quantized data: its raw bytes).
 pub fn c_type(dtype: DType) -> Result<&'static str, String> {
     Ok(match dtype {
         DType::F32 => "float",
         DType::F16 | DType::BF16 => "unsigned short",
         DType::I32 => "int",
         DType::Bool => "unsigned char",
+        q if q.is_quantized() => "unsigned char",
         q => return Err(format!("{q} data is not supported yet")),
     })
 }
@@ -74,7 +76,7 @@ enum Val {
 }
 
 fn val_kind(dtype: DType) -> Val {
-    if dtype.is_float() {
+    if dtype.is_float() || dtype.is_quantized() {
         Val::Float
     } else {
         Val::Int
@@ -88,9 +90,11 @@ fn val_type(v: Val) -> &'static str {
     }
 }
 
-/// `buf[idx]` of `dtype` as a computing value.
+/// `buf[idx]` of `dtype` as a computing value (a quantized buffer's element `idx`
+/// dequantized from its block by the prelude's `lum_deq_<type>`).
 fn load(dtype: DType, buf: &str, idx: &str) -> String {
     match dtype {
+        q if q.is_quantized() => format!("lum_deq_{}({buf}, {idx})", q.name()),
         DType::F16 => format!("lum_f16_to_f32({buf}[{idx}])"),
         DType::BF16 => format!("lum_bf16_to_f32({buf}[{idx}])"),
         DType::Bool => format!("(int){buf}[{idx}]"),
@@ -453,8 +457,23 @@ mod tests {
     }
 
     #[test]
-    fn quantized_buffers_are_refused() {
-        assert!(c_type(DType::Q4_0).is_err());
+    fn quantized_buffers_are_bytes_read_by_their_dequantizer() {
+        assert_eq!(c_type(DType::Q4_0), Ok("unsigned char"));
         assert_eq!(c_type(DType::BF16), Ok("unsigned short"));
+        let cx = Graph::new();
+        let w = cx.input("w", (3, 256), DType::Q4_K);
+        let f = w.permute([1, 0]).dequantize().output();
+        let g = cx.snapshot();
+        let k = generate(g.node(f.node()), &[DType::Q4_K]).unwrap().unwrap();
+        assert!(k.source.contains("lum_deq_q4_k(in0, "), "{}", k.source);
+        assert_eq!(k.buffer_types, vec!["float", "unsigned char"]);
+        // Every dequantizer the source can call is in the prelude.
+        for dt in luminal::dtype::ALL_DTYPES
+            .iter()
+            .filter(|d| d.is_quantized())
+        {
+            let f = format!("lum_deq_{}(", dt.name());
+            assert!(prelude::QUANT_PRELUDE.contains(&f), "{f}");
+        }
     }
 }

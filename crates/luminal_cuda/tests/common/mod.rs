@@ -1,0 +1,4 @@
+//! Checks shared by the emulator and GPU test binaries.
+#![allow(dead_code)]
+
+pub mod quant;

@@ -1,0 +1,196 @@
+//! Dequantizing casts on a backend against the reference runtime (the core's decoders).
+
+use luminal::prelude::*;
+use luminal::SharedBytes;
+
+/// xorshift32 bytes.
+fn bytes(n: usize, seed: u32) -> Vec<u8> {
+    let mut s = seed.wrapping_mul(2654435761).wrapping_add(0x9e37);
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s >> 11) as u8
+        })
+        .collect()
+}
+
+/// Byte offsets of the f16 scale fields in one block of `dtype`.
+fn scale_fields(dtype: DType) -> &'static [usize] {
+    match dtype {
+        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[0],
+        DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
+        DType::Q2_K => &[80, 82],
+        DType::Q3_K => &[108],
+        DType::Q6_K => &[208],
+        _ => &[],
+    }
+}
+
+/// `n` values of `dtype` as raw little-endian storage: random quants, and scales that are
+/// finite, of both signs, at trained-weight scale (some subnormal halves among them); halves
+/// and bfloat16s random but finite.
+pub fn random_storage(dtype: DType, n: usize, seed: u32) -> HostData {
+    let nbytes = dtype.bytes_for(n).expect("whole blocks");
+    let mut b = bytes(nbytes, seed);
+    let scale = |k: usize, raw: u8| -> [u8; 2] {
+        let mag = [1e-3f32, 0.02, 0.11, 3e-6][k % 4] * (1.0 + raw as f32 / 255.0);
+        let v = if raw & 1 == 1 { -mag } else { mag };
+        luminal::half::f16::from_f32(v).to_bits().to_le_bytes()
+    };
+    if dtype.is_quantized() {
+        for (k, block) in b.chunks_exact_mut(dtype.block_bytes()).enumerate() {
+            for (j, &at) in scale_fields(dtype).iter().enumerate() {
+                let s = scale(k + j, block[at]);
+                block[at..at + 2].copy_from_slice(&s);
+            }
+        }
+    } else {
+        for (k, v) in b.chunks_exact_mut(2).enumerate() {
+            // Clear the top exponent bit: finite, |v| < 2.
+            match dtype {
+                DType::F16 => v[1] &= 0xbf,
+                _ => v[1] = (v[1] & 0x80) | 0x3f ^ ((k as u8) & 1),
+            }
+        }
+    }
+    HostData::from_bytes(dtype, SharedBytes::from_vec(b)).unwrap()
+}
+
+/// Runs `cx` on `backend` and on the reference with `inputs` set, returning both outputs'
+/// values as f32 (reference first).
+pub fn run_both<B: Backend>(
+    cx: &Graph,
+    backend: B,
+    inputs: &[(GraphTensor<'_>, HostData)],
+    outputs: &[GraphTensor<'_>],
+) -> Vec<(Vec<f32>, Vec<f32>)> {
+    let mut reference = cx
+        .compile(ReferenceBackend, CompileOptions::default())
+        .unwrap();
+    let mut rt = cx.compile(backend, CompileOptions::default()).unwrap();
+    for (t, d) in inputs {
+        reference.set_data(*t, d.clone()).unwrap();
+        rt.set_data(*t, d.clone()).unwrap();
+    }
+    reference.run().unwrap();
+    rt.run().unwrap();
+    outputs
+        .iter()
+        .map(|&o| (reference.get_f32(o).unwrap(), rt.get_f32(o).unwrap()))
+        .collect()
+}
+
+fn assert_bits_equal(what: &str, want: &[f32], got: &[f32]) {
+    assert_eq!(want.len(), got.len(), "{what}: length");
+    for (i, (w, g)) in want.iter().zip(got).enumerate() {
+        assert!(
+            w.to_bits() == g.to_bits() || (w.is_nan() && g.is_nan()),
+            "{what}: element {i}: want {w:e}, got {g:e}"
+        );
+    }
+}
+
+/// Every block type (and f16/bf16 given as bytes) at odd shapes (the core asks for a last dim
+/// that is a whole number of blocks): the backend's values equal the core decoders' bit for
+/// bit.
+pub fn every_block_type<B: Backend>(backend: impl Fn() -> B) {
+    let types = [
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q8_0,
+        DType::Q2_K,
+        DType::Q3_K,
+        DType::Q4_K,
+        DType::Q5_K,
+        DType::Q6_K,
+        DType::F16,
+        DType::BF16,
+    ];
+    for (t, &dtype) in types.iter().enumerate() {
+        let shapes: &[(usize, usize)] = if dtype.block_size() == 256 {
+            &[(1, 256), (3, 512), (5, 1280)]
+        } else {
+            &[(1, 32), (5, 96), (7, 160), (3, 7)]
+        };
+        for (s, &(rows, cols)) in shapes.iter().enumerate() {
+            if dtype.bytes_for(cols).is_none() {
+                continue;
+            }
+            let cx = Graph::new();
+            let w = cx.input("w", (rows, cols), dtype);
+            let f = w.dequantize().output();
+            let data = random_storage(dtype, rows * cols, (t * 16 + s) as u32);
+            let truth = data.to_f32();
+            let out = run_both(&cx, backend(), &[(w, data)], &[f]);
+            let what = format!("{dtype} [{rows}, {cols}]");
+            assert_bits_equal(&format!("{what} (reference)"), &truth, &out[0].0);
+            assert_bits_equal(&what, &truth, &out[0].1);
+        }
+    }
+}
+
+/// Casts reading the blocks through permuted, sliced and padded views, and casts straight to
+/// f16 and bf16.
+pub fn views_and_half<B: Backend>(backend: impl Fn() -> B) {
+    for (t, dtype) in [DType::Q4_1, DType::Q6_K, DType::Q5_0, DType::BF16]
+        .into_iter()
+        .enumerate()
+    {
+        let (rows, cols) = if dtype.block_size() == 256 {
+            (5, 256)
+        } else {
+            (6, 64)
+        };
+        let cx = Graph::new();
+        let w = cx.input("w", (rows, cols), dtype);
+        let outs = [
+            w.permute([1, 0]).dequantize().output(),
+            w.slice(0, 1, 4).slice(1, 5, cols - 3).dequantize().output(),
+            w.pad_axis(1, 2, 1).dequantize().output(),
+            w.cast(DType::F16).output(),
+            w.cast(DType::BF16).output(),
+        ];
+        let data = random_storage(dtype, rows * cols, 100 + t as u32);
+        for (o, (want, got)) in run_both(&cx, backend(), &[(w, data)], &outs)
+            .iter()
+            .enumerate()
+        {
+            assert_bits_equal(&format!("{dtype} output {o}"), want, got);
+        }
+    }
+}
+
+/// The model's uses: a quantized embedding table gathered by token ids, and a quantized
+/// weight in a matmul (`x · Wᵀ`).
+pub fn gather_and_matmul<B: Backend>(backend: impl Fn() -> B) {
+    let cx = Graph::new();
+    let table = cx.input("table", (10, 64), DType::Q8_0);
+    let ids = cx.input("ids", (4,), DType::I32);
+    let w = cx.input("w", (48, 256), DType::Q4_K);
+    let x = cx.tensor("x", (3, 256));
+    let rows = table.dequantize().embedding(ids).output();
+    let y = x.matmul(w.dequantize().permute([1, 0])).output();
+    let xs: Vec<f32> = (0..768)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 40.0)
+        .collect();
+    let inputs = [
+        (table, random_storage(DType::Q8_0, 640, 7)),
+        (ids, HostData::I32(vec![3, 0, 9, 3])),
+        (w, random_storage(DType::Q4_K, 48 * 256, 8)),
+        (x, HostData::F32(xs)),
+    ];
+    let out = run_both(&cx, backend(), &inputs, &[rows, y]);
+    assert_bits_equal("embedding rows", &out[0].0, &out[0].1);
+    let (want, got) = &out[1];
+    assert_eq!(want.len(), got.len());
+    for (i, (w, g)) in want.iter().zip(got).enumerate() {
+        assert!(
+            (w - g).abs() <= 1e-5 * (1.0 + w.abs()),
+            "matmul element {i}: want {w}, got {g}"
+        );
+    }
+}
