@@ -100,8 +100,10 @@ pub struct CudaExecutor {
 }
 
 impl CudaExecutor {
-    fn compile_one(&self, k: &Kernel) -> Result<CudaFunction> {
-        let src = codegen::cuda_source([k]);
+    /// Compiles `kernels` with one NVRTC call into one module (a model's plan has hundreds of
+    /// kernels; one call per kernel spent most of a compile re-parsing the prelude).
+    fn compile_module(&self, kernels: &[&Kernel]) -> Result<Vec<CudaFunction>> {
+        let src = codegen::cuda_source(kernels.iter().copied());
         let opts = nvrtc::CompileOptions {
             options: vec![format!("--gpu-architecture={}", self.backend.arch)],
             ..Default::default()
@@ -111,8 +113,9 @@ impl CudaExecutor {
                 nvrtc::CompileError::CompileError { log, .. } => log.to_string_lossy().into(),
                 other => format!("{other:?}"),
             };
+            let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
             LuminalError::from(CudaError::Nvrtc {
-                kernel: k.name.clone(),
+                kernel: names.join(", "),
                 arch: self.backend.arch.clone(),
                 log,
             })
@@ -122,9 +125,14 @@ impl CudaExecutor {
             .ctx
             .load_module(ptx)
             .map_err(driver("cuModuleLoadData"))?;
-        module
-            .load_function(&k.name)
-            .map_err(driver("cuModuleGetFunction"))
+        kernels
+            .iter()
+            .map(|k| {
+                module
+                    .load_function(&k.name)
+                    .map_err(driver("cuModuleGetFunction"))
+            })
+            .collect()
     }
 }
 
@@ -134,24 +142,24 @@ impl Executor for CudaExecutor {
 
     fn compile(&mut self, kernels: &[&Kernel]) -> Result<Vec<CudaFunction>> {
         let cache = self.backend.cache.clone();
-        kernels
-            .iter()
-            .map(|k| {
-                if let Some(f) = cache
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .get(&k.source)
-                {
-                    return Ok(f.clone());
-                }
-                let f = self.compile_one(k)?;
-                cache
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(k.source.clone(), f.clone());
-                Ok(f)
-            })
-            .collect()
+        let missing: Vec<&Kernel> = {
+            let c = cache.lock().unwrap_or_else(|e| e.into_inner());
+            let mut seen = std::collections::HashSet::new();
+            kernels
+                .iter()
+                .copied()
+                .filter(|k| !c.contains_key(&k.source) && seen.insert(&k.source))
+                .collect()
+        };
+        if !missing.is_empty() {
+            let functions = self.compile_module(&missing)?;
+            let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
+            for (k, f) in missing.iter().zip(functions) {
+                c.insert(k.source.clone(), f);
+            }
+        }
+        let c = cache.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(kernels.iter().map(|k| c[&k.source].clone()).collect())
     }
 
     fn alloc(&mut self, bytes: usize) -> Result<CudaSlice<u8>> {

@@ -1,0 +1,160 @@
+//! A Llama-family model on the CUDA backend's plan: `LlamaModel::load` (weights handed over
+//! as bytes, quantized or not; the KV cache as `WriteSlice` state in f16, the default; the
+//! dynamic dims `s`, `p`, `n_out`), teacher-forced logits and cached decoding, against the
+//! CPU backend on the same GGUF (the tiny fixtures of `luminal_model_tests`). On the host
+//! emulator here; on a GPU when one loads (skipped, with a line, otherwise).
+
+use luminal::prelude::*;
+use luminal_cpu::{CpuBackend, QuantDots};
+use luminal_cuda::{CudaBackend, HostEmulatorBackend};
+use luminal_models::{LlamaModel, LoadOptions, Model};
+use std::path::PathBuf;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../luminal_model_tests/tests/fixtures")
+        .join(name)
+}
+
+fn options() -> LoadOptions {
+    LoadOptions {
+        max_ctx: 64,
+        ..LoadOptions::default()
+    }
+}
+
+fn argmax(x: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &v) in x.iter().enumerate() {
+        if v > x[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// Token ids of the checks: a prompt of 19 (from the fixture's reference cases) and a
+/// pseudo-random one of 24 within the vocabulary.
+fn prompts(vocab: usize) -> Vec<Vec<u32>> {
+    let mut s = 12345u32;
+    let random: Vec<u32> = (0..24)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            s % vocab as u32
+        })
+        .collect();
+    vec![
+        (0..19).map(|i| (i * 29 + 7) % vocab as u32).collect(),
+        random,
+    ]
+}
+
+/// Teacher-forced logits of every prompt, then the first prompt again as a prefill of 5 and
+/// one token at a time through the KV cache.
+fn logits<M: Model>(model: &mut M) -> Vec<Vec<f32>> {
+    let mut out = vec![];
+    for p in prompts(model.vocab_size()) {
+        model.reset();
+        out.push(model.logits_all(&p).unwrap());
+    }
+    let p = &prompts(model.vocab_size())[0];
+    model.reset();
+    let mut stepped = model.forward(&p[..5], 5).unwrap();
+    for &t in &p[5..] {
+        stepped.extend(model.forward(&[t], 1).unwrap());
+    }
+    out.push(stepped);
+    out
+}
+
+/// Loads `file` on `backend` and on the CPU backend (f32 activations, the same f16 cache)
+/// and compares the logits: max |Δ| and top-1 agreement (issue 14's check: ≥ 99%).
+fn check<B: Backend>(file: &str, backend: B, label: &str)
+where
+    B::Runtime: Runtime,
+{
+    let (mut model, _) = LlamaModel::load(fixture(file), backend, &options(), |_, _| {})
+        .unwrap_or_else(|e| panic!("{label}: loading {file}: {e}"));
+    let cpu = CpuBackend::with_threads(2).quant_dots(QuantDots::F32);
+    let (mut want_model, _) = LlamaModel::load(fixture(file), cpu, &options(), |_, _| {}).unwrap();
+    let vocab = model.vocab_size();
+    let got = logits(&mut model);
+    let want = logits(&mut want_model);
+    let (mut max_diff, mut agree, mut rows) = (0f32, 0usize, 0usize);
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g.len(), w.len());
+        for (a, b) in g.iter().zip(w) {
+            assert!(a.is_finite(), "{label} {file}: non-finite logit");
+            max_diff = max_diff.max((a - b).abs());
+        }
+        for (a, b) in g.chunks(vocab).zip(w.chunks(vocab)) {
+            agree += (argmax(a) == argmax(b)) as usize;
+            rows += 1;
+        }
+    }
+    let top1 = agree as f64 / rows as f64;
+    println!(
+        "{label} {file}: {rows} positions, max |Δlogit| vs the CPU backend {max_diff:e}, \
+         top-1 agreement {:.1}%",
+        100.0 * top1
+    );
+    assert!(max_diff < 2e-3, "{label} {file}: max |Δlogit| {max_diff}");
+    assert!(top1 >= 0.99, "{label} {file}: top-1 agreement {top1}");
+}
+
+#[test]
+fn tiny_llama_f32_on_the_emulator_matches_the_cpu_backend() {
+    check("tiny-llama.gguf", HostEmulatorBackend, "emulator");
+}
+
+#[test]
+fn tiny_llama_q8_0_on_the_emulator_matches_the_cpu_backend() {
+    check("tiny-llama.q8_0.gguf", HostEmulatorBackend, "emulator");
+}
+
+#[test]
+fn tiny_qwen2_on_the_emulator_matches_the_cpu_backend() {
+    check("tiny-qwen2.gguf", HostEmulatorBackend, "emulator");
+}
+
+fn gpu() -> Option<CudaBackend> {
+    match CudaBackend::new(0) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            eprintln!("skipping the GPU model test: {e}");
+            None
+        }
+    }
+}
+
+#[test]
+fn tiny_models_on_the_gpu_match_the_cpu_backend() {
+    if let Some(b) = gpu() {
+        println!("gpu: {:?} {}", b, b.device_name().unwrap_or_default());
+        for file in ["tiny-llama.gguf", "tiny-llama.q8_0.gguf", "tiny-qwen2.gguf"] {
+            check(file, b.clone(), "gpu");
+        }
+        // For information: load (NVRTC included), a prefill and decode steps, wall clock.
+        let t = std::time::Instant::now();
+        let (mut model, _) =
+            LlamaModel::load(fixture("tiny-llama.q8_0.gguf"), b, &options(), |_, _| {}).unwrap();
+        let load = t.elapsed();
+        let p = &prompts(model.vocab_size())[0];
+        model.forward(&p[..16], 1).unwrap();
+        model.reset();
+        let t = std::time::Instant::now();
+        model.forward(&p[..16], 1).unwrap();
+        let prefill = t.elapsed();
+        let t = std::time::Instant::now();
+        for &tok in &p[..16] {
+            model.forward(&[tok], 1).unwrap();
+        }
+        let step = t.elapsed() / 16;
+        println!(
+            "gpu tiny-llama.q8_0.gguf: load {load:?}, 16-token prefill {prefill:?}, decode step \
+             {step:?} (unfused: one launch per primop)"
+        );
+    }
+}
