@@ -3,9 +3,11 @@
 
 use crate::codegen::{self, Kernel};
 use crate::error::{driver, CudaError};
+use crate::gemm::GemmCall;
 use crate::plan::{Executor, PlanRuntime};
+use cudarc::cublas::{sys as cublas_sys, CudaBlas};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
 };
 use cudarc::nvrtc;
 use luminal::graph::GraphData;
@@ -21,6 +23,8 @@ pub struct CudaBackend {
     arch: String,
     /// Compiled kernels by source text (shared by every runtime of this backend).
     cache: Arc<Mutex<HashMap<String, CudaFunction>>>,
+    /// cuBLAS on the backend's stream, where the library loads (f32 products, [`crate::gemm`]).
+    blas: Option<Arc<CudaBlas>>,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -28,6 +32,7 @@ impl std::fmt::Debug for CudaBackend {
         f.debug_struct("CudaBackend")
             .field("ordinal", &self.ctx.ordinal())
             .field("arch", &self.arch)
+            .field("cublas", &self.blas.is_some())
             .finish()
     }
 }
@@ -60,12 +65,29 @@ impl CudaBackend {
             .compute_capability()
             .map_err(|source| CudaError::Device { ordinal, source })?;
         let stream = ctx.default_stream();
+        // SAFETY: only tries to dlopen the library by its usual names.
+        let blas = unsafe { cudarc::cublas::sys::is_culib_present() }
+            .then(|| CudaBlas::new(stream.clone()).ok())
+            .flatten()
+            .map(Arc::new);
         Ok(CudaBackend {
             ctx,
             stream,
             arch: codegen::nvrtc_arch(cc),
             cache: Arc::default(),
+            blas,
         })
+    }
+
+    /// Products as the generated multiply and sum-reduce kernels instead of cuBLAS.
+    pub fn without_cublas(mut self) -> CudaBackend {
+        self.blas = None;
+        self
+    }
+
+    /// Whether f32 products go to cuBLAS (the library loaded).
+    pub fn has_cublas(&self) -> bool {
+        self.blas.is_some()
     }
 
     /// The NVRTC architecture of the device (`compute_90` on Hopper).
@@ -240,5 +262,68 @@ impl Executor for CudaExecutor {
             .stream
             .synchronize()
             .map_err(driver("cuStreamSynchronize"))
+    }
+
+    fn gemm_available(&self) -> bool {
+        self.backend.blas.is_some()
+    }
+
+    fn gemm(
+        &mut self,
+        g: &GemmCall,
+        c: &CudaSlice<u8>,
+        a: &CudaSlice<u8>,
+        b: &CudaSlice<u8>,
+    ) -> Result<()> {
+        let blas = self
+            .backend
+            .blas
+            .as_ref()
+            .ok_or_else(|| LuminalError::Backend("cuBLAS is not loaded".into()))?;
+        // cuBLAS runs in the calling thread's current context.
+        self.backend
+            .ctx
+            .bind_to_thread()
+            .map_err(driver("cuCtxSetCurrent"))?;
+        let stream = &self.backend.stream;
+        let (pa, _ra) = a.device_ptr(stream);
+        let (pb, _rb) = b.device_ptr(stream);
+        let (pc, _rc) = c.device_ptr(stream);
+        let at = |p: u64, off: i64| (p + 4 * off as u64) as *mut f32;
+        let op = |t: bool| {
+            if t {
+                cublas_sys::cublasOperation_t::CUBLAS_OP_T
+            } else {
+                cublas_sys::cublasOperation_t::CUBLAS_OP_N
+            }
+        };
+        let (alpha, beta) = (1f32, 0f32);
+        // SAFETY: the plan resolved the call from the operands' views at this run's dims: it
+        // addresses only elements those views read (inside `a` and `b`) and C's
+        // `M·N·batch` values (inside `c`, sized for the reduction's output); the handle is
+        // bound to this stream, so the call is ordered after the kernels that wrote A and B.
+        unsafe {
+            cudarc::cublas::result::sgemm_strided_batched(
+                *blas.handle(),
+                op(g.trans_a),
+                op(g.trans_b),
+                g.m,
+                g.n,
+                g.k,
+                &alpha,
+                at(pa, g.offset_a),
+                g.lda,
+                g.stride_a,
+                at(pb, g.offset_b),
+                g.ldb,
+                g.stride_b,
+                &beta,
+                at(pc, g.offset_c),
+                g.ldc,
+                g.stride_c,
+                g.batch,
+            )
+        }
+        .map_err(|e| LuminalError::Backend(format!("cublasSgemmStridedBatched: {e:?}")))
     }
 }

@@ -11,6 +11,7 @@
 //! Compiled kernels are cached per process by source text.
 
 use crate::codegen::{prelude, Kernel};
+use crate::gemm::GemmCall;
 use crate::plan::{Executor, PlanRuntime};
 use luminal::graph::GraphData;
 use luminal::{Backend, CompileOptions, LuminalError, Result};
@@ -23,14 +24,27 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// The plan's runtime on the host emulator.
 pub type HostRuntime = PlanRuntime<HostExecutor>;
 
-/// A backend that compiles the CUDA backend's plan for the host emulator.
+/// A backend that compiles the CUDA backend's plan for the host emulator, products through
+/// the emulated cuBLAS ([`crate::gemm::host_gemm`]) as `CudaBackend` runs them.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct HostEmulatorBackend;
 
 impl Backend for HostEmulatorBackend {
     type Runtime = HostRuntime;
     fn compile(&self, graph: GraphData, _: &CompileOptions) -> Result<HostRuntime> {
-        PlanRuntime::new(graph, HostExecutor)
+        PlanRuntime::new(graph, HostExecutor { gemm: true })
+    }
+}
+
+/// The host emulator without cuBLAS: products run as the generated multiply and sum-reduce
+/// kernels (as `CudaBackend::without_cublas` and machines without cuBLAS run them).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HostEmulatorKernelsOnly;
+
+impl Backend for HostEmulatorKernelsOnly {
+    type Runtime = HostRuntime;
+    fn compile(&self, graph: GraphData, _: &CompileOptions) -> Result<HostRuntime> {
+        PlanRuntime::new(graph, HostExecutor { gemm: false })
     }
 }
 
@@ -80,7 +94,9 @@ pub struct HostFunction {
 }
 
 /// Runs the kernels on the CPU (see the module docs).
-pub struct HostExecutor;
+pub struct HostExecutor {
+    gemm: bool,
+}
 
 fn cache() -> &'static Mutex<HashMap<String, HostFunction>> {
     static CACHE: OnceLock<Mutex<HashMap<String, HostFunction>>> = OnceLock::new();
@@ -240,6 +256,30 @@ impl Executor for HostExecutor {
     }
 
     fn synchronize(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn gemm_available(&self) -> bool {
+        self.gemm
+    }
+
+    fn gemm(
+        &mut self,
+        call: &GemmCall,
+        c: &HostBuffer,
+        a: &HostBuffer,
+        b: &HostBuffer,
+    ) -> Result<()> {
+        // SAFETY: the plan resolved `call` from the operands' views at this run's dims, so it
+        // addresses the elements those views read (within the buffers) and C's `M·N·batch`.
+        unsafe {
+            crate::gemm::host_gemm(
+                call,
+                a.ptr as *const f32,
+                b.ptr as *const f32,
+                c.ptr as *mut f32,
+            )
+        };
         Ok(())
     }
 }

@@ -41,6 +41,17 @@
 //!   `gpu_dequantizing_casts` ran the same checks on an H200 and passed, bit for bit).
 //!   f16/bf16 `Bytes` are uploaded as their halves. The cast writes a full f32 copy of the
 //!   weight each run: correct, not fast (kernels that read the blocks in place are to come).
+//! - [`gemm`]: f32 products through cuBLAS. `hl_ops::matmul`'s broadcast multiply +
+//!   last-axis sum is recognised at compile time (f32, the multiply read only by the sum,
+//!   unmasked operand views); at run time the operands' strides and offsets resolve into
+//!   `cublasSgemmStridedBatched` calls (transposed, sliced and batched operands, a weight
+//!   broadcast over the batch, dynamic dims), and the multiply's `M·N·K` buffer is never
+//!   made. Layouts cuBLAS cannot read (padded operands, overlapping strides) run the two
+//!   generated kernels instead, as does a machine without cuBLAS and
+//!   [`CudaBackend::without_cublas`]. The emulator runs the same calls with a loop
+//!   (`gemm::host_gemm`; [`HostEmulatorKernelsOnly`] keeps the kernels), so the matching and
+//!   the parameters are tested without a GPU (`tests/emulator_matmul.rs`); on an H200 the
+//!   same cases pass through cuBLAS (numbers in `benches/README.md`).
 //! - [`plan`]: the runtime, generic over an [`plan::Executor`]: inputs uploaded once and
 //!   kept on the device, one buffer per computed node (grown when the dims grow), kernels
 //!   launched in order on one stream, outputs downloaded on `get`; `WriteSlice` state is
@@ -79,8 +90,8 @@
 //!   `$CC` overrides it).
 //!
 //! ## Not done yet
-//! - Matmul runs as the primops say (broadcast multiply + sum-reduce kernels); cuBLASLt
-//!   matmul (f32/tf32/f16/bf16, epilogues, batched) is next.
+//! - cuBLAS takes f32 products only (plain `cublasSgemmStridedBatched`, no TF32); half
+//!   products, cuBLASLt epilogues and products reading quantized blocks in place are next.
 //! - No fusion: one kernel and one buffer per node. Fused elementwise/reduction kernels,
 //!   flash attention and split-KV decoding, quantized matmul kernels reading the blocks in
 //!   place (today a cast kernel writes each weight's f32 copy every run),
@@ -91,9 +102,10 @@
 pub mod codegen;
 pub mod device;
 pub mod error;
+pub mod gemm;
 pub mod host;
 pub mod plan;
 
 pub use device::{driver_available, nvrtc_available, CudaBackend, CudaRuntime};
 pub use error::CudaError;
-pub use host::HostEmulatorBackend;
+pub use host::{HostEmulatorBackend, HostEmulatorKernelsOnly};

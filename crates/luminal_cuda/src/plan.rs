@@ -4,6 +4,7 @@
 //! checks) is this one code, so the emulator's tests cover it.
 
 use crate::codegen::{self, Kernel, BLOCK};
+use crate::gemm::{self, GemmCall, Pattern};
 use luminal::graph::{GraphData, NodeId, TensorRef};
 use luminal::op::Op;
 use luminal::passes::live_nodes;
@@ -35,6 +36,22 @@ pub trait Executor {
     ) -> Result<()>;
     /// Waits for every launch.
     fn synchronize(&mut self) -> Result<()>;
+    /// Whether [`Executor::gemm`] runs (cuBLAS loaded); without it products run as kernels.
+    fn gemm_available(&self) -> bool {
+        false
+    }
+    /// One f32 `cublasSgemmStridedBatched` call ([`GemmCall`]: column-major, offsets in
+    /// elements) with cuBLAS's `A` in `a`, `B` in `b`, the result in `c`.
+    fn gemm(
+        &mut self,
+        call: &GemmCall,
+        c: &Self::Buffer,
+        a: &Self::Buffer,
+        b: &Self::Buffer,
+    ) -> Result<()> {
+        let _ = (call, c, a, b);
+        Err(LuminalError::Backend("this executor has no gemm".into()))
+    }
 }
 
 /// One kernel launch of the plan.
@@ -44,6 +61,10 @@ struct Step {
     function: usize,
     error_flag: bool,
     dims: Vec<String>,
+    /// The product this reduction computes, through cuBLAS when it resolves ([`gemm`]).
+    gemm: Option<usize>,
+    /// The product this `Mul` feeds: skipped when that product goes to cuBLAS.
+    feeds: Option<usize>,
 }
 
 struct Buffer<B> {
@@ -69,6 +90,9 @@ pub struct PlanRuntime<E: Executor> {
     dims: HashMap<String, i64>,
     /// The distinct kernels (sources) of the plan, for inspection.
     kernels: Vec<Kernel>,
+    /// Products that may go to cuBLAS, and their calls at this run's dims (`None`: kernels).
+    patterns: Vec<Pattern>,
+    calls: Vec<Option<Vec<GemmCall>>>,
 }
 
 fn size_of(dtype: DType) -> usize {
@@ -156,6 +180,21 @@ impl<E: Executor> PlanRuntime<E> {
         });
         let needed_dims = sub.dynamic_dims();
         let generated = codegen::generate_all(&graph, &order).map_err(LuminalError::Backend)?;
+        let patterns = if exec.gemm_available() {
+            gemm::find(&graph, &order)
+        } else {
+            vec![]
+        };
+        let by_reduce: HashMap<NodeId, usize> = patterns
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.reduce, i))
+            .collect();
+        let by_mul: HashMap<NodeId, usize> = patterns
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.mul, i))
+            .collect();
         let mut kernels: Vec<Kernel> = vec![];
         let mut by_source: HashMap<String, usize> = HashMap::new();
         let mut steps = vec![];
@@ -174,6 +213,8 @@ impl<E: Executor> PlanRuntime<E> {
                 function,
                 error_flag: k.error_flag,
                 dims: k.dims,
+                gemm: by_reduce.get(&id).copied(),
+                feeds: by_mul.get(&id).copied(),
             });
         }
         let functions = exec.compile(&kernels.iter().collect::<Vec<_>>())?;
@@ -188,7 +229,19 @@ impl<E: Executor> PlanRuntime<E> {
             error_buffer: None,
             dims: HashMap::new(),
             kernels,
+            calls: vec![None; patterns.len()],
+            patterns,
         })
+    }
+
+    /// How many products ran through [`Executor::gemm`] in the last run.
+    pub fn gemm_products(&self) -> usize {
+        self.calls.iter().filter(|c| c.is_some()).count()
+    }
+
+    /// Products recognised at compile time (run through cuBLAS when their layouts resolve).
+    pub fn gemm_patterns(&self) -> usize {
+        self.patterns.len()
     }
 
     /// The distinct generated kernels of the plan.
@@ -217,6 +270,10 @@ impl<E: Executor> PlanRuntime<E> {
 
     fn launch_step(&mut self, s: usize) -> Result<()> {
         let step = &self.steps[s];
+        if step.feeds.is_some_and(|p| self.calls[p].is_some()) {
+            // Read only by its product, which cuBLAS computes from the operands.
+            return Ok(());
+        }
         let node = self.graph.node(step.node);
         let n = self.numel(&node.shape)?;
         let bytes = n * size_of(node.dtype);
@@ -249,6 +306,20 @@ impl<E: Executor> PlanRuntime<E> {
         }
         self.buffers.get_mut(&id).expect("allocated above").len = bytes;
         if n == 0 {
+            return Ok(());
+        }
+        if let Some(calls) = step.gemm.and_then(|p| self.calls[p].as_ref()) {
+            let p = &self.patterns[step.gemm.expect("checked")];
+            let buf = |id: NodeId| {
+                self.buffers
+                    .get(&id)
+                    .map(|b| &b.buf)
+                    .ok_or_else(|| LuminalError::Backend(format!("node {} has no buffer", id.0)))
+            };
+            let (c, a, b) = (buf(id)?, buf(p.b.node)?, buf(p.a.node)?);
+            for call in calls {
+                self.exec.gemm(call, c, a, b)?;
+            }
             return Ok(());
         }
         if step.error_flag && self.error_buffer.is_none() {
@@ -336,6 +407,12 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
                 });
             }
         }
+        let dims = &self.dims;
+        self.calls = self
+            .patterns
+            .iter()
+            .map(|p| gemm::resolve(p, &|e| e.eval_with(&|n| dims.get(n).copied()).ok()))
+            .collect();
         let gathers = self.steps.iter().any(|s| s.error_flag);
         if gathers {
             let zero = self.exec.upload(&[0u8; 8])?;
