@@ -119,16 +119,16 @@ pub fn run(args: BenchArgs) -> CliResult {
         args.cache_type,
         args.search,
     )?;
-    let desc = describe(&args.model, model.stats.parameters as u64)?;
+    let desc = describe(&args.model, model.stats().parameters as u64)?;
     let threads = effective_threads(args.threads);
     let tokens = bench_tokens(model.vocab_size(), max_ctx);
     let results = run_tests(&args, &mut model, &tokens)?;
     model.reset();
 
-    let params = model.stats.parameters as u64;
+    let params = model.stats().parameters as u64;
     match args.output {
-        OutputFormat::Md => print_markdown(&desc, params, threads, &results),
-        OutputFormat::Json => print_json(&desc, params, threads, &results)?,
+        OutputFormat::Md => print_markdown(&desc, params, args.device, threads, &results),
+        OutputFormat::Json => print_json(&desc, params, args.device, threads, &results)?,
     }
     if args.search.is_some() {
         // The hand lowering, measured the same way after the searched model.
@@ -269,7 +269,21 @@ fn mean_std(xs: &[f64]) -> (f64, f64) {
     (mean, var.sqrt())
 }
 
-fn print_markdown(desc: &ModelDesc, params: u64, threads: usize, results: &[TestResult]) {
+/// The backend column / `backends` field (llama-bench's names).
+fn backend_name(device: Device) -> &'static str {
+    match device {
+        Device::Cpu => "CPU",
+        Device::Cuda => "CUDA",
+    }
+}
+
+fn print_markdown(
+    desc: &ModelDesc,
+    params: u64,
+    device: Device,
+    threads: usize,
+    results: &[TestResult],
+) {
     let header = [
         "model", "size", "params", "backend", "threads", "test", "t/s",
     ];
@@ -281,7 +295,7 @@ fn print_markdown(desc: &ModelDesc, params: u64, threads: usize, results: &[Test
                 desc.model_type.clone(),
                 human_bytes(desc.size_bytes),
                 human_count(params),
-                "CPU".to_string(),
+                backend_name(device).to_string(),
                 threads.to_string(),
                 r.name.clone(),
                 format!("{mean:.2} ± {std:.2}"),
@@ -370,7 +384,13 @@ fn utc_now() -> String {
 }
 
 /// Records with llama-bench's JSON field names (those that apply to us), plus `test`.
-fn print_json(desc: &ModelDesc, params: u64, threads: usize, results: &[TestResult]) -> CliResult {
+fn print_json(
+    desc: &ModelDesc,
+    params: u64,
+    device: Device,
+    threads: usize,
+    results: &[TestResult],
+) -> CliResult {
     let (cpu, time) = (cpu_info(), utc_now());
     let records: Vec<serde_json::Value> = results
         .iter()
@@ -385,7 +405,7 @@ fn print_json(desc: &ModelDesc, params: u64, threads: usize, results: &[TestResu
                 "model_n_params": params,
                 "build_commit": concat!("luminal-", env!("CARGO_PKG_VERSION")),
                 "cpu_info": cpu,
-                "backends": "CPU",
+                "backends": backend_name(device),
                 "n_threads": threads,
                 "n_prompt": r.n_prompt,
                 "n_gen": r.n_gen,

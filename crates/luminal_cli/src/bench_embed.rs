@@ -43,9 +43,10 @@ pub fn run(args: BenchEmbedArgs) -> CliResult {
     if args.threads == Some(0) {
         return Err(CliError::msg("--threads must be at least 1"));
     }
-    let backend = match (args.device, args.threads) {
-        (Device::Cpu, Some(n)) => CpuBackend::with_threads(n),
-        (Device::Cpu, None) => CpuBackend::default(),
+    args.device.require_cpu("bench-embed")?;
+    let backend = match args.threads {
+        Some(n) => CpuBackend::with_threads(n),
+        None => CpuBackend::default(),
     };
     let (mut model, tok) = BertModel::load(&args.model, backend)?;
     // [CLS] w … w [SEP] with ordinary word ids spread over the vocabulary (deterministic).

@@ -3,7 +3,9 @@
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use luminal_cpu::{CpuBackend, CpuRuntime};
+use luminal_cuda::{CudaBackend, CudaRuntime};
 use luminal_io::IoError;
+use luminal_models::llama::LoadStats;
 use luminal_models::{CacheType, LlamaModel, LoadOptions, Model, ModelError, Tokenizer};
 use std::fmt;
 use std::path::Path;
@@ -79,10 +81,102 @@ pub enum Device {
     /// The CPU backend (`luminal_cpu`).
     #[default]
     Cpu,
+    /// The CUDA backend (`luminal_cuda`) on GPU 0: needs the NVIDIA driver and NVRTC.
+    Cuda,
 }
 
-/// A model loaded on the CPU backend.
-pub type CliModel = LlamaModel<CpuRuntime>;
+impl Device {
+    /// Fails for the subcommands that run only on the CPU backend.
+    pub fn require_cpu(self, command: &str) -> CliResult {
+        match self {
+            Device::Cpu => Ok(()),
+            Device::Cuda => Err(CliError::msg(format!(
+                "`{command}` runs on the CPU only for now: --device cuda is supported by generate, chat, serve, bench and perplexity"
+            ))),
+        }
+    }
+}
+
+/// The CUDA backend on GPU 0, or a clear error where there is no driver, NVRTC or device.
+pub fn cuda_backend() -> CliResult<CudaBackend> {
+    CudaBackend::new(0).map_err(|e| CliError::msg(format!("--device cuda: {e}")))
+}
+
+/// A Llama-family model on the device that `--device` chose. A call is one `match` and
+/// then the backend's own code: the CPU path runs exactly as `LlamaModel<CpuRuntime>`.
+/// (A process holds one and moves it a few times: no variant is boxed, so neither pays a
+/// pointer chase per call.)
+#[allow(clippy::large_enum_variant)]
+pub enum CliModel {
+    Cpu(LlamaModel<CpuRuntime>),
+    Cuda(LlamaModel<CudaRuntime>),
+}
+
+impl CliModel {
+    /// Load time and parameter count.
+    pub fn stats(&self) -> &LoadStats {
+        match self {
+            CliModel::Cpu(m) => &m.stats,
+            CliModel::Cuda(m) => &m.stats,
+        }
+    }
+}
+
+impl Model for CliModel {
+    fn pos(&self) -> usize {
+        match self {
+            CliModel::Cpu(m) => m.pos(),
+            CliModel::Cuda(m) => m.pos(),
+        }
+    }
+    fn max_ctx(&self) -> usize {
+        match self {
+            CliModel::Cpu(m) => m.max_ctx(),
+            CliModel::Cuda(m) => m.max_ctx(),
+        }
+    }
+    fn vocab_size(&self) -> usize {
+        match self {
+            CliModel::Cpu(m) => m.vocab_size(),
+            CliModel::Cuda(m) => m.vocab_size(),
+        }
+    }
+    fn reset(&mut self) {
+        match self {
+            CliModel::Cpu(m) => m.reset(),
+            CliModel::Cuda(m) => m.reset(),
+        }
+    }
+    fn truncate(&mut self, pos: usize) -> bool {
+        match self {
+            CliModel::Cpu(m) => m.truncate(pos),
+            CliModel::Cuda(m) => m.truncate(pos),
+        }
+    }
+    fn forward(&mut self, tokens: &[u32], n_out: usize) -> luminal_models::Result<Vec<f32>> {
+        match self {
+            CliModel::Cpu(m) => m.forward(tokens, n_out),
+            CliModel::Cuda(m) => m.forward(tokens, n_out),
+        }
+    }
+    fn forward_into(
+        &mut self,
+        tokens: &[u32],
+        n_out: usize,
+        logits: &mut Vec<f32>,
+    ) -> luminal_models::Result<()> {
+        match self {
+            CliModel::Cpu(m) => m.forward_into(tokens, n_out, logits),
+            CliModel::Cuda(m) => m.forward_into(tokens, n_out, logits),
+        }
+    }
+    fn logits_all(&mut self, tokens: &[u32]) -> luminal_models::Result<Vec<f32>> {
+        match self {
+            CliModel::Cpu(m) => m.logits_all(tokens),
+            CliModel::Cuda(m) => m.logits_all(tokens),
+        }
+    }
+}
 
 /// Loads a GGUF file or a Hugging Face folder onto `device`, drawing a progress bar on
 /// stderr (hidden when stderr is not a terminal).
@@ -131,13 +225,38 @@ pub fn load_model_with(
         max_ctx,
         cache_type,
     };
-    let backend = match (device, threads) {
-        (Device::Cpu, Some(n)) => CpuBackend::with_threads(n),
-        (Device::Cpu, None) => CpuBackend::default(),
-    };
     let progress = |done: usize, total: usize| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
+    };
+    if device == Device::Cuda {
+        if search.is_some() {
+            bar.finish_and_clear();
+            return Err(CliError::msg(
+                "--search runs on the CPU backend only: leave it out with --device cuda",
+            ));
+        }
+        if threads.is_some() {
+            eprintln!("warning: --threads is ignored with --device cuda");
+        }
+        let backend = match cuda_backend() {
+            Ok(b) => b,
+            Err(e) => {
+                bar.finish_and_clear();
+                return Err(e);
+            }
+        };
+        let loaded = LlamaModel::load(path, backend, &opts, progress);
+        bar.finish_and_clear();
+        let (model, tok) = loaded?;
+        for warning in settings_warnings(None, max_ctx, model.max_ctx()) {
+            eprintln!("warning: {warning}");
+        }
+        return Ok((CliModel::Cuda(model), tok));
+    }
+    let backend = match threads {
+        Some(n) => CpuBackend::with_threads(n),
+        None => CpuBackend::default(),
     };
     let loaded = match search {
         None => LlamaModel::load(path, backend, &opts, progress),
@@ -157,11 +276,11 @@ pub fn load_model_with(
         }
     };
     bar.finish_and_clear();
-    let loaded = loaded?;
-    for warning in settings_warnings(threads, max_ctx, loaded.0.max_ctx()) {
+    let (model, tok) = loaded?;
+    for warning in settings_warnings(threads, max_ctx, model.max_ctx()) {
         eprintln!("warning: {warning}");
     }
-    Ok(loaded)
+    Ok((CliModel::Cpu(model), tok))
 }
 
 /// What a run's settings silently lose: a context clamped to the model's length, more

@@ -83,9 +83,10 @@ pub fn run(args: EmbedArgs) -> CliResult {
             args.model.display()
         )));
     }
-    let backend = match (args.device, args.threads) {
-        (Device::Cpu, Some(n)) => CpuBackend::with_threads(n),
-        (Device::Cpu, None) => CpuBackend::default(),
+    args.device.require_cpu("embed")?;
+    let backend = match args.threads {
+        Some(n) => CpuBackend::with_threads(n),
+        None => CpuBackend::default(),
     };
     let (mut model, tok) = BertModel::load(&args.model, backend)?;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();

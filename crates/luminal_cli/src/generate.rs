@@ -110,7 +110,7 @@ pub fn run(args: GenerateArgs) -> CliResult {
             }
         }
     };
-    let load_time = model.stats.load_time;
+    let load_time = model.stats().load_time;
     let (ids, stats) = if args.chat {
         // The library applies the template, BOS and the end-of-turn stop.
         let mut chat = Chat::new(model, tok)?;

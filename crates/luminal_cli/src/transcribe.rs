@@ -57,9 +57,10 @@ pub fn run(args: TranscribeArgs) -> CliResult {
     }
     let audio = read_wav(&args.audio)?;
     let samples = resample(&audio.samples, audio.sample_rate, SAMPLE_RATE);
-    let backend = match (args.device, args.threads) {
-        (Device::Cpu, Some(n)) => CpuBackend::with_threads(n),
-        (Device::Cpu, None) => CpuBackend::default(),
+    args.device.require_cpu("transcribe")?;
+    let backend = match args.threads {
+        Some(n) => CpuBackend::with_threads(n),
+        None => CpuBackend::default(),
     };
     let load_start = std::time::Instant::now();
     let (mut model, tok) = WhisperModel::load(&args.model, backend)?;

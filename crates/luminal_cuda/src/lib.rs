@@ -96,7 +96,9 @@
 //!   flash attention and split-KV decoding, quantized matmul kernels reading the blocks in
 //!   place (today a cast kernel writes each weight's f32 copy every run),
 //!   one device memory arena planned at compile time with in-place KV cache, CUDA graph
-//!   capture of the decode step, and `--device cuda` in the CLI.
+//!   capture of the decode step.
+//! - The CLI's `--device cuda` (`luminal generate|chat|serve|bench|perplexity`) loads Llama
+//!   models here; `embed`, `bench-embed` and `transcribe` run on the CPU only.
 //! - Reductions use one thread per output (slow for long rows); no shared-memory trees yet.
 
 pub mod codegen;
