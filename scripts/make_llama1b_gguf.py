@@ -1,4 +1,4 @@
-"""Write a Llama-3.2-1B-shaped GGUF with random F16 weights, for speed benchmarks only.
+"""Write a Llama-3.2-1B-shaped (or SmolLM2-135M-shaped) GGUF with random F16 weights, for speed benchmarks only.
 
 Shape (Llama 3.2 1B): hidden 2048, 16 layers, 32 heads, 8 KV heads (head dim 64), FFN 8192,
 RMSNorm eps 1e-5, RoPE base 500000, tied embeddings (no `output.weight`: the output
@@ -11,7 +11,12 @@ Weights: N(0, 0.02²) rounded to F16, norm weights 1.0 (F32). The logits are mea
 file exists to time prefill/decode at 1B scale. Quantize it with llama-quantize
 (`llama-quantize --allow-requantize IN OUT Q4_0`).
 
-Usage: python3 scripts/make_llama1b_gguf.py OUT.gguf [--ref models/SmolLM2-135M-Instruct.Q4_1.gguf] [--seed 0]
+`--shape smollm2`: SmolLM2-135M's shape instead (hidden 576, 30 layers, 9 heads, 3 KV heads,
+FFN 1536, RoPE base 100000, tied embeddings; 134.5M parameters, ~270 MB), as the CUDA
+benchmark of benches/README.md generates it on the device machine. `--ref` may be any GGUF
+holding the `tokenizer.*` keys, e.g. one written with `--tokenizer-only` (no tensors, ~2 MB).
+
+Usage: python3 scripts/make_llama1b_gguf.py OUT.gguf [--ref models/SmolLM2-135M-Instruct.Q4_1.gguf] [--seed 0] [--shape llama1b|smollm2] [--tokenizer-only]
 Needs: pip install numpy gguf  (tested with gguf 0.19.0). Writes ~2.1 GB; needs ~2.5 GB RAM.
 """
 import argparse
@@ -21,8 +26,11 @@ import sys
 import numpy as np
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
-HIDDEN, LAYERS, HEADS, KV_HEADS, FFN = 2048, 16, 32, 8, 8192
-HEAD_DIM = HIDDEN // HEADS
+# hidden, layers, heads, KV heads, FFN, RoPE base, name
+SHAPES = {
+    "llama1b": (2048, 16, 32, 8, 8192, 500000.0, "llama-3.2-1b-shape-random"),
+    "smollm2": (576, 30, 9, 3, 1536, 100000.0, "smollm2-135m-shape-random"),
+}
 
 
 def copy_tokenizer(ref: GGUFReader, w: GGUFWriter) -> int:
@@ -47,12 +55,25 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--ref", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="llama1b")
+    ap.add_argument("--tokenizer-only", action="store_true", help="write only the tokenizer keys")
     args = ap.parse_args()
+    HIDDEN, LAYERS, HEADS, KV_HEADS, FFN, ROPE_BASE, NAME = SHAPES[args.shape]
+    HEAD_DIM = HIDDEN // HEADS
 
     ref = GGUFReader(args.ref)
     tmp = args.out + ".part"
     w = GGUFWriter(tmp, "llama")
-    w.add_name("llama-3.2-1b-shape-random")
+    if args.tokenizer_only:
+        copy_tokenizer(ref, w)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        os.replace(tmp, args.out)
+        print(f"wrote {args.out}: tokenizer only, {os.path.getsize(args.out)} bytes")
+        return
+    w.add_name(NAME)
     w.add_block_count(LAYERS)
     w.add_context_length(8192)
     w.add_embedding_length(HIDDEN)
@@ -60,7 +81,7 @@ def main():
     w.add_head_count(HEADS)
     w.add_head_count_kv(KV_HEADS)
     w.add_rope_dimension_count(HEAD_DIM)
-    w.add_rope_freq_base(500000.0)
+    w.add_rope_freq_base(ROPE_BASE)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_file_type(1)  # MOSTLY_F16
     vocab = copy_tokenizer(ref, w)

@@ -1,0 +1,55 @@
+#!/bin/bash
+# Device run for benches/README.md's CUDA section: CLI --device cuda checks, luminal bench on
+# the tiny fixtures and on a random-weight SmolLM2-135M-shaped GGUF made here, transformers
+# eager on the same file, f32 4096^3 matmul luminal (cuBLAS) vs torch.matmul.
+#
+# The device machine has no Rust and no network. Prepare .gpu/bench/ (git-ignored) here:
+#   cargo build --release -p luminal_cli
+#   cargo build --release -p luminal_cuda --example matmul_tflops
+#   cargo test --release -p luminal_cli --test cuda_device --no-run   # prints the binary's path
+#   mkdir -p .gpu/bench; cp target/release/luminal target/release/examples/matmul_tflops .gpu/bench/
+#   cp target/release/deps/cuda_device-<hash> .gpu/bench/cuda_device; strip .gpu/bench/*
+#   python3 -m pip download --no-deps --only-binary=:all: -d .gpu/bench gguf==0.19.0
+#   python3 scripts/make_llama1b_gguf.py .gpu/bench/smollm2-tokenizer.gguf \
+#       --ref models/SmolLM2-135M-Instruct.Q8_0.gguf --tokenizer-only
+# then run `bash scripts/cuda_device_bench.sh` there with .gpu/bench carried (run once from
+# the repository root; $OUT is where logs go). The test binary finds the luminal binary and
+# the fixtures under the build machine's checkout path (/work/main), linked below.
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib:$LD_LIBRARY_PATH
+export PYTHONUNBUFFERED=1
+B=.gpu/bench
+OUT=${OUT:-/tmp}
+nvidia-smi -L
+nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader
+mkdir -p /work; [ -e /work/main ] || ln -s "$PWD" /work/main
+cd /work/main
+mkdir -p target/release && cp $B/luminal target/release/luminal
+L=target/release/luminal
+step() { echo; echo "=== $*"; s=$(date +%s%N); }
+took() { echo "--- rc=$1 $(( ($(date +%s%N) - s) / 1000000 )) ms"; }
+step "cuda_device test"
+timeout 90 $B/cuda_device --nocapture --test-threads 1 2>&1 | grep -vE "^\s*$"; took ${PIPESTATUS[0]}
+F=crates/luminal_model_tests/tests/fixtures
+for m in tiny-llama.gguf tiny-llama.q8_0.gguf tiny-qwen2.gguf; do
+  for d in cuda cpu; do
+    step "luminal bench -m $F/$m --device $d -p 16,128 -n 64 -r 5"
+    timeout 60 $L bench -m $F/$m --device $d -p 16,128 -n 64 -r 5 2>&1; took $?
+  done
+done
+step "gguf install + make SmolLM2-shaped GGUF"
+python3 -c "import gguf" 2>/dev/null && echo "gguf already there" || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $B/gguf-*.whl && export PYTHONPATH=/tmp/site; }
+mkdir -p /tmp/smol
+timeout 60 python3 scripts/make_llama1b_gguf.py /tmp/smol/smollm2-shape.F16.gguf --ref $B/smollm2-tokenizer.gguf --shape smollm2 2>&1; took $?
+S=/tmp/smol/smollm2-shape.F16.gguf
+step "luminal bench -m $S --device cuda -p 128,512 -n 128 -r 3"
+timeout 150 $L bench -m $S --device cuda -p 128,512 -n 128 -r 3 2>&1; took $?
+step "luminal generate on cuda (random weights; timing line)"
+timeout 60 $L generate -m $S --device cuda --prompt "Once upon a time" -n 64 --no-echo 2>&1 | tail -2; took ${PIPESTATUS[0]}
+step "transformers eager f32 on the same GGUF"
+timeout 150 python3 scripts/torch_llama_bench.py llama $S --pp 128 512 --tg 128 --reps 3 > $OUT/torch_llama.log 2>&1; r=$?
+grep -E "^torch |^transformers|Error|error" $OUT/torch_llama.log | tail -12; took $r
+step "luminal bench -m $S --device cpu -t 16 -p 512 -n 128 -r 3"
+timeout 60 $L bench -m $S --device cpu -t 16 -p 512 -n 128 -r 3 2>&1; took $?
+step "matmul f32 4096^3"
+timeout 60 $B/matmul_tflops 4096 4096 4096 20 2>&1; took $?
+timeout 60 python3 scripts/torch_llama_bench.py matmul --n 4096 --reps 20 2>&1; took $?
