@@ -25,6 +25,9 @@ pub struct CudaBackend {
     cache: Arc<Mutex<HashMap<String, CudaFunction>>>,
     /// cuBLAS on the backend's stream, where the library loads (f32 products, [`crate::gemm`]).
     blas: Option<Arc<CudaBlas>>,
+    /// Elementwise producers computed inside their consumers' kernels
+    /// ([`crate::codegen::fused_nodes`]).
+    fuse: bool,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -33,6 +36,7 @@ impl std::fmt::Debug for CudaBackend {
             .field("ordinal", &self.ctx.ordinal())
             .field("arch", &self.arch)
             .field("cublas", &self.blas.is_some())
+            .field("fusion", &self.fuse)
             .finish()
     }
 }
@@ -51,7 +55,8 @@ pub fn nvrtc_available() -> bool {
 
 impl CudaBackend {
     /// Opens device `ordinal`. Fails with a typed error when there is no driver, no NVRTC,
-    /// or no such device; never panics for a missing library.
+    /// or no such device; never panics for a missing library. Elementwise fusion is on
+    /// unless the environment sets `LUMINAL_CUDA_FUSION=0` (for comparisons through the CLI).
     pub fn new(ordinal: usize) -> std::result::Result<CudaBackend, CudaError> {
         if !driver_available() {
             return Err(CudaError::DriverNotFound);
@@ -76,6 +81,7 @@ impl CudaBackend {
             arch: codegen::nvrtc_arch(cc),
             cache: Arc::default(),
             blas,
+            fuse: std::env::var("LUMINAL_CUDA_FUSION").map_or(true, |v| v != "0" && v != "off"),
         })
     }
 
@@ -83,6 +89,17 @@ impl CudaBackend {
     pub fn without_cublas(mut self) -> CudaBackend {
         self.blas = None;
         self
+    }
+
+    /// One kernel and one buffer per node: no elementwise fusion (for comparison).
+    pub fn without_fusion(mut self) -> CudaBackend {
+        self.fuse = false;
+        self
+    }
+
+    /// Whether elementwise producers are fused into their consumers' kernels.
+    pub fn fusion(&self) -> bool {
+        self.fuse
     }
 
     /// Whether f32 products go to cuBLAS (the library loaded).
@@ -107,11 +124,12 @@ pub type CudaRuntime = PlanRuntime<CudaExecutor>;
 impl Backend for CudaBackend {
     type Runtime = CudaRuntime;
     fn compile(&self, graph: GraphData, _: &CompileOptions) -> Result<CudaRuntime> {
-        PlanRuntime::new(
+        PlanRuntime::with_fusion(
             graph,
             CudaExecutor {
                 backend: self.clone(),
             },
+            self.fuse,
         )
     }
 }

@@ -36,6 +36,18 @@ impl Backend for HostEmulatorBackend {
     }
 }
 
+/// The host emulator with one kernel and one buffer per node (no elementwise fusion), as
+/// `CudaBackend::without_fusion` runs; products through the emulated cuBLAS.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HostEmulatorUnfused;
+
+impl Backend for HostEmulatorUnfused {
+    type Runtime = HostRuntime;
+    fn compile(&self, graph: GraphData, _: &CompileOptions) -> Result<HostRuntime> {
+        PlanRuntime::with_fusion(graph, HostExecutor { gemm: true }, false)
+    }
+}
+
 /// The host emulator without cuBLAS: products run as the generated multiply and sum-reduce
 /// kernels (as `CudaBackend::without_cublas` and machines without cuBLAS run them).
 #[derive(Clone, Copy, Debug, Default)]

@@ -110,4 +110,4 @@ pub mod plan;
 
 pub use device::{driver_available, nvrtc_available, CudaBackend, CudaRuntime};
 pub use error::CudaError;
-pub use host::{HostEmulatorBackend, HostEmulatorKernelsOnly};
+pub use host::{HostEmulatorBackend, HostEmulatorKernelsOnly, HostEmulatorUnfused};

@@ -9,7 +9,7 @@ use luminal::graph::{GraphData, NodeId, TensorRef};
 use luminal::op::Op;
 use luminal::passes::live_nodes;
 use luminal::{DType, Expression, HostData, LuminalError, Result, Runtime};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// Where the kernels run: device memory and launches.
 pub trait Executor {
@@ -61,6 +61,8 @@ struct Step {
     function: usize,
     error_flag: bool,
     dims: Vec<String>,
+    /// The nodes whose buffers the kernel reads, in parameter order (after the output).
+    inputs: Vec<NodeId>,
     /// The product this reduction computes, through cuBLAS when it resolves ([`gemm`]).
     gemm: Option<usize>,
     /// The product this `Mul` feeds: skipped when that product goes to cuBLAS.
@@ -93,6 +95,12 @@ pub struct PlanRuntime<E: Executor> {
     /// Products that may go to cuBLAS, and their calls at this run's dims (`None`: kernels).
     patterns: Vec<Pattern>,
     calls: Vec<Option<Vec<GemmCall>>>,
+    /// Nodes computed inside their consumer's kernel ([`codegen::fused_nodes`]).
+    fused: usize,
+    /// Kernel launches and cuBLAS calls of the last run.
+    launches: usize,
+    /// Print the launches of a run to stderr when they change (`LUMINAL_CUDA_STATS=1`).
+    stats: bool,
 }
 
 fn size_of(dtype: DType) -> usize {
@@ -164,8 +172,14 @@ fn from_bytes(dtype: DType, b: &[u8]) -> HostData {
 }
 
 impl<E: Executor> PlanRuntime<E> {
-    /// Generates the kernels of `graph`'s live nodes and compiles the distinct ones.
-    pub fn new(graph: GraphData, mut exec: E) -> Result<Self> {
+    /// Generates the kernels of `graph`'s live nodes, elementwise producers fused into their
+    /// consumers, and compiles the distinct ones.
+    pub fn new(graph: GraphData, exec: E) -> Result<Self> {
+        Self::with_fusion(graph, exec, true)
+    }
+
+    /// As [`PlanRuntime::new`]; `fuse: false` gives every node its own kernel and buffer.
+    pub fn with_fusion(graph: GraphData, mut exec: E, fuse: bool) -> Result<Self> {
         let live = live_nodes(&graph);
         let order: Vec<NodeId> = graph
             .toposort()
@@ -179,12 +193,20 @@ impl<E: Executor> PlanRuntime<E> {
             }
         });
         let needed_dims = sub.dynamic_dims();
-        let generated = codegen::generate_all(&graph, &order).map_err(LuminalError::Backend)?;
         let patterns = if exec.gemm_available() {
             gemm::find(&graph, &order)
         } else {
             vec![]
         };
+        // The products cuBLAS may compute keep their kernels and operand buffers.
+        let barriers: HashSet<NodeId> = patterns.iter().flat_map(|p| [p.mul, p.reduce]).collect();
+        let fused = if fuse {
+            codegen::fused_nodes(&graph, &order, &barriers)
+        } else {
+            HashSet::new()
+        };
+        let generated =
+            codegen::generate_all(&graph, &order, &fused).map_err(LuminalError::Backend)?;
         let by_reduce: HashMap<NodeId, usize> = patterns
             .iter()
             .enumerate()
@@ -199,8 +221,8 @@ impl<E: Executor> PlanRuntime<E> {
         let mut by_source: HashMap<String, usize> = HashMap::new();
         let mut steps = vec![];
         let mut inputs_needed = vec![];
-        for (&id, k) in order.iter().zip(generated) {
-            let Some(k) = k else {
+        for (id, k) in generated {
+            let Some((k, inputs)) = k else {
                 inputs_needed.push(id);
                 continue;
             };
@@ -213,6 +235,7 @@ impl<E: Executor> PlanRuntime<E> {
                 function,
                 error_flag: k.error_flag,
                 dims: k.dims,
+                inputs,
                 gemm: by_reduce.get(&id).copied(),
                 feeds: by_mul.get(&id).copied(),
             });
@@ -231,6 +254,9 @@ impl<E: Executor> PlanRuntime<E> {
             kernels,
             calls: vec![None; patterns.len()],
             patterns,
+            fused: fused.len(),
+            launches: 0,
+            stats: std::env::var("LUMINAL_CUDA_STATS").is_ok_and(|v| v != "0"),
         })
     }
 
@@ -242,6 +268,16 @@ impl<E: Executor> PlanRuntime<E> {
     /// Products recognised at compile time (run through cuBLAS when their layouts resolve).
     pub fn gemm_patterns(&self) -> usize {
         self.patterns.len()
+    }
+
+    /// Nodes computed inside their consumer's kernel (no buffer, no launch of their own).
+    pub fn fused_nodes(&self) -> usize {
+        self.fused
+    }
+
+    /// Kernel launches (cuBLAS calls included) of the last run.
+    pub fn launches(&self) -> usize {
+        self.launches
     }
 
     /// The distinct generated kernels of the plan.
@@ -320,6 +356,7 @@ impl<E: Executor> PlanRuntime<E> {
             for call in calls {
                 self.exec.gemm(call, c, a, b)?;
             }
+            self.launches += calls.len();
             return Ok(());
         }
         if step.error_flag && self.error_buffer.is_none() {
@@ -335,11 +372,11 @@ impl<E: Executor> PlanRuntime<E> {
             );
         }
         let mut buffers: Vec<&E::Buffer> = vec![&self.buffers[&id].buf];
-        for e in &node.inputs {
+        for input in &step.inputs {
             let b = self
                 .buffers
-                .get(&e.node)
-                .ok_or_else(|| LuminalError::Backend(format!("node {} has no buffer", e.node.0)))?;
+                .get(input)
+                .ok_or_else(|| LuminalError::Backend(format!("node {} has no buffer", input.0)))?;
             buffers.push(&b.buf);
         }
         if step.error_flag {
@@ -348,6 +385,7 @@ impl<E: Executor> PlanRuntime<E> {
         let grid = u32::try_from(n.div_ceil(BLOCK as usize)).map_err(|_| {
             LuminalError::Backend(format!("{n} elements is too many for one launch"))
         })?;
+        self.launches += 1;
         self.exec.launch(
             &self.functions[step.function],
             grid,
@@ -418,8 +456,18 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
             let zero = self.exec.upload(&[0u8; 8])?;
             self.error_buffer = Some(zero);
         }
+        let before = self.launches;
+        self.launches = 0;
         for s in 0..self.steps.len() {
             self.launch_step(s)?;
+        }
+        if self.stats && self.launches != before {
+            eprintln!(
+                "luminal_cuda: {} launches per run ({} kernels, {} nodes fused)",
+                self.launches,
+                self.kernels.len(),
+                self.fused
+            );
         }
         // State written by `WriteSlice`s: the destination inputs take the updated tensors after
         // the run (their other readers in this run saw the values from before it).

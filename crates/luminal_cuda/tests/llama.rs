@@ -6,7 +6,7 @@
 
 use luminal::prelude::*;
 use luminal_cpu::{CpuBackend, QuantDots};
-use luminal_cuda::{CudaBackend, HostEmulatorBackend};
+use luminal_cuda::{CudaBackend, HostEmulatorBackend, HostEmulatorUnfused};
 use luminal_models::{LlamaModel, LoadOptions, Model};
 use std::path::PathBuf;
 
@@ -119,6 +119,38 @@ fn tiny_qwen2_on_the_emulator_matches_the_cpu_backend() {
     check("tiny-qwen2.gguf", HostEmulatorBackend, "emulator");
 }
 
+#[test]
+fn tiny_llama_unfused_on_the_emulator_matches_the_cpu_backend() {
+    check("tiny-llama.gguf", HostEmulatorUnfused, "emulator unfused");
+}
+
+/// Launches of a 16-token prefill and of one decode step (after it) on `backend`.
+fn launches<B: Backend<Runtime = luminal_cuda::host::HostRuntime>>(
+    file: &str,
+    backend: B,
+) -> (usize, usize) {
+    let (mut model, _) = LlamaModel::load(fixture(file), backend, &options(), |_, _| {}).unwrap();
+    let p = &prompts(model.vocab_size())[0];
+    model.forward(&p[..16], 1).unwrap();
+    let prefill = model.runtime().launches();
+    model.forward(&p[16..17], 1).unwrap();
+    (prefill, model.runtime().launches())
+}
+
+#[test]
+fn fusion_cuts_the_launches_of_a_decode_step() {
+    for file in ["tiny-llama.gguf", "tiny-llama.q8_0.gguf"] {
+        let fused = launches(file, HostEmulatorBackend);
+        let unfused = launches(file, HostEmulatorUnfused);
+        println!(
+            "emulator {file}: launches per 16-token prefill / decode step: fused {} / {}, \
+             unfused {} / {}",
+            fused.0, fused.1, unfused.0, unfused.1
+        );
+        assert!(fused.1 < unfused.1, "{fused:?} vs {unfused:?}");
+    }
+}
+
 fn gpu() -> Option<CudaBackend> {
     match CudaBackend::new(0) {
         Ok(b) => Some(b),
@@ -136,9 +168,15 @@ fn tiny_models_on_the_gpu_match_the_cpu_backend() {
         for file in ["tiny-llama.gguf", "tiny-llama.q8_0.gguf", "tiny-qwen2.gguf"] {
             check(file, b.clone(), "gpu");
         }
+        check(
+            "tiny-llama.q8_0.gguf",
+            b.clone().without_fusion(),
+            "gpu unfused",
+        );
         // For information: load (NVRTC included), a prefill and decode steps, wall clock,
         // with products through cuBLAS and as kernels.
-        for b in [b.clone(), b.without_cublas()] {
+        for b in [b.clone(), b.clone().without_fusion(), b.without_cublas()] {
+            let fusion = b.fusion();
             let t = std::time::Instant::now();
             let (mut model, _) =
                 LlamaModel::load(fixture("tiny-llama.q8_0.gguf"), b, &options(), |_, _| {})
@@ -156,10 +194,12 @@ fn tiny_models_on_the_gpu_match_the_cpu_backend() {
             }
             let step = t.elapsed() / 16;
             println!(
-                "gpu tiny-llama.q8_0.gguf ({} of {} products through cuBLAS): load {load:?}, \
-                 16-token prefill {prefill:?}, decode step {step:?} (one launch per primop)",
+                "gpu tiny-llama.q8_0.gguf ({} of {} products through cuBLAS, fusion {fusion}): \
+                 load {load:?}, 16-token prefill {prefill:?}, decode step {step:?} \
+                 ({} launches)",
                 model.runtime().gemm_products(),
                 model.runtime().gemm_patterns(),
+                model.runtime().launches(),
             );
         }
     }

@@ -10,10 +10,10 @@
 
 pub mod prelude;
 
-use luminal::graph::{GraphData, Node};
+use luminal::graph::{Edge, GraphData, Node, NodeId};
 use luminal::op::{BinaryOp, ConstValue, Op, ReduceOp, UnaryOp};
 use luminal::{DType, Expression, ShapeTracker};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 
 /// Threads per block of every launch (1-D grids of `ceil(n / BLOCK)` blocks).
@@ -206,118 +206,308 @@ fn fnv1a(s: &str) -> u64 {
     })
 }
 
+/// A computed value of `dtype` (kind `v`) as the next node reads it back from a buffer of
+/// `dtype`: rounded as [`store`] rounds it, in the computing kind of `dtype`.
+fn reload(dtype: DType, v: Val, value: &str) -> String {
+    let s = store(dtype, v, value);
+    match dtype {
+        DType::F16 => format!("lum_f16_to_f32({s})"),
+        DType::BF16 => format!("lum_bf16_to_f32({s})"),
+        DType::Bool => format!("(int){s}"),
+        _ => s,
+    }
+}
+
+/// Whether `op` computes each output element from the same element of its inputs (read
+/// through their views) alone, so that it can be computed inside its consumer's kernel.
+fn elementwise(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Cast(_)
+            | Op::Contiguous
+            | Op::Constant { .. }
+            | Op::Iota { .. }
+    )
+}
+
+/// The nodes of `order` (the live nodes, inputs first) that are computed inside their
+/// consumer's kernel instead of into a buffer of their own: elementwise nodes (Unary, Binary,
+/// Cast, Contiguous, Constant, Iota) that are not graph outputs, are read by exactly one
+/// edge (constants and iotas: by any number), and neither they nor that consumer are in
+/// `barriers` (the products cuBLAS may
+/// compute, whose operands must be buffers). A consumer reads such a node through its edge's
+/// view by computing the node's element at the view's index (0 where the view pads), so
+/// chains and trees of them, and a reduction's, gather's or write-slice's elementwise input,
+/// become one kernel with no intermediate buffers.
+pub fn fused_nodes(
+    graph: &GraphData,
+    order: &[NodeId],
+    barriers: &HashSet<NodeId>,
+) -> HashSet<NodeId> {
+    // Per node: its readers (edges), and whether one of them is a barrier.
+    let mut uses: HashMap<NodeId, (usize, bool)> = HashMap::new();
+    for &id in order {
+        for e in &graph.node(id).inputs {
+            let u = uses.entry(e.node).or_insert((0, false));
+            u.0 += 1;
+            u.1 |= barriers.contains(&id);
+        }
+    }
+    order
+        .iter()
+        .copied()
+        .filter(|id| {
+            let node = graph.node(*id);
+            elementwise(&node.op)
+                && !graph.outputs.contains(id)
+                && !barriers.contains(id)
+                && c_type(node.dtype).is_ok()
+                && uses.get(id).is_some_and(|&(n, barrier_reader)| {
+                    // Constants and iotas read nothing: recomputed in each of their readers.
+                    let leaf = matches!(node.op, Op::Constant { .. } | Op::Iota { .. });
+                    (n == 1 || leaf) && !barrier_reader
+                })
+        })
+        .collect()
+}
+
+/// Writes one kernel: the root node's code, with fused producers computed in place.
+struct Gen<'a> {
+    graph: Option<&'a GraphData>,
+    fused: &'a HashSet<NodeId>,
+    dims: Dims,
+    /// The buffer parameters after the output: the node each reads, and its dtype.
+    params: Vec<(NodeId, DType)>,
+    next: usize,
+}
+
+impl Gen<'_> {
+    fn fresh(&mut self, prefix: &str) -> String {
+        self.next += 1;
+        format!("lum_{prefix}{}", self.next)
+    }
+
+    /// A declaration of `var` in the computing kind of `dtype`.
+    fn decl(dtype: DType, var: &str) -> String {
+        format!("{} {var};", val_type(val_kind(dtype)))
+    }
+
+    /// C statements that set `var` (declared in the kind of `dtype`) to logical element
+    /// `z_expr` (a C expression that does not mention `z`) of edge `e`, whose node has
+    /// `dtype`: loaded from the node's buffer, or computed here when the node is fused.
+    fn read_edge(&mut self, e: &Edge, dtype: DType, var: &str, z_expr: &str) -> String {
+        if !self.fused.contains(&e.node) {
+            let buf = format!("in{}", self.params.len());
+            self.params.push((e.node, dtype));
+            return read_view(&self.dims, &e.view, dtype, &buf, var, z_expr);
+        }
+        let graph = self.graph.expect("fused nodes come with their graph");
+        let node = graph.node(e.node);
+        let p = self.fresh("p");
+        let index = self.dims.c(&e.view.index_expression());
+        let inner = self.value(node, &p, var);
+        let zero = match val_kind(dtype) {
+            Val::Float => "0.0f",
+            Val::Int => "0",
+        };
+        let valid = e.view.valid_expression();
+        let body = match valid.as_constant() {
+            Some(0) => format!("{var} = {zero};"),
+            Some(_) => format!("const long long {p} = {index};\n{inner}"),
+            None => format!(
+                "if ({}) {{\nconst long long {p} = {index};\n{inner}\n}} else {{ {var} = {zero}; }}",
+                self.dims.c(&valid)
+            ),
+        };
+        format!("{{ const long long z = {z_expr}; (void)z;\n{body}\n}}")
+    }
+
+    /// C statements that set `var` to element `idx` (a variable) of fused `node`, rounded to
+    /// the node's dtype as its buffer would hold it.
+    fn value(&mut self, node: &Node, idx: &str, var: &str) -> String {
+        let graph = self.graph.expect("fused nodes come with their graph");
+        let dtypes: Vec<DType> = node
+            .inputs
+            .iter()
+            .map(|e| graph.node(e.node).dtype)
+            .collect();
+        let (stmts, expr, kind) = self.compute(node, &dtypes, idx);
+        format!(
+            "{{ const long long z = {idx}; (void)z;\n{stmts}\n{var} = {};\n}}",
+            reload(node.dtype, kind, &expr)
+        )
+    }
+
+    /// Statements and the value expression (and its kind) of elementwise `node` at element
+    /// `idx`; `z` is `idx` where the expression is evaluated.
+    fn compute(&mut self, node: &Node, dtypes: &[DType], idx: &str) -> (String, String, Val) {
+        let od = node.dtype;
+        let mut stmts = String::new();
+        let mut arg = |g: &mut Self, i: usize| {
+            let v = g.fresh("v");
+            let _ = writeln!(stmts, "{}", Self::decl(dtypes[i], &v));
+            let r = g.read_edge(&node.inputs[i], dtypes[i], &v, idx);
+            let _ = writeln!(stmts, "{r}");
+            v
+        };
+        let (expr, kind) = match &node.op {
+            Op::Constant { value } => {
+                let v = match value {
+                    ConstValue::Float(v) => match od {
+                        DType::I32 | DType::Bool => format!("{}", od.round(*v) as i64),
+                        _ => float_bits(od.round(*v) as f32),
+                    },
+                    ConstValue::Expr(e) => format!("(double)({})", self.dims.c(e)),
+                };
+                let kind = match value {
+                    ConstValue::Float(_) if !od.is_float() => Val::Int,
+                    _ => Val::Float,
+                };
+                (v, kind)
+            }
+            Op::Iota { expr } => (
+                format!("(long long)({})", self.dims.c(expr)),
+                if od.is_float() { Val::Float } else { Val::Int },
+            ),
+            Op::Unary(u) => {
+                let a = arg(self, 0);
+                let x = format!("(float){a}");
+                let f = match u {
+                    UnaryOp::Log2 => format!("log2f({x})"),
+                    UnaryOp::Exp2 => format!("exp2f({x})"),
+                    UnaryOp::Sin => format!("sinf({x})"),
+                    UnaryOp::Sqrt => format!("sqrtf({x})"),
+                    UnaryOp::Recip => format!("1.0f / {x}"),
+                };
+                (f, Val::Float)
+            }
+            Op::Binary(b) => {
+                let a = arg(self, 0);
+                let bb = arg(self, 1);
+                let (a, b2) = (a.as_str(), bb.as_str());
+                match (b, dtypes[0]) {
+                    (BinaryOp::LessThan, _) => (format!("({a} < {b2})"), Val::Int),
+                    (BinaryOp::Add, DType::I32) => {
+                        (format!("(int)((unsigned){a} + (unsigned){b2})"), Val::Int)
+                    }
+                    (BinaryOp::Mul, DType::I32) => {
+                        (format!("(int)((unsigned){a} * (unsigned){b2})"), Val::Int)
+                    }
+                    // x % 0 is 0 for ints (numpy); INT_MIN % -1 would trap in C (its value is 0).
+                    (BinaryOp::Mod, DType::I32) => (
+                        format!("(({b2} == 0 || {b2} == -1) ? 0 : {a} % {b2})"),
+                        Val::Int,
+                    ),
+                    (BinaryOp::Add, DType::Bool) => (format!("({a} | {b2})"), Val::Int),
+                    (BinaryOp::Mul, DType::Bool) => (format!("({a} & {b2})"), Val::Int),
+                    // The reference takes fmod on the 0/1 values: x % 0 is NaN, which is true.
+                    (BinaryOp::Mod, DType::Bool) => {
+                        (format!("({b2} == 0 ? 1 : {a} % {b2})"), Val::Int)
+                    }
+                    (BinaryOp::Add, _) => (format!("{a} + {b2}"), Val::Float),
+                    // Rounded on its own (never contracted with a fused add into an FMA), as
+                    // the unfused kernels' stored products are.
+                    (BinaryOp::Mul, _) => (format!("lum_mul({a}, {b2})"), Val::Float),
+                    (BinaryOp::Mod, _) => (format!("fmodf({a}, {b2})"), Val::Float),
+                }
+            }
+            Op::Contiguous | Op::Cast(_) => {
+                let a = arg(self, 0);
+                (a, val_kind(dtypes[0]))
+            }
+            other => unreachable!("{} is not elementwise", other.name()),
+        };
+        (stmts, expr, kind)
+    }
+}
+
+/// The nodes whose code `root`'s kernel holds: `root` and the fused nodes it reads,
+/// transitively.
+fn group<'a>(
+    graph: Option<&'a GraphData>,
+    root: &'a Node,
+    fused: &HashSet<NodeId>,
+) -> Vec<&'a Node> {
+    let mut out = vec![root];
+    let mut i = 0;
+    while i < out.len() {
+        for e in &out[i].inputs {
+            if fused.contains(&e.node) {
+                out.push(
+                    graph
+                        .expect("fused nodes come with their graph")
+                        .node(e.node),
+                );
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
 /// Generates the kernel of one node (`None` for `Input`, which holds uploaded data).
-/// `input_dtypes[i]` is the dtype of input edge `i`'s node.
+/// `input_dtypes[i]` is the dtype of input edge `i`'s node. One buffer parameter per edge.
 pub fn generate(node: &Node, input_dtypes: &[DType]) -> Result<Option<Kernel>, String> {
+    Ok(generate_fused(None, node, input_dtypes, &HashSet::new())?.map(|(k, _)| k))
+}
+
+/// Generates the kernel of `node` with the nodes in `fused` that it reads (transitively)
+/// computed in place ([`fused_nodes`]; `graph` is needed when that set is not empty), and the
+/// nodes its buffer parameters read, in order (one per edge read from a buffer).
+pub fn generate_fused(
+    graph: Option<&GraphData>,
+    node: &Node,
+    input_dtypes: &[DType],
+    fused: &HashSet<NodeId>,
+) -> Result<Option<Generated>, String> {
     if matches!(node.op, Op::Input { .. }) {
         return Ok(None);
     }
-    let exprs = node_expressions(node);
-    let dims = Dims::new(&exprs.iter().collect::<Vec<_>>());
+    let members = group(graph, node, fused);
+    let exprs: Vec<Expression> = members.iter().flat_map(|n| node_expressions(n)).collect();
+    let mut g = Gen {
+        graph,
+        fused,
+        dims: Dims::new(&exprs.iter().collect::<Vec<_>>()),
+        params: vec![],
+        next: 0,
+    };
     let out_t = c_type(node.dtype)?;
-    let mut buffer_types = vec![out_t];
-    for &d in input_dtypes {
-        buffer_types.push(c_type(d)?);
+    for n in &members[1..] {
+        c_type(n.dtype)?;
     }
     let od = node.dtype;
     let mut body = String::new();
     let mut error_flag = false;
-    let read = |i: usize, var: &str, z: &str| {
-        read_view(
-            &dims,
-            &node.inputs[i].view,
-            input_dtypes[i],
-            &format!("in{i}"),
-            var,
-            z,
-        )
-    };
-    let decl = |i: usize, var: &str| format!("{} {var};", val_type(val_kind(input_dtypes[i])));
+    let decl = |i: usize, var: &str| Gen::decl(input_dtypes[i], var);
     let kind = match &node.op {
         Op::Input { .. } => unreachable!(),
-        Op::Constant { value } => {
-            let v = match value {
-                ConstValue::Float(v) => match od {
-                    DType::I32 | DType::Bool => format!("{}", od.round(*v) as i64),
-                    _ => float_bits(od.round(*v) as f32),
-                },
-                ConstValue::Expr(e) => format!("(double)({})", dims.c(e)),
-            };
-            let kind = match value {
-                ConstValue::Float(_) if !od.is_float() => Val::Int,
-                _ => Val::Float,
-            };
-            let _ = writeln!(body, "    out[lum_i] = {};", store(od, kind, &v));
-            "const"
-        }
-        Op::Iota { expr } => {
+        Op::Constant { .. }
+        | Op::Iota { .. }
+        | Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Contiguous
+        | Op::Cast(_) => {
+            let (stmts, expr, kind) = g.compute(node, input_dtypes, "lum_i");
             let _ = writeln!(
                 body,
-                "    const long long z = lum_i;\n    const long long lum_v = {};\n    out[lum_i] = {};",
-                dims.c(expr),
-                store(od, if od.is_float() { Val::Float } else { Val::Int }, "lum_v")
+                "    const long long z = lum_i; (void)z;\n{stmts}\n    out[lum_i] = {};",
+                store(od, kind, &expr)
             );
-            "iota"
-        }
-        Op::Unary(u) => {
-            let _ = writeln!(body, "    {}\n    {}", decl(0, "a"), read(0, "a", "lum_i"));
-            let x = "(float)a";
-            let f = match u {
-                UnaryOp::Log2 => format!("log2f({x})"),
-                UnaryOp::Exp2 => format!("exp2f({x})"),
-                UnaryOp::Sin => format!("sinf({x})"),
-                UnaryOp::Sqrt => format!("sqrtf({x})"),
-                UnaryOp::Recip => format!("1.0f / {x}"),
-            };
-            let _ = writeln!(body, "    out[lum_i] = {};", store(od, Val::Float, &f));
-            "unary"
-        }
-        Op::Binary(b) => {
-            let _ = writeln!(
-                body,
-                "    {} {}\n    {}\n    {}",
-                decl(0, "a"),
-                decl(1, "b"),
-                read(0, "a", "lum_i"),
-                read(1, "b", "lum_i")
-            );
-            let in_dtype = input_dtypes[0];
-            let (v, kind) = match (b, in_dtype) {
-                (BinaryOp::LessThan, _) => ("(a < b)".to_string(), Val::Int),
-                (BinaryOp::Add, DType::I32) => {
-                    ("(int)((unsigned)a + (unsigned)b)".into(), Val::Int)
-                }
-                (BinaryOp::Mul, DType::I32) => {
-                    ("(int)((unsigned)a * (unsigned)b)".into(), Val::Int)
-                }
-                // x % 0 is 0 for ints (numpy); INT_MIN % -1 would trap in C (its value is 0).
-                (BinaryOp::Mod, DType::I32) => {
-                    ("((b == 0 || b == -1) ? 0 : a % b)".into(), Val::Int)
-                }
-                (BinaryOp::Add, DType::Bool) => ("(a | b)".into(), Val::Int),
-                (BinaryOp::Mul, DType::Bool) => ("(a & b)".into(), Val::Int),
-                // The reference takes fmod on the 0/1 values: x % 0 is NaN, which is true.
-                (BinaryOp::Mod, DType::Bool) => ("(b == 0 ? 1 : a % b)".into(), Val::Int),
-                (BinaryOp::Add, _) => ("a + b".into(), Val::Float),
-                (BinaryOp::Mul, _) => ("a * b".into(), Val::Float),
-                (BinaryOp::Mod, _) => ("fmodf(a, b)".into(), Val::Float),
-            };
-            let _ = writeln!(body, "    out[lum_i] = {};", store(od, kind, &v));
-            "binary"
-        }
-        Op::Contiguous | Op::Cast(_) => {
-            let _ = writeln!(body, "    {}\n    {}", decl(0, "a"), read(0, "a", "lum_i"));
-            let _ = writeln!(
-                body,
-                "    out[lum_i] = {};",
-                store(od, val_kind(input_dtypes[0]), "a")
-            );
-            "copy"
+            match &node.op {
+                Op::Constant { .. } => "const",
+                Op::Iota { .. } => "iota",
+                Op::Unary(_) => "unary",
+                Op::Binary(_) => "binary",
+                _ => "copy",
+            }
         }
         Op::Reduce { op, axis } => {
             let in_dims = node.inputs[0].view.dims();
-            let len = dims.c(&in_dims[*axis]);
-            let inner = dims.c(&product(&in_dims[axis + 1..]));
+            let len = g.dims.c(&in_dims[*axis]);
+            let inner = g.dims.c(&product(&in_dims[axis + 1..]));
             let in_kind = val_kind(input_dtypes[0]);
             let (acc_t, ident) = match (op, in_kind) {
                 (ReduceOp::Sum, Val::Float) => ("double", "0.0".to_string()),
@@ -340,11 +530,16 @@ pub fn generate(node: &Node, input_dtypes: &[DType]) -> Result<Option<Kernel>, S
                 }
                 (ReduceOp::Max, Val::Int) => "if (a > lum_acc) lum_acc = a;",
             };
+            let read = g.read_edge(
+                &node.inputs[0],
+                input_dtypes[0],
+                "a",
+                "(lum_outer * lum_len + lum_k) * lum_inner + lum_rest",
+            );
             let _ = writeln!(
                 body,
-                "    const long long lum_len = {len};\n    const long long lum_inner = lum_max({inner}, 1);\n    const long long lum_outer = lum_i / lum_inner, lum_rest = lum_i % lum_inner;\n    {acc_t} lum_acc = {ident};\n    for (long long lum_k = 0; lum_k < lum_len; ++lum_k) {{\n        {}\n        {}\n        {combine}\n    }}\n    out[lum_i] = {};",
+                "    const long long lum_len = {len};\n    const long long lum_inner = lum_max({inner}, 1);\n    const long long lum_outer = lum_i / lum_inner, lum_rest = lum_i % lum_inner;\n    {acc_t} lum_acc = {ident};\n    for (long long lum_k = 0; lum_k < lum_len; ++lum_k) {{\n        {}\n        {read}\n        {combine}\n    }}\n    out[lum_i] = {};",
                 decl(0, "a"),
-                read(0, "a", "(lum_outer * lum_len + lum_k) * lum_inner + lum_rest"),
                 store(od, in_kind, "lum_acc")
             );
             "reduce"
@@ -352,68 +547,96 @@ pub fn generate(node: &Node, input_dtypes: &[DType]) -> Result<Option<Kernel>, S
         Op::Gather => {
             let tdims = node.inputs[0].view.dims();
             error_flag = true;
+            // Parameters in edge order: the table's reads first.
+            let read_t = g.read_edge(
+                &node.inputs[0],
+                input_dtypes[0],
+                "a",
+                "lum_id * lum_width + lum_w",
+            );
+            let read_ix = g.read_edge(&node.inputs[1], input_dtypes[1], "ix", "lum_s");
             let _ = writeln!(
                 body,
-                "    const long long lum_rows = {}, lum_width = lum_max({}, 1);\n    const long long lum_s = lum_i / lum_width, lum_w = lum_i % lum_width;\n    {}\n    {}\n    const long long lum_id = (long long)ix;\n    if (lum_id < 0 || lum_id >= lum_rows) {{ lum_err[0] = 1; lum_err[1] = (int)lum_id; out[lum_i] = 0; return; }}\n    {}\n    {}\n    out[lum_i] = {};",
-                dims.c(&tdims[0]),
-                dims.c(&tdims[1]),
+                "    const long long lum_rows = {}, lum_width = lum_max({}, 1);\n    const long long lum_s = lum_i / lum_width, lum_w = lum_i % lum_width;\n    {}\n    {read_ix}\n    const long long lum_id = (long long)ix;\n    if (lum_id < 0 || lum_id >= lum_rows) {{ lum_err[0] = 1; lum_err[1] = (int)lum_id; out[lum_i] = 0; return; }}\n    {}\n    {read_t}\n    out[lum_i] = {};",
+                g.dims.c(&tdims[0]),
+                g.dims.c(&tdims[1]),
                 decl(1, "ix"),
-                read(1, "ix", "lum_s"),
                 decl(0, "a"),
-                read(0, "a", "lum_id * lum_width + lum_w"),
                 store(od, val_kind(input_dtypes[0]), "a")
             );
             "gather"
         }
         Op::WriteSlice { axis, start } => {
             let src_dims = node.inputs[1].view.dims();
+            let read_dst = g.read_edge(&node.inputs[0], input_dtypes[0], "a", "lum_i");
+            let read_src = g.read_edge(
+                &node.inputs[1],
+                input_dtypes[1],
+                "a",
+                "(lum_outer * lum_len + (lum_a - lum_start)) * lum_inner + lum_rest",
+            );
             let _ = writeln!(
                 body,
-                "    const long long lum_len = {}, lum_size = {}, lum_start = {};\n    const long long lum_inner = lum_max({}, 1);\n    const long long lum_a = (lum_i / lum_inner) % lum_max(lum_size, 1);\n    const long long lum_outer = lum_i / (lum_inner * lum_max(lum_size, 1)), lum_rest = lum_i % lum_inner;\n    {}\n    if (lum_a >= lum_start && lum_a < lum_start + lum_len) {{\n        {}\n    }} else {{\n        {}\n    }}\n    out[lum_i] = {};",
-                dims.c(&src_dims[*axis]),
-                dims.c(&node.shape[*axis]),
-                dims.c(start),
-                dims.c(&product(&src_dims[axis + 1..])),
+                "    const long long lum_len = {}, lum_size = {}, lum_start = {};\n    const long long lum_inner = lum_max({}, 1);\n    const long long lum_a = (lum_i / lum_inner) % lum_max(lum_size, 1);\n    const long long lum_outer = lum_i / (lum_inner * lum_max(lum_size, 1)), lum_rest = lum_i % lum_inner;\n    {}\n    if (lum_a >= lum_start && lum_a < lum_start + lum_len) {{\n        {read_src}\n    }} else {{\n        {read_dst}\n    }}\n    out[lum_i] = {};",
+                g.dims.c(&src_dims[*axis]),
+                g.dims.c(&node.shape[*axis]),
+                g.dims.c(start),
+                g.dims.c(&product(&src_dims[axis + 1..])),
                 decl(0, "a"),
-                read(1, "a", "(lum_outer * lum_len + (lum_a - lum_start)) * lum_inner + lum_rest"),
-                read(0, "a", "lum_i"),
                 store(od, val_kind(input_dtypes[0]), "a")
             );
             "write_slice"
         }
     };
+    let mut buffer_types = vec![out_t];
     let mut params = format!("{out_t}* __restrict__ out");
-    for (i, t) in buffer_types.iter().enumerate().skip(1) {
-        let _ = write!(params, ", const {t}* __restrict__ in{}", i - 1);
+    for (i, (_, d)) in g.params.iter().enumerate() {
+        let t = c_type(*d)?;
+        buffer_types.push(t);
+        let _ = write!(params, ", const {t}* __restrict__ in{i}");
     }
     if error_flag {
         params.push_str(", int* lum_err");
     }
     params.push_str(", long long lum_n");
-    for i in 0..dims.index.len() {
+    for i in 0..g.dims.index.len() {
         let _ = write!(params, ", long long lum_d{i}");
     }
     let text = format!(
         "LUM_EXTERN_C __global__ void KERNEL({params}) {{\n    const long long lum_i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n    if (lum_i >= lum_n) return;\n{body}}}\n"
     );
+    let kind = if members.len() > 1 {
+        format!("fused{}_{kind}", members.len())
+    } else {
+        kind.to_string()
+    };
     let name = format!("lum_{kind}_{:016x}", fnv1a(&text));
-    Ok(Some(Kernel {
-        source: text.replace("KERNEL", &name),
-        name,
-        buffer_types,
-        error_flag,
-        dims: dims.names(),
-    }))
+    Ok(Some((
+        Kernel {
+            source: text.replace("KERNEL", &name),
+            name,
+            buffer_types,
+            error_flag,
+            dims: g.dims.names(),
+        },
+        g.params.iter().map(|p| p.0).collect(),
+    )))
 }
 
-/// Kernels for every node of `order` (the nodes to compute, inputs before consumers);
-/// `None` where the node is an `Input`.
+/// A node's kernel and the nodes its buffer parameters read, in order.
+pub type Generated = (Kernel, Vec<NodeId>);
+
+/// Kernels for every node of `order` (the nodes to compute, inputs before consumers) that
+/// is not in `fused`, with the nodes their buffer parameters read; `None` where the node is
+/// an `Input`.
 pub fn generate_all(
     graph: &GraphData,
-    order: &[luminal::NodeId],
-) -> Result<Vec<Option<Kernel>>, String> {
+    order: &[NodeId],
+    fused: &HashSet<NodeId>,
+) -> Result<Vec<(NodeId, Option<Generated>)>, String> {
     order
         .iter()
+        .filter(|id| !fused.contains(id))
         .map(|&id| {
             let node = graph.node(id);
             let dtypes: Vec<DType> = node
@@ -421,11 +644,12 @@ pub fn generate_all(
                 .iter()
                 .map(|e| graph.node(e.node).dtype)
                 .collect();
-            generate(node, &dtypes).map_err(|e| format!("node {} ({}): {e}", id.0, node.op.name()))
+            generate_fused(Some(graph), node, &dtypes, fused)
+                .map(|k| (id, k))
+                .map_err(|e| format!("node {} ({}): {e}", id.0, node.op.name()))
         })
         .collect()
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
