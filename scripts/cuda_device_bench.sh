@@ -12,7 +12,7 @@
 #   python3 -m pip download --no-deps --only-binary=:all: -d .gpu/bench gguf==0.19.0
 #   python3 scripts/make_llama1b_gguf.py .gpu/bench/smollm2-tokenizer.gguf \
 #       --ref models/SmolLM2-135M-Instruct.Q8_0.gguf --tokenizer-only
-# then run `bash scripts/cuda_device_bench.sh` there with .gpu/bench carried (run once from
+# then run `bash scripts/cuda_device_bench.sh` there (`... fusion`: the fusion run, see below) with .gpu/bench carried (run once from
 # the repository root; $OUT is where logs go). The test binary finds the luminal binary and
 # the fixtures under the build machine's checkout path (/work/main), linked below.
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib:$LD_LIBRARY_PATH
@@ -27,6 +27,36 @@ mkdir -p target/release && cp $B/luminal target/release/luminal
 L=target/release/luminal
 step() { echo; echo "=== $*"; s=$(date +%s%N); }
 took() { echo "--- rc=$1 $(( ($(date +%s%N) - s) / 1000000 )) ms"; }
+smol() {
+  step "gguf install + make SmolLM2-shaped GGUF"
+  python3 -c "import gguf" 2>/dev/null && echo "gguf already there" || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $B/gguf-*.whl && export PYTHONPATH=/tmp/site; }
+  mkdir -p /tmp/smol
+  timeout 60 python3 scripts/make_llama1b_gguf.py /tmp/smol/smollm2-shape.F16.gguf --ref $B/smollm2-tokenizer.gguf --shape smollm2 2>&1; took $?
+  S=/tmp/smol/smollm2-shape.F16.gguf
+}
+if [ "$1" = fusion ]; then
+  # Elementwise fusion (on by default; LUMINAL_CUDA_FUSION=0 gives one kernel per node,
+  # =broadcast fuses through broadcasts too):
+  # the luminal_cuda test binaries (release, stripped) from `cargo test --release -p
+  # luminal_cuda --no-run`, copied to .gpu/ as op_suite, llama, emulator_fusion,
+  # emulator_quant, emulator_matmul; then the SmolLM2-shaped decode/prefill bench with
+  # fusion on and off, and each plan's launches per run (LUMINAL_CUDA_STATS=1).
+  for t in emulator_fusion:gpu llama:gpu op_suite: emulator_quant:gpu emulator_matmul:gpu; do
+    b=${t%%:*}; f=${t#*:}
+    [ -x .gpu/$b ] || continue
+    step ".gpu/$b $f"
+    timeout 100 .gpu/$b $f --nocapture --test-threads 1 > $OUT/$b.log 2>&1; r=$?
+    grep -E "^test |test result|positions|skipping|panicked|error|decode step|gpu" $OUT/$b.log | head -40; took $r
+  done
+  smol
+  for fu in 1 0 broadcast; do
+    step "LUMINAL_CUDA_FUSION=$fu luminal bench -m $S --device cuda -p 128,512 -n 128 -r 3"
+    LUMINAL_CUDA_FUSION=$fu timeout 100 $L bench -m $S --device cuda -p 128,512 -n 128 -r 3 2>&1; took $?
+    step "LUMINAL_CUDA_FUSION=$fu LUMINAL_CUDA_STATS=1 luminal generate -n 8 (launches per run)"
+    LUMINAL_CUDA_FUSION=$fu LUMINAL_CUDA_STATS=1 timeout 60 $L generate -m $S --device cuda --prompt "Once upon a time" -n 8 --no-echo 2>&1 | grep -E "luminal_cuda|tok/s" | head; took ${PIPESTATUS[0]}
+  done
+  exit 0
+fi
 step "cuda_device test"
 timeout 90 $B/cuda_device --nocapture --test-threads 1 2>&1 | grep -vE "^\s*$"; took ${PIPESTATUS[0]}
 F=crates/luminal_model_tests/tests/fixtures
@@ -36,11 +66,7 @@ for m in tiny-llama.gguf tiny-llama.q8_0.gguf tiny-qwen2.gguf; do
     timeout 60 $L bench -m $F/$m --device $d -p 16,128 -n 64 -r 5 2>&1; took $?
   done
 done
-step "gguf install + make SmolLM2-shaped GGUF"
-python3 -c "import gguf" 2>/dev/null && echo "gguf already there" || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $B/gguf-*.whl && export PYTHONPATH=/tmp/site; }
-mkdir -p /tmp/smol
-timeout 60 python3 scripts/make_llama1b_gguf.py /tmp/smol/smollm2-shape.F16.gguf --ref $B/smollm2-tokenizer.gguf --shape smollm2 2>&1; took $?
-S=/tmp/smol/smollm2-shape.F16.gguf
+smol
 step "luminal bench -m $S --device cuda -p 128,512 -n 128 -r 3"
 timeout 150 $L bench -m $S --device cuda -p 128,512 -n 128 -r 3 2>&1; took $?
 step "luminal generate on cuda (random weights; timing line)"

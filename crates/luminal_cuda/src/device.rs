@@ -27,7 +27,7 @@ pub struct CudaBackend {
     blas: Option<Arc<CudaBlas>>,
     /// Elementwise producers computed inside their consumers' kernels
     /// ([`crate::codegen::fused_nodes`]).
-    fuse: bool,
+    fuse: codegen::Fusion,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -56,7 +56,8 @@ pub fn nvrtc_available() -> bool {
 impl CudaBackend {
     /// Opens device `ordinal`. Fails with a typed error when there is no driver, no NVRTC,
     /// or no such device; never panics for a missing library. Elementwise fusion is on
-    /// unless the environment sets `LUMINAL_CUDA_FUSION=0` (for comparisons through the CLI).
+    /// unless the environment sets `LUMINAL_CUDA_FUSION=0` (`=broadcast` fuses through
+    /// broadcasts too; for comparisons through the CLI).
     pub fn new(ordinal: usize) -> std::result::Result<CudaBackend, CudaError> {
         if !driver_available() {
             return Err(CudaError::DriverNotFound);
@@ -81,7 +82,7 @@ impl CudaBackend {
             arch: codegen::nvrtc_arch(cc),
             cache: Arc::default(),
             blas,
-            fuse: std::env::var("LUMINAL_CUDA_FUSION").map_or(true, |v| v != "0" && v != "off"),
+            fuse: codegen::Fusion::from_env(),
         })
     }
 
@@ -93,13 +94,19 @@ impl CudaBackend {
 
     /// One kernel and one buffer per node: no elementwise fusion (for comparison).
     pub fn without_fusion(mut self) -> CudaBackend {
-        self.fuse = false;
+        self.fuse = codegen::Fusion::Off;
+        self
+    }
+
+    /// The backend with fusion `mode`.
+    pub fn with_fusion(mut self, mode: codegen::Fusion) -> CudaBackend {
+        self.fuse = mode;
         self
     }
 
     /// Whether elementwise producers are fused into their consumers' kernels.
     pub fn fusion(&self) -> bool {
-        self.fuse
+        self.fuse != codegen::Fusion::Off
     }
 
     /// Whether f32 products go to cuBLAS (the library loaded).

@@ -10,7 +10,7 @@
 //!
 //! Compiled kernels are cached per process by source text.
 
-use crate::codegen::{prelude, Kernel};
+use crate::codegen::{prelude, Fusion, Kernel};
 use crate::gemm::GemmCall;
 use crate::plan::{Executor, PlanRuntime};
 use luminal::graph::GraphData;
@@ -44,7 +44,7 @@ pub struct HostEmulatorUnfused;
 impl Backend for HostEmulatorUnfused {
     type Runtime = HostRuntime;
     fn compile(&self, graph: GraphData, _: &CompileOptions) -> Result<HostRuntime> {
-        PlanRuntime::with_fusion(graph, HostExecutor { gemm: true }, false)
+        PlanRuntime::with_fusion(graph, HostExecutor { gemm: true }, Fusion::Off)
     }
 }
 
@@ -108,6 +108,13 @@ pub struct HostFunction {
 /// Runs the kernels on the CPU (see the module docs).
 pub struct HostExecutor {
     gemm: bool,
+}
+
+impl HostExecutor {
+    /// An executor running products through the emulated cuBLAS (`gemm`) or as kernels.
+    pub fn new(gemm: bool) -> HostExecutor {
+        HostExecutor { gemm }
+    }
 }
 
 fn cache() -> &'static Mutex<HashMap<String, HostFunction>> {

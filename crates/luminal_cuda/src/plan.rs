@@ -175,11 +175,12 @@ impl<E: Executor> PlanRuntime<E> {
     /// Generates the kernels of `graph`'s live nodes, elementwise producers fused into their
     /// consumers, and compiles the distinct ones.
     pub fn new(graph: GraphData, exec: E) -> Result<Self> {
-        Self::with_fusion(graph, exec, true)
+        Self::with_fusion(graph, exec, codegen::Fusion::On)
     }
 
-    /// As [`PlanRuntime::new`]; `fuse: false` gives every node its own kernel and buffer.
-    pub fn with_fusion(graph: GraphData, mut exec: E, fuse: bool) -> Result<Self> {
+    /// As [`PlanRuntime::new`] with fusion `mode` ([`codegen::Fusion::Off`]: every node its
+    /// own kernel and buffer).
+    pub fn with_fusion(graph: GraphData, mut exec: E, mode: codegen::Fusion) -> Result<Self> {
         let live = live_nodes(&graph);
         let order: Vec<NodeId> = graph
             .toposort()
@@ -200,11 +201,7 @@ impl<E: Executor> PlanRuntime<E> {
         };
         // The products cuBLAS may compute keep their kernels and operand buffers.
         let barriers: HashSet<NodeId> = patterns.iter().flat_map(|p| [p.mul, p.reduce]).collect();
-        let fused = if fuse {
-            codegen::fused_nodes(&graph, &order, &barriers)
-        } else {
-            HashSet::new()
-        };
+        let fused = codegen::fused_nodes(&graph, &order, &barriers, mode);
         let generated =
             codegen::generate_all(&graph, &order, &fused).map_err(LuminalError::Backend)?;
         let by_reduce: HashMap<NodeId, usize> = patterns

@@ -4,12 +4,26 @@
 //! the unfused plan (`HostEmulatorUnfused`) bit for bit (fused values are rounded to each
 //! node's dtype as its buffer would hold them, and products are never contracted into FMAs).
 
+use luminal::graph::GraphData;
 use luminal::prelude::*;
+use luminal_cuda::codegen::Fusion;
+use luminal_cuda::host::{HostExecutor, HostRuntime};
 use luminal_cuda::plan::{Executor, PlanRuntime};
 use luminal_cuda::{CudaBackend, HostEmulatorBackend, HostEmulatorUnfused};
 
 /// The emulator with fusion, and without.
 const EMU: (HostEmulatorBackend, HostEmulatorUnfused) = (HostEmulatorBackend, HostEmulatorUnfused);
+
+/// The emulator fusing through broadcasts too ([`Fusion::Broadcast`]).
+#[derive(Clone, Copy)]
+struct EmulatorBroadcast;
+
+impl Backend for EmulatorBroadcast {
+    type Runtime = HostRuntime;
+    fn compile(&self, graph: GraphData, _: &CompileOptions) -> luminal::Result<HostRuntime> {
+        PlanRuntime::with_fusion(graph, HostExecutor::new(true), Fusion::Broadcast)
+    }
+}
 
 /// Deterministic values in [-2, 2) that are not all small integers.
 fn data(n: usize, seed: u32) -> Vec<f32> {
@@ -204,6 +218,17 @@ fn emulator_softmax_and_norms_match() {
     softmax_and_norms_match(&EMU);
 }
 
+/// The cases again fusing through broadcasts.
+#[test]
+fn emulator_broadcast_fusion() {
+    let on = (EmulatorBroadcast, HostEmulatorUnfused);
+    long_elementwise_chain_is_one_kernel(&on);
+    reduction_of_an_elementwise_expression_is_one_kernel(&on);
+    shared_intermediates_and_outputs_keep_their_buffers(&on);
+    dynamic_dims_fuse(&on);
+    softmax_and_norms_match(&on);
+}
+
 /// The same cases on a GPU (fused vs `without_fusion`, bit for bit, and vs the reference);
 /// skips, printing a line, where no driver or device loads.
 #[test]
@@ -215,11 +240,19 @@ fn gpu_fusion() {
             return;
         }
     };
-    let on = (b.clone(), b.without_fusion());
+    let on = (b.clone(), b.clone().without_fusion());
     long_elementwise_chain_is_one_kernel(&on);
     reduction_of_an_elementwise_expression_is_one_kernel(&on);
     shared_intermediates_and_outputs_keep_their_buffers(&on);
     dynamic_dims_fuse(&on);
     softmax_and_norms_match(&on);
-    println!("gpu: fusion cases equal the unfused plan bit for bit and the reference");
+    let on = (b.clone().with_fusion(Fusion::Broadcast), b.without_fusion());
+    long_elementwise_chain_is_one_kernel(&on);
+    reduction_of_an_elementwise_expression_is_one_kernel(&on);
+    shared_intermediates_and_outputs_keep_their_buffers(&on);
+    dynamic_dims_fuse(&on);
+    softmax_and_norms_match(&on);
+    println!(
+        "gpu: fusion cases (on, broadcast) equal the unfused plan bit for bit and the reference"
+    );
 }

@@ -175,8 +175,16 @@ fn tiny_models_on_the_gpu_match_the_cpu_backend() {
         );
         // For information: load (NVRTC included), a prefill and decode steps, wall clock,
         // with products through cuBLAS and as kernels.
-        for b in [b.clone(), b.clone().without_fusion(), b.without_cublas()] {
-            let fusion = b.fusion();
+        let broadcast = b
+            .clone()
+            .with_fusion(luminal_cuda::codegen::Fusion::Broadcast);
+        check("tiny-qwen2.gguf", broadcast.clone(), "gpu broadcast-fused");
+        for (mode, b) in [
+            ("fused", b.clone()),
+            ("unfused", b.clone().without_fusion()),
+            ("broadcast-fused", broadcast),
+            ("fused, no cuBLAS", b.without_cublas()),
+        ] {
             let t = std::time::Instant::now();
             let (mut model, _) =
                 LlamaModel::load(fixture("tiny-llama.q8_0.gguf"), b, &options(), |_, _| {})
@@ -194,7 +202,7 @@ fn tiny_models_on_the_gpu_match_the_cpu_backend() {
             }
             let step = t.elapsed() / 16;
             println!(
-                "gpu tiny-llama.q8_0.gguf ({} of {} products through cuBLAS, fusion {fusion}): \
+                "gpu tiny-llama.q8_0.gguf ({mode}, {} of {} products through cuBLAS): \
                  load {load:?}, 16-token prefill {prefill:?}, decode step {step:?} \
                  ({} launches)",
                 model.runtime().gemm_products(),
