@@ -8,7 +8,8 @@
 //! products run single-threaded while the other kernels keep the pool; for plans of small
 //! products, where splitting a product costs more than it saves).
 //!
-//! Two more kernel-level knobs of the f32 products, offered when the graph has a product:
+//! Two more kernel-level knobs of the f32 products, offered when the graph has a product that
+//! runs on the blocked GEMM (more rows than a skinny product's):
 //! the axis a single large product is split along across threads (`split=m`: rows of A,
 //! each thread packing all of B; `split=n`: columns of B; absent: N when it is wide enough,
 //! else M), and the products' cache blocking (`tiles=KCxMC`: `KC`-deep slices of K and
@@ -27,9 +28,12 @@ use std::sync::Mutex;
 /// The cache blockings (`KC`, `MC`) offered besides the default.
 const TILE_CHOICES: &[(usize, usize)] = &[(512, 288), (128, 72)];
 
-/// Whether `graph` has a product (the broadcast multiply + sum over K that `matmul` builds).
-fn has_product(graph: &GraphData) -> bool {
+/// Whether `graph` has a product that runs on the blocked GEMM (the broadcast multiply + sum
+/// over K that `matmul` builds, `[.., M, N, K]`, with M not known to be a skinny product's
+/// few rows): where the split and blocking knobs change anything.
+fn has_gemm_product(graph: &GraphData) -> bool {
     use luminal::op::{BinaryOp, Op, ReduceOp};
+    let skinny = crate::kernels::matmul::skinny_f32::MAX_ROWS as i64;
     graph.node_ids().any(|id| {
         let n = graph.node(id);
         matches!(
@@ -40,7 +44,10 @@ fn has_product(graph: &GraphData) -> bool {
             }
         ) && n.inputs.first().is_some_and(|e| {
             let p = graph.node(e.node);
-            p.op == Op::Binary(BinaryOp::Mul) && p.shape.len() >= 3
+            let r = p.shape.len();
+            p.op == Op::Binary(BinaryOp::Mul)
+                && r >= 3
+                && p.shape[r - 3].as_constant().is_none_or(|m| m > skinny)
         })
     })
 }
@@ -124,7 +131,7 @@ impl Tunable for CpuBackend {
         if current > 1 && self.matmul_threads != Some(1) {
             out.push(format!("threads={current};off=;mm=1{own}"));
         }
-        if has_product(graph) {
+        if has_gemm_product(graph) {
             let base = format!("threads={current};off={}", mm_only(self.matmul_threads));
             if current > 1 {
                 for s in [MatmulSplit::Rows, MatmulSplit::Cols] {
@@ -275,7 +282,7 @@ mod tests {
             );
         }
         let cx = luminal::prelude::Graph::new();
-        let x = cx.tensor("x", (8, 16));
+        let x = cx.tensor("x", (24, 16));
         let w = cx.tensor("w", (16, 4));
         x.matmul(w).output();
         let names = two.schedules(&cx.snapshot());
@@ -283,6 +290,15 @@ mod tests {
             assert!(names.iter().any(|n| n.ends_with(knob)), "{knob}: {names:?}");
         }
         assert!(!two.schedules(&g).iter().any(|n| n.contains("tiles")));
+        // A skinny product (a decode step's few rows) runs no blocked GEMM: no knobs.
+        let cx = luminal::prelude::Graph::new();
+        cx.tensor("x", (1, 16))
+            .matmul(cx.tensor("w", (16, 4)))
+            .output();
+        assert!(!two
+            .schedules(&cx.snapshot())
+            .iter()
+            .any(|n| n.contains("tiles") || n.contains("split")));
         // A backend with a schedule applied names itself the same way (passes switched off
         // become its own, so only schedules that switch none off are compared).
         for n in names
