@@ -18,6 +18,8 @@
 //!   running state, and a combine step merges them (short key ranges: parallel over groups).
 
 mod decode;
+#[cfg(target_arch = "x86_64")]
+mod fast;
 mod prefill;
 
 use crate::kernel::{BufId, CpuKernel, RunCtx, Scratch};
@@ -664,6 +666,14 @@ impl TileCx<'_> {
             ..
         } = self.plan;
         let span = j1 - j0;
+        // Head dims 32, 64, 96 and 128 on AVX2 / AVX-512: the intrinsic block steps (keys
+        // and values widened in registers); otherwise the portable loops.
+        #[cfg(target_arch = "x86_64")]
+        let isa = simd::isa();
+        #[cfg(target_arch = "x86_64")]
+        let intrinsics = fast::handles(isa, d);
+        #[cfg(not(target_arch = "x86_64"))]
+        let intrinsics = false;
         let mut jb = j0;
         while jb < j1 {
             let n = kb.min(j1 - jb);
@@ -678,45 +688,69 @@ impl TileCx<'_> {
                 jb += n;
                 continue;
             }
-            let (k, k_t) = self.k.block(ko + jb * k_t, n, k_t, d, kw);
-            simd::run(Scores {
-                sc,
-                q: q_rows,
-                k,
-                k_t,
-                n,
-                kb,
-                d,
-            });
+            if intrinsics {
+                #[cfg(target_arch = "x86_64")]
+                fast::block_scores(isa, q_rows, self.k, ko + jb * k_t, k_t, n, d, sc, kb);
+            } else {
+                let (k, k_t) = self.k.block(ko + jb * k_t, n, k_t, d, kw);
+                simd::run(Scores {
+                    sc,
+                    q: q_rows,
+                    k,
+                    k_t,
+                    n,
+                    kb,
+                    d,
+                });
+            }
             let (bs, bstride) = if has_bias {
                 (&bs[boff..], span)
             } else {
                 (bs, 0)
             };
-            simd::run(Softmax {
-                sc,
-                bs,
-                bstride,
-                m,
-                l,
-                acc,
-                scale: self.scale,
-                qt,
-                nq,
-                n,
-                kb,
-                d,
-            });
-            let (v, v_t) = self.v.block(vo + jb * v_t, n, v_t, d, vw);
-            simd::run(Accumulate {
-                acc,
-                p: sc,
-                v,
-                v_t,
-                n,
-                kb,
-                d,
-            });
+            if intrinsics {
+                #[cfg(target_arch = "x86_64")]
+                fast::block_softmax(
+                    isa,
+                    sc,
+                    has_bias.then_some((bs, bstride)),
+                    m,
+                    l,
+                    acc,
+                    self.scale,
+                    (qt, nq, n, kb, d),
+                );
+            } else {
+                simd::run(Softmax {
+                    sc,
+                    bs,
+                    bstride,
+                    m,
+                    l,
+                    acc,
+                    scale: self.scale,
+                    qt,
+                    nq,
+                    n,
+                    kb,
+                    d,
+                });
+            }
+            if intrinsics {
+                #[cfg(target_arch = "x86_64")]
+                fast::block_accumulate(isa, acc, sc, kb, self.v, vo + jb * v_t, v_t, n, d);
+            } else {
+                let (v, v_t) = self.v.block(vo + jb * v_t, n, v_t, d, vw);
+                simd::run(Accumulate {
+                    acc,
+                    p: sc,
+                    v,
+                    v_t,
+                    n,
+                    kb,
+                    d,
+                });
+            }
             jb += n;
         }
     }
@@ -798,3 +832,6 @@ impl TileCx<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod timing;
