@@ -2,9 +2,9 @@
 //!
 //! For each workload: compile with the hand lowering (`CompileOptions::default()`), and with
 //! `Search::new(CpuBackend::default())` under `CompileOptions::search(budget)` (no cache, so
-//! every workload is searched); then time both runtimes in the same loop, alternating, and
-//! report the ratio of medians (> 1: search is faster), the search's compile time and the
-//! plan it chose.
+//! every workload is searched); then time both runtimes in the same loop, alternating (each
+//! sample a batch of runs of about 5 ms for sub-millisecond graphs), and report the ratio of
+//! medians (> 1: search is faster), the search's compile time and the plan it chose.
 //!
 //! Three kinds of workload: graphs built here; the same with some of the backend's hand
 //! rules switched off on both sides (`CpuBackend::disable_rules`: what the search derives
@@ -304,16 +304,27 @@ fn graph_row(build: Build, backend: CpuBackend, runs: usize, budget_s: u64) -> R
     let g = cx.snapshot();
     fill(&mut hand, &g);
     fill(&mut searched, &g);
+    let t = Instant::now();
     hand.run().unwrap();
+    let one = t.elapsed();
     searched.run().unwrap();
+    // A sample is a batch of runs of about 5 ms, so that sub-millisecond plans are not
+    // timed one scheduler tick or one cache refill (after the other side ran) at a time.
+    let batch = (5e-3 / one.as_secs_f64().max(1e-7))
+        .ceil()
+        .clamp(1.0, 1000.0) as u32;
     let (mut th, mut ts) = (vec![], vec![]);
     for _ in 0..runs {
         let t = Instant::now();
-        hand.run().unwrap();
-        th.push(t.elapsed());
+        for _ in 0..batch {
+            hand.run().unwrap();
+        }
+        th.push(t.elapsed() / batch);
         let t = Instant::now();
-        searched.run().unwrap();
-        ts.push(t.elapsed());
+        for _ in 0..batch {
+            searched.run().unwrap();
+        }
+        ts.push(t.elapsed() / batch);
     }
     Row {
         hand: median(th),
