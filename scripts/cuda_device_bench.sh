@@ -12,17 +12,21 @@
 #   python3 -m pip download --no-deps --only-binary=:all: -d .gpu/bench gguf==0.19.0
 #   python3 scripts/make_llama1b_gguf.py .gpu/bench/smollm2-tokenizer.gguf \
 #       --ref models/SmolLM2-135M-Instruct.Q8_0.gguf --tokenizer-only
+#   pwd > .gpu/bench/build_root    # the checkout the binaries were built in
 # then run `bash scripts/cuda_device_bench.sh` there (`... fusion`: the fusion run, see below) with .gpu/bench carried (run once from
 # the repository root; $OUT is where logs go). The test binary finds the luminal binary and
-# the fixtures under the build machine's checkout path (/work/main), linked below.
+# the fixtures under the build machine's checkout path (compiled in; read from
+# .gpu/bench/build_root or $BUILD_ROOT), which is linked to this checkout below.
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib:$LD_LIBRARY_PATH
 export PYTHONUNBUFFERED=1
 B=.gpu/bench
 OUT=${OUT:-/tmp}
 nvidia-smi -L
 nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader
-mkdir -p /work; [ -e /work/main ] || ln -s "$PWD" /work/main
-cd /work/main
+BUILD_ROOT=${BUILD_ROOT:-$(cat $B/build_root)}
+[ -n "$BUILD_ROOT" ] || { echo "no build_root: see the header" >&2; exit 1; }
+mkdir -p "$(dirname "$BUILD_ROOT")"; [ -e "$BUILD_ROOT" ] || ln -s "$PWD" "$BUILD_ROOT"
+cd "$BUILD_ROOT"
 mkdir -p target/release && cp $B/luminal target/release/luminal
 L=target/release/luminal
 step() { echo; echo "=== $*"; s=$(date +%s%N); }
