@@ -106,17 +106,8 @@ impl ReferenceRuntime {
         &self.graph
     }
 
-    fn eval_dim(&self, e: &Expression) -> Result<i64> {
-        e.eval_with(&|name| self.dims.get(name).copied())
-            .map_err(|err| match err {
-                crate::shape::ExprError::UnboundVariable(v) => LuminalError::UnboundDim(v),
-                other => LuminalError::Expression(other.to_string()),
-            })
-    }
     fn numel(&self, shape: &[Expression]) -> Result<usize> {
-        shape
-            .iter()
-            .try_fold(1usize, |acc, d| Ok(acc * self.eval_dim(d)?.max(0) as usize))
+        crate::shape::numel_bound(shape, &self.dims)
     }
 
     fn buffer(&self, id: NodeId) -> &[f64] {

@@ -288,17 +288,11 @@ impl<E: Executor> PlanRuntime<E> {
     }
 
     fn eval(&self, e: &Expression) -> Result<i64> {
-        e.eval_with(&|name| self.dims.get(name).copied())
-            .map_err(|err| match err {
-                luminal::shape::ExprError::UnboundVariable(v) => LuminalError::UnboundDim(v),
-                other => LuminalError::Expression(other.to_string()),
-            })
+        luminal::shape::eval_bound(e, &self.dims)
     }
 
     fn numel(&self, shape: &[Expression]) -> Result<usize> {
-        shape
-            .iter()
-            .try_fold(1usize, |acc, d| Ok(acc * self.eval(d)?.max(0) as usize))
+        luminal::shape::numel_bound(shape, &self.dims)
     }
 
     fn launch_step(&mut self, s: usize) -> Result<()> {
