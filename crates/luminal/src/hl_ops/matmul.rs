@@ -1,7 +1,35 @@
 //! Matrix products as broadcast-multiply + sum-reduce (the pattern backends recognise).
 
-use crate::graph::GraphTensor;
+use crate::graph::{Edge, GraphTensor};
 use crate::op::ReduceOp;
+use crate::shape::Expression;
+
+/// The operands `(a, b)` of the broadcast multiply [`GraphTensor::matmul`] builds, from the
+/// multiply's two input edges over its `[.., M, N, K]` dims: `a` is the one broadcast along
+/// N (`[.., M, K]`), `b` the one broadcast along M (`[.., N, K]`), in whichever order they
+/// come; `None` when the edges are not such a pair (or are masked). What a backend checks
+/// before running a multiply + last-axis sum as a matrix product.
+pub fn product_operands<'e>(
+    inputs: &'e [Edge],
+    dims: &[Expression],
+) -> Option<(&'e Edge, &'e Edge)> {
+    let r = dims.len();
+    if r < 3 || inputs.len() != 2 {
+        return None;
+    }
+    let is_one = |d: &Expression| d.as_constant() == Some(1);
+    let broadcast = |x: &Edge, dim: usize| {
+        !x.view.is_masked() && (x.view.strides()[dim].is_zero() || is_one(&dims[dim]))
+    };
+    let (x, y) = (&inputs[0], &inputs[1]);
+    if broadcast(x, r - 2) && broadcast(y, r - 3) {
+        Some((x, y))
+    } else if broadcast(y, r - 2) && broadcast(x, r - 3) {
+        Some((y, x))
+    } else {
+        None
+    }
+}
 
 impl<'g> GraphTensor<'g> {
     /// `torch.matmul` semantics for ranks 1 to 5: 1-D operands are promoted (and the added

@@ -7,6 +7,7 @@ mod binary;
 mod conv;
 mod indexing;
 mod matmul;
+pub use matmul::product_operands;
 mod movement;
 mod reduction;
 mod state;

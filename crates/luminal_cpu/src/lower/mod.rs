@@ -632,16 +632,7 @@ impl Lowering<'_> {
             return Ok(None);
         }
         let dims = e.view.dims();
-        let is_one = |d: &Expression| d.as_constant() == Some(1);
-        let broadcast = |x: &Edge, dim: usize| {
-            !x.view.is_masked() && (x.view.strides()[dim].is_zero() || is_one(&dims[dim]))
-        };
-        let (x, y) = (&mul.inputs[0], &mul.inputs[1]);
-        let (a, b) = if broadcast(x, r - 2) && broadcast(y, r - 3) {
-            (x, y)
-        } else if broadcast(y, r - 2) && broadcast(x, r - 3) {
-            (y, x)
-        } else {
+        let Some((a, b)) = luminal::hl_ops::product_operands(&mul.inputs, &dims) else {
             return Ok(None);
         };
         // `b` = `w.dequantize()ᵀ` of a quantized or half weight read as the plain `Wᵀ`
