@@ -4,6 +4,8 @@
 //! the unfused plan (`HostEmulatorUnfused`) bit for bit (fused values are rounded to each
 //! node's dtype as its buffer would hold them, and products are never contracted into FMAs).
 
+mod common;
+use common::data;
 use luminal::graph::GraphData;
 use luminal::prelude::*;
 use luminal_cuda::codegen::Fusion;
@@ -23,19 +25,6 @@ impl Backend for EmulatorBroadcast {
     fn compile(&self, graph: GraphData, _: &CompileOptions) -> luminal::Result<HostRuntime> {
         PlanRuntime::with_fusion(graph, HostExecutor::new(true), Fusion::Broadcast)
     }
-}
-
-/// Deterministic values in [-2, 2) that are not all small integers.
-fn data(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2654435761).wrapping_add(12345);
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s % 4000) as f32 / 1000.0 - 2.0
-        })
-        .collect()
 }
 
 fn run<B: Backend>(

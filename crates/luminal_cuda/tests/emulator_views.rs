@@ -2,21 +2,10 @@
 //! their compositions), odd sizes and dynamic dims, run by the host emulator and compared with
 //! the reference backend. On a GPU the same sources go through NVRTC.
 
+mod common;
+use common::data;
 use luminal::prelude::*;
 use luminal_cuda::HostEmulatorBackend;
-
-/// Deterministic values in [-2, 2) that are not all small integers.
-fn data(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2654435761).wrapping_add(12345);
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s % 4000) as f32 / 1000.0 - 2.0
-        })
-        .collect()
-}
 
 /// Builds a graph with `build` from f32 inputs of `shapes`, runs it on both backends with
 /// `dims` bound, and compares every output.

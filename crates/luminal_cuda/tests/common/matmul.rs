@@ -1,20 +1,8 @@
 //! Matrix products on a CUDA plan (GPU or emulator) against the reference runtime.
 
+use super::data;
 use luminal::prelude::*;
 use luminal_cuda::plan::{Executor, PlanRuntime};
-
-/// Deterministic values in [-2, 2).
-fn data(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2654435761).wrapping_add(777);
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s % 4000) as f32 / 1000.0 - 2.0
-        })
-        .collect()
-}
 
 /// Builds a graph with `build` (inputs and outputs), runs it on `backend` and the reference
 /// for each binding of `dims`, compares every output, and checks whether products went

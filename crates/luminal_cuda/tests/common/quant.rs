@@ -96,20 +96,12 @@ fn assert_bits_equal(what: &str, want: &[f32], got: &[f32]) {
 /// that is a whole number of blocks): the backend's values equal the core decoders' bit for
 /// bit.
 pub fn every_block_type<B: Backend>(backend: impl Fn() -> B) {
-    let types = [
-        DType::Q4_0,
-        DType::Q4_1,
-        DType::Q5_0,
-        DType::Q5_1,
-        DType::Q8_0,
-        DType::Q2_K,
-        DType::Q3_K,
-        DType::Q4_K,
-        DType::Q5_K,
-        DType::Q6_K,
-        DType::F16,
-        DType::BF16,
-    ];
+    // Every quantized type of the core, then the half types.
+    let types: Vec<DType> = luminal::dtype::ALL_DTYPES
+        .into_iter()
+        .filter(|d| d.is_quantized())
+        .chain([DType::F16, DType::BF16])
+        .collect();
     for (t, &dtype) in types.iter().enumerate() {
         let shapes: &[(usize, usize)] = if dtype.block_size() == 256 {
             &[(1, 256), (3, 512), (5, 1280)]
