@@ -8,7 +8,7 @@ use luminal::{FusedTerm, GraphData, Tunable};
 use luminal_cpu::CpuBackend;
 use luminal_search::egraph::{self, CostWeights, Limits};
 use luminal_search::measure::{self, Outcome};
-use luminal_search::{terms, Search, STAGES};
+use luminal_search::{terms, STAGES};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -214,16 +214,16 @@ fn search_compiles_plain_attention_with_the_hand_rule_off() {
         s,
         t,
     );
-    let search = Search::new(CpuBackend::default().disable_rules(&["attention"]));
-    let handle = search.report_handle();
     let budget = SearchBudget {
         time: Duration::from_secs(20),
         repeats: 3,
         use_cache: false,
         ..SearchBudget::default()
     };
-    let mut rt = cx.compile(search, CompileOptions::search(budget)).unwrap();
-    let report = handle.lock().unwrap().take().unwrap();
+    let backend = CpuBackend::default().disable_rules(&["attention"]);
+    let (mut rt, report) =
+        luminal_search::compile(&cx, backend, CompileOptions::search(budget)).unwrap();
+    let report = report.expect("a search ran");
     eprintln!("{report}");
     assert_close(&run(&mut rt, &ins, out, s, t), &want);
     // The derived plan was a candidate and passed the reference check (which plan wins is

@@ -7,7 +7,7 @@ use luminal::{FusedTerm, GraphData, Tunable};
 use luminal_cpu::CpuBackend;
 use luminal_nn::{Module, Rope, RopeLayout, TransformerBlock};
 use luminal_search::egraph::{self, CostWeights, Limits};
-use luminal_search::{fold, measure, terms, Search, STAGES};
+use luminal_search::{fold, measure, terms, STAGES};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -133,16 +133,16 @@ fn attention_derived_in_the_folded_block_reaches_every_block() {
 fn the_search_reports_the_fold_and_equals_the_reference() {
     let (cx, _) = stack();
     let g = cx.snapshot();
-    let search = Search::new(CpuBackend::default().disable_rules(&["attention"]));
-    let handle = search.report_handle();
     let budget = SearchBudget {
         time: Duration::from_secs(20),
         repeats: 3,
         use_cache: false,
         ..SearchBudget::default()
     };
-    let mut rt = cx.compile(search, CompileOptions::search(budget)).unwrap();
-    let report = handle.lock().unwrap().take().unwrap();
+    let backend = CpuBackend::default().disable_rules(&["attention"]);
+    let (mut rt, report) =
+        luminal_search::compile(&cx, backend, CompileOptions::search(budget)).unwrap();
+    let report = report.expect("a search ran");
     eprintln!("{report}");
     let f = report.folded.expect("folded");
     assert!(f.instances >= BLOCKS - 1 && f.seeded_terms * 2 < f.source_terms);
