@@ -50,7 +50,9 @@ fn detect() -> Isa {
 /// The best instruction set this CPU supports (what the kernels use unless capped by
 /// `LUMINAL_CPU_ISA` or [`set_max_isa`]).
 pub fn detected_isa() -> Isa {
-    detect()
+    // Detected once: kernels ask per block (the attention fast path's soundness check).
+    static DETECTED: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+    *DETECTED.get_or_init(detect)
 }
 
 /// The instruction set the kernels run with.
