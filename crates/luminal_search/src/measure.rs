@@ -321,21 +321,12 @@ pub fn measure_from<B: Tunable>(
     let mut fastest = f64::INFINITY;
     let mut pruned_variants: Vec<String> = vec![];
     let mut baseline = baseline;
-    let mut baseline_overran = false;
-    let mut check_start: Option<Instant> = None;
     for (i, c) in candidates.iter().enumerate().take(max_candidates.max(1)) {
         // Past the deadline only the backend's own plan is checked, and the next candidate
-        // when the cost model rates it far cheaper (a derived attention next to seconds-long
-        // runs of the materialised one: otherwise the budget can run out before it).
-        // The same when the backend's own plan alone ran past the deadline (its one check
-        // run took the budget) and the next candidate is rated cheaper at all: without it
-        // nothing but the slow plan would ever be tried.
-        if i == 1 {
-            baseline_overran = Instant::now() >= deadline;
-        }
-        let far_cheaper = i == 1
-            && (c.cost * PRUNE_SLOWER < candidates[0].cost
-                || (baseline_overran && c.cost < candidates[0].cost));
+        // when the cost model rates it cheaper: a derived attention next to seconds-long
+        // runs of the materialised one, whose check alone can take the whole budget
+        // (without this, nothing but the slow plan would ever be tried).
+        let far_cheaper = i == 1 && c.cost < candidates[0].cost;
         if i > 0 && Instant::now() >= deadline && !far_cheaper {
             break;
         }
@@ -362,25 +353,22 @@ pub fn measure_from<B: Tunable>(
             continue;
         };
         // Checked on the backend's exact variant where it has one (then compiled again to
-        // be timed as it is), else checked and timed on one runtime.
+        // be timed as it is), else checked and timed on one runtime. `timed_from`: when the
+        // timed plan's compile and run began (its check time, for pruning).
         let checked = match backend.checking() {
-            None => run_once_terms(&backend, &c.graph, &c.terms, inputs, dims, outputs),
+            None => run_once_terms(&backend, &c.graph, &c.terms, inputs, dims, outputs)
+                .map(|(rt, outs)| (rt, outs, t0)),
             Some(exact) => run_once_terms(&exact, &c.graph, &c.terms, inputs, dims, outputs)
                 .and_then(|(_, outs)| {
                     let t1 = Instant::now();
                     let (rt, _) =
                         run_once_terms(&backend, &c.graph, &c.terms, inputs, dims, outputs)?;
                     Ok((rt, outs, t1))
-                })
-                .map(|(rt, outs, t1)| {
-                    // The check's time is the timed plan's compile and run.
-                    check_start = Some(t1);
-                    (rt, outs)
                 }),
         };
         match checked {
             Err(e) => reports[i].outcome = Outcome::Rejected(e),
-            Ok((rt, outs)) => {
+            Ok((rt, outs, timed_from)) => {
                 let err = outs
                     .iter()
                     .zip(reference)
@@ -391,7 +379,7 @@ pub fn measure_from<B: Tunable>(
                     allowed = 2.0 * err;
                 }
                 if err <= allowed {
-                    check[i] = check_start.take().unwrap_or(t0).elapsed().as_secs_f64();
+                    check[i] = timed_from.elapsed().as_secs_f64();
                     fastest = fastest.min(check[i]);
                     runtimes.push((i, rt));
                     // Plans far slower than the fastest are not timed further, and their
