@@ -34,6 +34,8 @@
 #   BW_GIB               size of the bandwidth test's buffer in GiB [1]
 #   BUILD_JOBS           parallel compile jobs [nproc]
 #   BUILD_TIMEOUT        seconds to wait for the llama.cpp build before giving up [5400]
+#   LLAMA_AMX            1 = keep AMX in the native llama.cpp build on hosts that have it [0:
+#                        AMX off (-mno-amx-*), since 0.3.36's AMX path crashed on such a host]
 #
 # Files (under MODELS_DIR; made when missing, reused otherwise):
 #   SmolLM2-135M-Instruct.Q4_1.gguf          shipped (scripts/fetch-models.sh)
@@ -79,6 +81,14 @@ BUILD_JOBS="${BUILD_JOBS:-$(nproc)}"
 BUILD_TIMEOUT="${BUILD_TIMEOUT:-5400}"
 PYTHON="${PYTHON:-$(command -v python3 || command -v python)}"
 VARIANT=native; [[ $AVX2 == 1 ]] && VARIANT=avx2
+# On hosts that expose AMX (Sapphire Rapids and later, also some KVM guests), llama.cpp 0.3.36
+# built with -march=native runs its AMX matmul and crashes in ggml_backend_amx_mul_mat here
+# (segfault, seen on a KVM guest). The native build then keeps every other native instruction
+# (AVX-512, VNNI, BF16) and turns AMX off; LLAMA_AMX=1 keeps it.
+NATIVE_NOAMX=0
+if [[ $VARIANT == native && "${LLAMA_AMX:-0}" != 1 ]] && grep -q -w amx_tile /proc/cpuinfo 2>/dev/null; then
+    NATIVE_NOAMX=1; VARIANT=native-noamx
+fi
 HELPER="$SCRIPT_DIR/bench_vs_llamacpp.py"
 
 mkdir -p "$CACHE" "$MODELS_DIR"
@@ -154,6 +164,12 @@ build_llamacpp() {
     else
         local S; S="$(llama_source)"
         local flags=(-DGGML_NATIVE=ON)
+        if [[ $NATIVE_NOAMX == 1 ]]; then
+            # GCC keeps explicit -mno-* flags over what -march=native turns on, whatever the order
+            flags+=(-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+                    "-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+                    "-DCMAKE_CXX_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
+        fi
         if [[ $VARIANT == avx2 ]]; then
             flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
                    -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF

@@ -320,10 +320,10 @@ def report(args):
             op = f"{float(ms[-1]):.4f}" if ms else failure(stem + ".ours")
             mt = re.search(r"tokens: (\d+), windows: (\d+)", ot)
             lw, ow = wall_s(stem + ".llama.time"), wall_s(stem + ".ours.time")
-            ratio = "–"
+            rel = "–"
             if ms and m:
-                ratio = f"{float(ms[-1]) / float(m.group(1)) - 1:+.2%}"
-            ppl_rows.append((f, t, op, lp, ratio, ow, lw, mt.group(1) if mt else "?"))
+                rel = f"{float(ms[-1]) / float(m.group(1)) - 1:+.2%}"
+            ppl_rows.append((f, t, op, lp, rel, ow, lw, mt.group(1) if mt else "?"))
     if ppl_rows:
         text = "?"
         try:
@@ -335,8 +335,8 @@ def report(args):
         p()
         p("| file | threads | ours ppl | llama.cpp ppl | ours vs llama.cpp | ours wall s | llama.cpp wall s |")
         p("|---|---|---|---|---|---|---|")
-        for f, t, op, lp, ratio, ow, lw, ntok in ppl_rows:
-            p(f"| {f} | {t} | {op} | {lp} | {ratio} | {ow if ow is not None else '–'} | {lw if lw is not None else '–'} |")
+        for f, t, op, lp, rel, ow, lw, ntok in ppl_rows:
+            p(f"| {f} | {t} | {op} | {lp} | {rel} | {ow if ow is not None else '–'} | {lw if lw is not None else '–'} |")
         p()
         p("Same protocol on both sides: `luminal perplexity --protocol llama-cpp` scores what "
           "`llama-perplexity` scores (BOS where the model adds one, whole windows only, the second half "
