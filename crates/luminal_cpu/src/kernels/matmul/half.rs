@@ -145,7 +145,14 @@ impl SkinnyPath {
 
     /// The product into `dst` (`batch · M · N` floats): `a` is the widened span of `a`'s
     /// buffer from element `a_lo` on, `b` the weight's own buffer.
-    fn run<H: Elem>(self, k: &MatmulKernel, a: &[f32], a_lo: i64, b: &[H], dst: &mut [f32]) {
+    fn run<H: crate::kernels::matmul::skinny_half::Half>(
+        self,
+        k: &MatmulKernel,
+        a: &[f32],
+        a_lo: i64,
+        b: &[H],
+        dst: &mut [f32],
+    ) {
         let (batch, m, n, depth) = k.shape();
         let (av, bv) = k.views();
         let r = av.dims.len();

@@ -1,10 +1,14 @@
 //! Skinny products over half weights read in place (decode steps with f16 / bf16 weights):
-//! the weight is never widened as a whole. Each kernel converts the weight eight elements at
-//! a time as it streams past (F16C `vcvtph2ps` for f16, a shift for bf16) and accumulates
-//! exact products in `f32`, like the f32 kernels of `matvec.rs` and `matmul.rs`:
+//! the weight is never widened as a whole. Each kernel converts the weight as it streams
+//! past (`vcvtph2ps` for f16, a shift for bf16; sixteen at a time with AVX-512, eight with
+//! AVX2 + F16C) and accumulates exact products in `f32`, like the f32 kernels of
+//! `matvec.rs` and `matmul.rs`:
 //!
 //! - [`skinny`]: `M ≤ 8` rows against a weight contiguous along K (stored `[N, K]`, how
-//!   `Linear` keeps it): one dot product per output, the threads split the columns;
+//!   `Linear` keeps it, and the f16 / bf16 GGUF weights of `quant::weight_matmul`): one dot
+//!   product per output, a block of up to four weight rows read together (each activation
+//!   load feeds all of them, the outputs reduced together), the weight prefetched 8 KiB
+//!   ahead; the threads split the columns;
 //! - [`axpy`]: `M = 1` against a weight contiguous along N (stored `[K, N]`): each task owns
 //!   a chunk of output columns (in L1) and adds the weight's rows into it, scaled.
 //!
@@ -22,11 +26,113 @@ use crate::kernels::matmul::skinny_f32::OutPtr;
 /// Elements of `K` widened at a time by the portable kernels (a stack block in L1).
 const KC: usize = 256;
 
+/// A half weight type the skinny kernels stream: f16 or bf16.
+pub trait Half: Elem {
+    /// Sixteen weights at `p`, widened (exactly).
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512 F; `p .. p + 16` is readable.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load16(p: *const Self) -> __m512;
+    /// The first lanes of `mask` widened from `p`, the others zero (nothing past them read).
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512 F, BW and VL; the lanes of `mask` are readable.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load16_mask(p: *const Self, mask: __mmask16) -> __m512;
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Half for half::f16 {
+    #[inline(always)]
+    unsafe fn load16(p: *const Self) -> __m512 {
+        // SAFETY: forwarded from the caller (AVX-512 F, 32 readable bytes).
+        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)) }
+    }
+    #[inline(always)]
+    unsafe fn load16_mask(p: *const Self, mask: __mmask16) -> __m512 {
+        // SAFETY: forwarded from the caller; masked-off lanes are not read.
+        unsafe { _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p as *const i16)) }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Half for half::bf16 {
+    #[inline(always)]
+    unsafe fn load16(p: *const Self) -> __m512 {
+        // SAFETY: forwarded from the caller (AVX-512 F, 32 readable bytes).
+        unsafe {
+            let w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(p as *const __m256i));
+            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(w))
+        }
+    }
+    #[inline(always)]
+    unsafe fn load16_mask(p: *const Self, mask: __mmask16) -> __m512 {
+        // SAFETY: forwarded from the caller; masked-off lanes are not read.
+        unsafe {
+            let w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, p as *const i16));
+            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(w))
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+impl Half for half::f16 {}
+#[cfg(not(target_arch = "x86_64"))]
+impl Half for half::bf16 {}
+
+/// Bytes ahead of the weight being read that the skinny kernels prefetch (rows are usually
+/// contiguous, so this reaches into the next rows).
+/// (1×576·[49152,576]ᵀ f16 on one thread: 11 GB/s at 1.5 KiB, 13 at 8 KiB, fewer at 32.)
+const SKINNY_AHEAD: usize = 8192;
+
+/// The kernel family a skinny product runs.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Level {
+    Portable,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+}
+
+fn level() -> Level {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if crate::simd::isa() >= crate::simd::Isa::Avx512 {
+            return Level::Avx512;
+        }
+        if fast() {
+            return Level::Avx2;
+        }
+    }
+    Level::Portable
+}
+
 /// One skinny product: `dst[i·n + j] = Σ_q a[a_off + i·a_row + q] · b[b_off + j·b_row + q]`
 /// for `i < m ≤ MAX_ROWS`, `j < n`, `q < k`. Panics (before reading anything) when the
 /// operands are too short for those indices. Allocates nothing.
+///
+/// Each weight row is read once for all `m` activation rows; with AVX-512 or AVX2 a block
+/// of up to four weight rows is read together (one activation load feeds each of them) and
+/// the block's outputs are reduced together.
 #[allow(clippy::too_many_arguments)]
-pub fn skinny<H: Elem>(
+pub fn skinny<H: Half>(
+    a: &[f32],
+    a_at: (usize, usize),
+    b: &[H],
+    b_at: (usize, usize),
+    dst: &mut [f32],
+    mnk: (usize, usize, usize),
+    parallel: bool,
+) {
+    skinny_at(level(), a, a_at, b, b_at, dst, mnk, parallel)
+}
+
+/// [`skinny`] with the kernel family `lvl` (which the CPU must support).
+#[allow(clippy::too_many_arguments)]
+fn skinny_at<H: Half>(
+    lvl: Level,
     a: &[f32],
     (a_off, a_row): (usize, usize),
     b: &[H],
@@ -56,21 +162,34 @@ pub fn skinny<H: Elem>(
         *r = &a[a_off + i * a_row..a_off + i * a_row + k];
     }
     let out = OutPtr(dst.as_mut_ptr());
-    let use_fast = fast();
     let cols = |j0: usize, j1: usize| {
         // The whole `OutPtr` (Send), not its raw pointer field, is captured.
         #[allow(clippy::redundant_locals)]
         let out = out;
-        let w = |j: usize| &b[b_off + j * b_row..b_off + j * b_row + k];
         #[cfg(target_arch = "x86_64")]
-        if use_fast {
-            // SAFETY: AVX2, FMA and F16C were detected (`fast`); every row of `rows` and
-            // every weight row `w(j)`, j < n, holds `k` elements (checked above); `out`
-            // holds m·n elements and this task alone writes columns j0..j1.
-            unsafe { skinny_cols_avx2(&rows[..m], &w, j0..j1, out, n, k) };
-            return;
+        {
+            let mut p = [std::ptr::null::<f32>(); MAX_ROWS];
+            for (q, r) in p.iter_mut().zip(&rows[..m]) {
+                *q = r.as_ptr();
+            }
+            // SAFETY (both): the ISA was detected (`level`); every row of `p[..m]` and
+            // every weight row `b_off + j·b_row`, j < n, holds `k` elements (checked
+            // above); `out` holds m·n elements and this task alone writes columns j0..j1.
+            let w = b[b_off..].as_ptr();
+            match lvl {
+                Level::Avx512 => {
+                    unsafe { cols_avx512::<H>(&p, m, w, b_row, j0..j1, out, n, k) };
+                    return;
+                }
+                Level::Avx2 => {
+                    unsafe { cols_avx2::<H>(&p, m, w, b_row, j0..j1, out, n, k) };
+                    return;
+                }
+                Level::Portable => {}
+            }
         }
-        let _ = use_fast;
+        let _ = lvl;
+        let w = |j: usize| &b[b_off + j * b_row..b_off + j * b_row + k];
         for j in j0..j1 {
             let d = dots_portable(&rows[..m], w(j));
             for (i, v) in d.iter().enumerate().take(m) {
@@ -106,103 +225,267 @@ fn dots_portable<H: Elem>(rows: &[&[f32]], w: &[H]) -> [f32; MAX_ROWS] {
     out
 }
 
-/// The skinny column loop with AVX2 + F16C: picks the register blocking for `rows.len()`.
+/// Columns `js` of an `m`-row skinny product with AVX-512: picks the register blocking.
 ///
 /// # Safety
-/// As [`skinny_cols_avx2_r`].
+/// As [`cols_avx512_rc`], for every `j` in `js`.
+#[allow(clippy::too_many_arguments)]
 #[cfg(target_arch = "x86_64")]
-unsafe fn skinny_cols_avx2<'w, H: Elem>(
-    rows: &[&[f32]],
-    w: &impl Fn(usize) -> &'w [H],
+unsafe fn cols_avx512<H: Half>(
+    rows: &[*const f32; MAX_ROWS],
+    m: usize,
+    w: *const H,
+    w_row: usize,
     js: std::ops::Range<usize>,
     out: OutPtr,
     n: usize,
     k: usize,
 ) {
-    let mut p = [std::ptr::null::<f32>(); MAX_ROWS];
-    for (q, r) in p.iter_mut().zip(rows) {
-        *q = r.as_ptr();
+    // `C` weight rows at a time while `C` of them remain, then one at a time.
+    macro_rules! go {
+        ($r:literal, $c:literal, $u:literal, $u1:literal) => {{
+            let j4 = js.start + (js.end - js.start) / $c * $c;
+            // SAFETY: forwarded from the caller.
+            unsafe {
+                cols_avx512_rc::<H, $r, $c, $u>(rows, w, w_row, js.start..j4, out, n, k);
+                cols_avx512_rc::<H, $r, 1, $u1>(rows, w, w_row, j4..js.end, out, n, k);
+            }
+        }};
     }
-    // SAFETY: forwarded from the caller.
+    match m {
+        1 => go!(1, 4, 2, 4),
+        2 => go!(2, 4, 1, 4),
+        3 => go!(3, 4, 1, 2),
+        4 => go!(4, 4, 1, 2),
+        5 => go!(5, 2, 1, 1),
+        6 => go!(6, 2, 1, 1),
+        7 => go!(7, 2, 1, 1),
+        _ => go!(8, 2, 1, 1),
+    }
+}
+
+/// Sums of the lanes of `v[0..4]`, in the four lanes of the result.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq,avx2")]
+#[inline]
+unsafe fn hsum4_512(v: [__m512; 4]) -> __m128 {
+    let h = |x: __m512| _mm256_add_ps(_mm512_castps512_ps256(x), _mm512_extractf32x8_ps::<1>(x));
+    let (a, b, c, d) = (h(v[0]), h(v[1]), h(v[2]), h(v[3]));
+    let s = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s))
+}
+
+/// Columns `js` (a multiple of `C` of them) of an `R`-row skinny product with AVX-512:
+/// `C` weight rows at a time, `U` accumulators per (row, column) pair, sixteen weights per
+/// load converted in registers, the tail of K with masked loads.
+///
+/// # Safety
+/// The CPU supports AVX-512 F, BW, VL and DQ; `rows[..R]` point at `k` readable floats each;
+/// `w + j·w_row .. + k` is readable for every `j` in `js`; `out` holds `R · n` floats,
+/// `js.end <= n`, and no other thread writes these columns.
+#[allow(clippy::needless_range_loop)] // fixed-size register tiles, indexed on purpose
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+unsafe fn cols_avx512_rc<H: Half, const R: usize, const C: usize, const U: usize>(
+    rows: &[*const f32; MAX_ROWS],
+    w: *const H,
+    w_row: usize,
+    js: std::ops::Range<usize>,
+    out: OutPtr,
+    n: usize,
+    k: usize,
+) {
+    let tail = (k % 16) as u32;
+    let mask: __mmask16 = ((1u32 << tail) - 1) as u16;
+    let kv = k - k % 16;
+    let mut j = js.start;
+    // SAFETY (whole loop): every load is at an index below `k` of a row of `rows` or of a
+    // weight row `j + c < js.end` (the tail masked to the first `k % 16` lanes), every store
+    // at `r · n + j + c < R · n`, per the contract; prefetches are hints.
     unsafe {
-        match rows.len() {
-            1 => skinny_cols_avx2_r::<H, 1, 4>(&p, w, js, out, n, k),
-            2 => skinny_cols_avx2_r::<H, 2, 2>(&p, w, js, out, n, k),
-            3 => skinny_cols_avx2_r::<H, 3, 2>(&p, w, js, out, n, k),
-            4 => skinny_cols_avx2_r::<H, 4, 1>(&p, w, js, out, n, k),
-            5 => skinny_cols_avx2_r::<H, 5, 1>(&p, w, js, out, n, k),
-            6 => skinny_cols_avx2_r::<H, 6, 1>(&p, w, js, out, n, k),
-            7 => skinny_cols_avx2_r::<H, 7, 1>(&p, w, js, out, n, k),
-            _ => skinny_cols_avx2_r::<H, 8, 1>(&p, w, js, out, n, k),
+        while j + C <= js.end {
+            let wp: [*const H; C] = std::array::from_fn(|c| w.add((j + c) * w_row));
+            let mut acc = [[[_mm512_setzero_ps(); U]; C]; R];
+            let mut q = 0;
+            while q + 16 * U <= kv {
+                for c in 0..C {
+                    crate::simd::prefetch_raw(
+                        (wp[c].add(q) as *const u8).wrapping_add(SKINNY_AHEAD),
+                        1,
+                    );
+                }
+                for u in 0..U {
+                    let wv: [__m512; C] = std::array::from_fn(|c| H::load16(wp[c].add(q + 16 * u)));
+                    for r in 0..R {
+                        let x = _mm512_loadu_ps(rows[r].add(q + 16 * u));
+                        for c in 0..C {
+                            acc[r][c][u] = _mm512_fmadd_ps(x, wv[c], acc[r][c][u]);
+                        }
+                    }
+                }
+                q += 16 * U;
+            }
+            while q < kv {
+                let wv: [__m512; C] = std::array::from_fn(|c| H::load16(wp[c].add(q)));
+                for r in 0..R {
+                    let x = _mm512_loadu_ps(rows[r].add(q));
+                    for c in 0..C {
+                        acc[r][c][0] = _mm512_fmadd_ps(x, wv[c], acc[r][c][0]);
+                    }
+                }
+                q += 16;
+            }
+            if tail > 0 {
+                let wv: [__m512; C] = std::array::from_fn(|c| H::load16_mask(wp[c].add(q), mask));
+                for r in 0..R {
+                    let x = _mm512_maskz_loadu_ps(mask, rows[r].add(q));
+                    for c in 0..C {
+                        acc[r][c][0] = _mm512_fmadd_ps(x, wv[c], acc[r][c][0]);
+                    }
+                }
+            }
+            // Fold the U accumulators, then reduce the R·C outputs four at a time.
+            let mut sums = [_mm512_setzero_ps(); 32];
+            for r in 0..R {
+                for c in 0..C {
+                    let mut s = acc[r][c][0];
+                    for u in 1..U {
+                        s = _mm512_add_ps(s, acc[r][c][u]);
+                    }
+                    sums[r * C + c] = s;
+                }
+            }
+            let mut vals = [0f32; 32];
+            let mut g = 0;
+            while g < R * C {
+                let v = hsum4_512([sums[g], sums[g + 1], sums[g + 2], sums[g + 3]]);
+                _mm_storeu_ps(vals.as_mut_ptr().add(g), v);
+                g += 4;
+            }
+            for r in 0..R {
+                for c in 0..C {
+                    *out.0.add(r * n + j + c) = vals[r * C + c];
+                }
+            }
+            j += C;
         }
     }
 }
 
-/// Columns `js` of an `R`-row skinny product, `U` independent accumulators per row (so
-/// that at least four FMA chains are in flight).
+/// Columns `js` of an `m`-row skinny product with AVX2 + F16C: picks the register blocking.
 ///
 /// # Safety
-/// The CPU supports AVX2, FMA and F16C; `rows[..R]` point at `k` readable floats each;
-/// `w(j)` has `k` elements for every `j` in `js`; `out` holds `R · n` floats, `js.end <= n`,
-/// and no other thread writes these columns.
-#[allow(clippy::needless_range_loop)] // fixed-size register tiles, indexed on purpose
+/// As [`cols_avx2_rc`], for every `j` in `js`.
+#[allow(clippy::too_many_arguments)]
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn skinny_cols_avx2_r<'w, H: Elem, const R: usize, const U: usize>(
+unsafe fn cols_avx2<H: Half>(
     rows: &[*const f32; MAX_ROWS],
-    w: &impl Fn(usize) -> &'w [H],
+    m: usize,
+    w: *const H,
+    w_row: usize,
     js: std::ops::Range<usize>,
     out: OutPtr,
     n: usize,
     k: usize,
 ) {
-    for j in js {
-        let wj = w(j);
-        debug_assert_eq!(wj.len(), k);
-        let wp = wj.as_ptr();
-        // Rows are usually contiguous: fetch the weight a few rows ahead (as `quant`).
-        crate::simd::prefetch_raw(
-            (wp as *const u8).wrapping_add(crate::simd::PREFETCH_AHEAD),
-            2 * k,
-        );
-        // SAFETY (whole block): every access is at an index below `k` of a row of `rows`
-        // or of `wj`, or at `r · n + j < R · n` of `out`, per the function's contract.
-        unsafe {
-            let mut acc = [[_mm256_setzero_ps(); U]; R];
+    macro_rules! go {
+        ($r:literal, $c:literal, $u:literal, $u1:literal) => {{
+            let j4 = js.start + (js.end - js.start) / $c * $c;
+            // SAFETY: forwarded from the caller.
+            unsafe {
+                cols_avx2_rc::<H, $r, $c, $u>(rows, w, w_row, js.start..j4, out, n, k);
+                cols_avx2_rc::<H, $r, 1, $u1>(rows, w, w_row, j4..js.end, out, n, k);
+            }
+        }};
+    }
+    match m {
+        1 => go!(1, 4, 2, 4),
+        2 => go!(2, 4, 1, 2),
+        3 => go!(3, 2, 1, 2),
+        4 => go!(4, 2, 1, 1),
+        5 => go!(5, 1, 1, 1),
+        6 => go!(6, 1, 1, 1),
+        7 => go!(7, 1, 1, 1),
+        _ => go!(8, 1, 1, 1),
+    }
+}
+
+/// Columns `js` (a multiple of `C` of them) of an `R`-row skinny product with AVX2 + F16C:
+/// `C` weight rows at a time, `U` accumulators per (row, column) pair, the tail of K in
+/// scalar code.
+///
+/// # Safety
+/// The CPU supports AVX2, FMA and F16C; otherwise as [`cols_avx512_rc`].
+#[allow(clippy::needless_range_loop)] // fixed-size register tiles, indexed on purpose
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn cols_avx2_rc<H: Half, const R: usize, const C: usize, const U: usize>(
+    rows: &[*const f32; MAX_ROWS],
+    w: *const H,
+    w_row: usize,
+    js: std::ops::Range<usize>,
+    out: OutPtr,
+    n: usize,
+    k: usize,
+) {
+    let mut j = js.start;
+    // SAFETY (whole loop): every access is at an index below `k` of a row of `rows` or of a
+    // weight row `j + c < js.end`, or at `r · n + j + c < R · n` of `out`, per the contract.
+    unsafe {
+        while j + C <= js.end {
+            let wp: [*const H; C] = std::array::from_fn(|c| w.add((j + c) * w_row));
+            let mut acc = [[[_mm256_setzero_ps(); U]; C]; R];
             let mut q = 0;
             while q + 8 * U <= k {
+                if (q * 2) % 64 < 16 * U {
+                    for c in 0..C {
+                        crate::simd::prefetch_raw(
+                            (wp[c].add(q) as *const u8).wrapping_add(SKINNY_AHEAD),
+                            1,
+                        );
+                    }
+                }
                 for u in 0..U {
-                    let wv = H::load8(wp.add(q + 8 * u));
+                    let wv: [__m256; C] = std::array::from_fn(|c| H::load8(wp[c].add(q + 8 * u)));
                     for r in 0..R {
                         let x = _mm256_loadu_ps(rows[r].add(q + 8 * u));
-                        acc[r][u] = _mm256_fmadd_ps(x, wv, acc[r][u]);
+                        for c in 0..C {
+                            acc[r][c][u] = _mm256_fmadd_ps(x, wv[c], acc[r][c][u]);
+                        }
                     }
                 }
                 q += 8 * U;
             }
             while q + 8 <= k {
-                let wv = H::load8(wp.add(q));
+                let wv: [__m256; C] = std::array::from_fn(|c| H::load8(wp[c].add(q)));
                 for r in 0..R {
                     let x = _mm256_loadu_ps(rows[r].add(q));
-                    acc[r][0] = _mm256_fmadd_ps(x, wv, acc[r][0]);
+                    for c in 0..C {
+                        acc[r][c][0] = _mm256_fmadd_ps(x, wv[c], acc[r][c][0]);
+                    }
                 }
                 q += 8;
             }
-            let mut tail = [0f32; R];
+            let mut tails = [[0f32; C]; R];
             while q < k {
-                let y = wj[q].to_f32();
-                for r in 0..R {
-                    tail[r] = (*rows[r].add(q)).mul_add(y, tail[r]);
+                for c in 0..C {
+                    let y = (*wp[c].add(q)).to_f32();
+                    for r in 0..R {
+                        tails[r][c] = (*rows[r].add(q)).mul_add(y, tails[r][c]);
+                    }
                 }
                 q += 1;
             }
             for r in 0..R {
-                let mut s = acc[r][0];
-                for u in 1..U {
-                    s = _mm256_add_ps(s, acc[r][u]);
+                for c in 0..C {
+                    let mut s = acc[r][c][0];
+                    for u in 1..U {
+                        s = _mm256_add_ps(s, acc[r][c][u]);
+                    }
+                    *out.0.add(r * n + j + c) = crate::simd::hsum(s) + tails[r][c];
                 }
-                *out.0.add(r * n + j) = crate::simd::hsum(s) + tail[r];
             }
+            j += C;
         }
     }
 }
@@ -332,5 +615,100 @@ unsafe fn axpy_avx2<'b, H: Elem>(x: &[f32], row: &impl Fn(usize) -> &'b [H], out
             }
             q += 1;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::{bf16, f16};
+
+    /// The kernel families this CPU runs.
+    fn levels() -> Vec<Level> {
+        let mut v = vec![Level::Portable];
+        #[cfg(target_arch = "x86_64")]
+        {
+            let d = crate::simd::detected_isa();
+            let f16c = std::arch::is_x86_feature_detected!("f16c");
+            if d >= crate::simd::Isa::Avx2 && f16c {
+                v.push(Level::Avx2);
+            }
+            if d >= crate::simd::Isa::Avx512 {
+                v.push(Level::Avx512);
+            }
+        }
+        v
+    }
+
+    fn vals(n: usize, seed: u32) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                (s % 2001) as f32 / 1000.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// `skinny` against an f64 reference at every level, over odd shapes, strided and
+    /// offset operands.
+    fn check<H: Half>(from: fn(f32) -> H) {
+        for lvl in levels() {
+            for m in 1..=MAX_ROWS {
+                for &k in &[1usize, 7, 15, 16, 17, 31, 33, 100, 577] {
+                    for &n in &[1usize, 3, 5, 13, 37, 70] {
+                        let (a_off, a_row) = (3, k + 5);
+                        let (b_off, b_row) = (2, k + 3);
+                        let a = vals(a_off + m * a_row, (m * 31 + k) as u32);
+                        let b: Vec<H> = vals(b_off + n * b_row, (n * 7 + k) as u32)
+                            .into_iter()
+                            .map(from)
+                            .collect();
+                        for parallel in [false, true] {
+                            let mut dst = vec![f32::NAN; m * n + 2];
+                            skinny_at(
+                                lvl,
+                                &a,
+                                (a_off, a_row),
+                                &b,
+                                (b_off, b_row),
+                                &mut dst,
+                                (m, n, k),
+                                parallel,
+                            );
+                            for i in 0..m {
+                                for j in 0..n {
+                                    let (mut want, mut mag) = (0f64, 0f64);
+                                    for q in 0..k {
+                                        let p = a[a_off + i * a_row + q] as f64
+                                            * b[b_off + j * b_row + q].to_f32() as f64;
+                                        want += p;
+                                        mag += p.abs();
+                                    }
+                                    let got = dst[i * n + j] as f64;
+                                    assert!(
+                                        (got - want).abs() <= 1e-6 * mag + 1e-30,
+                                        "{lvl:?} m={m} n={n} k={k} [{i},{j}]: {got} vs {want}"
+                                    );
+                                }
+                            }
+                            assert!(dst[m * n].is_nan(), "{lvl:?}: wrote past m·n");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn skinny_f16_matches_f64() {
+        check::<f16>(f16::from_f32);
+    }
+
+    #[test]
+    fn skinny_bf16_matches_f64() {
+        check::<bf16>(bf16::from_f32);
     }
 }

@@ -13,7 +13,8 @@
 //!   lane a group, shared by all `M` rows;
 //! - **skinny exact products** (`M ≤ 8` rows, decode steps, f32 activations): Q4_0, Q4_1
 //!   and Q8_0 dequantize in registers (`dot.rs`), the other formats are unpacked to bytes
-//!   (`int8::dot_f32`), halves decode the row into scratch;
+//!   (`int8::dot_f32`), halves convert in registers as they stream past
+//!   (`matmul/skinny_half.rs`, a block of weight rows at a time);
 //! - **wide f32 products** (prefill with f32 activations or without VNNI, and halves):
 //!   tiles of weight rows are decoded into scratch and multiplied by `gemm`, so the decode
 //!   cost is shared by all `M` rows;
@@ -270,6 +271,9 @@ pub(crate) fn weight_matmul(
         });
         return;
     }
+    if m <= MAX_ROWS && skinny_half(a, a_off, a_row, w, dst, m, parallel) {
+        return;
+    }
     if m <= MAX_ROWS {
         let isa = isa();
         let rb = w.row_bytes();
@@ -338,6 +342,51 @@ pub(crate) fn weight_matmul(
         crate::exec::par::for_each(tasks, run_tile);
     } else {
         (0..tasks).for_each(run_tile);
+    }
+}
+
+/// A skinny product with an f16 or bf16 weight through the kernels of `skinny_half.rs`
+/// (the weight converted in registers as it streams past, several rows at a time): whether
+/// it ran (`false` for other dtypes, or a half weight whose bytes are not 2-byte aligned).
+#[allow(clippy::too_many_arguments)]
+fn skinny_half(
+    a: &[f32],
+    a_off: usize,
+    a_row: usize,
+    w: WeightRef,
+    dst: &mut [f32],
+    m: usize,
+    parallel: bool,
+) -> bool {
+    fn go<H: crate::kernels::matmul::skinny_half::Half>(
+        a: &[f32],
+        (a_off, a_row): (usize, usize),
+        w: WeightRef,
+        dst: &mut [f32],
+        m: usize,
+        parallel: bool,
+    ) -> bool {
+        // SAFETY: any 2-byte pattern is a valid f16 / bf16; `align_to` only yields the
+        // aligned middle part.
+        let (pre, mid, _) = unsafe { w.bytes.align_to::<H>() };
+        if !pre.is_empty() || mid.len() < w.n * w.k {
+            return false;
+        }
+        crate::kernels::matmul::skinny_half::skinny(
+            a,
+            (a_off, a_row),
+            &mid[..w.n * w.k],
+            (0, w.k),
+            dst,
+            (m, w.n, w.k),
+            parallel,
+        );
+        true
+    }
+    match w.dtype {
+        DType::F16 => go::<f16>(a, (a_off, a_row), w, dst, m, parallel),
+        DType::BF16 => go::<bf16>(a, (a_off, a_row), w, dst, m, parallel),
+        _ => false,
     }
 }
 
