@@ -264,16 +264,19 @@ impl<'g> Rope<'g> {
                 o1.concat_along(o2, -1)
             }
             RopeLayout::Interleaved => {
+                // One elementwise expression over the pairs `[..., seq, half, 2]`:
+                // `x·cos + swap(x)·(−sin, +sin)`, where `swap` exchanges the two channels of
+                // each pair (a concatenation of two views of `x`). The same values as
+                // `(xe·cos − xo·sin, xo·cos + xe·sin)` (`a + (−b)` is `a − b` exactly), but
+                // one kernel reading `x` in place instead of two halves computed apart and
+                // then interleaved.
                 let mut pairs = shape[..rank - 1].to_vec();
                 pairs.extend([Expression::from(half), Expression::from(2)]);
                 let xp = x.reshape(pairs);
-                let (xe, xo) = (
-                    xp.slice(-1, 0, 1).squeeze(-1),
-                    xp.slice(-1, 1, 2).squeeze(-1),
-                );
-                let oe = xe * cos - xo * sin;
-                let oo = xo * cos + xe * sin;
-                GraphTensor::stack(&[oe, oo], -1).reshape(shape)
+                let swapped = xp.slice(-1, 1, 2).concat_along(xp.slice(-1, 0, 1), -1);
+                let sign = cx.arange(2) * 2.0 - 1.0;
+                let (c2, s2) = (cos.expand(2, 2), sin.expand(2, 2) * sign);
+                (xp * c2 + swapped * s2).reshape(shape)
             }
         }
     }

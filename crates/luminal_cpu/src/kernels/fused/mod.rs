@@ -211,6 +211,12 @@ impl Program {
         (self.n_slots, self.n_regs)
     }
 
+    /// Element-ops per output element, for sizing parallel tasks ([`task_len`]): one per
+    /// instruction and one per leaf read (a strided or broadcast read costs like an op).
+    pub fn work_per_element(&self) -> usize {
+        (self.instrs.len() + self.leaves.len()).max(1)
+    }
+
     /// Runs `f` with per-thread scratch sized for this program.
     #[inline(always)]
     pub fn with_regs<R>(&self, f: impl FnOnce(Regs<'_>) -> R) -> R {
@@ -720,7 +726,7 @@ macro_rules! elementwise_tasks {
 
 /// An elementwise kernel: the program's root, stored to the node's buffer.
 pub fn run_elementwise(prog: &Program, bufs: &[Storage], out: &mut Storage, n: usize) {
-    let chunk = task_len(n, 1).next_multiple_of(BLOCK);
+    let chunk = task_len(n, prog.work_per_element()).next_multiple_of(BLOCK);
     let stream = n * 4 >= simd::stream_threshold_bytes();
     match out {
         Storage::F32(o) => crate::exec::par::for_each_chunk(&mut o[..n], chunk, |t, c| {
@@ -758,7 +764,7 @@ pub fn run_elementwise(prog: &Program, bufs: &[Storage], out: &mut Storage, n: u
 /// epilogue of the kernel that produced `data`). Each block is copied aside first, so the
 /// program may read its input anywhere in the block while the block is overwritten.
 pub fn run_epilogue(prog: &Program, bufs: &[Storage], data: &mut [f32]) {
-    let chunk = task_len(data.len(), 1).next_multiple_of(BLOCK);
+    let chunk = task_len(data.len(), prog.work_per_element()).next_multiple_of(BLOCK);
     crate::exec::par::for_each_chunk(data, chunk, |t, c| {
         prog.with_regs(|mut regs| {
             simd::run(EpilogueTask {
