@@ -257,11 +257,16 @@ impl<'g> Rope<'g> {
         }
         match self.layout {
             RopeLayout::NeoX => {
-                let x1 = x.slice(-1, 0, half);
-                let x2 = x.slice(-1, half, self.head_dim);
-                let o1 = x1 * cos - x2 * sin;
-                let o2 = x2 * cos + x1 * sin;
-                o1.concat_along(o2, -1)
+                // As below, over the halves `[..., seq, 2, half]`: `x·cos + swap(x)·(−sin,
+                // +sin)` with `swap` exchanging the two halves (HF `rotate_half` is
+                // `swap(x)·(−1, +1)`).
+                let mut halves = shape[..rank - 1].to_vec();
+                halves.extend([Expression::from(2), Expression::from(half)]);
+                let xh = x.reshape(halves);
+                let swapped = xh.slice(-2, 1, 2).concat_along(xh.slice(-2, 0, 1), -2);
+                let sign = (cx.arange(2) * 2.0 - 1.0).unsqueeze(1);
+                let (c2, s2) = (cos.expand(1, 2), sin.expand(1, 2) * sign);
+                (xh * c2 + swapped * s2).reshape(shape)
             }
             RopeLayout::Interleaved => {
                 // One elementwise expression over the pairs `[..., seq, half, 2]`:
