@@ -16,6 +16,8 @@
 //! weight as it streams past, with the same exact products and f32 accumulation.
 //!
 
+pub(crate) mod gemm;
+
 use super::MatmulKernel;
 use crate::kernel::HalfScratch;
 use crate::kernels::half::CHUNK;

@@ -305,6 +305,9 @@ pub(crate) fn weight_matmul(
         });
         return;
     }
+    if half_gemm(a, a_off, a_row, w, dst, m, parallel) {
+        return;
+    }
     // Wide: tiles of `tile` weight rows decoded, then one gemm per tile into its columns.
     let tile = (TILE_BYTES / (4 * k)).clamp(16, 256) / 16 * 16;
     let tasks = n.div_ceil(tile);
@@ -386,6 +389,41 @@ fn skinny_half(
     match w.dtype {
         DType::F16 => go::<f16>(a, (a_off, a_row), w, dst, m, parallel),
         DType::BF16 => go::<bf16>(a, (a_off, a_row), w, dst, m, parallel),
+        _ => false,
+    }
+}
+
+/// `w` as a slice of its half type `H` (`None` when its bytes are not 2-byte aligned).
+fn halves<'a, H: crate::kernels::matmul::skinny_half::Half>(w: &WeightRef<'a>) -> Option<&'a [H]> {
+    // SAFETY: any 2-byte pattern is a valid f16 / bf16; `align_to` only yields the aligned
+    // middle part.
+    let (pre, mid, _) = unsafe { w.bytes.align_to::<H>() };
+    (pre.is_empty() && mid.len() >= w.n * w.k).then(|| &mid[..w.n * w.k])
+}
+
+/// A wide product with an f16 or bf16 weight through `matmul/half/gemm.rs` (the weight
+/// widened once per task in its own layout, the activations packed once per product):
+/// whether it ran (`false` for other dtypes, an unaligned half weight, or a CPU without
+/// AVX2 + F16C).
+#[allow(clippy::too_many_arguments)]
+fn half_gemm(
+    a: &[f32],
+    a_off: usize,
+    a_row: usize,
+    w: WeightRef,
+    dst: &mut [f32],
+    m: usize,
+    parallel: bool,
+) -> bool {
+    use crate::kernels::matmul::half::gemm::weight_gemm;
+    let (n, k) = (w.n, w.k);
+    match w.dtype {
+        DType::F16 => halves::<f16>(&w).is_some_and(|h| {
+            weight_gemm(a, (a_off, a_row), h, dst, (m, n, k), parallel)
+        }),
+        DType::BF16 => halves::<bf16>(&w).is_some_and(|h| {
+            weight_gemm(a, (a_off, a_row), h, dst, (m, n, k), parallel)
+        }),
         _ => false,
     }
 }

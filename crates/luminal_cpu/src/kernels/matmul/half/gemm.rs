@@ -1,0 +1,398 @@
+//! Wide products `x · Wᵀ` with an f16 / bf16 weight `W` (`[n, k]`, row-major, read in place)
+//! and `f32` activations `x` (`[m, k]`): the prefill products of half GGUF weights
+//! (`quant::weight_matmul`), exact products accumulated in `f32` like every other path.
+//!
+//! The register tile runs along M rather than N: an `MR × NR` tile of the output is kept as
+//! `NR` columns of `MR / LANES` vectors, each step of K loads `MR` activations (one packed
+//! row of `xᵀ`) and broadcasts one weight of each of the `NR` weight rows. So the weight is
+//! only widened in its own layout (rows along K, a sequential conversion, once per product
+//! and shared by every activation row), never transposed, and the activations are packed
+//! once per product (`[k][MR]` panels, shared by every task) instead of once per weight tile.
+//! The price is a transposed store of each finished tile (`MR · NR` scalars once per K
+//! loop). Each output is one chain of FMAs over K in order, so results do not depend on the
+//! blocking or the thread count.
+//!
+//! AVX-512 (`MR = 32`, `NR = 12`: 24 accumulators) and AVX2 (`MR = 16`, `NR = 6`: 12); below
+//! AVX2 + F16C the caller keeps its widen-then-`gemm` path.
+
+use crate::kernels::matmul::skinny_f32::OutPtr;
+use crate::kernels::matmul::skinny_half::Half;
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+
+/// Weight rows a task widens and multiplies (a multiple of both `NR`): 96 rows of K = 1536
+/// are 576 KiB of f32, in L2 next to the packed activations.
+const NB: usize = 96;
+
+thread_local! {
+    /// The packed activations of the product this thread runs (grows, then reused).
+    static PACKED_A: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// The widened weight rows of this thread's current task (grows, then reused).
+    static WIDE_B: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The register tiling a product runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Level {
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+}
+
+impl Level {
+    /// Rows of the output tile (activation rows per packed panel).
+    fn mr(self) -> usize {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx512 => 32,
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx2 => 16,
+        }
+    }
+}
+
+/// The tiling this CPU (and the instruction-set cap) allows, if any.
+pub(crate) fn level() -> Option<Level> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if crate::simd::isa() >= crate::simd::Isa::Avx512 {
+            return Some(Level::Avx512);
+        }
+        if crate::simd::half::fast() {
+            return Some(Level::Avx2);
+        }
+    }
+    None
+}
+
+/// `dst[i·n + j] = Σ_q a[a_off + i·a_row + q] · w[j·k + q]` for `i < m`, `j < n`, `q < k`
+/// with the tiling of [`level`]; `false` (nothing written) where there is none. Panics
+/// (before writing anything) when an operand is too short. Allocates nothing once the
+/// per-thread scratch has grown.
+pub(crate) fn weight_gemm<H: Half>(
+    a: &[f32],
+    a_at: (usize, usize),
+    w: &[H],
+    dst: &mut [f32],
+    mnk: (usize, usize, usize),
+    parallel: bool,
+) -> bool {
+    match level() {
+        Some(lvl) => {
+            gemm_at(lvl, a, a_at, w, dst, mnk, parallel);
+            true
+        }
+        None => false,
+    }
+}
+
+/// [`weight_gemm`] with the tiling `lvl` (which the CPU must support).
+pub(crate) fn gemm_at<H: Half>(
+    lvl: Level,
+    a: &[f32],
+    (a_off, a_row): (usize, usize),
+    w: &[H],
+    dst: &mut [f32],
+    (m, n, k): (usize, usize, usize),
+    parallel: bool,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(dst.len() >= m * n, "half gemm: output too short");
+    if k == 0 {
+        dst[..m * n].fill(0.0);
+        return;
+    }
+    assert!(
+        a.len() >= a_off + (m - 1) * a_row + k,
+        "half gemm: activation too short"
+    );
+    assert!(w.len() >= n * k, "half gemm: weight too short");
+    let mr = lvl.mr();
+    let mb = m.div_ceil(mr);
+    PACKED_A.with(|pa| {
+        let mut pa = pa.borrow_mut();
+        if pa.len() < mb * mr * k {
+            pa.resize(mb * mr * k, 0.0);
+        }
+        let pa = &mut pa[..mb * mr * k];
+        // Panel b, element (q, i): row b·mr + i of `a` at depth q (zero past row m).
+        for (b, panel) in pa.chunks_mut(mr * k).enumerate() {
+            for i in 0..mr {
+                let r = b * mr + i;
+                if r < m {
+                    let src = &a[a_off + r * a_row..a_off + r * a_row + k];
+                    for (q, &v) in src.iter().enumerate() {
+                        panel[q * mr + i] = v;
+                    }
+                } else {
+                    for q in 0..k {
+                        panel[q * mr + i] = 0.0;
+                    }
+                }
+            }
+        }
+        let pa: &[f32] = pa;
+        let out = OutPtr(dst.as_mut_ptr());
+        let tasks = n.div_ceil(NB);
+        let task = |t: usize| {
+            // The whole `OutPtr` (Send), not its raw pointer field, is captured.
+            #[allow(clippy::redundant_locals)]
+            let out = out;
+            let (j0, j1) = (t * NB, ((t + 1) * NB).min(n));
+            WIDE_B.with(|wb| {
+                let mut wb = wb.borrow_mut();
+                if wb.len() < NB * k {
+                    wb.resize(NB * k, 0.0);
+                }
+                let wb = &mut wb[..(j1 - j0) * k];
+                H::widen(&w[j0 * k..j1 * k], wb);
+                // SAFETY: the ISA of `lvl` is supported (the caller's contract); panel `b`
+                // holds `mr · k` floats; the widened rows `jg - j0 .. + cols` hold `k` floats
+                // each; the tile's output rows `b·mr + i < m` and columns `jg + j < j1 ≤ n`
+                // lie in `dst` (m·n floats), and only this task writes columns j0..j1.
+                unsafe {
+                    tiles(lvl, k, pa, mb, wb.as_ptr(), j1 - j0, out.0.add(j0), n, m);
+                }
+            })
+        };
+        if parallel && tasks > 1 {
+            crate::exec::par::for_each(tasks, task);
+        } else {
+            (0..tasks).for_each(task);
+        }
+    })
+}
+
+/// Every tile of one task: `nb` widened weight rows at `bp` (`k` apart) against the `mb`
+/// packed panels, into the `m × nb` block of the output at `c` (row stride `cn`).
+///
+/// # Safety
+/// As in [`gemm_at`]'s task.
+#[allow(clippy::too_many_arguments)]
+unsafe fn tiles(
+    lvl: Level,
+    k: usize,
+    pa: &[f32],
+    mb: usize,
+    bp: *const f32,
+    nb: usize,
+    c: *mut f32,
+    cn: usize,
+    m: usize,
+) {
+    let mr = lvl.mr();
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match lvl {
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx512 => {
+                for jg in (0..nb).step_by(12) {
+                    let cols = 12.min(nb - jg);
+                    for b in 0..mb {
+                        let rows = mr.min(m - b * mr);
+                        x86::micro_avx512(
+                            k,
+                            pa.as_ptr().add(b * mr * k),
+                            bp.add(jg * k),
+                            k,
+                            cols,
+                            c.add(b * mr * cn + jg),
+                            cn,
+                            rows,
+                        );
+                    }
+                }
+            }
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx2 => {
+                for jg in (0..nb).step_by(6) {
+                    let cols = 6.min(nb - jg);
+                    for b in 0..mb {
+                        let rows = mr.min(m - b * mr);
+                        x86::micro_avx2(
+                            k,
+                            pa.as_ptr().add(b * mr * k),
+                            bp.add(jg * k),
+                            k,
+                            cols,
+                            c.add(b * mr * cn + jg),
+                            cn,
+                            rows,
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::*;
+
+    /// One register tile per ISA: `NR` columns of `MR = 2·LANES` rows in `2·NR` vector
+    /// accumulators over the whole of K; each step loads two vectors of the packed panel
+    /// and broadcasts one weight of each of the `NR` rows into two FMAs. Then the tile is
+    /// transposed into the `rows × cols` block of C (rows `cn` apart).
+    macro_rules! micro {
+        ($name:ident, $feature:literal, $nr:literal, $lanes:literal, $vec:ty,
+         $zero:ident, $load:ident, $store:ident, $splat:ident, $fma:ident) => {
+            /// # Safety
+            /// The CPU supports the features; `pa` holds `k · MR` floats; rows
+            /// `bp + j·bs .. + k`, `j < cols ≤ NR`, are readable; the `rows × cols` block of
+            /// C at `c` is writable (`rows ≤ MR`).
+            #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+            #[target_feature(enable = $feature)]
+            pub(super) unsafe fn $name(
+                k: usize,
+                pa: *const f32,
+                bp: *const f32,
+                bs: usize,
+                cols: usize,
+                c: *mut f32,
+                cn: usize,
+                rows: usize,
+            ) {
+                const NR: usize = $nr;
+                const L: usize = $lanes;
+                // SAFETY (whole body): every read is at depth q < k of the panel or of a
+                // row j' = min(j, cols − 1) < cols; every write at (i, j) < (rows, cols).
+                unsafe {
+                    let b: [*const f32; NR] = std::array::from_fn(|j| bp.add(j.min(cols - 1) * bs));
+                    let mut acc = [[$zero(); 2]; NR];
+                    for q in 0..k {
+                        let a0 = $load(pa.add(q * 2 * L));
+                        let a1 = $load(pa.add(q * 2 * L + L));
+                        for j in 0..NR {
+                            let bv = $splat(*b[j].add(q));
+                            acc[j][0] = $fma(a0, bv, acc[j][0]);
+                            acc[j][1] = $fma(a1, bv, acc[j][1]);
+                        }
+                    }
+                    let mut tile = [[0f32; 2 * L]; NR];
+                    for j in 0..NR {
+                        $store(tile[j].as_mut_ptr(), acc[j][0]);
+                        $store(tile[j].as_mut_ptr().add(L), acc[j][1]);
+                    }
+                    for i in 0..rows {
+                        let d = c.add(i * cn);
+                        for j in 0..cols {
+                            *d.add(j) = tile[j][i];
+                        }
+                    }
+                }
+            }
+        };
+    }
+
+    micro!(
+        micro_avx512,
+        "avx512f,avx2,fma",
+        12,
+        16,
+        __m512,
+        _mm512_setzero_ps,
+        _mm512_loadu_ps,
+        _mm512_storeu_ps,
+        _mm512_set1_ps,
+        _mm512_fmadd_ps
+    );
+    micro!(
+        micro_avx2,
+        "avx2,fma",
+        6,
+        8,
+        __m256,
+        _mm256_setzero_ps,
+        _mm256_loadu_ps,
+        _mm256_storeu_ps,
+        _mm256_set1_ps,
+        _mm256_fmadd_ps
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::Elem;
+    use half::{bf16, f16};
+
+    /// The tilings this CPU runs.
+    fn levels() -> Vec<Level> {
+        #[allow(unused_mut)]
+        let mut v = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        {
+            let d = crate::simd::detected_isa();
+            if d >= crate::simd::Isa::Avx2 && std::arch::is_x86_feature_detected!("f16c") {
+                v.push(Level::Avx2);
+            }
+            if d >= crate::simd::Isa::Avx512 {
+                v.push(Level::Avx512);
+            }
+        }
+        v
+    }
+
+    fn vals(n: usize, seed: u32) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                (s % 2001) as f32 / 1000.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn check<H: Half>(from: fn(f32) -> H) {
+        for lvl in levels() {
+            for &m in &[1usize, 2, 5, 8, 9, 16, 17, 33, 40] {
+                for &k in &[1usize, 7, 15, 17, 100, 301] {
+                    for &n in &[1usize, 5, 13, 37, 97, 203] {
+                        let (a_off, a_row) = (3, k + 5);
+                        let a = vals(a_off + m * a_row, (m * 31 + k) as u32);
+                        let w: Vec<H> = vals(n * k, (n * 7 + k) as u32)
+                            .into_iter()
+                            .map(from)
+                            .collect();
+                        let mut dst = vec![f32::NAN; m * n + 2];
+                        gemm_at(lvl, &a, (a_off, a_row), &w, &mut dst, (m, n, k), true);
+                        for i in 0..m {
+                            for j in 0..n {
+                                let (mut want, mut mag) = (0f64, 0f64);
+                                for q in 0..k {
+                                    let p = a[a_off + i * a_row + q] as f64
+                                        * w[j * k + q].to_f32() as f64;
+                                    want += p;
+                                    mag += p.abs();
+                                }
+                                let got = dst[i * n + j] as f64;
+                                assert!(
+                                    (got - want).abs() <= 1e-6 * mag + 1e-30,
+                                    "{lvl:?} m={m} n={n} k={k} [{i},{j}]: {got} vs {want}"
+                                );
+                            }
+                        }
+                        assert!(dst[m * n].is_nan(), "{lvl:?}: wrote past m·n");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn half_gemm_f16_matches_f64() {
+        check::<f16>(f16::from_f32);
+    }
+
+    #[test]
+    fn half_gemm_bf16_matches_f64() {
+        check::<bf16>(bf16::from_f32);
+    }
+}
