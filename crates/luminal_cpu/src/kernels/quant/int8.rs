@@ -60,6 +60,12 @@ pub(crate) struct QActs {
     sg: Vec<f32>,
     /// Per block of 32: `Σ dg · Σ q` over its two groups.
     sb: Vec<f32>,
+    /// Per block of 32, eight lanes (the AVX2 fused dots' layout, `legacy_dot.rs`): the two
+    /// group scales, each four times.
+    dg8: Vec<f32>,
+    /// Per block of 32, eight lanes: the two group sums `dg · Σ q` over 4, each four times
+    /// (the lanes add up to the block's sum `sb`; dividing by 4 is exact).
+    sq8: Vec<f32>,
 }
 
 /// One quantized activation row.
@@ -80,6 +86,9 @@ pub(crate) struct QRows<'a> {
     pub dg: &'a [f32],
     pub sg: &'a [f32],
     pub sb: &'a [f32],
+    /// Eight lanes per block (see `QActs::dg8` / `sq8`), from `r · stride / 4` on.
+    pub dg8: &'a [f32],
+    pub sq8: &'a [f32],
     pub k: usize,
     pub stride: usize,
     pub rows: usize,
@@ -97,6 +106,8 @@ impl<'a> QRows<'a> {
             && self.dg.len() >= span / GROUP
             && self.sg.len() >= span / GROUP
             && self.sb.len() >= span / ABLOCK
+            && self.dg8.len() >= span / 4
+            && self.sq8.len() >= span / 4
     }
 
     /// The rows from block `b` (of 32 values) on.
@@ -106,6 +117,8 @@ impl<'a> QRows<'a> {
             dg: &self.dg[2 * b..],
             sg: &self.sg[2 * b..],
             sb: &self.sb[b..],
+            dg8: &self.dg8[8 * b..],
+            sq8: &self.sq8[8 * b..],
             k: self.k - 32 * b,
             ..self
         }
@@ -134,6 +147,18 @@ impl<'a> QRows<'a> {
     pub(crate) fn sb_at(&self, r: usize) -> *const f32 {
         self.sb.as_ptr().wrapping_add(r * self.stride / ABLOCK)
     }
+
+    /// Row `r`'s group scales, eight lanes a block.
+    #[inline(always)]
+    pub(crate) fn dg8_at(&self, r: usize) -> *const f32 {
+        self.dg8.as_ptr().wrapping_add(r * self.stride / 4)
+    }
+
+    /// Row `r`'s group sums over 4, eight lanes a block.
+    #[inline(always)]
+    pub(crate) fn sq8_at(&self, r: usize) -> *const f32 {
+        self.sq8.as_ptr().wrapping_add(r * self.stride / 4)
+    }
 }
 
 impl QActs {
@@ -145,6 +170,8 @@ impl QActs {
         self.dg.resize(m * k / GROUP, 0.0);
         self.sg.resize(m * k / GROUP, 0.0);
         self.sb.resize(m * k / ABLOCK, 0.0);
+        self.dg8.resize(m * k / 4, 0.0);
+        self.sq8.resize(m * k / 4, 0.0);
         let (g, nb) = (k / GROUP, k / ABLOCK);
         for i in 0..m {
             let sg = &mut self.sg[i * g..(i + 1) * g];
@@ -157,6 +184,15 @@ impl QActs {
             for (b, s) in self.sb[i * nb..(i + 1) * nb].iter_mut().enumerate() {
                 *s = sg[2 * b] + sg[2 * b + 1];
             }
+            let dg = &self.dg[i * g..(i + 1) * g];
+            let lanes = (i * k / 4)..((i + 1) * k / 4);
+            let (dg8, sq8) = (&mut self.dg8[lanes.clone()], &mut self.sq8[lanes]);
+            for (t, (d8, s8)) in dg8.iter_mut().zip(sq8.iter_mut()).enumerate() {
+                // Lane `t % 8` of block `t / 8`: group `2 · (t / 8) + (t % 8) / 4`.
+                let grp = t / 4;
+                *d8 = dg[grp];
+                *s8 = sg[grp] * 0.25;
+            }
         }
     }
 
@@ -168,6 +204,8 @@ impl QActs {
             dg: &self.dg[i * g..(i + rows) * g],
             sg: &self.sg[i * g..(i + rows) * g],
             sb: &self.sb[i * nb..(i + rows) * nb],
+            dg8: &self.dg8[i * k / 4..(i + rows) * k / 4],
+            sq8: &self.sq8[i * k / 4..(i + rows) * k / 4],
             k,
             stride: k,
             rows,

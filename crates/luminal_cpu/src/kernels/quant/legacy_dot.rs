@@ -282,7 +282,24 @@ unsafe fn bytes_from_bits(v: u32) -> std::arch::x86_64::__m256i {
     _mm256_cmpeq_epi8(_mm256_and_si256(rep, bit), bit)
 }
 
+/// f16 → f32 of every bit pattern (256 KiB, built on first use): the AVX2 dots broadcast a
+/// block's scale straight from it (two loads) instead of converting it in vector registers
+/// (`vmovd`, `vcvtph2ps`, a broadcast: three shuffle-port µops a block).
+#[cfg(target_arch = "x86_64")]
+fn f16_table() -> &'static [f32] {
+    static TABLE: std::sync::OnceLock<Box<[f32]>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        (0..=u16::MAX)
+            .map(|b| half::f16::from_bits(b).to_f32())
+            .collect()
+    })
+}
+
 /// AVX2: one block a step (`vpmaddubsw` + `vpmaddwd`), unpacked once for all `R` rows.
+/// Per block and row: the integer products scaled by `d ·` the row's eight-lane group scales
+/// (`dg8`), and the bias (`d` or the minimum, times the eight-lane group sums `sq8`)
+/// accumulated as vectors; two accumulators of each a row for one or two rows (alternate
+/// blocks), one for more.
 ///
 /// # Safety
 /// As [`dot_vnni`] (AVX2, FMA, F16C).
@@ -290,17 +307,18 @@ unsafe fn bytes_from_bits(v: u32) -> std::arch::x86_64::__m256i {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_avx2<const F: u8, const R: usize>(row: &[u8], x: QRows) -> [f32; R] {
     use std::arch::x86_64::*;
+    let table = f16_table().as_ptr();
+    let scale = |p: *const u8| {
+        _mm256_broadcast_ss(&*table.add((p as *const u16).read_unaligned() as usize))
+    };
     let bb = block_bytes(F);
     let nb = x.k / 32;
     let wp = row.as_ptr();
     let low = _mm256_set1_epi8(15);
     let ones = _mm256_set1_epi16(1);
-    // Up to two rows: two accumulators each (alternate blocks); more: one each.
     let alternate = R <= 2;
     let mut acc = [[_mm256_setzero_ps(); 2]; R];
-    // Two bias sums per row (even and odd blocks): one scalar chain of adds limited Q4_0 to
-    // one block per add latency.
-    let mut bsum = [[0f32; 2]; R];
+    let mut bacc = [[_mm256_setzero_ps(); 2]; R];
     for b2 in (0..nb).step_by(2) {
         for h in 0..2 {
             let b = b2 + h;
@@ -323,9 +341,14 @@ unsafe fn dot_avx2<const F: u8, const R: usize>(row: &[u8], x: QRows) -> [f32; R
             };
             // Q8_0: the weights' signs moved onto the activations.
             let wu = if F == 4 { _mm256_abs_epi8(w) } else { w };
-            let d = half(blk);
-            let dv = _mm256_set1_ps(d);
-            let bias = bias::<F>(blk, d);
+            let dv = scale(blk);
+            // The factor of `sq8` in the bias: d (Q4_0 / Q5_0; −8 / −16 applied at the
+            // end), the minimum (Q4_1 / Q5_1).
+            let bv = if F == 1 || F == 3 {
+                scale(blk.add(2))
+            } else {
+                dv
+            };
             let slot = if alternate { h } else { 0 };
             for_rows!(R, |r| {
                 let mut xv = _mm256_loadu_si256(x.q_at(r).add(32 * b) as *const __m256i);
@@ -333,23 +356,27 @@ unsafe fn dot_avx2<const F: u8, const R: usize>(row: &[u8], x: QRows) -> [f32; R
                     xv = _mm256_sign_epi8(xv, w);
                 }
                 let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wu, xv), ones);
-                let dg = x.dg_at(r).add(2 * b);
-                // Lanes 0-3 hold the first group of 16, lanes 4-7 the second.
-                let s = _mm256_mul_ps(
-                    dv,
-                    _mm256_set_m128(_mm_set1_ps(*dg.add(1)), _mm_set1_ps(*dg)),
-                );
+                let s = _mm256_mul_ps(dv, _mm256_loadu_ps(x.dg8_at(r).add(8 * b)));
                 acc[r][slot] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc[r][slot]);
                 if F != 4 {
-                    bsum[r][h] += bias * *x.sb_at(r).add(b);
+                    bacc[r][slot] =
+                        _mm256_fmadd_ps(bv, _mm256_loadu_ps(x.sq8_at(r).add(8 * b)), bacc[r][slot]);
                 }
             });
         }
     }
+    let bscale = match F {
+        0 => -8.0,
+        2 => -16.0,
+        _ => 1.0,
+    };
     let mut out = [0f32; R];
     for r in 0..R {
         let sum = _mm256_add_ps(acc[r][0], acc[r][1]);
-        out[r] = crate::simd::hsum(sum) + (bsum[r][0] + bsum[r][1]);
+        out[r] = crate::simd::hsum(sum);
+        if F != 4 {
+            out[r] += bscale * crate::simd::hsum(_mm256_add_ps(bacc[r][0], bacc[r][1]));
+        }
     }
     out
 }
@@ -427,6 +454,132 @@ unsafe fn unpack_avx2<const F: u8>(row: &[u8], u: &mut [u8], a: &mut [f32], b: &
         a[2 * blk_i + 1] = d;
         b[2 * blk_i] = bias;
         b[2 * blk_i + 1] = bias;
+    }
+}
+
+/// AVX2: one block a step (`vpmaddubsw` + `vpmaddwd`), unpacked once for all `R` rows.
+///
+/// # Safety
+/// As [`dot_vnni`] (AVX2, FMA, F16C).
+#[cfg(all(test, target_arch = "x86_64"))]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_avx2_old<const F: u8, const R: usize>(row: &[u8], x: QRows) -> [f32; R] {
+    use std::arch::x86_64::*;
+    let bb = block_bytes(F);
+    let nb = x.k / 32;
+    let wp = row.as_ptr();
+    let low = _mm256_set1_epi8(15);
+    let ones = _mm256_set1_epi16(1);
+    // Up to two rows: two accumulators each (alternate blocks); more: one each.
+    let alternate = R <= 2;
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    // Two bias sums per row (even and odd blocks): one scalar chain of adds limited Q4_0 to
+    // one block per add latency.
+    let mut bsum = [[0f32; 2]; R];
+    for b2 in (0..nb).step_by(2) {
+        for h in 0..2 {
+            let b = b2 + h;
+            if b >= nb {
+                break;
+            }
+            let blk = wp.add(b * bb);
+            let w = if F == 4 {
+                _mm256_loadu_si256(blk.add(2) as *const __m256i)
+            } else {
+                let q = _mm_loadu_si128(blk.add(bb - 16) as *const __m128i);
+                let both = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
+                let mut w = _mm256_and_si256(both, low);
+                if F == 2 || F == 3 {
+                    let at = if F == 2 { 2 } else { 4 };
+                    let high = bytes_from_bits(fifth_bits(blk.add(at)));
+                    w = _mm256_or_si256(w, _mm256_and_si256(high, _mm256_set1_epi8(0x10)));
+                }
+                w
+            };
+            // Q8_0: the weights' signs moved onto the activations.
+            let wu = if F == 4 { _mm256_abs_epi8(w) } else { w };
+            let d = half(blk);
+            let dv = _mm256_set1_ps(d);
+            let bias = bias::<F>(blk, d);
+            let slot = if alternate { h } else { 0 };
+            for_rows!(R, |r| {
+                let mut xv = _mm256_loadu_si256(x.q_at(r).add(32 * b) as *const __m256i);
+                if F == 4 {
+                    xv = _mm256_sign_epi8(xv, w);
+                }
+                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wu, xv), ones);
+                let dg = x.dg_at(r).add(2 * b);
+                // Lanes 0-3 hold the first group of 16, lanes 4-7 the second.
+                let s = _mm256_mul_ps(
+                    dv,
+                    _mm256_set_m128(_mm_set1_ps(*dg.add(1)), _mm_set1_ps(*dg)),
+                );
+                acc[r][slot] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc[r][slot]);
+                if F != 4 {
+                    bsum[r][h] += bias * *x.sb_at(r).add(b);
+                }
+            });
+        }
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        let sum = _mm256_add_ps(acc[r][0], acc[r][1]);
+        out[r] = crate::simd::hsum(sum) + (bsum[r][0] + bsum[r][1]);
+    }
+    out
+}
+
+#[cfg(test)]
+mod ab {
+    use super::*;
+    use crate::kernels::quant::int8;
+    #[test]
+    #[ignore]
+    fn ab_avx2() {
+        let (n, k) = (1536usize, 576usize);
+        for dtype in [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0] {
+            let bytes = crate::kernels::quant::timing::timing_weight(dtype, n, k);
+            let rb = dtype.bytes_for(k).unwrap();
+            let x: Vec<f32> = (0..4 * k).map(|i| (i as f32 * 0.37).sin()).collect();
+            let mut q = int8::QActs::default();
+            q.quantize(4, k, |i| &x[i * k..(i + 1) * k]);
+            let (mut bo, mut bn) = (f64::MAX, f64::MAX);
+            let (mut so, mut sn) = (0f32, 0f32);
+            for _ in 0..30 {
+                for new in [false, true] {
+                    let t = std::time::Instant::now();
+                    for _ in 0..20 {
+                        for j in 0..64 {
+                            let row = &bytes[j * rb..(j + 1) * rb];
+                            let o = unsafe {
+                                match (dtype, new) {
+                                    (DType::Q4_0, false) => dot_avx2_old::<0, 1>(row, q.rows(0, 1)),
+                                    (DType::Q4_0, true) => dot_avx2::<0, 1>(row, q.rows(0, 1)),
+                                    (DType::Q4_1, false) => dot_avx2_old::<1, 1>(row, q.rows(0, 1)),
+                                    (DType::Q4_1, true) => dot_avx2::<1, 1>(row, q.rows(0, 1)),
+                                    (DType::Q5_0, false) => dot_avx2_old::<2, 1>(row, q.rows(0, 1)),
+                                    (DType::Q5_0, true) => dot_avx2::<2, 1>(row, q.rows(0, 1)),
+                                    (_, false) => dot_avx2_old::<4, 1>(row, q.rows(0, 1)),
+                                    (_, true) => dot_avx2::<4, 1>(row, q.rows(0, 1)),
+                                }
+                            };
+                            if new {
+                                sn += o[0]
+                            } else {
+                                so += o[0]
+                            }
+                        }
+                    }
+                    let e = t.elapsed().as_secs_f64() / (20.0 * 64.0 * k as f64 / 64.0) * 1e9;
+                    if new {
+                        bn = bn.min(e)
+                    } else {
+                        bo = bo.min(e)
+                    }
+                }
+            }
+            println!("{dtype} AVX2 R=1 ns/64w: old {bo:.3} new {bn:.3} sums {so} {sn}");
+        }
     }
 }
 
