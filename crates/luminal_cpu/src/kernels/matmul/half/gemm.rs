@@ -21,8 +21,8 @@ use crate::kernels::matmul::skinny_half::Half;
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-/// Weight rows a task widens and multiplies (a multiple of both `NR`): 96 rows of K = 1536
-/// are 576 KiB of f32, in L2 next to the packed activations.
+/// Weight rows per task (a multiple of both `NR`); a task widens them a group of `NR` rows
+/// at a time (`NR · K` floats, in L1 / L2 next to the packed activations).
 const NB: usize = 96;
 
 thread_local! {
@@ -42,6 +42,16 @@ pub(crate) enum Level {
 }
 
 impl Level {
+    /// Columns of the output tile (weight rows per group).
+    fn nr(self) -> usize {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx512 => 12,
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx2 => 6,
+        }
+    }
+
     /// Rows of the output tile (activation rows per packed panel).
     fn mr(self) -> usize {
         match self {
@@ -119,19 +129,18 @@ pub(crate) fn gemm_at<H: Half>(
             pa.resize(mb * mr * k, 0.0);
         }
         let pa = &mut pa[..mb * mr * k];
-        // Panel b, element (q, i): row b·mr + i of `a` at depth q (zero past row m).
+        // Panel b, element (q, i): row b·mr + i of `a` at depth q (zero past row m). Written
+        // in order (the `mr` rows read side by side stay in L1); a row at a time would write
+        // each cache line of the panel `mr` times, far apart.
         for (b, panel) in pa.chunks_mut(mr * k).enumerate() {
-            for i in 0..mr {
-                let r = b * mr + i;
-                if r < m {
-                    let src = &a[a_off + r * a_row..a_off + r * a_row + k];
-                    for (q, &v) in src.iter().enumerate() {
-                        panel[q * mr + i] = v;
-                    }
-                } else {
-                    for q in 0..k {
-                        panel[q * mr + i] = 0.0;
-                    }
+            let rows = mr.min(m - b * mr);
+            let src: [&[f32]; 32] = std::array::from_fn(|i| {
+                let r = b * mr + i.min(rows - 1);
+                &a[a_off + r * a_row..a_off + r * a_row + k]
+            });
+            for (q, p) in panel.chunks_exact_mut(mr).enumerate() {
+                for (i, v) in p.iter_mut().enumerate() {
+                    *v = if i < rows { src[i][q] } else { 0.0 };
                 }
             }
         }
@@ -145,17 +154,24 @@ pub(crate) fn gemm_at<H: Half>(
             let (j0, j1) = (t * NB, ((t + 1) * NB).min(n));
             WIDE_B.with(|wb| {
                 let mut wb = wb.borrow_mut();
-                if wb.len() < NB * k {
-                    wb.resize(NB * k, 0.0);
+                let nr = lvl.nr();
+                if wb.len() < nr * k {
+                    wb.resize(nr * k, 0.0);
                 }
-                let wb = &mut wb[..(j1 - j0) * k];
-                H::widen(&w[j0 * k..j1 * k], wb);
-                // SAFETY: the ISA of `lvl` is supported (the caller's contract); panel `b`
-                // holds `mr · k` floats; the widened rows `jg - j0 .. + cols` hold `k` floats
-                // each; the tile's output rows `b·mr + i < m` and columns `jg + j < j1 ≤ n`
-                // lie in `dst` (m·n floats), and only this task writes columns j0..j1.
-                unsafe {
-                    tiles(lvl, k, pa, mb, wb.as_ptr(), j1 - j0, out.0.add(j0), n, m);
+                for jg in (j0..j1).step_by(nr) {
+                    let cols = nr.min(j1 - jg);
+                    let wb = &mut wb[..cols * k];
+                    H::widen(&w[jg * k..(jg + cols) * k], wb);
+                    // The next group's weight rows, fetched while this one is multiplied.
+                    let next = &w[(jg + cols) * k..(jg + cols + nr).min(j1) * k];
+                    // SAFETY: the ISA of `lvl` is supported (the caller's contract); panel
+                    // `b` holds `mr · k` floats; the `cols` widened rows hold `k` floats
+                    // each; the tile's output rows `b·mr + i < m` and columns
+                    // `jg + j < j1 ≤ n` lie in `dst` (m·n floats), and only this task writes
+                    // columns j0..j1.
+                    unsafe {
+                        group(lvl, k, pa, mb, wb.as_ptr(), cols, out.0.add(jg), n, m, next);
+                    }
                 }
             })
         };
@@ -167,64 +183,40 @@ pub(crate) fn gemm_at<H: Half>(
     })
 }
 
-/// Every tile of one task: `nb` widened weight rows at `bp` (`k` apart) against the `mb`
-/// packed panels, into the `m × nb` block of the output at `c` (row stride `cn`).
+/// The tiles of one group of `cols ≤ NR` widened weight rows at `bp` (`k` apart) against
+/// the `mb` packed panels, into the `m × cols` block of the output at `c` (row stride `cn`);
+/// the panels' micro kernels spread prefetches of `next` over their K loops.
 ///
 /// # Safety
 /// As in [`gemm_at`]'s task.
 #[allow(clippy::too_many_arguments)]
-unsafe fn tiles(
+unsafe fn group<H: Half>(
     lvl: Level,
     k: usize,
     pa: &[f32],
     mb: usize,
     bp: *const f32,
-    nb: usize,
+    cols: usize,
     c: *mut f32,
     cn: usize,
     m: usize,
+    next: &[H],
 ) {
     let mr = lvl.mr();
-    // SAFETY: forwarded from the caller.
-    unsafe {
-        match lvl {
-            #[cfg(target_arch = "x86_64")]
-            Level::Avx512 => {
-                for jg in (0..nb).step_by(12) {
-                    let cols = 12.min(nb - jg);
-                    for b in 0..mb {
-                        let rows = mr.min(m - b * mr);
-                        x86::micro_avx512(
-                            k,
-                            pa.as_ptr().add(b * mr * k),
-                            bp.add(jg * k),
-                            k,
-                            cols,
-                            c.add(b * mr * cn + jg),
-                            cn,
-                            rows,
-                        );
-                    }
-                }
-            }
-            #[cfg(target_arch = "x86_64")]
-            Level::Avx2 => {
-                for jg in (0..nb).step_by(6) {
-                    let cols = 6.min(nb - jg);
-                    for b in 0..mb {
-                        let rows = mr.min(m - b * mr);
-                        x86::micro_avx2(
-                            k,
-                            pa.as_ptr().add(b * mr * k),
-                            bp.add(jg * k),
-                            k,
-                            cols,
-                            c.add(b * mr * cn + jg),
-                            cn,
-                            rows,
-                        );
-                    }
-                }
+    let bytes = std::mem::size_of_val(next);
+    let seg = bytes.div_ceil(mb).next_multiple_of(64);
+    for b in 0..mb {
+        let rows = mr.min(m - b * mr);
+        let pf = (next.as_ptr() as *const u8).wrapping_add(b * seg);
+        let pf_len = seg.min(bytes.saturating_sub(b * seg));
+        let (ap, cp) = (pa[b * mr * k..].as_ptr(), c.wrapping_add(b * mr * cn));
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            match lvl {
+                #[cfg(target_arch = "x86_64")]
+                Level::Avx512 => x86::micro_avx512(k, ap, bp, k, cols, cp, cn, rows, pf, pf_len),
+                #[cfg(target_arch = "x86_64")]
+                Level::Avx2 => x86::micro_avx2(k, ap, bp, k, cols, cp, cn, rows, pf, pf_len),
             }
         }
     }
@@ -244,7 +236,7 @@ mod x86 {
             /// # Safety
             /// The CPU supports the features; `pa` holds `k · MR` floats; rows
             /// `bp + j·bs .. + k`, `j < cols ≤ NR`, are readable; the `rows × cols` block of
-            /// C at `c` is writable (`rows ≤ MR`).
+            /// C at `c` is writable (`rows ≤ MR`). `pf .. pf + pf_len` is only prefetched.
             #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
             #[target_feature(enable = $feature)]
             pub(super) unsafe fn $name(
@@ -256,6 +248,8 @@ mod x86 {
                 c: *mut f32,
                 cn: usize,
                 rows: usize,
+                pf: *const u8,
+                pf_len: usize,
             ) {
                 const NR: usize = $nr;
                 const L: usize = $lanes;
@@ -264,7 +258,16 @@ mod x86 {
                 unsafe {
                     let b: [*const f32; NR] = std::array::from_fn(|j| bp.add(j.min(cols - 1) * bs));
                     let mut acc = [[$zero(); 2]; NR];
+                    // One prefetch of `pf .. pf + pf_len` every `every` steps of K.
+                    let lines = pf_len.div_ceil(64);
+                    let every = (k / lines.max(1)).max(1);
+                    let (mut at, mut line) = (0, 0);
                     for q in 0..k {
+                        if q == at && line < lines {
+                            crate::simd::prefetch_raw(pf.wrapping_add(line * 64), 1);
+                            line += 1;
+                            at += every;
+                        }
                         let a0 = $load(pa.add(q * 2 * L));
                         let a1 = $load(pa.add(q * 2 * L + L));
                         for j in 0..NR {
