@@ -132,7 +132,8 @@ pub(crate) fn gemm_at<H: Half>(
         // Panel b, element (q, i): row b·mr + i of `a` at depth q (zero past row m). Written
         // in order (the `mr` rows read side by side stay in L1); a row at a time would write
         // each cache line of the panel `mr` times, far apart.
-        for (b, panel) in pa.chunks_mut(mr * k).enumerate() {
+        // One task per panel, on the pool when the product is parallel.
+        let pack = |b: usize, panel: &mut [f32]| {
             let rows = mr.min(m - b * mr);
             let src: [&[f32]; 32] = std::array::from_fn(|i| {
                 let r = b * mr + i.min(rows - 1);
@@ -143,6 +144,13 @@ pub(crate) fn gemm_at<H: Half>(
                     *v = if i < rows { src[i][q] } else { 0.0 };
                 }
             }
+        };
+        if parallel && mb > 1 {
+            crate::exec::par::for_each_chunk(pa, mr * k, pack);
+        } else {
+            pa.chunks_mut(mr * k)
+                .enumerate()
+                .for_each(|(b, p)| pack(b, p));
         }
         let pa: &[f32] = pa;
         let out = OutPtr(dst.as_mut_ptr());
