@@ -5,8 +5,9 @@
 #
 # Environment (defaults in brackets):
 #   MODEL        GGUF file [models/SmolLM2-135M-Instruct.Q4_1.gguf]
-#   LLAMA_BENCH  llama-bench binary [$HOME/.cache/luminal-bench/build-0.3.36-native/bin/llama-bench]
-#                (scripts/bench-vs-llamacpp.sh --build-only builds it)
+#   LLAMA_BENCH  llama-bench binary [$HOME/.cache/luminal-bench/build-0.3.36-native/bin/llama-bench,
+#                or build-0.3.36-native-noamx on hosts with AMX] (scripts/bench-vs-llamacpp.sh
+#                --build-only builds it)
 #   LUMINAL_BIN  our binary [target/release/luminal, built when missing]
 #   THREADS      threads for both [2]
 #   REPS         repetitions per test (-r) [3]
@@ -18,7 +19,9 @@ SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd -- "$SCRIPT_DIR/.." && pwd)"
 cd "$REPO"
 MODEL="${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}"
-LLAMA_BENCH="${LLAMA_BENCH:-$HOME/.cache/luminal-bench/build-0.3.36-native/bin/llama-bench}"
+VARIANT=native
+grep -q -w amx_tile /proc/cpuinfo 2>/dev/null && VARIANT=native-noamx
+LLAMA_BENCH="${LLAMA_BENCH:-$HOME/.cache/luminal-bench/build-0.3.36-$VARIANT/bin/llama-bench}"
 LUMINAL_BIN="${LUMINAL_BIN:-target/release/luminal}"
 THREADS="${THREADS:-2}"; REPS="${REPS:-3}"
 DEPTHS="${DEPTHS:-0 2048 4096}"; PROMPTS="${PROMPTS:-512 2048}"; RSS_PROMPT="${RSS_PROMPT:-4096}"
