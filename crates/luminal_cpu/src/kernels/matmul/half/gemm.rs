@@ -25,6 +25,9 @@ use std::cell::RefCell;
 /// at a time (`NR · K` floats, in L1 / L2 next to the packed activations).
 const NB: usize = 96;
 
+/// Rows of the activations packed and multiplied at a time (a multiple of every `MR`).
+const M_BLOCK: usize = 256;
+
 thread_local! {
     /// The packed activations of the product this thread runs (grows, then reused).
     static PACKED_A: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
@@ -121,6 +124,25 @@ pub(crate) fn gemm_at<H: Half>(
         "half gemm: activation too short"
     );
     assert!(w.len() >= n * k, "half gemm: weight too short");
+    // Blocks of at most `M_BLOCK` rows (the packed activations of one stay in L2 next to
+    // the weight group, and the scratch stays bounded whatever M is).
+    for i0 in (0..m).step_by(M_BLOCK) {
+        let rows = M_BLOCK.min(m - i0);
+        let a_at = (a_off + i0 * a_row, a_row);
+        block(lvl, a, a_at, w, &mut dst[i0 * n..], (rows, n, k), parallel);
+    }
+}
+
+/// [`gemm_at`] for one block of `m ≤ M_BLOCK` rows (operands checked by the caller).
+fn block<H: Half>(
+    lvl: Level,
+    a: &[f32],
+    (a_off, a_row): (usize, usize),
+    w: &[H],
+    dst: &mut [f32],
+    (m, n, k): (usize, usize, usize),
+    parallel: bool,
+) {
     let mr = lvl.mr();
     let mb = m.div_ceil(mr);
     PACKED_A.with(|pa| {
@@ -363,7 +385,7 @@ mod tests {
 
     fn check<H: Half>(from: fn(f32) -> H) {
         for lvl in levels() {
-            for &m in &[1usize, 2, 5, 8, 9, 16, 17, 33, 40] {
+            for &m in &[1usize, 2, 5, 8, 9, 16, 17, 33, 40, 300] {
                 for &k in &[1usize, 7, 15, 17, 100, 301] {
                     for &n in &[1usize, 5, 13, 37, 97, 203] {
                         let (a_off, a_row) = (3, k + 5);
