@@ -7,8 +7,8 @@
 //! - [`skinny`]: `M ≤ 8` rows against a weight contiguous along K (stored `[N, K]`, how
 //!   `Linear` keeps it, and the f16 / bf16 GGUF weights of `quant::weight_matmul`): one dot
 //!   product per output, a block of up to four weight rows read together (each activation
-//!   load feeds all of them, the outputs reduced together), the weight prefetched 16 KiB
-//!   ahead (into L2); the threads split the columns;
+//!   load feeds all of them, the outputs reduced together), the weight prefetched 8 KiB
+//!   ahead; the threads split the columns;
 //! - [`axpy`]: `M = 1` against a weight contiguous along N (stored `[K, N]`): each task owns
 //!   a chunk of output columns (in L1) and adds the weight's rows into it, scaled.
 //!
@@ -83,18 +83,8 @@ impl Half for half::bf16 {}
 
 /// Bytes ahead of the weight being read that the skinny kernels prefetch (rows are usually
 /// contiguous, so this reaches into the next rows).
-/// (SmolLM2-135M F16 decode on one thread, into L1: 11 GB/s at 1.5 KiB, 13 at 8 KiB, less
-/// at 32; into L2 (below) a few % faster again at 16–32 KiB.)
-const SKINNY_AHEAD: usize = 16384;
-
-/// Prefetches the line at `p` into L2 (a hint: any address is valid). Into L2 rather than
-/// L1 the requests queue in L2's miss buffers, not the few L1 fill buffers the loads need.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn prefetch_l2(p: *const u8) {
-    // SAFETY: a prefetch has no architectural effect and never faults.
-    unsafe { _mm_prefetch::<_MM_HINT_T1>(p as *const i8) }
-}
+/// (1×576·[49152,576]ᵀ f16 on one thread: 11 GB/s at 1.5 KiB, 13 at 8 KiB, fewer at 32.)
+const SKINNY_AHEAD: usize = 8192;
 
 /// The kernel family a skinny product runs.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -319,7 +309,10 @@ unsafe fn cols_avx512_rc<H: Half, const R: usize, const C: usize, const U: usize
             let mut q = 0;
             while q + 16 * U <= kv {
                 for c in 0..C {
-                    prefetch_l2((wp[c].add(q) as *const u8).wrapping_add(SKINNY_AHEAD));
+                    crate::simd::prefetch_raw(
+                        (wp[c].add(q) as *const u8).wrapping_add(SKINNY_AHEAD),
+                        1,
+                    );
                 }
                 for u in 0..U {
                     let wv: [__m512; C] = std::array::from_fn(|c| H::load16(wp[c].add(q + 16 * u)));
@@ -446,7 +439,10 @@ unsafe fn cols_avx2_rc<H: Half, const R: usize, const C: usize, const U: usize>(
             while q + 8 * U <= k {
                 if (q * 2) % 64 < 16 * U {
                     for c in 0..C {
-                        prefetch_l2((wp[c].add(q) as *const u8).wrapping_add(SKINNY_AHEAD));
+                        crate::simd::prefetch_raw(
+                            (wp[c].add(q) as *const u8).wrapping_add(SKINNY_AHEAD),
+                            1,
+                        );
                     }
                 }
                 for u in 0..U {
