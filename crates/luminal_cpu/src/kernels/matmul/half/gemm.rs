@@ -351,7 +351,6 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::Elem;
     use half::{bf16, f16};
 
     /// The tilings this CPU runs.
