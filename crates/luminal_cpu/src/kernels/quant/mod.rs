@@ -418,12 +418,10 @@ fn half_gemm(
     use crate::kernels::matmul::half::gemm::weight_gemm;
     let (n, k) = (w.n, w.k);
     match w.dtype {
-        DType::F16 => halves::<f16>(&w).is_some_and(|h| {
-            weight_gemm(a, (a_off, a_row), h, dst, (m, n, k), parallel)
-        }),
-        DType::BF16 => halves::<bf16>(&w).is_some_and(|h| {
-            weight_gemm(a, (a_off, a_row), h, dst, (m, n, k), parallel)
-        }),
+        DType::F16 => halves::<f16>(&w)
+            .is_some_and(|h| weight_gemm(a, (a_off, a_row), h, dst, (m, n, k), parallel)),
+        DType::BF16 => halves::<bf16>(&w)
+            .is_some_and(|h| weight_gemm(a, (a_off, a_row), h, dst, (m, n, k), parallel)),
         _ => false,
     }
 }
