@@ -20,7 +20,10 @@
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib:$LD_LIBRARY_PATH
 export PYTHONUNBUFFERED=1
 B=.gpu/bench
-OUT=${OUT:-/tmp}
+# Scratch (the Python package, the generated GGUF) and logs: a private temporary folder
+# unless the device tool's $OUT is set.
+WORK=$(mktemp -d)
+OUT=${OUT:-$WORK}
 nvidia-smi -L
 nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader
 BUILD_ROOT=${BUILD_ROOT:-$(cat $B/build_root)}
@@ -33,10 +36,9 @@ step() { echo; echo "=== $*"; s=$(date +%s%N); }
 took() { echo "--- rc=$1 $(( ($(date +%s%N) - s) / 1000000 )) ms"; }
 smol() {
   step "gguf install + make SmolLM2-shaped GGUF"
-  python3 -c "import gguf" 2>/dev/null && echo "gguf already there" || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $B/gguf-*.whl && export PYTHONPATH=/tmp/site; }
-  mkdir -p /tmp/smol
-  timeout 60 python3 scripts/make_llama1b_gguf.py /tmp/smol/smollm2-shape.F16.gguf --ref $B/smollm2-tokenizer.gguf --shape smollm2 2>&1; took $?
-  S=/tmp/smol/smollm2-shape.F16.gguf
+  python3 -c "import gguf" 2>/dev/null && echo "gguf already there" || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$WORK/site" $B/gguf-*.whl && export PYTHONPATH="$WORK/site"; }
+  S="$WORK/smollm2-shape.F16.gguf"
+  timeout 60 python3 scripts/make_llama1b_gguf.py "$S" --ref $B/smollm2-tokenizer.gguf --shape smollm2 2>&1; took $?
 }
 if [ "$1" = fusion ]; then
   # Elementwise fusion (on by default; LUMINAL_CUDA_FUSION=0 gives one kernel per node,
