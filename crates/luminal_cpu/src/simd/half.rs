@@ -46,6 +46,49 @@ pub fn fast() -> bool {
     }
 }
 
+/// The vector level of the kernels that read half weights in place (`matmul/skinny_half.rs`,
+/// `matmul/half/gemm.rs`): AVX-512, or AVX2 + F16C.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HalfLevel {
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+}
+
+/// The level the CPU and the instruction-set cap allow; `None` below AVX2 + F16C (the
+/// portable paths).
+pub(crate) fn half_level() -> Option<HalfLevel> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if crate::simd::isa() >= crate::simd::Isa::Avx512 {
+            return Some(HalfLevel::Avx512);
+        }
+        if fast() {
+            return Some(HalfLevel::Avx2);
+        }
+    }
+    None
+}
+
+/// Every level this CPU has, whatever the cap (the kernel tests run each).
+#[cfg(test)]
+pub(crate) fn detected_half_levels() -> Vec<HalfLevel> {
+    #[allow(unused_mut)]
+    let mut v = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    {
+        let d = crate::simd::detected_isa();
+        if d >= crate::simd::Isa::Avx2 && std::arch::is_x86_feature_detected!("f16c") {
+            v.push(HalfLevel::Avx2);
+        }
+        if d >= crate::simd::Isa::Avx512 {
+            v.push(HalfLevel::Avx512);
+        }
+    }
+    v
+}
+
 /// The bf16 bits of `x`, rounded to nearest even; NaN stays NaN (quieted, as `half` does).
 #[inline(always)]
 pub(crate) fn bf16_bits(x: f32) -> u16 {

@@ -518,3 +518,48 @@ impl CpuKernel for MatmulKernel {
         self.weight.map(|_| self.b)
     }
 }
+
+/// Helpers of the kernel tests of this module's products.
+#[cfg(test)]
+pub(crate) mod testing {
+    /// `n` values in [−1, 1], a xorshift stream seeded by `seed`.
+    pub(crate) fn vals(n: usize, seed: u32) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                (s % 2001) as f32 / 1000.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// `dst[i·n + j]` equals `Σ_q a[a_off + i·a_row + q] · w(j, q)` computed in f64, within
+    /// `1e-6 · Σ|products|`, for `i < m`, `j < n`; and `dst[m·n]` (a NaN guard) is untouched.
+    pub(crate) fn assert_matches_f64(
+        what: &str,
+        a: &[f32],
+        (a_off, a_row): (usize, usize),
+        w: impl Fn(usize, usize) -> f32,
+        dst: &[f32],
+        (m, n, k): (usize, usize, usize),
+    ) {
+        for i in 0..m {
+            for j in 0..n {
+                let (mut want, mut mag) = (0f64, 0f64);
+                for q in 0..k {
+                    let p = a[a_off + i * a_row + q] as f64 * w(j, q) as f64;
+                    want += p;
+                    mag += p.abs();
+                }
+                let got = dst[i * n + j] as f64;
+                assert!(
+                    (got - want).abs() <= 1e-6 * mag + 1e-30,
+                    "{what} m={m} n={n} k={k} [{i},{j}]: {got} vs {want}"
+                );
+            }
+        }
+        assert!(dst[m * n].is_nan(), "{what}: wrote past m·n");
+    }
+}

@@ -16,7 +16,7 @@
 //! on short blocks widened with `half`'s slice conversions.
 
 use crate::kernels::matmul::skinny_f32::MAX_ROWS;
-use crate::simd::half::fast;
+use crate::simd::half::{fast, half_level, HalfLevel};
 use crate::storage::Elem;
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -86,29 +86,6 @@ impl Half for half::bf16 {}
 /// (1×576·[49152,576]ᵀ f16 on one thread: 11 GB/s at 1.5 KiB, 13 at 8 KiB, fewer at 32.)
 const SKINNY_AHEAD: usize = 8192;
 
-/// The kernel family a skinny product runs.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Level {
-    Portable,
-    #[cfg(target_arch = "x86_64")]
-    Avx2,
-    #[cfg(target_arch = "x86_64")]
-    Avx512,
-}
-
-fn level() -> Level {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if crate::simd::isa() >= crate::simd::Isa::Avx512 {
-            return Level::Avx512;
-        }
-        if fast() {
-            return Level::Avx2;
-        }
-    }
-    Level::Portable
-}
-
 /// One skinny product: `dst[i·n + j] = Σ_q a[a_off + i·a_row + q] · b[b_off + j·b_row + q]`
 /// for `i < m ≤ MAX_ROWS`, `j < n`, `q < k`. Panics (before reading anything) when the
 /// operands are too short for those indices. Allocates nothing.
@@ -126,13 +103,13 @@ pub fn skinny<H: Half>(
     mnk: (usize, usize, usize),
     parallel: bool,
 ) {
-    skinny_at(level(), a, a_at, b, b_at, dst, mnk, parallel)
+    skinny_at(half_level(), a, a_at, b, b_at, dst, mnk, parallel)
 }
 
-/// [`skinny`] with the kernel family `lvl` (which the CPU must support).
+/// [`skinny`] at the level `lvl` (which the CPU must support; `None`: portable).
 #[allow(clippy::too_many_arguments)]
 fn skinny_at<H: Half>(
-    lvl: Level,
+    lvl: Option<HalfLevel>,
     a: &[f32],
     (a_off, a_row): (usize, usize),
     b: &[H],
@@ -172,20 +149,20 @@ fn skinny_at<H: Half>(
             for (q, r) in p.iter_mut().zip(&rows[..m]) {
                 *q = r.as_ptr();
             }
-            // SAFETY (both): the ISA was detected (`level`); every row of `p[..m]` and
+            // SAFETY (both): the ISA was detected (`half_level`); every row of `p[..m]` and
             // every weight row `b_off + j·b_row`, j < n, holds `k` elements (checked
             // above); `out` holds m·n elements and this task alone writes columns j0..j1.
             let w = b[b_off..].as_ptr();
             match lvl {
-                Level::Avx512 => {
+                Some(HalfLevel::Avx512) => {
                     unsafe { cols_avx512::<H>(&p, m, w, b_row, j0..j1, out, n, k) };
                     return;
                 }
-                Level::Avx2 => {
+                Some(HalfLevel::Avx2) => {
                     unsafe { cols_avx2::<H>(&p, m, w, b_row, j0..j1, out, n, k) };
                     return;
                 }
-                Level::Portable => {}
+                None => {}
             }
         }
         let _ = lvl;
@@ -621,34 +598,17 @@ unsafe fn axpy_avx2<'b, H: Elem>(x: &[f32], row: &impl Fn(usize) -> &'b [H], out
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::matmul::testing::{assert_matches_f64, vals};
     use half::{bf16, f16};
 
-    /// The kernel families this CPU runs.
-    fn levels() -> Vec<Level> {
-        let mut v = vec![Level::Portable];
-        #[cfg(target_arch = "x86_64")]
-        {
-            let d = crate::simd::detected_isa();
-            let f16c = std::arch::is_x86_feature_detected!("f16c");
-            if d >= crate::simd::Isa::Avx2 && f16c {
-                v.push(Level::Avx2);
-            }
-            if d >= crate::simd::Isa::Avx512 {
-                v.push(Level::Avx512);
-            }
-        }
-        v
-    }
-
-    fn vals(n: usize, seed: u32) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                (s % 2001) as f32 / 1000.0 - 1.0
-            })
+    /// The levels this CPU runs, the portable one (`None`) first.
+    fn levels() -> Vec<Option<HalfLevel>> {
+        std::iter::once(None)
+            .chain(
+                crate::simd::half::detected_half_levels()
+                    .into_iter()
+                    .map(Some),
+            )
             .collect()
     }
 
@@ -678,23 +638,14 @@ mod tests {
                                 (m, n, k),
                                 parallel,
                             );
-                            for i in 0..m {
-                                for j in 0..n {
-                                    let (mut want, mut mag) = (0f64, 0f64);
-                                    for q in 0..k {
-                                        let p = a[a_off + i * a_row + q] as f64
-                                            * b[b_off + j * b_row + q].to_f32() as f64;
-                                        want += p;
-                                        mag += p.abs();
-                                    }
-                                    let got = dst[i * n + j] as f64;
-                                    assert!(
-                                        (got - want).abs() <= 1e-6 * mag + 1e-30,
-                                        "{lvl:?} m={m} n={n} k={k} [{i},{j}]: {got} vs {want}"
-                                    );
-                                }
-                            }
-                            assert!(dst[m * n].is_nan(), "{lvl:?}: wrote past m·n");
+                            assert_matches_f64(
+                                &format!("{lvl:?}"),
+                                &a,
+                                (a_off, a_row),
+                                |j, q| b[b_off + j * b_row + q].to_f32(),
+                                &dst,
+                                (m, n, k),
+                            );
                         }
                     }
                 }

@@ -17,6 +17,7 @@
 
 use crate::kernels::matmul::skinny_f32::OutPtr;
 use crate::kernels::matmul::skinny_half::Half;
+use crate::simd::half::{half_level, HalfLevel};
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -35,23 +36,15 @@ thread_local! {
     static WIDE_B: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The register tiling a product runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Level {
-    #[cfg(target_arch = "x86_64")]
-    Avx512,
-    #[cfg(target_arch = "x86_64")]
-    Avx2,
-}
-
-impl Level {
+/// The register tiling of each level.
+impl HalfLevel {
     /// Columns of the output tile (weight rows per group).
     fn nr(self) -> usize {
         match self {
             #[cfg(target_arch = "x86_64")]
-            Level::Avx512 => 12,
+            HalfLevel::Avx512 => 12,
             #[cfg(target_arch = "x86_64")]
-            Level::Avx2 => 6,
+            HalfLevel::Avx2 => 6,
         }
     }
 
@@ -59,29 +52,15 @@ impl Level {
     fn mr(self) -> usize {
         match self {
             #[cfg(target_arch = "x86_64")]
-            Level::Avx512 => 32,
+            HalfLevel::Avx512 => 32,
             #[cfg(target_arch = "x86_64")]
-            Level::Avx2 => 16,
+            HalfLevel::Avx2 => 16,
         }
     }
-}
-
-/// The tiling this CPU (and the instruction-set cap) allows, if any.
-pub(crate) fn level() -> Option<Level> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if crate::simd::isa() >= crate::simd::Isa::Avx512 {
-            return Some(Level::Avx512);
-        }
-        if crate::simd::half::fast() {
-            return Some(Level::Avx2);
-        }
-    }
-    None
 }
 
 /// `dst[i·n + j] = Σ_q a[a_off + i·a_row + q] · w[j·k + q]` for `i < m`, `j < n`, `q < k`
-/// with the tiling of [`level`]; `false` (nothing written) where there is none. Panics
+/// with the tiling of [`half_level`]; `false` (nothing written) where there is none. Panics
 /// (before writing anything) when an operand is too short. Allocates nothing once the
 /// per-thread scratch has grown.
 pub(crate) fn weight_gemm<H: Half>(
@@ -92,7 +71,7 @@ pub(crate) fn weight_gemm<H: Half>(
     mnk: (usize, usize, usize),
     parallel: bool,
 ) -> bool {
-    match level() {
+    match half_level() {
         Some(lvl) => {
             gemm_at(lvl, a, a_at, w, dst, mnk, parallel);
             true
@@ -103,7 +82,7 @@ pub(crate) fn weight_gemm<H: Half>(
 
 /// [`weight_gemm`] with the tiling `lvl` (which the CPU must support).
 pub(crate) fn gemm_at<H: Half>(
-    lvl: Level,
+    lvl: HalfLevel,
     a: &[f32],
     (a_off, a_row): (usize, usize),
     w: &[H],
@@ -135,7 +114,7 @@ pub(crate) fn gemm_at<H: Half>(
 
 /// [`gemm_at`] for one block of `m ≤ M_BLOCK` rows (operands checked by the caller).
 fn block<H: Half>(
-    lvl: Level,
+    lvl: HalfLevel,
     a: &[f32],
     (a_off, a_row): (usize, usize),
     w: &[H],
@@ -221,7 +200,7 @@ fn block<H: Half>(
 /// As in [`gemm_at`]'s task.
 #[allow(clippy::too_many_arguments)]
 unsafe fn group<H: Half>(
-    lvl: Level,
+    lvl: HalfLevel,
     k: usize,
     pa: &[f32],
     mb: usize,
@@ -244,9 +223,11 @@ unsafe fn group<H: Half>(
         unsafe {
             match lvl {
                 #[cfg(target_arch = "x86_64")]
-                Level::Avx512 => x86::micro_avx512(k, ap, bp, k, cols, cp, cn, rows, pf, pf_len),
+                HalfLevel::Avx512 => {
+                    x86::micro_avx512(k, ap, bp, k, cols, cp, cn, rows, pf, pf_len)
+                }
                 #[cfg(target_arch = "x86_64")]
-                Level::Avx2 => x86::micro_avx2(k, ap, bp, k, cols, cp, cn, rows, pf, pf_len),
+                HalfLevel::Avx2 => x86::micro_avx2(k, ap, bp, k, cols, cp, cn, rows, pf, pf_len),
             }
         }
     }
@@ -351,39 +332,11 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::matmul::testing::{assert_matches_f64, vals};
     use half::{bf16, f16};
 
-    /// The tilings this CPU runs.
-    fn levels() -> Vec<Level> {
-        #[allow(unused_mut)]
-        let mut v = Vec::new();
-        #[cfg(target_arch = "x86_64")]
-        {
-            let d = crate::simd::detected_isa();
-            if d >= crate::simd::Isa::Avx2 && std::arch::is_x86_feature_detected!("f16c") {
-                v.push(Level::Avx2);
-            }
-            if d >= crate::simd::Isa::Avx512 {
-                v.push(Level::Avx512);
-            }
-        }
-        v
-    }
-
-    fn vals(n: usize, seed: u32) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                (s % 2001) as f32 / 1000.0 - 1.0
-            })
-            .collect()
-    }
-
     fn check<H: Half>(from: fn(f32) -> H) {
-        for lvl in levels() {
+        for lvl in crate::simd::half::detected_half_levels() {
             for &m in &[1usize, 2, 5, 8, 9, 16, 17, 33, 40, 300] {
                 for &k in &[1usize, 7, 15, 17, 100, 301] {
                     for &n in &[1usize, 5, 13, 37, 97, 203] {
@@ -395,23 +348,14 @@ mod tests {
                             .collect();
                         let mut dst = vec![f32::NAN; m * n + 2];
                         gemm_at(lvl, &a, (a_off, a_row), &w, &mut dst, (m, n, k), true);
-                        for i in 0..m {
-                            for j in 0..n {
-                                let (mut want, mut mag) = (0f64, 0f64);
-                                for q in 0..k {
-                                    let p = a[a_off + i * a_row + q] as f64
-                                        * w[j * k + q].to_f32() as f64;
-                                    want += p;
-                                    mag += p.abs();
-                                }
-                                let got = dst[i * n + j] as f64;
-                                assert!(
-                                    (got - want).abs() <= 1e-6 * mag + 1e-30,
-                                    "{lvl:?} m={m} n={n} k={k} [{i},{j}]: {got} vs {want}"
-                                );
-                            }
-                        }
-                        assert!(dst[m * n].is_nan(), "{lvl:?}: wrote past m·n");
+                        assert_matches_f64(
+                            &format!("{lvl:?}"),
+                            &a,
+                            (a_off, a_row),
+                            |j, q| w[j * k + q].to_f32(),
+                            &dst,
+                            (m, n, k),
+                        );
                     }
                 }
             }
