@@ -361,34 +361,16 @@ fn skinny_half(
     m: usize,
     parallel: bool,
 ) -> bool {
-    fn go<H: crate::kernels::matmul::skinny_half::Half>(
-        a: &[f32],
-        (a_off, a_row): (usize, usize),
-        w: WeightRef,
-        dst: &mut [f32],
-        m: usize,
-        parallel: bool,
-    ) -> bool {
-        // SAFETY: any 2-byte pattern is a valid f16 / bf16; `align_to` only yields the
-        // aligned middle part.
-        let (pre, mid, _) = unsafe { w.bytes.align_to::<H>() };
-        if !pre.is_empty() || mid.len() < w.n * w.k {
-            return false;
-        }
-        crate::kernels::matmul::skinny_half::skinny(
-            a,
-            (a_off, a_row),
-            &mid[..w.n * w.k],
-            (0, w.k),
-            dst,
-            (m, w.n, w.k),
-            parallel,
-        );
-        true
-    }
+    use crate::kernels::matmul::skinny_half::skinny;
+    let (n, k) = (w.n, w.k);
+    let at = (a_off, a_row);
     match w.dtype {
-        DType::F16 => go::<f16>(a, (a_off, a_row), w, dst, m, parallel),
-        DType::BF16 => go::<bf16>(a, (a_off, a_row), w, dst, m, parallel),
+        DType::F16 => halves::<f16>(&w)
+            .map(|h| skinny(a, at, h, (0, k), dst, (m, n, k), parallel))
+            .is_some(),
+        DType::BF16 => halves::<bf16>(&w)
+            .map(|h| skinny(a, at, h, (0, k), dst, (m, n, k), parallel))
+            .is_some(),
         _ => false,
     }
 }
