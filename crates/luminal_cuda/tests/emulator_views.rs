@@ -16,11 +16,15 @@ fn check<'g>(
     dims: &[(&str, usize)],
     lens: &[usize],
 ) {
-    let run = |rt: &mut dyn FnMut(&[GraphTensor<'g>]) -> Vec<Vec<f32>>| rt(outputs);
-    let mut reference = |outs: &[GraphTensor<'g>]| {
-        let mut rt = cx
-            .compile(ReferenceBackend, CompileOptions::default())
-            .unwrap();
+    // The outputs of the graph on `backend`, with the same dims and input data.
+    fn run_on<'g, B: Backend>(
+        backend: B,
+        cx: &'g Graph,
+        (inputs, outs): (&[GraphTensor<'g>], &[GraphTensor<'g>]),
+        dims: &[(&str, usize)],
+        lens: &[usize],
+    ) -> Vec<Vec<f32>> {
+        let mut rt = cx.compile(backend, CompileOptions::default()).unwrap();
         for (name, v) in dims {
             rt.set_dim(name, *v);
         }
@@ -29,22 +33,9 @@ fn check<'g>(
         }
         rt.run().unwrap();
         outs.iter().map(|&o| rt.get_f32(o).unwrap()).collect()
-    };
-    let mut emulated = |outs: &[GraphTensor<'g>]| {
-        let mut rt = cx
-            .compile(HostEmulatorBackend, CompileOptions::default())
-            .unwrap();
-        for (name, v) in dims {
-            rt.set_dim(name, *v);
-        }
-        for (i, (&t, &n)) in inputs.iter().zip(lens).enumerate() {
-            rt.set(t, &data(n, i as u32)).unwrap();
-        }
-        rt.run().unwrap();
-        outs.iter().map(|&o| rt.get_f32(o).unwrap()).collect()
-    };
-    let want = run(&mut reference);
-    let got = run(&mut emulated);
+    }
+    let want = run_on(ReferenceBackend, cx, (inputs, outputs), dims, lens);
+    let got = run_on(HostEmulatorBackend, cx, (inputs, outputs), dims, lens);
     for (o, (g, w)) in got.iter().zip(&want).enumerate() {
         assert_eq!(g.len(), w.len(), "output {o}: length");
         for (i, (a, b)) in g.iter().zip(w).enumerate() {
