@@ -2,6 +2,8 @@
 //! stop reason and settings warnings on stderr, and the errors of a corrupt model
 //! (non-finite logits in generate and perplexity, `inspect --check`).
 
+mod common;
+use common::{err, one_line_error, s};
 use luminal_io::GgufFile;
 use serde_json::Value;
 use std::io::Write;
@@ -27,10 +29,6 @@ fn smollm2() -> Option<PathBuf> {
         );
         None
     }
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 /// Runs `luminal args…` with `stdin` as its input.
@@ -63,10 +61,6 @@ fn out(o: &Output) -> String {
         String::from_utf8_lossy(&o.stderr)
     );
     String::from_utf8(o.stdout.clone()).unwrap()
-}
-
-fn err(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 fn generation_reference() -> Value {
@@ -191,19 +185,6 @@ fn corrupt_smollm2(model: &Path, dir: &Path) -> PathBuf {
     let bad = dir.join("nan.gguf");
     std::fs::write(&bad, bytes).unwrap();
     bad
-}
-
-fn one_line_error(o: &Output) -> String {
-    assert_eq!(o.status.code(), Some(1), "{}", err(o));
-    assert!(
-        o.stdout.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&o.stdout)
-    );
-    let e = err(o);
-    let lines: Vec<&str> = e.lines().collect();
-    assert_eq!(lines.len(), 1, "{e}");
-    lines[0].to_string()
 }
 
 #[test]

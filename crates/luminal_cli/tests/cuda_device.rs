@@ -2,16 +2,14 @@
 //! with one (the device machine, see benches/README.md) `generate`, `perplexity` and `bench`
 //! run on the CUDA backend and agree with the CPU backend on the tiny fixtures.
 
+mod common;
+use common::{err, one_line_error, s};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../luminal_model_tests/tests/fixtures")
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 fn luminal(args: &[&str]) -> Output {
@@ -21,27 +19,9 @@ fn luminal(args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn err(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
 fn ok(o: &Output) -> String {
     assert!(o.status.success(), "exit {:?}: {}", o.status.code(), err(o));
     String::from_utf8(o.stdout.clone()).unwrap()
-}
-
-/// Exit code 1, nothing on stdout, one `error: …` line on stderr.
-fn one_line_error(o: &Output) -> String {
-    assert_eq!(o.status.code(), Some(1), "{}", err(o));
-    assert!(
-        o.stdout.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&o.stdout)
-    );
-    let e = err(o);
-    let lines: Vec<&str> = e.lines().collect();
-    assert_eq!(lines.len(), 1, "{e}");
-    lines[0].to_string()
 }
 
 /// Whether a CUDA device opens here (driver, NVRTC and device 0).
