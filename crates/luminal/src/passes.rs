@@ -118,6 +118,24 @@ pub fn live_nodes(graph: &GraphData) -> HashSet<NodeId> {
     live
 }
 
+/// The live nodes ([`live_nodes`]) in topological order, and the dynamic dims they use:
+/// what every runtime works out before it plans a graph.
+pub fn live_order(graph: &GraphData) -> (Vec<NodeId>, std::collections::BTreeSet<String>) {
+    let live = live_nodes(graph);
+    let order = graph
+        .toposort()
+        .into_iter()
+        .filter(|id| live.contains(id))
+        .collect();
+    let mut sub = graph.clone();
+    for (i, n) in sub.nodes.iter_mut().enumerate() {
+        if !live.contains(&NodeId(i as u32)) {
+            *n = None;
+        }
+    }
+    (order, sub.dynamic_dims())
+}
+
 /// The scalar every element of `edge` reads, when that is one number.
 fn uniform_value(graph: &GraphData, edge: &Edge) -> Option<f64> {
     let node = graph.node(edge.node);

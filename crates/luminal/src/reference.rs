@@ -7,7 +7,7 @@ use crate::dtype::HostData;
 use crate::error::{LuminalError, Result};
 use crate::graph::{Edge, GraphData, NodeId, TensorRef};
 use crate::op::Op;
-use crate::passes::live_nodes;
+use crate::passes::live_order;
 use crate::semantics::{eval_node, node_exprs, Operands};
 use crate::shape::{CompiledExpression, Expression, ShapeTracker};
 use std::collections::{BTreeSet, HashMap};
@@ -78,19 +78,7 @@ impl ViewReader {
 
 impl ReferenceRuntime {
     pub fn new(graph: GraphData) -> ReferenceRuntime {
-        let live = live_nodes(&graph);
-        let order: Vec<NodeId> = graph
-            .toposort()
-            .into_iter()
-            .filter(|id| live.contains(id))
-            .collect();
-        let mut sub = graph.clone();
-        sub.nodes.iter_mut().enumerate().for_each(|(i, n)| {
-            if !live.contains(&NodeId(i as u32)) {
-                *n = None;
-            }
-        });
-        let needed_dims = sub.dynamic_dims();
+        let (order, needed_dims) = live_order(&graph);
         ReferenceRuntime {
             graph,
             order,

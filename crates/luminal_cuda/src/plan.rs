@@ -7,7 +7,7 @@ use crate::codegen::{self, Kernel, BLOCK};
 use crate::gemm::{self, GemmCall, Pattern};
 use luminal::graph::{GraphData, NodeId, TensorRef};
 use luminal::op::Op;
-use luminal::passes::live_nodes;
+use luminal::passes::live_order;
 use luminal::{DType, Expression, HostData, LuminalError, Result, Runtime};
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -181,19 +181,7 @@ impl<E: Executor> PlanRuntime<E> {
     /// As [`PlanRuntime::new`] with fusion `mode` ([`codegen::Fusion::Off`]: every node its
     /// own kernel and buffer).
     pub fn with_fusion(graph: GraphData, mut exec: E, mode: codegen::Fusion) -> Result<Self> {
-        let live = live_nodes(&graph);
-        let order: Vec<NodeId> = graph
-            .toposort()
-            .into_iter()
-            .filter(|id| live.contains(id))
-            .collect();
-        let mut sub = graph.clone();
-        sub.nodes.iter_mut().enumerate().for_each(|(i, n)| {
-            if !live.contains(&NodeId(i as u32)) {
-                *n = None;
-            }
-        });
-        let needed_dims = sub.dynamic_dims();
+        let (order, needed_dims) = live_order(&graph);
         let patterns = if exec.gemm_available() {
             gemm::find(&graph, &order)
         } else {

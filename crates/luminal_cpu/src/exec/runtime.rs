@@ -7,7 +7,7 @@ use crate::storage::Storage;
 use crate::view::{eval, DimNames, DimValues, MAX_DYN_DIMS};
 use luminal::graph::{GraphData, NodeId, TensorRef};
 use luminal::op::Op;
-use luminal::passes::live_nodes;
+use luminal::passes::live_order;
 use luminal::shape::CompiledExpression;
 use luminal::{Element, HostData, LuminalError, Result, Runtime};
 use std::collections::{BTreeSet, HashMap};
@@ -63,19 +63,7 @@ impl CpuRuntime {
         dots: crate::QuantDots,
         disabled_rules: &[&str],
     ) -> Result<CpuRuntime> {
-        let live = live_nodes(&graph);
-        let order: Vec<NodeId> = graph
-            .toposort()
-            .into_iter()
-            .filter(|id| live.contains(id))
-            .collect();
-        let mut sub = graph.clone();
-        for (i, n) in sub.nodes.iter_mut().enumerate() {
-            if !live.contains(&NodeId(i as u32)) {
-                *n = None;
-            }
-        }
-        let needed_dims = sub.dynamic_dims();
+        let (order, needed_dims) = live_order(&graph);
         let all_dims = graph.dynamic_dims();
         if all_dims.len() > MAX_DYN_DIMS {
             return Err(LuminalError::Backend(format!(
