@@ -97,6 +97,19 @@ impl DType {
             DType::Q6_K => 210,
         }
     }
+    /// Byte offsets of the f16 fields of one block (scales, and the minimums' scale where
+    /// the format has one), as ggml lays the blocks out; empty for the plain types. What a
+    /// test sets to make random blocks decode to ordinary numbers.
+    pub fn half_fields(self) -> &'static [usize] {
+        match self {
+            DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[0],
+            DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
+            DType::Q2_K => &[80, 82],
+            DType::Q3_K => &[108],
+            DType::Q6_K => &[208],
+            _ => &[],
+        }
+    }
     /// Bytes that `n` values occupy, `None` when `n` is not a whole number of blocks.
     pub fn bytes_for(self, n: usize) -> Option<usize> {
         n.is_multiple_of(self.block_size())

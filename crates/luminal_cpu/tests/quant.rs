@@ -43,19 +43,6 @@ impl Rng {
     }
 }
 
-/// Byte offsets of the f16 scales inside one block of `dtype` (made finite and small so
-/// the decoded values are ordinary numbers).
-fn scale_offsets(dtype: DType) -> &'static [usize] {
-    match dtype {
-        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[0],
-        DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
-        DType::Q2_K => &[80, 82],
-        DType::Q3_K => &[108],
-        DType::Q6_K => &[208],
-        _ => &[],
-    }
-}
-
 /// Random blocks of `dtype` holding `n` values (random quants, finite scales).
 fn random_blocks(dtype: DType, n: usize, rng: &mut Rng) -> Vec<u8> {
     let bytes = dtype.bytes_for(n).unwrap();
@@ -74,7 +61,7 @@ fn random_blocks(dtype: DType, n: usize, rng: &mut Rng) -> Vec<u8> {
         }
         _ => {
             for blk in b.chunks_exact_mut(dtype.block_bytes()) {
-                for &at in scale_offsets(dtype) {
+                for &at in dtype.half_fields() {
                     let s = f16::from_f32(
                         (rng.uniform() * 0.1 + 0.001)
                             * if rng.next() & 1 == 0 { 1.0 } else { -1.0 },

@@ -16,18 +16,6 @@ fn bytes(n: usize, seed: u32) -> Vec<u8> {
         .collect()
 }
 
-/// Byte offsets of the f16 scale fields in one block of `dtype`.
-fn scale_fields(dtype: DType) -> &'static [usize] {
-    match dtype {
-        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[0],
-        DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
-        DType::Q2_K => &[80, 82],
-        DType::Q3_K => &[108],
-        DType::Q6_K => &[208],
-        _ => &[],
-    }
-}
-
 /// `n` values of `dtype` as raw little-endian storage: random quants, and scales that are
 /// finite, of both signs, at trained-weight scale (some subnormal halves among them); halves
 /// and bfloat16s random but finite.
@@ -41,7 +29,7 @@ pub fn random_storage(dtype: DType, n: usize, seed: u32) -> HostData {
     };
     if dtype.is_quantized() {
         for (k, block) in b.chunks_exact_mut(dtype.block_bytes()).enumerate() {
-            for (j, &at) in scale_fields(dtype).iter().enumerate() {
+            for (j, &at) in dtype.half_fields().iter().enumerate() {
                 let s = scale(k + j, block[at]);
                 block[at..at + 2].copy_from_slice(&s);
             }

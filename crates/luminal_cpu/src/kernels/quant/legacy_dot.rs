@@ -482,10 +482,7 @@ mod tests {
                 .collect();
             // Finite scales (and minimums): 0x2E66 ≈ 0.1, sign from the random bit.
             for blk in row.chunks_mut(dtype.block_bytes()) {
-                for at in [0, 2]
-                    .into_iter()
-                    .take(1 + matches!(dtype, DType::Q4_1 | DType::Q5_1) as usize)
-                {
+                for &at in dtype.half_fields() {
                     blk[at] = 0x66;
                     blk[at + 1] = 0x2E | (blk[at + 1] & 0x80);
                 }

@@ -495,15 +495,8 @@ pub(crate) mod timing {
         let mut bytes: Vec<u8> = (0..dtype.bytes_for(n * k).unwrap())
             .map(|i| (i * 7919 % 251) as u8)
             .collect();
-        let at: &[usize] = match dtype {
-            DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
-            DType::Q6_K => &[208],
-            DType::Q2_K => &[80, 82],
-            DType::Q3_K => &[108],
-            _ => &[0],
-        };
         for blk in bytes.chunks_mut(dtype.block_bytes()) {
-            for &o in at {
+            for &o in dtype.half_fields() {
                 blk[o] = 0x66;
                 blk[o + 1] = 0x2E;
             }
