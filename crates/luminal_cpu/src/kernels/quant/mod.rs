@@ -242,6 +242,9 @@ pub(crate) fn weight_matmul(
         int8_matmul::int8_matmul(a, a_off, a_row, w, out, m, parallel);
         return;
     }
+    if half_product(a, (a_off, a_row), w, dst, m, parallel) {
+        return;
+    }
     if m <= MAX_ROWS && !dot::has_fused_dot(w.dtype) && unpack::has_int8_dot(w.dtype) {
         // f32 activations against rows unpacked to bytes (`int8::dot_f32`).
         let path = int8::DotPath::current();
@@ -269,9 +272,6 @@ pub(crate) fn weight_matmul(
                 }
             })
         });
-        return;
-    }
-    if m <= MAX_ROWS && skinny_half(a, a_off, a_row, w, dst, m, parallel) {
         return;
     }
     if m <= MAX_ROWS {
@@ -303,9 +303,6 @@ pub(crate) fn weight_matmul(
                 }
             }
         });
-        return;
-    }
-    if half_gemm(a, a_off, a_row, w, dst, m, parallel) {
         return;
     }
     // Wide: tiles of `tile` weight rows decoded, then one gemm per tile into its columns.
@@ -348,29 +345,40 @@ pub(crate) fn weight_matmul(
     }
 }
 
-/// A skinny product with an f16 or bf16 weight through the kernels of `skinny_half.rs`
-/// (the weight converted in registers as it streams past, several rows at a time): whether
-/// it ran (`false` for other dtypes, or a half weight whose bytes are not 2-byte aligned).
-#[allow(clippy::too_many_arguments)]
-fn skinny_half(
+/// A product with an f16 or bf16 weight read in place: skinny (`M ≤ MAX_ROWS`) through
+/// `matmul/skinny_half.rs` (the weight converted in registers as it streams past, several
+/// rows at a time), wide through `matmul/half/gemm.rs` (the weight widened once per task in
+/// its own layout, the activations packed once per product). Whether it ran: `false` for
+/// other dtypes, a half weight whose bytes are not 2-byte aligned, or a wide product on a
+/// CPU without AVX2 + F16C.
+fn half_product(
     a: &[f32],
-    a_off: usize,
-    a_row: usize,
+    a_at: (usize, usize),
     w: WeightRef,
     dst: &mut [f32],
     m: usize,
     parallel: bool,
 ) -> bool {
-    use crate::kernels::matmul::skinny_half::skinny;
-    let (n, k) = (w.n, w.k);
-    let at = (a_off, a_row);
+    use crate::kernels::matmul::half::gemm::weight_gemm;
+    use crate::kernels::matmul::skinny_half::{skinny, Half};
+    fn go<H: Half>(
+        h: &[H],
+        a: &[f32],
+        a_at: (usize, usize),
+        dst: &mut [f32],
+        (m, n, k): (usize, usize, usize),
+        parallel: bool,
+    ) -> bool {
+        if m <= MAX_ROWS {
+            skinny(a, a_at, h, (0, k), dst, (m, n, k), parallel);
+            return true;
+        }
+        weight_gemm(a, a_at, h, dst, (m, n, k), parallel)
+    }
+    let mnk = (m, w.n, w.k);
     match w.dtype {
-        DType::F16 => halves::<f16>(&w)
-            .map(|h| skinny(a, at, h, (0, k), dst, (m, n, k), parallel))
-            .is_some(),
-        DType::BF16 => halves::<bf16>(&w)
-            .map(|h| skinny(a, at, h, (0, k), dst, (m, n, k), parallel))
-            .is_some(),
+        DType::F16 => halves::<f16>(&w).is_some_and(|h| go(h, a, a_at, dst, mnk, parallel)),
+        DType::BF16 => halves::<bf16>(&w).is_some_and(|h| go(h, a, a_at, dst, mnk, parallel)),
         _ => false,
     }
 }
@@ -381,31 +389,6 @@ fn halves<'a, H: crate::kernels::matmul::skinny_half::Half>(w: &WeightRef<'a>) -
     // middle part.
     let (pre, mid, _) = unsafe { w.bytes.align_to::<H>() };
     (pre.is_empty() && mid.len() >= w.n * w.k).then(|| &mid[..w.n * w.k])
-}
-
-/// A wide product with an f16 or bf16 weight through `matmul/half/gemm.rs` (the weight
-/// widened once per task in its own layout, the activations packed once per product):
-/// whether it ran (`false` for other dtypes, an unaligned half weight, or a CPU without
-/// AVX2 + F16C).
-#[allow(clippy::too_many_arguments)]
-fn half_gemm(
-    a: &[f32],
-    a_off: usize,
-    a_row: usize,
-    w: WeightRef,
-    dst: &mut [f32],
-    m: usize,
-    parallel: bool,
-) -> bool {
-    use crate::kernels::matmul::half::gemm::weight_gemm;
-    let (n, k) = (w.n, w.k);
-    match w.dtype {
-        DType::F16 => halves::<f16>(&w)
-            .is_some_and(|h| weight_gemm(a, (a_off, a_row), h, dst, (m, n, k), parallel)),
-        DType::BF16 => halves::<bf16>(&w)
-            .is_some_and(|h| weight_gemm(a, (a_off, a_row), h, dst, (m, n, k), parallel)),
-        _ => false,
-    }
 }
 
 /// Rows `picked[s]` of the `[rows, width]` weight decoded into `out` (row `s` at
