@@ -269,6 +269,21 @@ impl ByteData {
     pub fn as_slice(&self) -> &[u8] {
         self.bytes.as_slice()
     }
+    /// The raw bytes, writable (copy-on-write, see [`SharedBytes::make_mut`]).
+    pub fn make_mut(&mut self) -> &mut [u8] {
+        self.bytes.make_mut()
+    }
+    /// `n` values of `dtype`, all zero bytes (zero values for every float and block type).
+    ///
+    /// # Panics
+    /// If `dtype` cannot be given as bytes or `n` is not a whole number of its blocks.
+    pub fn zeros(dtype: DType, n: usize) -> ByteData {
+        let bytes = dtype
+            .bytes_for(n)
+            .unwrap_or_else(|| panic!("{n} values are not whole {dtype} blocks"));
+        ByteData::new(dtype, SharedBytes::from_vec(vec![0; bytes]))
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
     /// Every value decoded to f32 (the reference dequantization, [`crate::quant::decode`]).
     pub fn to_f32(&self) -> Vec<f32> {
         let mut out = vec![0f32; self.len()];
@@ -321,11 +336,20 @@ impl HostData {
             HostData::Bytes(b) => b.to_f32().into_iter().map(|x| x as f64).collect(),
         }
     }
-    /// Build host data of `dtype` from values, rounding each with [`DType::round`].
+    /// Build host data of `dtype` from values, rounding each with [`DType::round`]; for a
+    /// quantized type with an encoder ([`crate::quant::encoder`]) the values (as f32) are
+    /// encoded block by block (Q8_0, Q4_0 and Q5_0 blocks' decoded values encode back to
+    /// the same blocks).
     ///
     /// # Panics
-    /// For quantized dtypes (nothing rounds to them).
+    /// For quantized dtypes without an encoder, or values that are not whole blocks.
     pub fn from_f64(dtype: DType, values: &[f64]) -> HostData {
+        if dtype.is_quantized() && crate::quant::encoder(dtype).is_some() {
+            let x: Vec<f32> = values.iter().map(|&v| v as f32).collect();
+            let mut data = ByteData::zeros(dtype, x.len());
+            crate::quant::encode(dtype, &x, data.make_mut());
+            return HostData::Bytes(data);
+        }
         match dtype {
             DType::F32 => HostData::F32(values.iter().map(|&x| x as f32).collect()),
             DType::F16 => HostData::F16(values.iter().map(|&x| f16_from_f64(x)).collect()),

@@ -394,14 +394,16 @@ impl Graph {
         shape: Vec<Expression>,
     ) -> GraphTensor<'_> {
         let mut d = self.data.borrow_mut();
-        // Quantized data is storage only: the one op that reads it is a cast to a float type.
+        // Quantized data is storage only: the ops that read it are a cast to a float type
+        // and a write of new blocks into a quantized state (a KV cache).
         for e in &inputs {
             let src = d.node(e.node);
-            let to_float = matches!(op, Op::Cast(t) if t.is_float());
+            let reads_blocks = matches!(op, Op::Cast(t) if t.is_float())
+                || matches!(op, Op::WriteSlice { .. } if dtype == src.dtype);
             assert!(
-                !src.dtype.is_quantized() || to_float,
+                !src.dtype.is_quantized() || reads_blocks,
                 "{}: input of shape {:?} is {}; quantized tensors are only read through \
-                 .dequantize() (a cast to a float type)",
+                 .dequantize() (a cast to a float type) or written with write_slice",
                 op.name(),
                 e.view.dims(),
                 src.dtype

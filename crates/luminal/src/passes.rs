@@ -260,7 +260,8 @@ impl Pass for ConstantFold {
         let mut changed = false;
         for id in graph.toposort() {
             let node = graph.node(id).clone();
-            if node.inputs.is_empty() {
+            // A quantized value is a block's encoding, not a constant of its own.
+            if node.inputs.is_empty() || node.dtype.is_quantized() {
                 continue;
             }
             let Some(values) = node

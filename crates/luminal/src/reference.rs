@@ -30,6 +30,9 @@ pub struct ReferenceRuntime {
     needed_dims: BTreeSet<String>,
     inputs: HashMap<NodeId, Vec<f64>>,
     results: HashMap<NodeId, Vec<f64>>,
+    /// The blocks of block-quantized values (inputs, casts into a quantized type, writes
+    /// into a quantized state), next to their decoded values: what `get_data` hands out.
+    blocks: HashMap<NodeId, Vec<u8>>,
     dims: HashMap<String, i64>,
 }
 
@@ -85,6 +88,7 @@ impl ReferenceRuntime {
             needed_dims,
             inputs: HashMap::new(),
             results: HashMap::new(),
+            blocks: HashMap::new(),
             dims: HashMap::new(),
         }
     }
@@ -108,6 +112,63 @@ impl ReferenceRuntime {
 
     fn reader(&self, e: &Edge) -> Result<ViewReader> {
         ViewReader::new(&e.view, &self.dims)
+    }
+
+    /// The blocks of a node of a block-quantized type, from its inputs' values and blocks:
+    /// a cast encodes the values it reads (the same encoding [`crate::semantics`] decodes),
+    /// a write copies whole blocks of the new rows over the destination's.
+    fn compute_blocks(&self, id: NodeId) -> Result<Option<Vec<u8>>> {
+        let node = self.graph.node(id);
+        let dt = node.dtype;
+        if !dt.is_quantized() {
+            return Ok(None);
+        }
+        let (bs, bb) = (dt.block_size(), dt.block_bytes());
+        match &node.op {
+            Op::Cast(_) => {
+                let e = &node.inputs[0];
+                let (r, buf) = (self.reader(e)?, self.buffer(e.node));
+                let n = self.numel(&node.shape)?;
+                let x = (0..n)
+                    .map(|z| r.read(buf, z).map(|v| v as f32))
+                    .collect::<Result<Vec<f32>>>()?;
+                let mut out = vec![0u8; n / bs * bb];
+                crate::quant::encode(dt, &x, &mut out);
+                Ok(Some(out))
+            }
+            Op::WriteSlice { .. } => {
+                let exprs = node_exprs(node);
+                let value = |k: usize| -> Result<i64> {
+                    exprs[k]
+                        .substitute_all(&|name| self.dims.get(name).map(|&v| Expression::from(v)))
+                        .compile(&["z"])
+                        .and_then(|c| c.eval(&[0]))
+                        .map_err(|e| LuminalError::Expression(e.to_string()))
+                };
+                let (len, size, start, inner, src_n) =
+                    (value(0)?, value(1)?, value(2)?, value(3)?, value(4)?);
+                let (dest, src) = (node.inputs[0].node, node.inputs[1].node);
+                let mut out = self.blocks.get(&dest).cloned().unwrap_or_default();
+                let from = self.blocks.get(&src).map(|b| b.as_slice()).unwrap_or(&[]);
+                let run = (len * inner).max(1) as usize;
+                for z in (0..src_n.max(0) as usize).step_by(bs) {
+                    let (outer, rest) = (z / run, z % run);
+                    let at = (outer * size as usize + start as usize) * inner as usize + rest;
+                    let (to, fr) = (at / bs * bb, z / bs * bb);
+                    match (out.get_mut(to..to + bb), from.get(fr..fr + bb)) {
+                        (Some(d), Some(s)) => d.copy_from_slice(s),
+                        _ => {
+                            return Err(LuminalError::Backend(format!(
+                                "WriteSlice of {dt} blocks: block {} outside the buffers",
+                                at / bs
+                            )))
+                        }
+                    }
+                }
+                Ok(Some(out))
+            }
+            _ => Ok(None),
+        }
     }
 
     /// Computes one node's output buffer (see [`crate::semantics`]).
@@ -161,6 +222,14 @@ impl Runtime for ReferenceRuntime {
     fn set_data(&mut self, tensor: impl Into<TensorRef>, data: HostData) -> Result<()> {
         let node = self.graph.check_input(tensor, &data, &self.dims)?;
         self.inputs.insert(node, data.to_f64());
+        match &data {
+            HostData::Bytes(b) if b.dtype().is_quantized() => {
+                self.blocks.insert(node, b.as_slice().to_vec());
+            }
+            _ => {
+                self.blocks.remove(&node);
+            }
+        }
         Ok(())
     }
 
@@ -206,6 +275,8 @@ impl Runtime for ReferenceRuntime {
             }
         }
         self.results.clear();
+        let inputs = &self.inputs;
+        self.blocks.retain(|id, _| inputs.contains_key(id));
         // State written by `WriteSlice`s: the destination inputs take it after the run (their
         // other readers in this run see the values from before it).
         let mut state = vec![];
@@ -214,17 +285,30 @@ impl Runtime for ReferenceRuntime {
                 continue;
             }
             let out = self.compute(id)?;
+            let blocks = self.compute_blocks(id)?;
             if let Op::WriteSlice { .. } = self.graph.node(id).op {
-                state.push((self.graph.node(id).inputs[0].node, out.clone()));
+                let dest = self.graph.node(id).inputs[0].node;
+                state.push((dest, out.clone(), blocks.clone()));
             }
             self.results.insert(id, out);
+            if let Some(b) = blocks {
+                self.blocks.insert(id, b);
+            }
             for e in &self.graph.node(id).inputs {
                 if last_use.get(&e.node) == Some(&step) && !self.graph.outputs.contains(&e.node) {
                     self.results.remove(&e.node);
+                    if !self.inputs.contains_key(&e.node) {
+                        self.blocks.remove(&e.node);
+                    }
                 }
             }
         }
-        self.inputs.extend(state);
+        for (dest, values, blocks) in state {
+            self.inputs.insert(dest, values);
+            if let Some(b) = blocks {
+                self.blocks.insert(dest, b);
+            }
+        }
         Ok(())
     }
 
@@ -239,6 +323,10 @@ impl Runtime for ReferenceRuntime {
             .get(&entry.node)
             .or_else(|| self.results.get(&entry.node))
             .ok_or_else(|| LuminalError::NotComputed(entry.label.clone()))?;
+        if let Some(b) = self.blocks.get(&entry.node) {
+            let bytes = crate::quant::SharedBytes::from_vec(b.clone());
+            return HostData::from_bytes(entry.dtype, bytes);
+        }
         Ok(HostData::from_f64(entry.dtype, buf))
     }
 }

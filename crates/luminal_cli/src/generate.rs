@@ -60,7 +60,7 @@ pub struct GenerateArgs {
     /// CPU threads (default: every core)
     #[arg(short, long)]
     threads: Option<usize>,
-    /// KV-cache element type: f32 or f16
+    /// KV-cache element type: f16 (default), f32, or a quantized block type (q8_0, q5_1, q5_0, q4_1, q4_0)
     #[arg(long, default_value_t = luminal_models::LoadOptions::default().cache_type)]
     cache_type: luminal_models::CacheType,
     /// Context size in tokens (prompt + generation)

@@ -29,7 +29,7 @@ pub struct PerplexityArgs {
     /// of each chunk scored), so that the numbers compare with llama.cpp's
     #[arg(long, value_enum, default_value_t = Protocol::Luminal)]
     protocol: Protocol,
-    /// KV-cache element type: f32 or f16
+    /// KV-cache element type: f16 (default), f32, or a quantized block type (q8_0, q5_1, q5_0, q4_1, q4_0)
     #[arg(long, default_value_t = luminal_models::LoadOptions::default().cache_type)]
     cache_type: luminal_models::CacheType,
 }

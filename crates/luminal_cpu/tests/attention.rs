@@ -1,7 +1,8 @@
 //! The fused attention kernel (`attention` rule) against the reference runtime on the
 //! primop graphs of `luminal_nn::causal_attention_windowed` and `luminal_nn::attention`
 //! (bidirectional and cross attention with padding masks): prefill and decode through a
-//! KV cache (keys read in place from the cache, f32 or f16), grouped-query heads, sliding windows, odd
+//! KV cache (keys read in place from the cache, f32 or f16, or decoded from q8_0 / q4_1
+//! blocks), grouped-query heads, sliding windows, odd
 //! sizes, one and two threads, and every instruction-set level the CPU has. With the rule
 //! switched off the same graph runs on the generic kernels (and materialises the scores).
 
@@ -34,7 +35,9 @@ fn data(n: usize, seed: usize) -> Vec<f32> {
 /// Runs the case on `backend` (the reference when `None`); returns the output and the
 /// kernel names.
 /// With `cache` = `F16` the cache inputs are f16 (an f16 KV cache: the kernel reads the
-/// halves in place; the reference widens them).
+/// halves in place; the reference widens them); with a block type, the data encoded into
+/// its blocks (the kernel decodes them a block of rows at a time; the reference decodes
+/// the whole input).
 fn run(c: Case, backend: Option<CpuBackend>, cache: DType) -> (Vec<f32>, Vec<String>) {
     let cx = Graph::new();
     let q = cx.tensor("q", (1, c.hq, Expression::var("s"), c.d));
@@ -56,6 +59,10 @@ fn run(c: Case, backend: Option<CpuBackend>, cache: DType) -> (Vec<f32>, Vec<Str
             for (t, d) in [(kc, &kd), (vc, &vd)] {
                 let data = if cache == DType::F16 {
                     HostData::F16(d.iter().map(|&x| half::f16::from_f32(x)).collect())
+                } else if cache.is_quantized() {
+                    let mut b = luminal::ByteData::zeros(cache, d.len());
+                    luminal::quant::encode(cache, d, b.make_mut());
+                    HostData::Bytes(b)
                 } else {
                     HostData::F32(d.clone())
                 };
@@ -193,10 +200,19 @@ const CASES: &[Case] = &[
 ];
 
 fn check_cases(isa: Isa) {
-    for (&c, cache) in CASES
-        .iter()
-        .flat_map(|c| [(c, DType::F32), (c, DType::F16)])
-    {
+    // Quantized caches (q8_0, and q4_1 for a block type with minimums) where the head
+    // dim is a whole number of blocks.
+    for (&c, cache) in CASES.iter().flat_map(|c| {
+        let quantized = if c.d % 32 == 0 {
+            vec![DType::Q8_0, DType::Q4_1]
+        } else {
+            vec![]
+        };
+        [DType::F32, DType::F16]
+            .into_iter()
+            .chain(quantized)
+            .map(move |t| (c, t))
+    }) {
         let (want, _) = run(c, None, cache);
         for threads in [1, 2] {
             let (got, names) = run(c, Some(CpuBackend::with_threads(threads)), cache);

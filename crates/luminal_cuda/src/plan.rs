@@ -182,6 +182,21 @@ impl<E: Executor> PlanRuntime<E> {
     /// own kernel and buffer).
     pub fn with_fusion(graph: GraphData, mut exec: E, mode: codegen::Fusion) -> Result<Self> {
         let (order, needed_dims) = live_order(&graph);
+        // Storing into a block-quantized type (a q8_0 KV cache) has no kernels here yet: a
+        // typed error naming the op, instead of elementwise code writing a block buffer.
+        if let Some(&id) = order.iter().find(|&&id| {
+            let n = graph.node(id);
+            n.dtype.is_quantized() && !matches!(n.op, luminal::op::Op::Input { .. })
+        }) {
+            let n = graph.node(id);
+            return Err(LuminalError::Backend(format!(
+                "the CUDA backend cannot store into {} yet ({} of shape {:?}: a quantized KV \
+                 cache); use an f16 or f32 cache",
+                n.dtype,
+                n.op.name(),
+                n.shape
+            )));
+        }
         let patterns = if exec.gemm_available() {
             gemm::find(&graph, &order)
         } else {

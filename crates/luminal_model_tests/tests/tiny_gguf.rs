@@ -180,3 +180,25 @@ fn zero_rope_freq_factor_is_a_load_error() {
     let msg = err.to_string();
     assert!(msg.contains("rope_freqs.weight"), "{msg}");
 }
+
+/// A block-quantized KV cache stores whole 32-value blocks of a head's row: tiny-llama's
+/// head dim of 16 cannot, which is a typed load error naming both (not a graph panic).
+#[test]
+fn quantized_cache_needs_whole_blocks_per_head() {
+    let opts = LoadOptions {
+        max_ctx: 8,
+        cache_type: CacheType::Q8_0,
+    };
+    let err = LlamaModel::load(
+        fixture("tiny-llama.gguf"),
+        CpuBackend::with_threads(1),
+        &opts,
+        |_, _| {},
+    )
+    .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("q8_0") && msg.contains("head dim is 16"),
+        "{msg}"
+    );
+}

@@ -20,7 +20,7 @@ pub struct LoadOptions {
     /// KV-cache capacity in tokens (capped by the model's context length).
     pub max_ctx: usize,
     /// Element type of the KV cache (f16 halves its memory and the bytes each decode step
-    /// reads; see `benches/README.md` for its perplexity effect).
+    /// reads, q8_0 takes 0.53× of f16; see `benches/README.md` for their perplexity effect).
     pub cache_type: CacheType,
 }
 
@@ -295,6 +295,14 @@ impl<R: Runtime> LlamaModel<R> {
     ) -> Result<LlamaModel<R>> {
         let c = &config;
         let max_ctx = opts.max_ctx.min(c.context_length).max(1);
+        let block = opts.cache_type.dtype().block_size();
+        if !c.head_dim.is_multiple_of(block) {
+            return Err(ModelError::Config(format!(
+                "a {} KV cache stores whole blocks of {block} values of a head, but this \
+                 model's head dim is {} (choose an f16 or f32 cache)",
+                opts.cache_type, c.head_dim
+            )));
+        }
         let cx = Graph::new();
         // Weight matrices keep the file's storage (quantized or half): read in place.
         for name in matrix_names(c) {
@@ -463,11 +471,7 @@ impl<R: Runtime> LlamaModel<R> {
         let c = &self.config;
         let n = c.n_kv_heads * self.max_ctx * c.head_dim;
         for &r in &self.caches {
-            let zeros = match self.cache_type {
-                CacheType::F32 => HostData::F32(vec![0.0; n]),
-                CacheType::F16 => HostData::F16(vec![luminal::half::f16::ZERO; n]),
-            };
-            self.runtime.set_data(r, zeros)?;
+            self.runtime.set_data(r, self.cache_type.zeros(n))?;
         }
         self.pos = 0;
         Ok(())

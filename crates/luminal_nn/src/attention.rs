@@ -231,20 +231,67 @@ pub struct KvCache<'g> {
     pub max_ctx: usize,
 }
 
-/// The element type of a KV cache: f32, or f16 (half the memory and the bytes each decode
-/// step reads; new rows are rounded once when written, as llama.cpp's default cache).
+/// The element type of a KV cache, as llama.cpp's `--cache-type-k/-v`: f32; f16 (half the
+/// memory and the bytes each decode step reads; new rows are rounded once when written, as
+/// llama.cpp's default cache); or a 32-value block type (q8_0: 34 bytes per 32 values,
+/// 0.53× of f16; q4_0, q4_1, q5_0, q5_1 smaller still). New rows of a block type are
+/// quantized once when written (`x.cast(dtype)`, ggml's reference quantizer, each block of
+/// 32 values of a head's row on its own) and read back exactly as they decode: attention
+/// then runs in f32 on the decoded keys and values.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum CacheType {
     #[default]
     F32,
     F16,
+    Q8_0,
+    Q5_1,
+    Q5_0,
+    Q4_1,
+    Q4_0,
 }
+
+const CACHE_TYPES: [CacheType; 7] = [
+    CacheType::F32,
+    CacheType::F16,
+    CacheType::Q8_0,
+    CacheType::Q5_1,
+    CacheType::Q5_0,
+    CacheType::Q4_1,
+    CacheType::Q4_0,
+];
 
 impl CacheType {
     pub fn dtype(self) -> DType {
         match self {
             CacheType::F32 => DType::F32,
             CacheType::F16 => DType::F16,
+            CacheType::Q8_0 => DType::Q8_0,
+            CacheType::Q5_1 => DType::Q5_1,
+            CacheType::Q5_0 => DType::Q5_0,
+            CacheType::Q4_1 => DType::Q4_1,
+            CacheType::Q4_0 => DType::Q4_0,
+        }
+    }
+
+    /// The cache type storing `dtype`, if any.
+    pub fn of(dtype: DType) -> Option<CacheType> {
+        CACHE_TYPES.into_iter().find(|c| c.dtype() == dtype)
+    }
+
+    /// Bytes `n` cached values take (`n` a multiple of 32 for the block types).
+    pub fn bytes_for(self, n: usize) -> usize {
+        self.dtype()
+            .bytes_for(n)
+            .unwrap_or_else(|| panic!("{n} values are not whole {self} blocks"))
+    }
+
+    /// Zero-filled data for a cache input of `n` values (every type's zero is all-zero
+    /// bytes).
+    pub fn zeros(self, n: usize) -> HostData {
+        match self {
+            CacheType::F32 => HostData::F32(vec![0.0; n]),
+            CacheType::F16 => HostData::F16(vec![luminal::half::f16::ZERO; n]),
+            q => HostData::Bytes(luminal::ByteData::zeros(q.dtype(), n)),
         }
     }
 }
@@ -252,22 +299,22 @@ impl CacheType {
 impl std::str::FromStr for CacheType {
     type Err = String;
     fn from_str(s: &str) -> Result<CacheType, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "f32" => Ok(CacheType::F32),
-            "f16" => Ok(CacheType::F16),
-            other => Err(format!(
-                "unknown KV cache type {other:?} (expected f32 or f16)"
-            )),
-        }
+        let lower = s.to_ascii_lowercase();
+        CACHE_TYPES
+            .into_iter()
+            .find(|c| c.to_string() == lower)
+            .ok_or_else(|| {
+                format!(
+                    "unknown KV cache type {s:?} (expected one of {})",
+                    CACHE_TYPES.map(|c| c.to_string()).join(", ")
+                )
+            })
     }
 }
 
 impl std::fmt::Display for CacheType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            CacheType::F32 => "f32",
-            CacheType::F16 => "f16",
-        })
+        f.write_str(self.dtype().name())
     }
 }
 
@@ -303,11 +350,7 @@ impl<'g> KvCache<'g> {
 
     /// The cache's element type.
     pub fn cache_type(&self) -> CacheType {
-        if self.k.dtype() == DType::F16 {
-            CacheType::F16
-        } else {
-            CacheType::F32
-        }
+        CacheType::of(self.k.dtype()).expect("a KV cache holds a cache type")
     }
 
     /// Writes `k, v: [1, kv_heads, s, head_dim]` at `past..past + s` (rounded to the cache's
@@ -323,13 +366,11 @@ impl<'g> KvCache<'g> {
         let s = k.shape()[2].clone();
         let total = past.clone() + s;
         let step = |cache: GraphTensor<'g>, new: GraphTensor<'g>| {
-            let new = if new.dtype() == cache.dtype() {
-                new
-            } else {
-                new.cast(cache.dtype())
-            };
+            // Squeezed first: the cast's result is then the written rows themselves (a
+            // quantized cast's blocks are stored as they are, never re-viewed).
+            let new = new.squeeze(0).cast(cache.dtype());
             cache
-                .write_slice(1, past.clone(), new.squeeze(0))
+                .write_slice(1, past.clone(), new)
                 .slice(1, 0, total.clone())
                 .unsqueeze(0)
         };

@@ -39,3 +39,12 @@ fn state_through_search() {
     check_write_slice(with_dims());
     check_state_update(with_dims());
 }
+
+/// Casts into quantized types and a quantized state (a q8_0 KV cache) through the search.
+#[test]
+fn quantized_state_through_search() {
+    let with_dims =
+        || Search::new(CpuBackend::default()).with_budget(budget().dim("p", 1).dim("s", 2));
+    luminal::testing::check_quantized_cast(searched());
+    luminal::testing::check_quantized_state(with_dims());
+}

@@ -118,9 +118,32 @@ impl<'g> GraphTensor<'g> {
     }
 
     /// Converts to `dtype` (floats → ints truncate toward zero; → Bool is `!= 0`).
+    ///
+    /// A float tensor can also be cast to a block-quantized type that has an encoder
+    /// (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; see [`crate::quant::encoder`]): each block of 32
+    /// consecutive values along the last axis is encoded from its own values (ggml's
+    /// reference quantizer). Such a tensor is only stored (`write_slice` into a quantized
+    /// state, as a q8_0 KV cache) and read back through `.dequantize()`.
+    ///
+    /// # Panics
+    /// Casting to a quantized type without an encoder, from a non-float type, or when the
+    /// last dim is not a constant multiple of the block size.
     pub fn cast(self, dtype: DType) -> GraphTensor<'g> {
         if self.dtype() == dtype {
             return self;
+        }
+        if dtype.is_quantized() {
+            let shape = self.shape();
+            let last = shape.last().and_then(|d| d.as_constant());
+            assert!(
+                crate::quant::encoder(dtype).is_some()
+                    && self.dtype().is_float()
+                    && last.is_some_and(|n| n > 0 && n as usize % dtype.block_size() == 0),
+                "cast: cannot cast {} {shape:?} to {dtype} (a float tensor whose last dim is a \
+                 constant multiple of {} can be cast to q4_0, q4_1, q5_0, q5_1 or q8_0)",
+                self.dtype(),
+                dtype.block_size()
+            );
         }
         self.graph
             .add_op(Op::Cast(dtype), vec![self.edge()], dtype, self.shape())

@@ -44,6 +44,12 @@ impl<'g> GraphTensor<'g> {
                 && (0..shape.len()).all(|d| d == axis || src_shape[d] == shape[d]),
             "write_slice: src shape {src_shape:?} must equal dest shape {shape:?} except along axis {axis}"
         );
+        assert!(
+            !self.dtype().is_quantized() || axis + 1 < shape.len(),
+            "write_slice: a {} destination {shape:?} is written in whole blocks, along an axis \
+             before the last",
+            self.dtype()
+        );
         let out = self.graph.add_op(
             Op::WriteSlice {
                 axis,

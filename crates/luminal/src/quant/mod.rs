@@ -10,9 +10,11 @@
 //! only if the caller passes buffers of mismatched lengths (a programming error, like
 //! `copy_from_slice`); [`decode`] dispatches on a [`DType`].
 
+mod encode;
 mod kquants;
 mod legacy;
 
+pub use encode::{quantize_q4_0, quantize_q4_1, quantize_q5_0, quantize_q5_1, quantize_q8_0};
 pub use kquants::{
     dequantize_q2_k, dequantize_q3_k, dequantize_q4_k, dequantize_q5_k, dequantize_q6_k,
     dequantize_q8_k, k4_scale_min, q3_k_scales,
@@ -134,6 +136,33 @@ pub fn decoder(dtype: DType) -> Option<BlockDecoder> {
     Some(f)
 }
 
+/// An encoder of whole blocks: `(values, block bytes)`.
+pub type BlockEncoder = fn(&[f32], &mut [u8]);
+
+/// The encoder of `dtype` (f32 values → whole blocks, ggml's reference quantizer, see
+/// `encode.rs`): the 32-element types Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0, which a tensor can
+/// be cast to (a quantized KV cache); `None` for every other type.
+pub fn encoder(dtype: DType) -> Option<BlockEncoder> {
+    let f: BlockEncoder = match dtype {
+        DType::Q4_0 => quantize_q4_0,
+        DType::Q4_1 => quantize_q4_1,
+        DType::Q5_0 => quantize_q5_0,
+        DType::Q5_1 => quantize_q5_1,
+        DType::Q8_0 => quantize_q8_0,
+        _ => return None,
+    };
+    Some(f)
+}
+
+/// Encodes `values` (whole blocks of `dtype`) into `out`: the reference quantization.
+///
+/// # Panics
+/// If `dtype` has no encoder (see [`encoder`]) or the lengths do not match.
+pub fn encode(dtype: DType, values: &[f32], out: &mut [u8]) {
+    let f = encoder(dtype).unwrap_or_else(|| panic!("nothing is encoded into {dtype}"));
+    f(values, out)
+}
+
 /// Decodes `bytes` (whole blocks of `dtype`) into `out`: the reference dequantization.
 ///
 /// # Panics
@@ -144,15 +173,23 @@ pub fn decode(dtype: DType, bytes: &[u8], out: &mut [f32]) {
     f(bytes, out)
 }
 
-/// Immutable shared bytes: an owner (a `Vec`, a memory-mapped file, …) and a window into it.
+/// Shared bytes: an owner (a `Vec`, a memory-mapped file, …) and a window into it.
 ///
 /// Cloning shares the owner, so a weight handed to a runtime from a mapped file is never
-/// copied; the owner lives as long as any window onto it.
+/// copied; the owner lives as long as any window onto it. [`SharedBytes::make_mut`] gives
+/// write access copy-on-write (a quantized KV cache written in place): in place when this
+/// is the only handle on a whole `Vec` it owns, else after copying the window once.
 #[derive(Clone)]
 pub struct SharedBytes {
-    owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    owner: Owner,
     start: usize,
     len: usize,
+}
+
+#[derive(Clone)]
+enum Owner {
+    Shared(Arc<dyn AsRef<[u8]> + Send + Sync>),
+    Vec(Arc<Vec<u8>>),
 }
 
 impl SharedBytes {
@@ -166,7 +203,7 @@ impl SharedBytes {
             return None;
         }
         Some(SharedBytes {
-            owner,
+            owner: Owner::Shared(owner),
             start: range.start,
             len: range.end - range.start,
         })
@@ -176,14 +213,32 @@ impl SharedBytes {
     pub fn from_vec(bytes: Vec<u8>) -> SharedBytes {
         let len = bytes.len();
         SharedBytes {
-            owner: Arc::new(bytes),
+            owner: Owner::Vec(Arc::new(bytes)),
             start: 0,
             len,
         }
     }
 
     pub fn as_slice(&self) -> &[u8] {
-        &self.owner.as_ref().as_ref()[self.start..self.start + self.len]
+        let all: &[u8] = match &self.owner {
+            Owner::Shared(o) => o.as_ref().as_ref(),
+            Owner::Vec(v) => v,
+        };
+        &all[self.start..self.start + self.len]
+    }
+
+    /// The bytes, writable: in place when nothing else shares them, else a private copy
+    /// is made first (other handles keep the old bytes).
+    pub fn make_mut(&mut self) -> &mut [u8] {
+        let whole = matches!(&self.owner, Owner::Vec(v) if self.start == 0 && v.len() == self.len);
+        if !whole {
+            let copy = self.as_slice().to_vec();
+            *self = SharedBytes::from_vec(copy);
+        }
+        match &mut self.owner {
+            Owner::Vec(v) => Arc::make_mut(v).as_mut_slice(),
+            Owner::Shared(_) => unreachable!("a private copy was just made"),
+        }
     }
 
     pub fn len(&self) -> usize {

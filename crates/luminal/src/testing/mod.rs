@@ -39,9 +39,13 @@ mod cases_movement;
 mod cases_nn;
 mod cases_reduce;
 mod cases_unary;
+mod quantize;
 mod state;
 
 pub use alloc::CountingAlloc;
+pub use quantize::{
+    check_quantized_cast, check_quantized_state, quant_cases, quant_types, QuantCase, QUANTIZE_JSON,
+};
 pub use state::{check_state_update, check_write_slice};
 
 use crate::backend::{Backend, CompileOptions, Runtime};

@@ -254,7 +254,7 @@ impl CpuRuntime {
                 crate::exec::profile::Row {
                     name: &k.name,
                     time,
-                    bytes: n * k.dtype.size_bytes() + read,
+                    bytes: k.dtype.bytes_for(n).unwrap_or(0) + read,
                     flops: k.kind.flops(n),
                 }
             });

@@ -2,6 +2,7 @@
 //! runtime (`exec/`).
 
 pub(crate) mod attention;
+pub(crate) mod encode;
 pub(crate) mod fallback;
 pub(crate) mod fused;
 pub(crate) mod half;

@@ -12,8 +12,9 @@
 //! ```
 //!
 //! q, k and v may be any views with unit stride along `d` (the kernel reads them in place);
-//! k and v may also be f16 values widened by a cast as the last step (an f16 KV cache,
-//! `luminal_nn::scores_product` / `values_product`): the kernel then reads the f16 data.
+//! k and v may also be f16 or block-quantized values widened by a cast as the last step (an
+//! f16 or q8_0 KV cache, `luminal_nn::scores_product` / `values_product`): the kernel then
+//! reads the f16 data or decodes the blocks, a block of rows at a time.
 //! The bias is optional (`luminal_nn::attention` without a mask has none); when present it
 //! is any f32 node read unmasked with unit stride along the keys — the causal mask `[s, t]`
 //! broadcast over heads, or a padding bias `[b, 1, 1, t]` broadcast over heads and queries —
@@ -38,6 +39,12 @@ pub(super) struct Match {
     bias: Option<Edge>,
     scale: f32,
     batch_dims: usize,
+}
+
+/// Storage the kernel reads keys and values from besides f32: f16, and the block types a
+/// tensor can be cast to (a quantized KV cache), decoded a block of rows at a time.
+fn kv_storage(dt: DType) -> bool {
+    dt == DType::F16 || (dt.is_quantized() && luminal::quant::encoder(dt).is_some())
 }
 
 fn is_one(d: &Expression) -> bool {
@@ -110,15 +117,15 @@ impl Lowering<'_> {
     }
 
     /// Where the kernel reads k or v from the product's operand `e`: an f32 node through
-    /// `e`'s view, or, when `e` reads (one to one) a private cast to f32 of an f16 value
-    /// (`luminal_nn::scores_product` over an f16 KV cache), the f16 value through the
-    /// cast's input view. Returns the edge and the cast node, if any.
+    /// `e`'s view, or, when `e` reads (one to one) a private cast to f32 of an f16 or
+    /// quantized value (`luminal_nn::scores_product` over an f16 or q8_0 KV cache), that
+    /// value through the cast's input view. Returns the edge and the cast node, if any.
     fn kv_source(&self, e: &Edge) -> Option<(Edge, Option<NodeId>)> {
         let n = self.g.node(e.node);
         match n.op {
             _ if n.dtype != DType::F32 => None,
             Op::Cast(DType::F32)
-                if self.g.node(n.inputs[0].node).dtype == DType::F16
+                if kv_storage(self.g.node(n.inputs[0].node).dtype)
                     && flat_identity_edge(self.g, e)
                     && !self.g.outputs.contains(&e.node)
                     && self.uses.get(&e.node) == Some(&1) =>

@@ -426,6 +426,16 @@ impl Lowering<'_> {
         Ok(Some(("write_slice".into(), Box::new(w))))
     }
 
+    /// A cast of a float tensor into a block-quantized type (a quantized KV cache's new
+    /// rows): encoded block by block.
+    fn encode(&self, id: NodeId) -> Result<Option<Lowered>> {
+        let Some(k) = crate::kernels::encode::EncodeKernel::try_new(self.g, id, self.names)? else {
+            return Ok(None);
+        };
+        let name = format!("encode[{}]", self.g.node(id).dtype);
+        Ok(Some((name, Box::new(k))))
+    }
+
     /// A cast of a quantized tensor read through any view: decoded, then cast.
     fn dequantize(&self, id: NodeId) -> Result<Option<Lowered>> {
         let Some(d) = crate::kernels::quant::DequantKernel::try_new(self.g, id, self.names)? else {
@@ -675,6 +685,7 @@ const RULES: &[(&str, Rule)] = &[
     ("write_slice", |l, id| l.write_slice(id)),
     ("terms", |l, id| l.fused_term(id)),
     ("attention", |l, id| l.attention(id)),
+    ("encode", |l, id| l.encode(id)),
     ("dequantize", |l, id| l.dequantize(id)),
     ("fused_elementwise", |l, id| l.fused_elementwise(id)),
     ("half_cast", |l, id| l.half_cast(id)),

@@ -177,6 +177,20 @@ pub fn smollm2_f32() -> Option<&'static Mutex<(LlamaModel<CpuRuntime>, Tokenizer
         .as_ref()
 }
 
+/// [`smollm2_f32`] with a q8_0 KV cache (f32 activations: the cache's rounding is all that
+/// differs).
+pub fn smollm2_q8_0_cache() -> Option<&'static Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>> {
+    static MODEL: OnceLock<Option<Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| {
+            load_smollm2(
+                CpuBackend::default().quant_dots(QuantDots::F32),
+                CacheType::Q8_0,
+            )
+        })
+        .as_ref()
+}
+
 fn load_smollm2(
     backend: CpuBackend,
     cache_type: CacheType,

@@ -690,6 +690,9 @@ pub(super) fn block_scores(
             (KvRows::F16(s), false) => {
                 scores_y::<f16>(q, rows, d, rows_ptr(s, start, n, k_t, d), k_t, n, sc, kb)
             }
+            (KvRows::Blocks(..), _) => {
+                unreachable!("quantized keys are decoded before the block steps")
+            }
         }
     }
 }
@@ -726,6 +729,9 @@ pub(super) fn block_accumulate(
             }
             (KvRows::F16(s), false) => {
                 accumulate_y::<f16>(acc, rows, d, p, kb, rows_ptr(s, start, n, v_t, d), v_t, n)
+            }
+            (KvRows::Blocks(..), _) => {
+                unreachable!("quantized values are decoded before the block steps")
             }
         }
     }

@@ -131,9 +131,9 @@ struct Plan {
     /// The bias's stride along s (along t it is 1).
     b_s: usize,
     has_bias: bool,
-    /// Keys / values stored as f16 (widened block by block).
-    k_half: bool,
-    v_half: bool,
+    /// Keys / values stored as f16 or in quantized blocks (widened block by block).
+    k_wide: bool,
+    v_wide: bool,
     /// Query rows per tile, keys per block, key splits.
     qt: usize,
     kb: usize,
@@ -156,7 +156,7 @@ impl Plan {
     }
 
     /// Scratch layout of one worker: q rows, scores, bias, accumulators, maxima, sums, and
-    /// (f16 keys / values) one block of keys and one of values widened to f32.
+    /// (f16 or quantized keys / values) one block of keys and one of values widened to f32.
     fn parts(&self) -> [usize; 8] {
         let rows = self.gmax * self.qt;
         let state = self.state_rows();
@@ -165,7 +165,7 @@ impl Plan {
         } else {
             self.kb
         };
-        let widened = |half: bool| if half { self.kb * self.d } else { 0 };
+        let widened = |wide: bool| if wide { self.kb * self.d } else { 0 };
         [
             rows * self.d,
             rows * self.kb,
@@ -173,8 +173,8 @@ impl Plan {
             state * self.d,
             state,
             state,
-            widened(self.k_half),
-            widened(self.v_half),
+            widened(self.k_wide),
+            widened(self.v_wide),
         ]
     }
 }
@@ -244,7 +244,10 @@ impl CpuKernel for AttentionKernel {
         let rows_of = |b: BufId| match &bufs[b] {
             Storage::F32(v) => Ok(KvRows::F32(v)),
             Storage::F16(v) => Ok(KvRows::F16(v)),
-            _ => Err(backend_err("k and v must be f32 or f16")),
+            Storage::Bytes(b) if luminal::quant::decoder(b.dtype()).is_some() => {
+                Ok(KvRows::Blocks(b.dtype(), b.as_slice()))
+            }
+            _ => Err(backend_err("k and v must be f32, f16 or quantized blocks")),
         };
         let (k, v) = (rows_of(self.k)?, rows_of(self.v)?);
         self.q_exprs.resolve(cx.dims, &mut self.q_view)?;
@@ -275,6 +278,23 @@ impl CpuKernel for AttentionKernel {
             return Err(backend_err(
                 "q, k, v and bias views need non-negative strides",
             ));
+        }
+        // Quantized keys / values are read a row at a time in whole blocks: every row
+        // must start at a block boundary (the head dim is a whole number of blocks).
+        for (rows, view, unit) in [(&k, &self.k_view, nb + 2), (&v, &self.v_view, nb + 1)] {
+            if let KvRows::Blocks(dt, _) = rows {
+                let bs = dt.block_size() as i64;
+                let aligned = view.offset % bs == 0
+                    && view.dims[unit] % bs == 0
+                    && (0..view.dims.len())
+                        .filter(|&i| i != unit)
+                        .all(|i| view.strides[i] % bs == 0);
+                if !aligned {
+                    return Err(backend_err(&format!(
+                        "{dt} keys or values must be read in whole blocks along the head dim"
+                    )));
+                }
+            }
         }
         let dims = &self.q_view.dims;
         let (s, t, d) = (
@@ -360,8 +380,8 @@ impl CpuKernel for AttentionKernel {
             v_t: self.v_view.strides[nb + 2] as usize,
             b_s: bias_view.map_or(0, |v| v.strides[nb] as usize),
             has_bias: self.bias.is_some(),
-            k_half: matches!(k, KvRows::F16(_)),
-            v_half: matches!(v, KvRows::F16(_)),
+            k_wide: !matches!(k, KvRows::F32(_)),
+            v_wide: !matches!(v, KvRows::F32(_)),
             qt,
             kb,
             splits,
@@ -452,23 +472,35 @@ impl CpuKernel for AttentionKernel {
     }
 }
 
-/// Keys or values as stored: f32 (read in place) or f16 (an f16 KV cache).
+/// Keys or values as stored: f32 (read in place), f16 (an f16 KV cache) or the blocks of
+/// a quantized type (a q8_0 KV cache; rows start at block boundaries).
 #[derive(Clone, Copy)]
 enum KvRows<'a> {
     F32(&'a [f32]),
     F16(&'a [half::f16]),
+    Blocks(luminal::DType, &'a [u8]),
 }
 
 impl<'a> KvRows<'a> {
+    /// Number of values.
     fn len(&self) -> usize {
         match self {
             KvRows::F32(v) => v.len(),
             KvRows::F16(v) => v.len(),
+            KvRows::Blocks(dt, b) => b.len() / dt.block_bytes() * dt.block_size(),
         }
     }
 
+    /// Keys or values the intrinsic block steps read as they are (f32, f16): quantized
+    /// rows are decoded into the worker's buffer first ([`KvRows::block`]).
+    #[cfg(target_arch = "x86_64")]
+    fn in_place(&self) -> bool {
+        !matches!(self, KvRows::Blocks(..))
+    }
+
     /// `n` rows of `d` elements from `start`, `stride` apart, as f32 with their stride:
-    /// f32 data in place, f16 data widened into `buf` (rows `d` apart).
+    /// f32 data in place, f16 data widened and quantized blocks decoded into `buf` (rows
+    /// `d` apart).
     fn block<'b>(
         &self,
         start: usize,
@@ -495,7 +527,32 @@ impl<'a> KvRows<'a> {
                 }
                 (&buf[..n * d], d)
             }
+            KvRows::Blocks(dt, b) => {
+                let (bs, bb) = (dt.block_size(), dt.block_bytes());
+                let row_bytes = d / bs * bb;
+                for j in 0..n {
+                    let at = (start + j * stride) / bs * bb;
+                    decode_row(dt, &b[at..at + row_bytes], &mut buf[j * d..][..d]);
+                }
+                (&buf[..n * d], d)
+            }
         }
+    }
+}
+
+/// One row of quantized keys or values decoded to f32: Q8_0 (the usual quantized cache)
+/// inline, so the loop vectorises; the other types through the core's decoder.
+#[inline]
+fn decode_row(dt: luminal::DType, bytes: &[u8], out: &mut [f32]) {
+    if dt == luminal::DType::Q8_0 {
+        for (blk, o) in bytes.chunks_exact(34).zip(out.chunks_exact_mut(32)) {
+            let scale = luminal::quant::f16_at(blk, 0);
+            for (y, &q) in o.iter_mut().zip(&blk[2..34]) {
+                *y = (q as i8) as f32 * scale;
+            }
+        }
+    } else {
+        luminal::quant::decode(dt, bytes, out);
     }
 }
 
@@ -690,7 +747,12 @@ impl TileCx<'_> {
             }
             if intrinsics {
                 #[cfg(target_arch = "x86_64")]
-                fast::block_scores(isa, q_rows, self.k, ko + jb * k_t, k_t, n, d, sc, kb);
+                if self.k.in_place() {
+                    fast::block_scores(isa, q_rows, self.k, ko + jb * k_t, k_t, n, d, sc, kb);
+                } else {
+                    let (k, k_t) = self.k.block(ko + jb * k_t, n, k_t, d, kw);
+                    fast::block_scores(isa, q_rows, KvRows::F32(k), 0, k_t, n, d, sc, kb);
+                }
             } else {
                 let (k, k_t) = self.k.block(ko + jb * k_t, n, k_t, d, kw);
                 simd::run(Scores {
@@ -738,7 +800,12 @@ impl TileCx<'_> {
             }
             if intrinsics {
                 #[cfg(target_arch = "x86_64")]
-                fast::block_accumulate(isa, acc, sc, kb, self.v, vo + jb * v_t, v_t, n, d);
+                if self.v.in_place() {
+                    fast::block_accumulate(isa, acc, sc, kb, self.v, vo + jb * v_t, v_t, n, d);
+                } else {
+                    let (v, v_t) = self.v.block(vo + jb * v_t, n, v_t, d, vw);
+                    fast::block_accumulate(isa, acc, sc, kb, KvRows::F32(v), 0, v_t, n, d);
+                }
             } else {
                 let (v, v_t) = self.v.block(vo + jb * v_t, n, v_t, d, vw);
                 simd::run(Accumulate {

@@ -101,6 +101,20 @@ impl WriteSliceKernel {
             {
                 copy(s, d, outer, block, at, row)
             }
+            // Whole blocks (the written rows span the last axis, a whole number of blocks):
+            // the same copy in bytes.
+            (Storage::Bytes(s), Storage::Bytes(d))
+                if s.dtype() == d.dtype()
+                    && [block, at, row]
+                        .iter()
+                        .all(|v| v % s.dtype().block_size() == 0)
+                    && s.len() >= outer * block
+                    && d.len() >= need_dst =>
+            {
+                let (bs, bb) = (s.dtype().block_size(), s.dtype().block_bytes());
+                let b = |v: usize| v / bs * bb;
+                copy(s.as_slice(), d.make_mut(), outer, b(block), b(at), b(row))
+            }
             _ => {
                 return Err(LuminalError::Backend(
                     "WriteSlice: source or destination buffer has the wrong size or kind".into(),
