@@ -34,6 +34,8 @@ trait Simd: Copy {
     unsafe fn splat(x: f32) -> Self;
     unsafe fn load(p: *const f32) -> Self;
     unsafe fn load_f16(p: *const f16) -> Self;
+    /// `L` signed bytes at `p`, widened and times `scale` (a q8_0 block's values).
+    unsafe fn load_q8(p: *const i8, scale: f32) -> Self;
     unsafe fn store(self, p: *mut f32);
     unsafe fn mul(a: Self, b: Self) -> Self;
     unsafe fn add(a: Self, b: Self) -> Self;
@@ -75,6 +77,13 @@ impl Simd for Z {
     #[inline(always)]
     unsafe fn load_f16(p: *const f16) -> Z {
         unsafe { Z(_mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))) }
+    }
+    #[inline(always)]
+    unsafe fn load_q8(p: *const i8, scale: f32) -> Z {
+        unsafe {
+            let q = _mm512_cvtepi8_epi32(_mm_loadu_si128(p as *const __m128i));
+            Z(_mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(scale)))
+        }
     }
     #[inline(always)]
     unsafe fn store(self, p: *mut f32) {
@@ -208,6 +217,13 @@ impl Simd for Y {
         unsafe { Y(_mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))) }
     }
     #[inline(always)]
+    unsafe fn load_q8(p: *const i8, scale: f32) -> Y {
+        unsafe {
+            let q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(p as *const __m128i));
+            Y(_mm256_mul_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(scale)))
+        }
+    }
+    #[inline(always)]
     unsafe fn store(self, p: *mut f32) {
         unsafe { _mm256_storeu_ps(p, self.0) }
     }
@@ -303,22 +319,69 @@ const EXP2_POLY: [f32; 7] = [
     1.0,
 ];
 
-/// Key and value elements: f32, or f16 widened as loaded.
+/// Key and value storage: f32, f16 widened as loaded, or q8_0 blocks decoded as loaded.
+/// Positions are in elements: [`Kv::at`] steps a pointer by elements (to a row start, for
+/// q8_0 a block boundary), [`Kv::ld`] loads `L` elements from an element offset of it.
 trait Kv: Copy {
-    unsafe fn ld<S: Simd>(p: *const Self) -> S;
+    /// `i` elements after `p` (wrapping: the result may only be prefetched).
+    fn at(p: *const Self, i: usize) -> *const Self;
+    /// Bytes that `n` elements from a row start take.
+    fn bytes(n: usize) -> usize;
+    /// The `L` elements `i ..` after `p` (`i` a multiple of `L`) as f32.
+    unsafe fn ld<S: Simd>(p: *const Self, i: usize) -> S;
 }
 
 impl Kv for f32 {
     #[inline(always)]
-    unsafe fn ld<S: Simd>(p: *const f32) -> S {
-        unsafe { S::load(p) }
+    fn at(p: *const f32, i: usize) -> *const f32 {
+        p.wrapping_add(i)
+    }
+    fn bytes(n: usize) -> usize {
+        4 * n
+    }
+    #[inline(always)]
+    unsafe fn ld<S: Simd>(p: *const f32, i: usize) -> S {
+        unsafe { S::load(p.add(i)) }
     }
 }
 
 impl Kv for f16 {
     #[inline(always)]
-    unsafe fn ld<S: Simd>(p: *const f16) -> S {
-        unsafe { S::load_f16(p) }
+    fn at(p: *const f16, i: usize) -> *const f16 {
+        p.wrapping_add(i)
+    }
+    fn bytes(n: usize) -> usize {
+        2 * n
+    }
+    #[inline(always)]
+    unsafe fn ld<S: Simd>(p: *const f16, i: usize) -> S {
+        unsafe { S::load_f16(p.add(i)) }
+    }
+}
+
+/// A byte of q8_0 blocks (34 bytes per 32 values: an f16 scale, then 32 signed quants).
+/// Rows start at block boundaries (checked by the kernel), so a row's element `i` is
+/// quant `i % 32` of its block `i / 32`.
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+pub(super) struct Q8(u8);
+
+impl Kv for Q8 {
+    #[inline(always)]
+    fn at(p: *const Q8, i: usize) -> *const Q8 {
+        p.wrapping_add(i / 32 * 34)
+    }
+    fn bytes(n: usize) -> usize {
+        n.div_ceil(32) * 34
+    }
+    #[inline(always)]
+    unsafe fn ld<S: Simd>(p: *const Q8, i: usize) -> S {
+        unsafe {
+            let blk = (p as *const u8).add(i / 32 * 34);
+            let bits = (blk as *const u16).read_unaligned();
+            let scale = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)));
+            S::load_q8(blk.add(2 + i % 32) as *const i8, scale)
+        }
     }
 }
 
@@ -330,11 +393,8 @@ const AHEAD: usize = 16;
 
 /// Prefetches `len` elements of the row [`AHEAD`] rows after `p` (rows `t` apart).
 #[inline(always)]
-fn prefetch<K>(p: *const K, t: usize, len: usize) {
-    simd::prefetch_raw(
-        p.wrapping_add(AHEAD * t) as *const u8,
-        len * std::mem::size_of::<K>(),
-    );
+fn prefetch<K: Kv>(p: *const K, t: usize, len: usize) {
+    simd::prefetch_raw(K::at(p, AHEAD * t) as *const u8, K::bytes(len));
 }
 
 /// The most query rows one pass over a block serves.
@@ -364,7 +424,7 @@ unsafe fn scores<S: Simd, K: Kv, const R: usize, const NC: usize>(
         let mut j = 0;
         while j < full {
             for jj in 0..S::L {
-                let kp = k.add((j + jj) * k_t);
+                let kp = K::at(k, (j + jj) * k_t);
                 prefetch(kp, k_t, NC * S::L);
                 let a = dot(&qr, kp);
                 for (r, a) in a.into_iter().enumerate() {
@@ -377,7 +437,7 @@ unsafe fn scores<S: Simd, K: Kv, const R: usize, const NC: usize>(
             j += S::L;
         }
         for j in full..n {
-            let a = dot(&qr, k.add(j * k_t));
+            let a = dot(&qr, K::at(k, j * k_t));
             for (r, a) in a.into_iter().enumerate() {
                 *sc.add(r * kb + j) = a.hsum();
             }
@@ -394,7 +454,7 @@ unsafe fn dot<S: Simd, K: Kv, const R: usize, const NC: usize>(
     unsafe {
         let mut kv = [S::zero(); NC];
         for (c, x) in kv.iter_mut().enumerate() {
-            *x = K::ld(kp.add(c * S::L));
+            *x = K::ld(kp, c * S::L);
         }
         let mut out = [S::zero(); R];
         for (r, o) in out.iter_mut().enumerate() {
@@ -423,7 +483,7 @@ unsafe fn step<S: Simd, K: Kv, const R: usize, const W: usize>(
             *x = S::splat(*p.add(r * kb));
         }
         for w in 0..W {
-            let x = K::ld(vp.add(w * S::L));
+            let x = K::ld(vp, w * S::L);
             for r in 0..R {
                 a[r][w] = S::fma(pj[r], x, a[r][w]);
             }
@@ -457,20 +517,20 @@ unsafe fn accumulate<S: Simd, K: Kv, const R: usize, const W: usize>(
             let mut j = 0;
             if R == 1 {
                 while j + 2 <= n {
-                    let vp = v.add(j * v_t + c0);
+                    let vp = K::at(v, j * v_t + c0);
                     prefetch(vp, v_t, W * S::L);
-                    prefetch(vp.wrapping_add(v_t), v_t, W * S::L);
+                    prefetch(K::at(vp, v_t), v_t, W * S::L);
                     step(&mut a, p.add(j), kb, vp);
-                    let vp = v.add((j + 1) * v_t + c0);
+                    let vp = K::at(v, (j + 1) * v_t + c0);
                     let pj = S::splat(*p.add(j + 1));
                     for (w, x) in b.iter_mut().enumerate() {
-                        *x = S::fma(pj, K::ld(vp.add(w * S::L)), *x);
+                        *x = S::fma(pj, K::ld(vp, w * S::L), *x);
                     }
                     j += 2;
                 }
             }
             while j < n {
-                let vp = v.add(j * v_t + c0);
+                let vp = K::at(v, j * v_t + c0);
                 prefetch(vp, v_t, W * S::L);
                 step(&mut a, p.add(j), kb, vp);
                 j += 1;
@@ -656,6 +716,20 @@ fn rows_ptr<T>(s: &[T], start: usize, n: usize, t: usize, d: usize) -> *const T 
     s[start..].as_ptr()
 }
 
+/// [`rows_ptr`] for q8_0 blocks: rows of `d` values (whole blocks) from value `start`, `t`
+/// values apart, every row starting at a block boundary.
+fn q8_rows(b: &[u8], start: usize, n: usize, t: usize, d: usize) -> *const Q8 {
+    assert!(
+        start % 32 == 0 && t % 32 == 0 && d % 32 == 0,
+        "q8_0 attention rows must start at block boundaries"
+    );
+    assert!(
+        n == 0 || (start + (n - 1) * t + d) / 32 * 34 <= b.len(),
+        "attention block"
+    );
+    b[start / 32 * 34..].as_ptr() as *const Q8
+}
+
 /// `sc[r·kb + j] = q_r · k_j` for every row of `q` (rows of `d`) and the `n` keys of the
 /// block at `start` (`k_t` apart). Only when [`handles`]`(d)`.
 #[allow(clippy::too_many_arguments)]
@@ -690,8 +764,14 @@ pub(super) fn block_scores(
             (KvRows::F16(s), false) => {
                 scores_y::<f16>(q, rows, d, rows_ptr(s, start, n, k_t, d), k_t, n, sc, kb)
             }
+            (KvRows::Blocks(luminal::DType::Q8_0, b), true) => {
+                scores_z::<Q8>(q, rows, d, q8_rows(b, start, n, k_t, d), k_t, n, sc, kb)
+            }
+            (KvRows::Blocks(luminal::DType::Q8_0, b), false) => {
+                scores_y::<Q8>(q, rows, d, q8_rows(b, start, n, k_t, d), k_t, n, sc, kb)
+            }
             (KvRows::Blocks(..), _) => {
-                unreachable!("quantized keys are decoded before the block steps")
+                unreachable!("other block types are decoded before the block steps")
             }
         }
     }
@@ -730,8 +810,14 @@ pub(super) fn block_accumulate(
             (KvRows::F16(s), false) => {
                 accumulate_y::<f16>(acc, rows, d, p, kb, rows_ptr(s, start, n, v_t, d), v_t, n)
             }
+            (KvRows::Blocks(luminal::DType::Q8_0, b), true) => {
+                accumulate_z::<Q8>(acc, rows, d, p, kb, q8_rows(b, start, n, v_t, d), v_t, n)
+            }
+            (KvRows::Blocks(luminal::DType::Q8_0, b), false) => {
+                accumulate_y::<Q8>(acc, rows, d, p, kb, q8_rows(b, start, n, v_t, d), v_t, n)
+            }
             (KvRows::Blocks(..), _) => {
-                unreachable!("quantized values are decoded before the block steps")
+                unreachable!("other block types are decoded before the block steps")
             }
         }
     }
@@ -875,19 +961,31 @@ mod tests {
             for d in [32, 64, 96, 128] {
                 for rows in [1, 2, 3, 4, 5, 9] {
                     for n in [1, 7, 16, 17, 40, 256] {
-                        for (half, t) in [(false, d), (true, d), (true, 3 * d + 8)] {
+                        // Storage 0: f32, 1: f16, 2: q8_0 blocks (rows a whole number of
+                        // blocks apart).
+                        for (kind, t) in [(0, d), (1, d), (1, 3 * d + 8), (2, d), (2, 3 * d + 32)] {
                             let kb = 256;
                             let start = 5 * t;
                             let len = start + n * t;
-                            let (x32, x16) = kv(half, len, d + rows);
-                            let rows_of = || {
-                                if half {
-                                    KvRows::F16(&x16)
+                            let (x32, x16) = kv(kind == 1, len, d + rows);
+                            let (mut q8, mut x8) = (vec![0u8; len / 32 * 34], vec![0f32; len]);
+                            if kind == 2 {
+                                let x: Vec<f32> = x16.iter().map(|v| v.to_f32()).collect();
+                                luminal::quant::encode(luminal::DType::Q8_0, &x, &mut q8);
+                                luminal::quant::decode(luminal::DType::Q8_0, &q8, &mut x8);
+                            }
+                            let rows_of = || match kind {
+                                0 => KvRows::F32(&x32),
+                                1 => KvRows::F16(&x16),
+                                _ => KvRows::Blocks(luminal::DType::Q8_0, &q8),
+                            };
+                            let elem = |i: usize| {
+                                if kind == 2 {
+                                    x8[i] as f64
                                 } else {
-                                    KvRows::F32(&x32)
+                                    x16[i].to_f32() as f64
                                 }
                             };
-                            let elem = |i: usize| x16[i].to_f32() as f64;
                             let q = data(rows * d, n);
                             let mut sc = vec![f32::NAN; rows * kb];
                             block_scores(isa, &q, rows_of(), start, t, n, d, &mut sc, kb);

@@ -491,11 +491,12 @@ impl<'a> KvRows<'a> {
         }
     }
 
-    /// Keys or values the intrinsic block steps read as they are (f32, f16): quantized
-    /// rows are decoded into the worker's buffer first ([`KvRows::block`]).
+    /// Keys or values the intrinsic block steps read as they are (f32, f16, q8_0 blocks
+    /// decoded in registers): other block types are decoded into the worker's buffer first
+    /// ([`KvRows::block`]).
     #[cfg(target_arch = "x86_64")]
     fn in_place(&self) -> bool {
-        !matches!(self, KvRows::Blocks(..))
+        !matches!(self, KvRows::Blocks(dt, _) if *dt != luminal::DType::Q8_0)
     }
 
     /// `n` rows of `d` elements from `start`, `stride` apart, as f32 with their stride:
