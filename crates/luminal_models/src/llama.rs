@@ -9,7 +9,10 @@ use crate::error::{ModelError, Result};
 use crate::model::Model;
 use luminal::prelude::*;
 use luminal_io::{GgufFile, SafetensorsModel, Tokenizer};
-use luminal_nn::{CacheType, Embedding, KvCache, Linear, Module, RmsNorm, Rope, TransformerBlock};
+use luminal_nn::{
+    hadamard, CacheType, Embedding, KvCache, Linear, Module, RmsNorm, Rope, TransformerBlock,
+    KV_ROTATION,
+};
 use rayon::prelude::*;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -337,16 +340,24 @@ impl<R: Runtime> LlamaModel<R> {
                 .with_sliding_window(c.sliding_window)
             })
             .collect();
+        // A 4- or 5-bit cache is kept rotated (one Walsh-Hadamard matrix for every layer)
+        // where the head dim allows it.
+        let rotation = (opts.cache_type.wants_rotation() && c.head_dim.is_multiple_of(KV_ROTATION))
+            .then(|| cx.input("kv_rotation", (KV_ROTATION, KV_ROTATION), DType::F32));
         let caches: Vec<KvCache> = (0..c.n_layers)
             .map(|i| {
-                KvCache::with_type(
+                let cache = KvCache::with_type(
                     &cx,
                     &format!("model.layers.{i}.self_attn"),
                     c.n_kv_heads,
                     max_ctx,
                     c.head_dim,
                     opts.cache_type,
-                )
+                );
+                match rotation {
+                    Some(h) => cache.with_rotation(h),
+                    None => cache,
+                }
             })
             .collect();
         let norm = RmsNorm::new(&cx, "model.norm", c.hidden_size, c.rms_norm_eps);
@@ -383,6 +394,9 @@ impl<R: Runtime> LlamaModel<R> {
             .flat_map(|k| [k.k.handle(), k.v.handle()])
             .collect();
         let mut runtime = cx.compile(backend, CompileOptions::default())?;
+        if let Some(h) = rotation {
+            runtime.set(h, &hadamard(KV_ROTATION))?;
+        }
 
         // Weights in their storage dtype are handed over as windows onto the file; f32
         // ones (norms, f32 files) are decoded, in parallel, in chunks so the bar moves.

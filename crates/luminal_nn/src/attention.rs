@@ -229,6 +229,47 @@ pub struct KvCache<'g> {
     pub k: GraphTensor<'g>,
     pub v: GraphTensor<'g>,
     pub max_ctx: usize,
+    /// An orthonormal rotation `H: [n, n]` (`n` dividing the head dim) applied to queries,
+    /// keys and values before the keys and values are cached, and undone on the attention
+    /// output: `q·k = (qH)·(kH)` and `Σ p (vH) = (Σ p v) H`, so the result is unchanged
+    /// but the cached rows have their outliers spread across the block, which a 4- or
+    /// 5-bit cache then quantizes far better (see [`CacheType::wants_rotation`],
+    /// [`hadamard`]; llama.cpp does the same for quantized caches). `None`: no rotation.
+    pub rotation: Option<GraphTensor<'g>>,
+}
+
+/// Size of the rotation blocks of a quantized KV cache ([`KvCache::rotation`]).
+pub const KV_ROTATION: usize = 64;
+
+/// The orthonormal Walsh–Hadamard matrix of order `n` (a power of two), row-major:
+/// `H[i][j] = (−1)^popcount(i & j) / √n` (symmetric, and its own inverse).
+///
+/// # Panics
+/// If `n` is not a power of two.
+pub fn hadamard(n: usize) -> Vec<f32> {
+    assert!(n.is_power_of_two(), "hadamard: {n} is not a power of two");
+    let scale = 1.0 / (n as f32).sqrt();
+    (0..n * n)
+        .map(|k| {
+            let (i, j) = (k / n, k % n);
+            if (i & j).count_ones() % 2 == 0 {
+                scale
+            } else {
+                -scale
+            }
+        })
+        .collect()
+}
+
+/// `x · H` over blocks of `H`'s order along the last axis (`x: [.., d]`, `h: [n, n]`).
+fn rotate<'g>(x: GraphTensor<'g>, h: GraphTensor<'g>) -> GraphTensor<'g> {
+    let shape = x.shape();
+    let n = h.shape()[0].clone();
+    let d = shape.last().unwrap().as_constant().unwrap() as usize;
+    let nn = n.as_constant().unwrap() as usize;
+    let mut blocks = shape[..shape.len() - 1].to_vec();
+    blocks.extend([Expression::from(d / nn), n]);
+    x.reshape(blocks).matmul(h).reshape(shape)
 }
 
 /// The element type of a KV cache, as llama.cpp's `--cache-type-k/-v`: f32; f16 (half the
@@ -283,6 +324,17 @@ impl CacheType {
         self.dtype()
             .bytes_for(n)
             .unwrap_or_else(|| panic!("{n} values are not whole {self} blocks"))
+    }
+
+    /// Whether a cache of this type is kept rotated ([`KvCache::rotation`]): the 4- and
+    /// 5-bit types, whose rounding an outlier channel would otherwise dominate. (q8_0 is
+    /// as good without: perplexity within 0.1% of an f16 cache either way, see
+    /// benches/README.md.)
+    pub fn wants_rotation(self) -> bool {
+        matches!(
+            self,
+            CacheType::Q4_0 | CacheType::Q4_1 | CacheType::Q5_0 | CacheType::Q5_1
+        )
     }
 
     /// Zero-filled data for a cache input of `n` values (every type's zero is all-zero
@@ -345,12 +397,30 @@ impl<'g> KvCache<'g> {
             k: cx.input(&join(prefix, "k_cache"), shape, dt),
             v: cx.input(&join(prefix, "v_cache"), shape, dt),
             max_ctx,
+            rotation: None,
         }
     }
 
     /// The cache's element type.
     pub fn cache_type(&self) -> CacheType {
         CacheType::of(self.k.dtype()).expect("a KV cache holds a cache type")
+    }
+
+    /// Rotates queries, keys and values by `h` (`[n, n]`, orthonormal, `n` dividing the
+    /// head dim) around this cache: see [`KvCache::rotation`].
+    ///
+    /// # Panics
+    /// If `h` is not square or its order does not divide the head dim.
+    pub fn with_rotation(mut self, h: GraphTensor<'g>) -> Self {
+        let (hs, d) = (h.shape(), self.k.shape()[2].as_constant().unwrap());
+        let n = hs[0].as_constant();
+        assert!(
+            hs.len() == 2 && hs[0] == hs[1] && n.is_some_and(|n| n > 0 && d % n == 0),
+            "KvCache::with_rotation: need a square [n, n] rotation with n dividing the head \
+             dim {d}, got {hs:?}"
+        );
+        self.rotation = Some(h);
+        self
     }
 
     /// Writes `k, v: [1, kv_heads, s, head_dim]` at `past..past + s` (rounded to the cache's
@@ -397,8 +467,15 @@ impl<'g> Attention<'g> {
             past.clone(),
         );
         let v = self.split_heads(self.v_proj.forward(x), self.n_kv_heads);
+        let (q, k, v) = match cache.rotation {
+            Some(h) => (rotate(q, h), rotate(k, h), rotate(v, h)),
+            None => (q, k, v),
+        };
         let (k, v) = cache.append(k, v, past);
-        let out = causal_attention_windowed(q, k, v, self.sliding_window);
+        let mut out = causal_attention_windowed(q, k, v, self.sliding_window);
+        if let Some(h) = cache.rotation {
+            out = rotate(out, h); // H is its own inverse
+        }
         let s = x.shape();
         let merged = out.permute(&[0, 2, 1, 3]).reshape(vec![
             s[0].clone(),

@@ -15,8 +15,8 @@ mod position;
 mod rope;
 
 pub use attention::{
-    causal_attention, causal_attention_windowed, scores_product, values_product, Attention,
-    CacheType, KvCache, TransformerBlock,
+    causal_attention, causal_attention_windowed, hadamard, scores_product, values_product,
+    Attention, CacheType, KvCache, TransformerBlock, KV_ROTATION,
 };
 pub use batchnorm::{dropout_mask, BatchNorm, Dropout, RunningStat};
 pub use conv::{Conv1d, Conv1dOptions, Conv2d, Conv2dOptions};
