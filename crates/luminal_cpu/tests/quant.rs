@@ -10,8 +10,9 @@
 //! With `QuantDots::Int8`, products with block-quantized weights quantize the activations per
 //! group of 16 to int8 (ggml's Q8_0 scheme on half blocks: `d = max|x| / 127`,
 //! `q = round(x / d)`, ties to even): skinny products (M ≤ 8, decode) at every level, and
-//! wide ones (M = 13, 128: prefill, in the span layout) where the level has AVX-512 VNNI
-//! (elsewhere they keep f32 activations and `gemm`, the faster there). There each output
+//! wide ones (M = 13, 128: prefill) where the level has AVX-512 VNNI (the span layout) or
+//! AVX2 (register tiles; every format but Q2_K); elsewhere they keep f32 activations and
+//! `gemm`. There each output
 //! must equal, within the same `1e-5` bound, the dot of the weights with the activations
 //! quantized that way (computed here), and differ from the exact dot by at most
 //! `Σ |w| · d / 2` (the activation rounding). `QuantDots::F32` keeps f32 activations; the
@@ -184,13 +185,15 @@ fn shapes(dtype: DType) -> Vec<(usize, usize, usize)> {
 /// Held by the tests that depend on the instruction-set cap (a process-wide setting).
 static ISA_CAP: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Whether wide products take int8 activations at `isa` (AVX-512 VNNI).
-fn wide_int8(isa: Isa) -> bool {
+/// Whether wide products with `dtype` weights take int8 activations at `isa`: AVX-512
+/// VNNI, or AVX2 (the register tiles) for every block format but Q2_K.
+fn wide_int8(isa: Isa, dtype: DType) -> bool {
     #[cfg(target_arch = "x86_64")]
     let vnni = std::arch::is_x86_feature_detected!("avx512vnni");
     #[cfg(not(target_arch = "x86_64"))]
     let vnni = false;
-    isa == Isa::Avx512 && vnni
+    let tiles = dtype.is_quantized() && dtype != DType::Q2_K;
+    (isa == Isa::Avx512 && vnni) || (isa >= Isa::Avx2 && tiles)
 }
 
 #[test]
@@ -225,7 +228,7 @@ fn weight_matmuls_match_dequantize_then_matmul_at_every_isa() {
                         k,
                         seed,
                         &what,
-                        int8 && (m <= 8 || wide_int8(isa)),
+                        int8 && (m <= 8 || wide_int8(isa, dtype)),
                     );
                 }
             }
@@ -293,7 +296,7 @@ fn wide_graph_outputs_are_refined() {
             assert_eq!(argmax, Some(best.1), "{dtype} row {i} argmax");
             total += refined;
         }
-        if wide_int8(detected_isa()) {
+        if wide_int8(detected_isa(), dtype) {
             // The rest carries the int8 rounding (the product did take the int8 path).
             assert!(total < m * n / 2, "{dtype}: {total} of {} exact", m * n);
         } else {
@@ -442,16 +445,24 @@ fn arithmetic_on_quantized_tensors_panics_at_build() {
 }
 
 /// Wide products of every row count from 9 to 17 (chunks of eight rows, tails shared by
-/// two, four or eight rows: K = 384, 576, 32) at the detected level.
+/// two, four or eight rows: K = 384, 576, 32; AVX2: tiles of four rows) at the detected
+/// level and at AVX2.
 #[test]
 fn wide_products_of_every_row_count() {
     let _cap = ISA_CAP.lock().unwrap_or_else(|e| e.into_inner());
-    let isa = set_max_isa(detected_isa());
-    for m in 9..=17 {
-        for (dtype, k) in [(DType::Q8_0, 384), (DType::Q4_1, 576), (DType::Q5_0, 32)] {
-            let backend = CpuBackend::with_threads(2).quant_dots(QuantDots::Int8);
-            let what = format!("{isa:?} rows");
-            check_matmul(backend, dtype, m, 40, k, 3, &what, wide_int8(isa));
+    let mut levels = vec![detected_isa()];
+    if detected_isa() > Isa::Avx2 {
+        levels.push(Isa::Avx2);
+    }
+    for isa in levels {
+        assert_eq!(set_max_isa(isa), isa);
+        for m in 9..=17 {
+            for (dtype, k) in [(DType::Q8_0, 384), (DType::Q4_1, 576), (DType::Q5_0, 32)] {
+                let backend = CpuBackend::with_threads(2).quant_dots(QuantDots::Int8);
+                let what = format!("{isa:?} rows");
+                check_matmul(backend, dtype, m, 40, k, 3, &what, wide_int8(isa, dtype));
+            }
         }
     }
+    set_max_isa(detected_isa());
 }

@@ -12,10 +12,11 @@
 //! - **wide** (`M > 8`, prefill, AVX-512 VNNI): activations quantized in the span layout
 //!   (`span_acts.rs`, in parallel), blocks of weight rows unpacked into a panel in the same
 //!   layout, then `span_dot::dot_rows` for chunks of up to 16 activation rows; the results
-//!   of a block and chunk are stored row by row.
+//!   of a block and chunk are stored row by row. With AVX2 and no VNNI, register tiles of
+//!   4 activation rows × 8 weight rows (`tile_avx2.rs`).
 
 use super::PANEL_BYTES;
-use super::{int8, kquant_dot, legacy_dot, prefetch, span_acts, span_dot, unpack};
+use super::{int8, kquant_dot, legacy_dot, prefetch, span_acts, span_dot, tile_avx2, unpack};
 use super::{with_unpacked, WeightRef};
 use crate::kernels::matmul::skinny_f32::{split_columns, OutPtr, MAX_ROWS};
 use crate::simd::PREFETCH_AHEAD;
@@ -171,8 +172,14 @@ pub(super) fn int8_matmul(
     let rb = w.row_bytes();
     let rows = |i: usize| &a[a_off + i * a_row..a_off + i * a_row + k];
     if m > MAX_ROWS {
-        assert!(span_dot::wide_int8(path), "wide int8 product without VNNI");
-        return wide(path, w, rows, out, m, parallel);
+        if span_dot::wide_int8(path) {
+            return wide(path, w, rows, out, m, parallel);
+        }
+        assert!(
+            tile_avx2::wide_int8(path, w.dtype),
+            "wide int8 product without VNNI or AVX2 tiles"
+        );
+        return tile_avx2::wide(w, rows, out, m, parallel);
     }
     QACTS.with(|q| {
         let mut q = q.borrow_mut();

@@ -10,12 +10,14 @@
 //!   registers once per chunk of up to four activation rows, the other formats into a
 //!   scratch row (`unpack.rs`). Wide products (prefill) with AVX-512 VNNI: blocks of weight
 //!   rows unpacked into a panel in the span layout (`span_acts.rs`, `span_dot.rs`), one
-//!   lane a group, shared by all `M` rows;
+//!   lane a group, shared by all `M` rows; with AVX2 (no VNNI): strips of 8 weight rows,
+//!   one lane a row, in register tiles with 4 activation rows (`tile_avx2.rs`);
 //! - **skinny exact products** (`M ≤ 8` rows, decode steps, f32 activations): Q4_0, Q4_1
 //!   and Q8_0 dequantize in registers (`dot.rs`), the other formats are unpacked to bytes
 //!   (`int8::dot_f32`), halves convert in registers as they stream past
 //!   (`matmul/skinny_half.rs`, a block of weight rows at a time);
-//! - **wide f32 products** (prefill with f32 activations or without VNNI, and halves):
+//! - **wide f32 products** (prefill with f32 activations or below AVX2, Q2_K without
+//!   VNNI, and halves):
 //!   tiles of weight rows are decoded into scratch and multiplied by `gemm`, so the decode
 //!   cost is shared by all `M` rows;
 //! - **gather**: the picked rows are decoded straight into the output.
@@ -47,6 +49,7 @@ mod kquant_dot;
 mod legacy_dot;
 mod span_acts;
 mod span_dot;
+mod tile_avx2;
 mod unpack;
 
 use crate::kernel::{BufId, CpuKernel, RunCtx};
@@ -199,13 +202,14 @@ fn prefetch(bytes: &[u8], at: usize, len: usize) {
 }
 
 /// Whether [`weight_matmul`] computes an `m`-row product with a `dtype` weight with int8
-/// activations: block-quantized weights, not `exact`, and a skinny product or a CPU with
-/// AVX-512 VNNI (elsewhere wide products keep f32 activations and `gemm`, see
-/// `span_dot.rs`).
+/// activations: block-quantized weights, not `exact`, and a skinny product, a CPU with
+/// AVX-512 VNNI (`span_dot.rs`), or AVX2 and a format of its tiles (`tile_avx2.rs`: all but
+/// Q2_K; elsewhere wide products keep f32 activations and `gemm`).
 pub(crate) fn takes_int8(dtype: DType, m: usize, exact: bool) -> bool {
+    let path = int8::DotPath::current();
     !exact
         && unpack::has_int8_dot(dtype)
-        && (m <= MAX_ROWS || span_dot::wide_int8(int8::DotPath::current()))
+        && (m <= MAX_ROWS || span_dot::wide_int8(path) || tile_avx2::wide_int8(path, dtype))
 }
 
 /// `dst[i·n + j] = Σ_k a[a_off + i·a_row + k] · W[j, k]` for `i < m`, `j < n`: the product

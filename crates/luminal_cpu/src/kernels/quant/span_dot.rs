@@ -27,10 +27,11 @@ use super::span_acts::{SpanRow, SpanRows, SPAN};
 /// row count).
 pub(crate) const MAX_R: usize = 16;
 
-/// Whether wide products take the int8 path on `path`: with AVX-512 VNNI only. Elsewhere
-/// `gemm` on f32 activations is as fast or faster (AVX2 `vpmaddubsw` + `vpmaddwd` in this
-/// layout, one thread, M = 128, ns per 64 weights and row: Q4_0 2.6 vs 2.1 for f32, Q8_0
-/// 3.4 vs 1.8, Q4_K 2.1 vs 1.8), so those products keep f32 activations.
+/// Whether wide products take this kernel on `path`: with AVX-512 VNNI only. On AVX2 this
+/// layout is slower than `gemm` on f32 activations (`vpmaddubsw` + `vpmaddwd`, one thread,
+/// M = 128, ns per 64 weights and row: Q4_0 2.6 vs 2.1 for f32, Q8_0 3.4 vs 1.8, Q4_K 2.1
+/// vs 1.8: the per-group scaling is paid per weight row); AVX2 takes the register tiles of
+/// `tile_avx2.rs` instead, one lane a weight row.
 pub(crate) fn wide_int8(path: DotPath) -> bool {
     path == DotPath::Vnni512
 }
