@@ -184,11 +184,9 @@ fn f32_decode_steps_agree_with_transformers() {
     assert!(max_diff < 5e-3, "max |Δlogit| {max_diff}");
 }
 
-/// With f32 activations, decode steps through the KV cache compute what the full recompute
-/// does (int8 activations add their own rounding, checked above).
-#[test]
-fn kv_cache_decode_equals_full_recompute() {
-    let Some(m) = smollm2_f32() else { return };
+/// Reference prompt 1 run whole (`logits_all`) and as a prefill of 10 then one decode step
+/// per token through the KV cache: the largest logit difference at each position.
+fn cached_vs_full(m: &std::sync::Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>) -> Vec<f32> {
     let mut guard = m.lock().unwrap();
     let (model, _) = &mut *guard;
     let tokens = ids(&reference()["prompts"][1]["ids"]);
@@ -199,12 +197,25 @@ fn kv_cache_decode_equals_full_recompute() {
     for &t in &tokens[10..] {
         stepped.extend(model.forward(&[t], 1).unwrap());
     }
-    let max_diff = full
-        .iter()
-        .zip(&stepped)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
+    model.reset();
     assert_eq!(stepped.len(), tokens.len() * vocab);
+    full.chunks(vocab)
+        .zip(stepped.chunks(vocab))
+        .map(|(a, b)| {
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0f32, f32::max)
+        })
+        .collect()
+}
+
+/// With f32 activations, decode steps through the KV cache compute what the full recompute
+/// does (int8 activations add their own rounding, checked above).
+#[test]
+fn kv_cache_decode_equals_full_recompute() {
+    let Some(m) = smollm2_f32() else { return };
+    let max_diff = cached_vs_full(m).into_iter().fold(0f32, f32::max);
     assert!(max_diff < 1e-3, "cached vs full: max |Δ| {max_diff}");
 }
 
@@ -217,32 +228,8 @@ fn q8_0_cache_decode_equals_full_recompute() {
     let Some(m) = smollm2_q8_0_cache() else {
         return;
     };
-    let mut guard = m.lock().unwrap();
-    let (model, _) = &mut *guard;
-    let tokens = ids(&reference()["prompts"][1]["ids"]);
-    let full = model.logits_all(&tokens).unwrap();
-    model.reset();
-    let mut stepped = model.forward(&tokens[..10], 10).unwrap();
-    for &t in &tokens[10..] {
-        stepped.extend(model.forward(&[t], 1).unwrap());
-    }
-    model.reset();
-    let max_diff = full
-        .iter()
-        .zip(&stepped)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
-    let vocab = model.vocab_size();
-    let per_pos: Vec<f32> = full
-        .chunks(vocab)
-        .zip(stepped.chunks(vocab))
-        .map(|(a, b)| {
-            a.iter()
-                .zip(b)
-                .map(|(x, y)| (x - y).abs())
-                .fold(0f32, f32::max)
-        })
-        .collect();
+    let per_pos = cached_vs_full(m);
+    let max_diff = per_pos.iter().copied().fold(0f32, f32::max);
     println!("q8_0 cache, cached vs full: max |Δlogit| per position {per_pos:.3?}");
     // Measured: 0 over the 10 prefilled positions (the same run), then up to 0.1 once a key
     // or value of some layer lands on the other side of a rounding boundary (a step is
@@ -252,14 +239,14 @@ fn q8_0_cache_decode_equals_full_recompute() {
     assert!(max_diff < 0.25, "cached vs full: max |Δ| {max_diff}");
 }
 
-/// The cost of a q8_0 KV cache over a longer text: 256 decode steps over `ppl.txt` with a
-/// q8_0 and an f32 cache, f32 activations on both (the cache's rounding is all that
-/// differs). Measured numbers are in benches/README.md (q8_0 KV cache).
-#[test]
-fn q8_0_cache_stays_close_to_f32_cache() {
-    let (Some(q), Some(f)) = (smollm2_q8_0_cache(), smollm2_f32()) else {
-        return;
-    };
+/// Decode steps over the first 256 tokens of `ppl.txt` on `q` and on the baseline `f`, one
+/// token at a time: the top-1 agreement, the mean KL divergence of `q`'s next-token
+/// distribution from `f`'s, and `q`'s perplexity excess over `f`'s. Returns `(steps, rate,
+/// kl, excess)`.
+fn divergence_over_text(
+    q: &std::sync::Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>,
+    f: &std::sync::Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>,
+) -> (usize, f64, f64, f64) {
     let (mut q, mut f) = (q.lock().unwrap(), f.lock().unwrap());
     let ((q, tok), (f, _)) = (&mut *q, &mut *f);
     let text = std::fs::read_to_string(fixture("ppl.txt")).unwrap();
@@ -293,6 +280,18 @@ fn q8_0_cache_stays_close_to_f32_cache() {
     f.reset();
     let (rate, kl) = (agree as f64 / n as f64, kl / n as f64);
     let excess = ((nll_q - nll_f) / (n - 1) as f64).exp() - 1.0;
+    (n, rate, kl, excess)
+}
+
+/// The cost of a q8_0 KV cache over a longer text: 256 decode steps over `ppl.txt` with a
+/// q8_0 and an f32 cache, f32 activations on both (the cache's rounding is all that
+/// differs). Measured numbers are in benches/README.md (q8_0 KV cache).
+#[test]
+fn q8_0_cache_stays_close_to_f32_cache() {
+    let (Some(q), Some(f)) = (smollm2_q8_0_cache(), smollm2_f32()) else {
+        return;
+    };
+    let (n, rate, kl, excess) = divergence_over_text(q, f);
     println!(
         "q8_0 vs f32 KV cache over {n} decode steps: top-1 agreement {:.2}%, mean KL {kl:.2e}, perplexity {:+.3}%",
         rate * 100.0,
@@ -313,39 +312,7 @@ fn int8_decode_stays_close_to_f32_activations() {
     let (Some(q), Some(f)) = (smollm2(), smollm2_f32()) else {
         return;
     };
-    let (mut q, mut f) = (q.lock().unwrap(), f.lock().unwrap());
-    let ((q, tok), (f, _)) = (&mut *q, &mut *f);
-    let text = std::fs::read_to_string(fixture("ppl.txt")).unwrap();
-    let tokens = tok.encode(&text, false).unwrap();
-    let n = tokens.len().min(256);
-    let (mut agree, mut kl, mut nll_q, mut nll_f) = (0, 0f64, 0f64, 0f64);
-    let log_softmax = |x: &[f32]| -> Vec<f64> {
-        let m = x.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
-        let lse = m + x.iter().map(|&v| (v as f64 - m).exp()).sum::<f64>().ln();
-        x.iter().map(|&v| v as f64 - lse).collect()
-    };
-    q.reset();
-    f.reset();
-    for i in 0..n {
-        let a = f.forward(&tokens[i..i + 1], 1).unwrap();
-        let b = q.forward(&tokens[i..i + 1], 1).unwrap();
-        agree += (argmax(&a) == argmax(&b)) as usize;
-        let (la, lb) = (log_softmax(&a), log_softmax(&b));
-        kl += la
-            .iter()
-            .zip(&lb)
-            .map(|(p, q)| p.exp() * (p - q))
-            .sum::<f64>();
-        if i + 1 < n {
-            let t = tokens[i + 1] as usize;
-            nll_f -= la[t];
-            nll_q -= lb[t];
-        }
-    }
-    q.reset();
-    f.reset();
-    let (rate, kl) = (agree as f64 / n as f64, kl / n as f64);
-    let excess = ((nll_q - nll_f) / (n - 1) as f64).exp() - 1.0;
+    let (n, rate, kl, excess) = divergence_over_text(q, f);
     println!(
         "int8 vs f32 activations over {n} decode steps: top-1 agreement {:.2}%, mean KL {kl:.2e}, perplexity {:+.3}%",
         rate * 100.0,

@@ -319,13 +319,6 @@ impl CacheType {
         CACHE_TYPES.into_iter().find(|c| c.dtype() == dtype)
     }
 
-    /// Bytes `n` cached values take (`n` a multiple of 32 for the block types).
-    pub fn bytes_for(self, n: usize) -> usize {
-        self.dtype()
-            .bytes_for(n)
-            .unwrap_or_else(|| panic!("{n} values are not whole {self} blocks"))
-    }
-
     /// Whether a cache of this type is kept rotated ([`KvCache::rotation`]): the 4- and
     /// 5-bit types, whose rounding an outlier channel would otherwise dominate. (q8_0 is
     /// as good without: perplexity within 0.1% of an f16 cache either way, see

@@ -533,27 +533,11 @@ impl<'a> KvRows<'a> {
                 let row_bytes = d / bs * bb;
                 for j in 0..n {
                     let at = (start + j * stride) / bs * bb;
-                    decode_row(dt, &b[at..at + row_bytes], &mut buf[j * d..][..d]);
+                    luminal::quant::decode(dt, &b[at..at + row_bytes], &mut buf[j * d..][..d]);
                 }
                 (&buf[..n * d], d)
             }
         }
-    }
-}
-
-/// One row of quantized keys or values decoded to f32: Q8_0 (the usual quantized cache)
-/// inline, so the loop vectorises; the other types through the core's decoder.
-#[inline]
-fn decode_row(dt: luminal::DType, bytes: &[u8], out: &mut [f32]) {
-    if dt == luminal::DType::Q8_0 {
-        for (blk, o) in bytes.chunks_exact(34).zip(out.chunks_exact_mut(32)) {
-            let scale = luminal::quant::f16_at(blk, 0);
-            for (y, &q) in o.iter_mut().zip(&blk[2..34]) {
-                *y = (q as i8) as f32 * scale;
-            }
-        }
-    } else {
-        luminal::quant::decode(dt, bytes, out);
     }
 }
 
