@@ -3,7 +3,7 @@
 
 use crate::codegen::{self, Kernel};
 use crate::error::{driver, CudaError};
-use crate::gemm::GemmCall;
+use crate::gemm::{GemmCall, GemmType};
 use crate::plan::{Executor, PlanRuntime};
 use cudarc::cublas::{sys as cublas_sys, CudaBlas};
 use cudarc::driver::{
@@ -13,6 +13,7 @@ use cudarc::nvrtc;
 use luminal::graph::GraphData;
 use luminal::{Backend, CompileOptions, LuminalError, Result};
 use std::collections::HashMap;
+use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
 /// The CUDA backend: one device, one stream. Cloning shares the device and the kernel cache.
@@ -28,6 +29,10 @@ pub struct CudaBackend {
     /// Elementwise producers computed inside their consumers' kernels
     /// ([`crate::codegen::fused_nodes`]).
     fuse: codegen::Fusion,
+    /// f32 products on TF32 tensor cores (`CUBLAS_COMPUTE_32F_FAST_TF32`).
+    tf32: bool,
+    /// f32 activations rounded to a half weight's type so cuBLAS reads the weight in place.
+    half_products: bool,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -37,6 +42,8 @@ impl std::fmt::Debug for CudaBackend {
             .field("arch", &self.arch)
             .field("cublas", &self.blas.is_some())
             .field("fusion", &self.fuse)
+            .field("tf32", &self.tf32)
+            .field("half_products", &self.half_products)
             .finish()
     }
 }
@@ -57,7 +64,10 @@ impl CudaBackend {
     /// Opens device `ordinal`. Fails with a typed error when there is no driver, no NVRTC,
     /// or no such device; never panics for a missing library. Elementwise fusion is on
     /// unless the environment sets `LUMINAL_CUDA_FUSION=0` (`=broadcast` fuses through
-    /// broadcasts too; for comparisons through the CLI).
+    /// broadcasts too; for comparisons through the CLI). f32 products use TF32 tensor cores
+    /// only with `LUMINAL_CUDA_TF32=1` ([`CudaBackend::with_tf32`]); products of f32
+    /// activations with an f16/bf16 weight round the activations to the weight's type
+    /// unless `LUMINAL_CUDA_HALF_PRODUCTS=0` ([`CudaBackend::without_half_products`]).
     pub fn new(ordinal: usize) -> std::result::Result<CudaBackend, CudaError> {
         if !driver_available() {
             return Err(CudaError::DriverNotFound);
@@ -83,7 +93,24 @@ impl CudaBackend {
             cache: Arc::default(),
             blas,
             fuse: codegen::Fusion::from_env(),
+            tf32: std::env::var("LUMINAL_CUDA_TF32").is_ok_and(|v| v == "1"),
+            half_products: std::env::var("LUMINAL_CUDA_HALF_PRODUCTS").map_or(true, |v| v != "0"),
         })
+    }
+
+    /// f32 products on TF32 tensor cores (10-bit mantissa products, f32 accumulation; like
+    /// `torch.backends.cuda.matmul.allow_tf32 = True`).
+    pub fn with_tf32(mut self) -> CudaBackend {
+        self.tf32 = true;
+        self
+    }
+
+    /// Products of f32 activations with an f16/bf16 weight widen the weight to f32 (a cast
+    /// kernel and an f32 copy each run) instead of rounding the activations to the weight's
+    /// type.
+    pub fn without_half_products(mut self) -> CudaBackend {
+        self.half_products = false;
+        self
     }
 
     /// Products as the generated multiply and sum-reduce kernels instead of cuBLAS.
@@ -293,6 +320,10 @@ impl Executor for CudaExecutor {
         self.backend.blas.is_some()
     }
 
+    fn gemm_rounds_activations(&self) -> bool {
+        self.backend.half_products
+    }
+
     fn gemm(
         &mut self,
         g: &GemmCall,
@@ -314,7 +345,8 @@ impl Executor for CudaExecutor {
         let (pa, _ra) = a.device_ptr(stream);
         let (pb, _rb) = b.device_ptr(stream);
         let (pc, _rc) = c.device_ptr(stream);
-        let at = |p: u64, off: i64| (p + 4 * off as u64) as *mut f32;
+        let at =
+            |p: u64, off: i64, t: GemmType| (p + (t.size() as i64 * off) as u64) as *mut c_void;
         let op = |t: bool| {
             if t {
                 cublas_sys::cublasOperation_t::CUBLAS_OP_T
@@ -322,33 +354,50 @@ impl Executor for CudaExecutor {
                 cublas_sys::cublasOperation_t::CUBLAS_OP_N
             }
         };
+        let ty = |t: GemmType| match t {
+            GemmType::F32 => cublas_sys::cudaDataType::CUDA_R_32F,
+            GemmType::F16 => cublas_sys::cudaDataType::CUDA_R_16F,
+            GemmType::BF16 => cublas_sys::cudaDataType::CUDA_R_16BF,
+        };
+        let all_f32 = [g.a_type, g.b_type, g.c_type] == [GemmType::F32; 3];
+        let compute = if all_f32 && self.backend.tf32 {
+            cublas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32
+        } else {
+            cublas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F
+        };
         let (alpha, beta) = (1f32, 0f32);
         // SAFETY: the plan resolved the call from the operands' views at this run's dims: it
-        // addresses only elements those views read (inside `a` and `b`) and C's
-        // `M·N·batch` values (inside `c`, sized for the reduction's output); the handle is
-        // bound to this stream, so the call is ordered after the kernels that wrote A and B.
+        // addresses only elements those views read (inside `a` and `b`, in the types the
+        // buffers hold) and C's `M·N·batch` values (inside `c`, sized for the reduction's
+        // output); the handle is bound to this stream, so the call is ordered after the
+        // kernels that wrote A and B. Compute type 32F takes f32 `alpha`/`beta`.
         unsafe {
-            cudarc::cublas::result::sgemm_strided_batched(
+            cudarc::cublas::result::gemm_strided_batched_ex(
                 *blas.handle(),
                 op(g.trans_a),
                 op(g.trans_b),
                 g.m,
                 g.n,
                 g.k,
-                &alpha,
-                at(pa, g.offset_a),
+                &alpha as *const f32 as *const c_void,
+                at(pa, g.offset_a, g.a_type),
+                ty(g.a_type),
                 g.lda,
                 g.stride_a,
-                at(pb, g.offset_b),
+                at(pb, g.offset_b, g.b_type),
+                ty(g.b_type),
                 g.ldb,
                 g.stride_b,
-                &beta,
-                at(pc, g.offset_c),
+                &beta as *const f32 as *const c_void,
+                at(pc, g.offset_c, g.c_type),
+                ty(g.c_type),
                 g.ldc,
                 g.stride_c,
                 g.batch,
+                compute,
+                cublas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )
         }
-        .map_err(|e| LuminalError::Backend(format!("cublasSgemmStridedBatched: {e:?}")))
+        .map_err(|e| LuminalError::Backend(format!("cublasGemmStridedBatchedEx: {e:?}")))
     }
 }

@@ -282,6 +282,11 @@ impl Executor for HostExecutor {
         self.gemm
     }
 
+    fn gemm_rounds_activations(&self) -> bool {
+        // As the GPU's default, so the emulator tests cover the rounding path.
+        self.gemm
+    }
+
     fn gemm(
         &mut self,
         call: &GemmCall,
@@ -294,9 +299,9 @@ impl Executor for HostExecutor {
         unsafe {
             crate::gemm::host_gemm(
                 call,
-                a.ptr as *const f32,
-                b.ptr as *const f32,
-                c.ptr as *mut f32,
+                a.ptr as *const u8,
+                b.ptr as *const u8,
+                c.ptr as *mut u8,
             )
         };
         Ok(())

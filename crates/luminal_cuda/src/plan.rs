@@ -4,7 +4,7 @@
 //! checks) is this one code, so the emulator's tests cover it.
 
 use crate::codegen::{self, Kernel, BLOCK};
-use crate::gemm::{self, GemmCall, Pattern};
+use crate::gemm::{self, GemmCall, GemmType, Pattern, Side};
 use luminal::graph::{GraphData, NodeId, TensorRef};
 use luminal::op::Op;
 use luminal::passes::live_order;
@@ -40,8 +40,14 @@ pub trait Executor {
     fn gemm_available(&self) -> bool {
         false
     }
-    /// One f32 `cublasSgemmStridedBatched` call ([`GemmCall`]: column-major, offsets in
-    /// elements) with cuBLAS's `A` in `a`, `B` in `b`, the result in `c`.
+    /// Whether f32 activations may be rounded to a half weight's type so that cuBLAS reads
+    /// the weight in place ([`gemm::find`]'s `round`).
+    fn gemm_rounds_activations(&self) -> bool {
+        false
+    }
+    /// One `cublasGemmStridedBatchedEx` call ([`GemmCall`]: column-major, offsets in
+    /// elements of each buffer's type, f32 accumulation) with cuBLAS's `A` in `a`, `B` in
+    /// `b`, the result in `c`.
     fn gemm(
         &mut self,
         call: &GemmCall,
@@ -65,8 +71,11 @@ struct Step {
     inputs: Vec<NodeId>,
     /// The product this reduction computes, through cuBLAS when it resolves ([`gemm`]).
     gemm: Option<usize>,
-    /// The product this `Mul` feeds: skipped when that product goes to cuBLAS.
+    /// The product this `Mul` (or bypassed cast) feeds: skipped when that product goes to
+    /// cuBLAS.
     feeds: Option<usize>,
+    /// A `WriteSlice` into its destination input's buffer ([`codegen::write_in_place`]).
+    in_place: bool,
 }
 
 struct Buffer<B> {
@@ -95,10 +104,16 @@ pub struct PlanRuntime<E: Executor> {
     /// Products that may go to cuBLAS, and their calls at this run's dims (`None`: kernels).
     patterns: Vec<Pattern>,
     calls: Vec<Option<Vec<GemmCall>>>,
+    /// Per product that rounds an f32 operand to a half type: its scratch buffer.
+    scratch: HashMap<usize, Buffer<E::Buffer>>,
+    /// The rounding kernels (f32 → f16, f32 → bf16) in `functions`, where a product needs them.
+    round_fn: HashMap<GemmType, usize>,
     /// Nodes computed inside their consumer's kernel ([`codegen::fused_nodes`]).
     fused: usize,
     /// Kernel launches and cuBLAS calls of the last run.
     launches: usize,
+    /// Whether a run has completed (an in-place write's result is then its state's buffer).
+    ran: bool,
     /// Print the launches of a run to stderr when they change (`LUMINAL_CUDA_STATS=1`).
     stats: bool,
 }
@@ -198,15 +213,20 @@ impl<E: Executor> PlanRuntime<E> {
             )));
         }
         let patterns = if exec.gemm_available() {
-            gemm::find(&graph, &order)
+            gemm::find(&graph, &order, exec.gemm_rounds_activations())
         } else {
             vec![]
         };
-        // The products cuBLAS may compute keep their kernels and operand buffers.
-        let barriers: HashSet<NodeId> = patterns.iter().flat_map(|p| [p.mul, p.reduce]).collect();
+        // The products cuBLAS may compute keep their kernels and operand buffers (a bypassed
+        // cast's input too: the cast is a barrier, so its input is not fused into it).
+        let barriers: HashSet<NodeId> = patterns
+            .iter()
+            .flat_map(|p| [p.mul, p.reduce].into_iter().chain(p.casts.iter().copied()))
+            .collect();
         let fused = codegen::fused_nodes(&graph, &order, &barriers, mode);
-        let generated =
-            codegen::generate_all(&graph, &order, &fused).map_err(LuminalError::Backend)?;
+        let in_place = codegen::write_in_place(&graph, &order);
+        let generated = codegen::generate_all(&graph, &order, &fused, &in_place)
+            .map_err(LuminalError::Backend)?;
         let by_reduce: HashMap<NodeId, usize> = patterns
             .iter()
             .enumerate()
@@ -215,7 +235,9 @@ impl<E: Executor> PlanRuntime<E> {
         let by_mul: HashMap<NodeId, usize> = patterns
             .iter()
             .enumerate()
-            .map(|(i, p)| (p.mul, i))
+            .flat_map(|(i, p)| {
+                std::iter::once((p.mul, i)).chain(p.casts.iter().map(move |&c| (c, i)))
+            })
             .collect();
         let mut kernels: Vec<Kernel> = vec![];
         let mut by_source: HashMap<String, usize> = HashMap::new();
@@ -238,6 +260,14 @@ impl<E: Executor> PlanRuntime<E> {
                 inputs,
                 gemm: by_reduce.get(&id).copied(),
                 feeds: by_mul.get(&id).copied(),
+                in_place: in_place.contains(&id),
+            });
+        }
+        let mut round_fn = HashMap::new();
+        for t in patterns.iter().filter_map(|p| p.round.map(|r| r.1)) {
+            round_fn.entry(t).or_insert_with(|| {
+                kernels.push(codegen::round_kernel(t.dtype()));
+                kernels.len() - 1
             });
         }
         let functions = exec.compile(&kernels.iter().collect::<Vec<_>>())?;
@@ -254,8 +284,11 @@ impl<E: Executor> PlanRuntime<E> {
             kernels,
             calls: vec![None; patterns.len()],
             patterns,
+            scratch: HashMap::new(),
+            round_fn,
             fused: fused.len(),
             launches: 0,
+            ran: false,
             stats: std::env::var("LUMINAL_CUDA_STATS").is_ok_and(|v| v != "0"),
         })
     }
@@ -263,6 +296,22 @@ impl<E: Executor> PlanRuntime<E> {
     /// How many products ran through [`Executor::gemm`] in the last run.
     pub fn gemm_products(&self) -> usize {
         self.calls.iter().filter(|c| c.is_some()).count()
+    }
+
+    /// How many products of the last run cuBLAS computed from f16/bf16 operand buffers (half
+    /// inputs, bypassed widening casts, rounded activations).
+    pub fn half_products(&self) -> usize {
+        self.calls
+            .iter()
+            .zip(&self.patterns)
+            .filter(|(c, p)| c.is_some() && p.a_type != GemmType::F32)
+            .count()
+    }
+
+    /// `WriteSlice`s that write into their state input's buffer in place (a KV cache's
+    /// appends: no copy of the whole cache per run).
+    pub fn writes_in_place(&self) -> usize {
+        self.steps.iter().filter(|s| s.in_place).count()
     }
 
     /// Products recognised at compile time (run through cuBLAS when their layouts resolve).
@@ -319,11 +368,32 @@ impl<E: Executor> PlanRuntime<E> {
                 });
             }
         }
-        // The output buffer, grown when the dims grew (kept otherwise).
         let id = step.node;
+        // Threads of the launch: one per output element, or per written element in place.
+        let mut threads = n;
+        if step.in_place {
+            // The destination input's buffer becomes the node's for this run (moved back
+            // after it); the kernel writes only the slice.
+            let dest = node.inputs[0].node;
+            let mut b = self
+                .buffers
+                .remove(&dest)
+                .ok_or_else(|| LuminalError::Backend(format!("state {} has no buffer", dest.0)))?;
+            b.len = bytes;
+            self.buffers.insert(id, b);
+            threads = self.numel(&node.inputs[1].view.dims())?;
+        }
+        // The output buffer, grown when the dims grew (kept otherwise); a buffer that grows
+        // again at least doubles, so a dim that grows by one each run (a decode step's cache
+        // window) reallocates O(log n) times, not every run.
         let grow = self.buffers.get(&id).is_none_or(|b| b.capacity < bytes);
         if grow {
-            let capacity = bytes.max(4);
+            let old = self.buffers.get(&id).map_or(0, |b| b.capacity);
+            let capacity = if old > 0 {
+                bytes.max(2 * old)
+            } else {
+                bytes.max(4)
+            };
             let buf = self.exec.alloc(capacity)?;
             self.buffers.insert(
                 id,
@@ -335,28 +405,16 @@ impl<E: Executor> PlanRuntime<E> {
             );
         }
         self.buffers.get_mut(&id).expect("allocated above").len = bytes;
-        if n == 0 {
+        if threads == 0 {
             return Ok(());
         }
-        if let Some(calls) = step.gemm.and_then(|p| self.calls[p].as_ref()) {
-            let p = &self.patterns[step.gemm.expect("checked")];
-            let buf = |id: NodeId| {
-                self.buffers
-                    .get(&id)
-                    .map(|b| &b.buf)
-                    .ok_or_else(|| LuminalError::Backend(format!("node {} has no buffer", id.0)))
-            };
-            let (c, a, b) = (buf(id)?, buf(p.b.node)?, buf(p.a.node)?);
-            for call in calls {
-                self.exec.gemm(call, c, a, b)?;
-            }
-            self.launches += calls.len();
-            return Ok(());
+        if let Some(pi) = step.gemm.filter(|&p| self.calls[p].is_some()) {
+            return self.launch_gemm(id, pi);
         }
         if step.error_flag && self.error_buffer.is_none() {
             self.error_buffer = Some(self.exec.alloc(8)?);
         }
-        let mut scalars = vec![n as i64];
+        let mut scalars = vec![threads as i64];
         for d in &step.dims {
             scalars.push(
                 *self
@@ -376,8 +434,8 @@ impl<E: Executor> PlanRuntime<E> {
         if step.error_flag {
             buffers.push(self.error_buffer.as_ref().expect("allocated above"));
         }
-        let grid = u32::try_from(n.div_ceil(BLOCK as usize)).map_err(|_| {
-            LuminalError::Backend(format!("{n} elements is too many for one launch"))
+        let grid = u32::try_from(threads.div_ceil(BLOCK as usize)).map_err(|_| {
+            LuminalError::Backend(format!("{threads} elements is too many for one launch"))
         })?;
         self.launches += 1;
         self.exec.launch(
@@ -387,6 +445,79 @@ impl<E: Executor> PlanRuntime<E> {
             &buffers,
             &scalars,
         )
+    }
+}
+
+impl<E: Executor> PlanRuntime<E> {
+    /// Moves the buffers that in-place `WriteSlice`s took for a run back to their state
+    /// inputs (which then hold the updated tensors).
+    fn return_state(&mut self) {
+        for step in self.steps.iter().filter(|s| s.in_place) {
+            if let Some(b) = self.buffers.remove(&step.node) {
+                let dest = self.graph.node(step.node).inputs[0].node;
+                self.buffers.insert(dest, b);
+            }
+        }
+    }
+
+    /// Product `pi` into `id`'s buffer through [`Executor::gemm`], after rounding its f32
+    /// operand to the half type where the pattern asks.
+    fn launch_gemm(&mut self, id: NodeId, pi: usize) -> Result<()> {
+        let p = &self.patterns[pi];
+        let missing = |id: NodeId| LuminalError::Backend(format!("node {} has no buffer", id.0));
+        if let Some((side, t)) = p.round {
+            let src = match side {
+                Side::A => p.a.node,
+                Side::B => p.b.node,
+            };
+            let src_buf = self.buffers.get(&src).ok_or_else(|| missing(src))?;
+            let n = src_buf.len / 4;
+            let bytes = n * t.size();
+            if self.scratch.get(&pi).is_none_or(|b| b.capacity < bytes) {
+                let capacity = bytes.max(4);
+                let buf = self.exec.alloc(capacity)?;
+                self.scratch.insert(
+                    pi,
+                    Buffer {
+                        buf,
+                        capacity,
+                        len: bytes,
+                    },
+                );
+            }
+            let scratch = &self.scratch[&pi].buf;
+            let grid = u32::try_from(n.div_ceil(BLOCK as usize)).map_err(|_| {
+                LuminalError::Backend(format!("{n} elements is too many for one launch"))
+            })?;
+            self.exec.launch(
+                &self.functions[self.round_fn[&t]],
+                grid.max(1),
+                BLOCK,
+                &[scratch, &src_buf.buf],
+                &[n as i64],
+            )?;
+            self.launches += 1;
+        }
+        let p = &self.patterns[pi];
+        let operand = |side: Side, e: &luminal::graph::Edge| {
+            if p.round.is_some_and(|r| r.0 == side) {
+                Ok(&self.scratch[&pi].buf)
+            } else {
+                self.buffers
+                    .get(&e.node)
+                    .map(|b| &b.buf)
+                    .ok_or_else(|| missing(e.node))
+            }
+        };
+        let c = &self.buffers.get(&id).ok_or_else(|| missing(id))?.buf;
+        // cuBLAS's A is our `b`, its B our `a`.
+        let (a, b) = (operand(Side::B, &p.b)?, operand(Side::A, &p.a)?);
+        let calls = self.calls[pi].as_ref().expect("resolved");
+        for call in calls {
+            self.exec.gemm(call, c, a, b)?;
+        }
+        self.launches += calls.len();
+        Ok(())
     }
 }
 
@@ -412,6 +543,8 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
     }
 
     fn run(&mut self) -> Result<()> {
+        // A run that failed after an in-place write took its state's buffer: give it back.
+        self.return_state();
         if let Some(d) = self
             .needed_dims
             .iter()
@@ -465,9 +598,14 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
         }
         // State written by `WriteSlice`s: the destination inputs take the updated tensors after
         // the run (their other readers in this run saw the values from before it).
+        self.return_state();
+        self.ran = true;
         for step in &self.steps {
             let node = self.graph.node(step.node);
             if let Op::WriteSlice { .. } = node.op {
+                if step.in_place {
+                    continue;
+                }
                 let dest = node.inputs[0].node;
                 let mut d = self.buffers.remove(&dest).expect("inputs checked above");
                 let src = &self.buffers[&step.node];
@@ -506,9 +644,20 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
 
     fn get_data(&self, tensor: impl Into<TensorRef>) -> Result<HostData> {
         let entry = self.graph.check_output(tensor)?;
+        // An in-place write's result is its state input's buffer after the run.
+        let node = match self
+            .steps
+            .iter()
+            .find(|s| s.in_place && s.node == entry.node)
+        {
+            Some(s) if self.ran && !self.buffers.contains_key(&s.node) => {
+                self.graph.node(s.node).inputs[0].node
+            }
+            _ => entry.node,
+        };
         let buf = self
             .buffers
-            .get(&entry.node)
+            .get(&node)
             .ok_or_else(|| LuminalError::NotComputed(entry.label.clone()))?;
         let bytes = self.exec.download(&buf.buf, buf.len)?;
         Ok(from_bytes(entry.dtype, &bytes))

@@ -500,6 +500,19 @@ pub fn generate_fused(
     input_dtypes: &[DType],
     fused: &HashSet<NodeId>,
 ) -> Result<Option<Generated>, String> {
+    generate_node(graph, node, input_dtypes, fused, false)
+}
+
+/// [`generate_fused`]; `in_place`: a `WriteSlice` whose output buffer is its destination's
+/// (the state input's buffer, [`write_in_place`]): one thread per written element, storing
+/// only the slice (the destination is not a parameter; `lum_n` is the source's count).
+fn generate_node(
+    graph: Option<&GraphData>,
+    node: &Node,
+    input_dtypes: &[DType],
+    fused: &HashSet<NodeId>,
+    in_place: bool,
+) -> Result<Option<Generated>, String> {
     if matches!(node.op, Op::Input { .. }) {
         return Ok(None);
     }
@@ -604,6 +617,23 @@ pub fn generate_fused(
             );
             "gather"
         }
+        Op::WriteSlice { axis, start } if in_place => {
+            let src_dims = node.inputs[1].view.dims();
+            // Source element `lum_i` is (outer, a, rest) over [.., len, inner]; it lands at
+            // `(outer·size + start + a)·inner + rest` of the destination.
+            let read_src = g.read_edge(&node.inputs[1], input_dtypes[1], "a", "lum_i");
+            let _ = writeln!(
+                body,
+                "    const long long lum_len = {}, lum_size = {}, lum_start = {};\n    const long long lum_inner = lum_max({}, 1);\n    const long long lum_a = (lum_i / lum_inner) % lum_max(lum_len, 1);\n    const long long lum_outer = lum_i / (lum_inner * lum_max(lum_len, 1)), lum_rest = lum_i % lum_inner;\n    {}\n    {read_src}\n    out[(lum_outer * lum_size + lum_start + lum_a) * lum_inner + lum_rest] = {};",
+                g.dims.c(&src_dims[*axis]),
+                g.dims.c(&node.shape[*axis]),
+                g.dims.c(start),
+                g.dims.c(&product(&src_dims[axis + 1..])),
+                decl(1, "a"),
+                store(od, val_kind(input_dtypes[1]), "a")
+            );
+            "write_in_place"
+        }
         Op::WriteSlice { axis, start } => {
             let src_dims = node.inputs[1].view.dims();
             let read_dst = g.read_edge(&node.inputs[0], input_dtypes[0], "a", "lum_i");
@@ -661,6 +691,58 @@ pub fn generate_fused(
     )))
 }
 
+/// The `WriteSlice` nodes of `order` that write into their destination's buffer in place
+/// (the KV cache: no copy of the whole state per run): the destination is an `Input` read
+/// by nothing else, through a contiguous view of the same shape and dtype. The plan moves
+/// the input's buffer to the node for the run and back after it (after a run both hold the
+/// updated tensor, so reading either output reads that buffer).
+pub fn write_in_place(graph: &GraphData, order: &[NodeId]) -> HashSet<NodeId> {
+    let mut uses: HashMap<NodeId, usize> = HashMap::new();
+    for &id in order {
+        for e in &graph.node(id).inputs {
+            *uses.entry(e.node).or_default() += 1;
+        }
+    }
+    order
+        .iter()
+        .copied()
+        .filter(|&id| {
+            let node = graph.node(id);
+            let Op::WriteSlice { .. } = node.op else {
+                return false;
+            };
+            let dest = &node.inputs[0];
+            let d = graph.node(dest.node);
+            matches!(d.op, Op::Input { .. })
+                && uses.get(&dest.node) == Some(&1)
+                && d.dtype == node.dtype
+                && !node.dtype.is_quantized()
+                && dest.view.is_contiguous()
+                && dest.view.dims() == node.shape
+                && d.shape == node.shape
+        })
+        .collect()
+}
+
+/// The kernel that rounds `lum_n` f32 values to `dtype` (f16 or bf16): an f32 operand of a
+/// product that cuBLAS multiplies with a half weight ([`crate::gemm::Pattern::round`]).
+/// Parameters: the output, the f32 input, `lum_n`.
+pub fn round_kernel(dtype: DType) -> Kernel {
+    let out_t = c_type(dtype).expect("a half type");
+    let text = format!(
+        "LUM_EXTERN_C __global__ void KERNEL({out_t}* __restrict__ out, const float* __restrict__ in0, long long lum_n) {{\n    const long long lum_i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n    if (lum_i >= lum_n) return;\n    out[lum_i] = {};\n}}\n",
+        store(dtype, Val::Float, "in0[lum_i]")
+    );
+    let name = format!("lum_round_{}_{:016x}", dtype.name(), fnv1a(&text));
+    Kernel {
+        source: text.replace("KERNEL", &name),
+        name,
+        buffer_types: vec![out_t, "float"],
+        error_flag: false,
+        dims: vec![],
+    }
+}
+
 /// A node's kernel and the nodes its buffer parameters read, in order.
 pub type Generated = (Kernel, Vec<NodeId>);
 
@@ -671,6 +753,7 @@ pub fn generate_all(
     graph: &GraphData,
     order: &[NodeId],
     fused: &HashSet<NodeId>,
+    in_place: &HashSet<NodeId>,
 ) -> Result<Vec<(NodeId, Option<Generated>)>, String> {
     order
         .iter()
@@ -682,7 +765,7 @@ pub fn generate_all(
                 .iter()
                 .map(|e| graph.node(e.node).dtype)
                 .collect();
-            generate_fused(Some(graph), node, &dtypes, fused)
+            generate_node(Some(graph), node, &dtypes, fused, in_place.contains(&id))
                 .map(|k| (id, k))
                 .map_err(|e| format!("node {} ({}): {e}", id.0, node.op.name()))
         })
