@@ -269,6 +269,13 @@ impl Executor for CudaExecutor {
         Ok(out)
     }
 
+    fn write(&mut self, buf: &mut CudaSlice<u8>, data: &[u8]) -> Result<()> {
+        self.backend
+            .stream
+            .memcpy_htod(data, &mut buf.slice_mut(..data.len()))
+            .map_err(driver("cuMemcpyHtoD"))
+    }
+
     fn copy(&mut self, src: &CudaSlice<u8>, dst: &mut CudaSlice<u8>, bytes: usize) -> Result<()> {
         if bytes == 0 {
             return Ok(());

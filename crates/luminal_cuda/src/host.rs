@@ -249,6 +249,11 @@ impl Executor for HostExecutor {
         Ok(buf.bytes()[..bytes].to_vec())
     }
 
+    fn write(&mut self, buf: &mut HostBuffer, data: &[u8]) -> Result<()> {
+        buf.bytes_mut()[..data.len()].copy_from_slice(data);
+        Ok(())
+    }
+
     fn copy(&mut self, src: &HostBuffer, dst: &mut HostBuffer, bytes: usize) -> Result<()> {
         dst.bytes_mut()[..bytes].copy_from_slice(&src.bytes()[..bytes]);
         Ok(())
