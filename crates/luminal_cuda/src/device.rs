@@ -7,7 +7,8 @@ use crate::gemm::{GemmCall, GemmType};
 use crate::plan::{Executor, PlanRuntime};
 use cudarc::cublas::{sys as cublas_sys, CudaBlas};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
+    CudaContext, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr, LaunchConfig,
+    PushKernelArg,
 };
 use cudarc::nvrtc;
 use luminal::graph::GraphData;
@@ -26,6 +27,8 @@ pub struct CudaBackend {
     cache: Arc<Mutex<HashMap<String, CudaFunction>>>,
     /// cuBLAS on the backend's stream, where the library loads (f32 products, [`crate::gemm`]).
     blas: Option<Arc<CudaBlas>>,
+    /// cuBLAS's workspace (set on the handle).
+    _workspace: Option<Arc<CudaSlice<u8>>>,
     /// Elementwise producers computed inside their consumers' kernels
     /// ([`crate::codegen::fused_nodes`]).
     fuse: codegen::Fusion,
@@ -80,18 +83,42 @@ impl CudaBackend {
         let cc = ctx
             .compute_capability()
             .map_err(|source| CudaError::Device { ordinal, source })?;
-        let stream = ctx.default_stream();
+        // One stream of our own (the legacy default stream cannot be captured into a graph).
+        // Every buffer is used on this stream only, so cudarc's cross-stream event tracking
+        // (which a second stream turns on) is not needed.
+        // SAFETY: no buffer of this context is ever used on another stream.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx
+            .new_stream()
+            .map_err(|source| CudaError::Device { ordinal, source })?;
         // SAFETY: only tries to dlopen the library by its usual names.
         let blas = unsafe { cudarc::cublas::sys::is_culib_present() }
             .then(|| CudaBlas::new(stream.clone()).ok())
             .flatten()
             .map(Arc::new);
+        // cuBLAS's workspace given up front (32 MiB, NVIDIA's advice for Hopper), so that a
+        // product recorded into a CUDA graph never allocates.
+        let workspace = match &blas {
+            Some(b) => {
+                let ws = stream
+                    .alloc_zeros::<u8>(32 << 20)
+                    .map_err(|source| CudaError::Device { ordinal, source })?;
+                let ptr = ws.device_ptr(&stream).0;
+                // SAFETY: the workspace outlives the handle's use (kept in the backend).
+                unsafe {
+                    cublas_sys::cublasSetWorkspace_v2(*b.handle(), ptr as *mut c_void, 32 << 20)
+                };
+                Some(Arc::new(ws))
+            }
+            None => None,
+        };
         Ok(CudaBackend {
             ctx,
             stream,
             arch: codegen::nvrtc_arch(cc),
             cache: Arc::default(),
             blas,
+            _workspace: workspace,
             fuse: codegen::Fusion::from_env(),
             tf32: std::env::var("LUMINAL_CUDA_TF32").is_ok_and(|v| v == "1"),
             half_products: std::env::var("LUMINAL_CUDA_HALF_PRODUCTS").map_or(true, |v| v != "0"),
@@ -213,6 +240,36 @@ impl CudaExecutor {
 impl Executor for CudaExecutor {
     type Buffer = CudaSlice<u8>;
     type Function = CudaFunction;
+    type Graph = CudaGraph;
+
+    fn graphs_available(&self) -> bool {
+        true
+    }
+
+    fn begin_capture(&mut self) -> Result<()> {
+        self.backend
+            .stream
+            .begin_capture(
+                cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            )
+            .map_err(driver("cuStreamBeginCapture"))
+    }
+
+    fn end_capture(&mut self) -> Result<CudaGraph> {
+        self.backend
+            .stream
+            .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0))
+            .map_err(driver("cuStreamEndCapture"))?
+            .ok_or_else(|| LuminalError::Backend("the captured CUDA graph is empty".into()))
+    }
+
+    fn replay(&mut self, graph: &CudaGraph) -> Result<()> {
+        graph.launch().map_err(driver("cuGraphLaunch"))
+    }
+
+    fn addr(&self, buf: &CudaSlice<u8>) -> u64 {
+        buf.device_ptr(&self.backend.stream).0
+    }
 
     fn compile(&mut self, kernels: &[&Kernel]) -> Result<Vec<CudaFunction>> {
         let cache = self.backend.cache.clone();

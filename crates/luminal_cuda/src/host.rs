@@ -32,7 +32,7 @@ pub struct HostEmulatorBackend;
 impl Backend for HostEmulatorBackend {
     type Runtime = HostRuntime;
     fn compile(&self, graph: GraphData, _: &CompileOptions) -> Result<HostRuntime> {
-        PlanRuntime::new(graph, HostExecutor { gemm: true })
+        PlanRuntime::new(graph, HostExecutor::new(true))
     }
 }
 
@@ -44,7 +44,7 @@ pub struct HostEmulatorUnfused;
 impl Backend for HostEmulatorUnfused {
     type Runtime = HostRuntime;
     fn compile(&self, graph: GraphData, _: &CompileOptions) -> Result<HostRuntime> {
-        PlanRuntime::with_fusion(graph, HostExecutor { gemm: true }, Fusion::Off)
+        PlanRuntime::with_fusion(graph, HostExecutor::new(true), Fusion::Off)
     }
 }
 
@@ -56,7 +56,7 @@ pub struct HostEmulatorKernelsOnly;
 impl Backend for HostEmulatorKernelsOnly {
     type Runtime = HostRuntime;
     fn compile(&self, graph: GraphData, _: &CompileOptions) -> Result<HostRuntime> {
-        PlanRuntime::new(graph, HostExecutor { gemm: false })
+        PlanRuntime::new(graph, HostExecutor::new(false))
     }
 }
 
@@ -105,15 +105,70 @@ pub struct HostFunction {
     _lib: Arc<libloading::Library>,
 }
 
+/// A launch or product recorded by the emulator's graph capture: replayed with the buffers'
+/// contents at replay time, as a CUDA graph is.
+pub enum Recorded {
+    Launch {
+        f: HostFunction,
+        grid: u32,
+        block: u32,
+        buffers: Vec<*mut u64>,
+        scalars: Vec<i64>,
+    },
+    Gemm {
+        call: GemmCall,
+        c: *mut u64,
+        a: *mut u64,
+        b: *mut u64,
+    },
+}
+
 /// Runs the kernels on the CPU (see the module docs).
 pub struct HostExecutor {
     gemm: bool,
+    /// The launches recorded since `begin_capture` (graph capture, emulated).
+    recording: Option<Vec<Recorded>>,
 }
 
 impl HostExecutor {
     /// An executor running products through the emulated cuBLAS (`gemm`) or as kernels.
     pub fn new(gemm: bool) -> HostExecutor {
-        HostExecutor { gemm }
+        HostExecutor {
+            gemm,
+            recording: None,
+        }
+    }
+
+    fn run(r: &Recorded) {
+        match r {
+            Recorded::Launch {
+                f,
+                grid,
+                block,
+                buffers,
+                scalars,
+            } => {
+                let ptrs: Vec<*mut std::ffi::c_void> = buffers
+                    .iter()
+                    .map(|&b| b as *mut std::ffi::c_void)
+                    .collect();
+                // SAFETY: the launcher reads `buffers.len()` pointers and `scalars.len()`
+                // scalars, the numbers the kernel was generated with (the plan passes them in
+                // that order); the kernels index the buffers within the element counts they
+                // were allocated for (the emulator tests compare every result with the
+                // reference runtime). A replayed recording's buffers are alive: the plan
+                // replays only while every buffer address of the run is unchanged.
+                unsafe { (f.launcher)(*grid, *block, ptrs.as_ptr(), scalars.as_ptr()) };
+            }
+            Recorded::Gemm { call, c, a, b } => {
+                // SAFETY: the plan resolved `call` from the operands' views at this run's
+                // dims, so it addresses the elements those views read (within the buffers)
+                // and C's `M·N·batch`.
+                unsafe {
+                    crate::gemm::host_gemm(call, *a as *const u8, *b as *const u8, *c as *mut u8)
+                }
+            }
+        }
     }
 }
 
@@ -128,11 +183,17 @@ fn launcher_source(k: &Kernel) -> String {
     for (i, t) in k.buffer_types.iter().enumerate() {
         args.push(format!("({t}*)lum_bufs[{i}]"));
     }
+    let mut next = k.buffer_types.len();
     if k.error_flag {
-        args.push(format!("(int*)lum_bufs[{}]", k.buffer_types.len()));
+        args.push(format!("(int*)lum_bufs[{next}]"));
+        next += 1;
     }
-    for i in 0..=k.dims.len() {
-        args.push(format!("lum_scalars[{i}]"));
+    if !k.dims.is_empty() {
+        args.push(format!("(const long long*)lum_bufs[{next}]"));
+    }
+    args.push("lum_scalars[0]".into());
+    if !k.dims.is_empty() {
+        args.push("lum_scalars[1]".into());
     }
     format!(
         "void launch_{name}(unsigned grid, unsigned block, void* const* lum_bufs, const long long* lum_scalars) {{\n    gridDim.x = grid; blockDim.x = block; gridDim.y = gridDim.z = blockDim.y = blockDim.z = 1;\n    for (unsigned b = 0; b < grid; ++b) {{\n        blockIdx.x = b;\n        for (unsigned t = 0; t < block; ++t) {{ threadIdx.x = t; {name}({}); }}\n    }}\n}}\n",
@@ -201,6 +262,7 @@ fn compile_library(kernels: &[&Kernel]) -> Result<Arc<libloading::Library>> {
 impl Executor for HostExecutor {
     type Buffer = HostBuffer;
     type Function = HostFunction;
+    type Graph = Vec<Recorded>;
 
     fn compile(&mut self, kernels: &[&Kernel]) -> Result<Vec<HostFunction>> {
         let missing: Vec<&Kernel> = {
@@ -267,15 +329,17 @@ impl Executor for HostExecutor {
         buffers: &[&HostBuffer],
         scalars: &[i64],
     ) -> Result<()> {
-        let ptrs: Vec<*mut std::ffi::c_void> = buffers
-            .iter()
-            .map(|b| b.ptr as *mut std::ffi::c_void)
-            .collect();
-        // SAFETY: the launcher reads `buffers.len()` pointers and `scalars.len()` scalars, the
-        // numbers the kernel was generated with (the plan passes them in that order); the
-        // kernels index the buffers within the element counts they were allocated for (the
-        // emulator tests compare every result with the reference runtime).
-        unsafe { (f.launcher)(grid, block, ptrs.as_ptr(), scalars.as_ptr()) };
+        let r = Recorded::Launch {
+            f: f.clone(),
+            grid,
+            block,
+            buffers: buffers.iter().map(|b| b.ptr).collect(),
+            scalars: scalars.to_vec(),
+        };
+        match self.recording.as_mut() {
+            Some(rec) => rec.push(r),
+            None => Self::run(&r),
+        }
         Ok(())
     }
 
@@ -299,16 +363,40 @@ impl Executor for HostExecutor {
         a: &HostBuffer,
         b: &HostBuffer,
     ) -> Result<()> {
-        // SAFETY: the plan resolved `call` from the operands' views at this run's dims, so it
-        // addresses the elements those views read (within the buffers) and C's `M·N·batch`.
-        unsafe {
-            crate::gemm::host_gemm(
-                call,
-                a.ptr as *const u8,
-                b.ptr as *const u8,
-                c.ptr as *mut u8,
-            )
+        let r = Recorded::Gemm {
+            call: *call,
+            c: c.ptr,
+            a: a.ptr,
+            b: b.ptr,
         };
+        match self.recording.as_mut() {
+            Some(rec) => rec.push(r),
+            None => Self::run(&r),
+        }
         Ok(())
+    }
+
+    fn graphs_available(&self) -> bool {
+        true
+    }
+
+    fn begin_capture(&mut self) -> Result<()> {
+        self.recording = Some(vec![]);
+        Ok(())
+    }
+
+    fn end_capture(&mut self) -> Result<Vec<Recorded>> {
+        self.recording
+            .take()
+            .ok_or_else(|| LuminalError::Backend("no capture in progress".into()))
+    }
+
+    fn replay(&mut self, graph: &Vec<Recorded>) -> Result<()> {
+        graph.iter().for_each(Self::run);
+        Ok(())
+    }
+
+    fn addr(&self, buf: &HostBuffer) -> u64 {
+        buf.ptr as u64
     }
 }

@@ -15,6 +15,8 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 pub trait Executor {
     type Buffer;
     type Function;
+    /// A recorded run ([`Executor::end_capture`]).
+    type Graph;
     /// Compiles kernels (at `Backend::compile` time); one function per kernel, in order.
     fn compile(&mut self, kernels: &[&Kernel]) -> Result<Vec<Self::Function>>;
     /// A zeroed buffer of at least `bytes` bytes.
@@ -39,6 +41,25 @@ pub trait Executor {
     ) -> Result<()>;
     /// Waits for every launch.
     fn synchronize(&mut self) -> Result<()>;
+    /// Whether runs may be captured into graphs and replayed ([`Executor::begin_capture`]).
+    fn graphs_available(&self) -> bool {
+        false
+    }
+    /// Starts recording the launches and products that follow instead of running them.
+    fn begin_capture(&mut self) -> Result<()> {
+        Err(LuminalError::Backend("this executor has no graphs".into()))
+    }
+    /// Ends a recording: the graph of everything launched since [`Executor::begin_capture`].
+    fn end_capture(&mut self) -> Result<Self::Graph> {
+        Err(LuminalError::Backend("this executor has no graphs".into()))
+    }
+    /// Runs a recorded graph (with the buffers' current contents).
+    fn replay(&mut self, graph: &Self::Graph) -> Result<()> {
+        let _ = graph;
+        Err(LuminalError::Backend("this executor has no graphs".into()))
+    }
+    /// The buffer's address (identifies it in a run's signature).
+    fn addr(&self, buf: &Self::Buffer) -> u64;
     /// Whether [`Executor::gemm`] runs (cuBLAS loaded); without it products run as kernels.
     fn gemm_available(&self) -> bool {
         false
@@ -79,6 +100,52 @@ struct Step {
     feeds: Option<usize>,
     /// A `WriteSlice` into its destination input's buffer ([`codegen::write_in_place`]).
     in_place: bool,
+    /// Where this kernel's dims start in the dims table.
+    dims_at: usize,
+}
+
+/// A buffer a launch reads or writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BufRef {
+    Node(NodeId),
+    /// A product's rounded operand.
+    Scratch(usize),
+    Error,
+    Dims,
+}
+
+/// The buffer `r` names, among the plan's.
+fn buffer_of<'a, B>(
+    buffers: &'a HashMap<NodeId, Buffer<B>>,
+    scratch: &'a HashMap<usize, Buffer<B>>,
+    error: &'a Option<B>,
+    dims: &'a Option<Buffer<B>>,
+    r: BufRef,
+) -> Result<&'a B> {
+    match r {
+        BufRef::Node(id) => buffers.get(&id).map(|b| &b.buf),
+        BufRef::Scratch(p) => scratch.get(&p).map(|b| &b.buf),
+        BufRef::Error => error.as_ref(),
+        BufRef::Dims => dims.as_ref().map(|b| &b.buf),
+    }
+    .ok_or_else(|| LuminalError::Backend(format!("no buffer for {r:?}")))
+}
+
+/// One launch of a run, prepared before any is issued (so that a run's launches can be
+/// compared with the last run's and replayed from a graph).
+enum Launch {
+    Kernel {
+        function: usize,
+        grid: u32,
+        buffers: Vec<BufRef>,
+        scalars: Vec<i64>,
+    },
+    Gemm {
+        call: GemmCall,
+        c: BufRef,
+        a: BufRef,
+        b: BufRef,
+    },
 }
 
 struct Buffer<B> {
@@ -117,6 +184,20 @@ pub struct PlanRuntime<E: Executor> {
     launches: usize,
     /// Whether a run has completed (an in-place write's result is then its state's buffer).
     ran: bool,
+    /// The dims of every kernel, in device memory (written before each run; kernels read
+    /// their dims here, so a replayed graph sees this run's values), and its host copy.
+    dims_table: Option<Buffer<E::Buffer>>,
+    dims_host: Vec<i64>,
+    /// Runs are captured into a graph and replayed ([`Executor::graphs_available`] and not
+    /// `LUMINAL_CUDA_GRAPHS=0`).
+    graphs: bool,
+    /// The last run's launches (buffer addresses, grids, scalars, products): a run with the
+    /// same signature as the one before is captured, and replayed while it stays the same.
+    last_signature: Vec<u64>,
+    captured: Option<(Vec<u64>, E::Graph)>,
+    /// Runs replayed from a graph, and graphs captured, since the runtime was made.
+    replays: usize,
+    captures: usize,
     /// Print the launches of a run to stderr when they change (`LUMINAL_CUDA_STATS=1`).
     stats: bool,
     /// Also print each run's host time enqueueing the launches and waiting for the device
@@ -248,6 +329,7 @@ impl<E: Executor> PlanRuntime<E> {
         let mut kernels: Vec<Kernel> = vec![];
         let mut by_source: HashMap<String, usize> = HashMap::new();
         let mut steps = vec![];
+        let mut dims_len = 0;
         let mut inputs_needed = vec![];
         for (id, k) in generated {
             let Some((k, inputs)) = k else {
@@ -267,7 +349,9 @@ impl<E: Executor> PlanRuntime<E> {
                 gemm: by_reduce.get(&id).copied(),
                 feeds: by_mul.get(&id).copied(),
                 in_place: in_place.contains(&id),
+                dims_at: dims_len,
             });
+            dims_len += steps.last().map_or(0, |s: &Step| s.dims.len());
         }
         let mut round_fn = HashMap::new();
         for t in patterns.iter().filter_map(|p| p.round.map(|r| r.1)) {
@@ -277,6 +361,8 @@ impl<E: Executor> PlanRuntime<E> {
             });
         }
         let functions = exec.compile(&kernels.iter().collect::<Vec<_>>())?;
+        let graphs = exec.graphs_available()
+            && std::env::var("LUMINAL_CUDA_GRAPHS").map_or(true, |v| v != "0");
         Ok(PlanRuntime {
             graph,
             exec,
@@ -295,6 +381,13 @@ impl<E: Executor> PlanRuntime<E> {
             fused: fused.len(),
             launches: 0,
             ran: false,
+            dims_table: None,
+            dims_host: vec![0; dims_len],
+            graphs,
+            last_signature: vec![],
+            captured: None,
+            replays: 0,
+            captures: 0,
             stats: std::env::var("LUMINAL_CUDA_STATS").is_ok_and(|v| v != "0"),
             timings: std::env::var("LUMINAL_CUDA_STATS").is_ok_and(|v| v == "2"),
         })
@@ -354,7 +447,8 @@ impl<E: Executor> PlanRuntime<E> {
         luminal::shape::numel_bound(shape, &self.dims)
     }
 
-    fn launch_step(&mut self, s: usize) -> Result<()> {
+    /// Sizes step `s`'s output buffer (allocating or growing it) and appends its launches.
+    fn prepare_step(&mut self, s: usize, out: &mut Vec<Launch>) -> Result<()> {
         let step = &self.steps[s];
         if step.feeds.is_some_and(|p| self.calls[p].is_some()) {
             // Read only by its product, which cuBLAS computes from the operands.
@@ -416,42 +510,33 @@ impl<E: Executor> PlanRuntime<E> {
             return Ok(());
         }
         if let Some(pi) = step.gemm.filter(|&p| self.calls[p].is_some()) {
-            return self.launch_gemm(id, pi);
+            return self.prepare_gemm(id, pi, out);
         }
         if step.error_flag && self.error_buffer.is_none() {
             self.error_buffer = Some(self.exec.alloc(8)?);
         }
         let mut scalars = vec![threads as i64];
-        for d in &step.dims {
-            scalars.push(
-                *self
-                    .dims
-                    .get(d)
-                    .ok_or_else(|| LuminalError::UnboundDim(d.clone()))?,
-            );
+        if !step.dims.is_empty() {
+            scalars.push(step.dims_at as i64);
         }
-        let mut buffers: Vec<&E::Buffer> = vec![&self.buffers[&id].buf];
-        for input in &step.inputs {
-            let b = self
-                .buffers
-                .get(input)
-                .ok_or_else(|| LuminalError::Backend(format!("node {} has no buffer", input.0)))?;
-            buffers.push(&b.buf);
-        }
+        let mut buffers = vec![BufRef::Node(id)];
+        buffers.extend(step.inputs.iter().map(|&i| BufRef::Node(i)));
         if step.error_flag {
-            buffers.push(self.error_buffer.as_ref().expect("allocated above"));
+            buffers.push(BufRef::Error);
+        }
+        if !step.dims.is_empty() {
+            buffers.push(BufRef::Dims);
         }
         let grid = u32::try_from(threads.div_ceil(BLOCK as usize)).map_err(|_| {
             LuminalError::Backend(format!("{threads} elements is too many for one launch"))
         })?;
-        self.launches += 1;
-        self.exec.launch(
-            &self.functions[step.function],
+        out.push(Launch::Kernel {
+            function: step.function,
             grid,
-            BLOCK,
-            &buffers,
-            &scalars,
-        )
+            buffers,
+            scalars,
+        });
+        Ok(())
     }
 }
 
@@ -469,16 +554,19 @@ impl<E: Executor> PlanRuntime<E> {
 
     /// Product `pi` into `id`'s buffer through [`Executor::gemm`], after rounding its f32
     /// operand to the half type where the pattern asks.
-    fn launch_gemm(&mut self, id: NodeId, pi: usize) -> Result<()> {
+    fn prepare_gemm(&mut self, id: NodeId, pi: usize, out: &mut Vec<Launch>) -> Result<()> {
         let p = &self.patterns[pi];
-        let missing = |id: NodeId| LuminalError::Backend(format!("node {} has no buffer", id.0));
         if let Some((side, t)) = p.round {
             let src = match side {
                 Side::A => p.a.node,
                 Side::B => p.b.node,
             };
-            let src_buf = self.buffers.get(&src).ok_or_else(|| missing(src))?;
-            let n = src_buf.len / 4;
+            let n = self
+                .buffers
+                .get(&src)
+                .ok_or_else(|| LuminalError::Backend(format!("node {} has no buffer", src.0)))?
+                .len
+                / 4;
             let bytes = n * t.size();
             if self.scratch.get(&pi).is_none_or(|b| b.capacity < bytes) {
                 let capacity = bytes.max(4);
@@ -492,39 +580,134 @@ impl<E: Executor> PlanRuntime<E> {
                     },
                 );
             }
-            let scratch = &self.scratch[&pi].buf;
             let grid = u32::try_from(n.div_ceil(BLOCK as usize)).map_err(|_| {
                 LuminalError::Backend(format!("{n} elements is too many for one launch"))
             })?;
-            self.exec.launch(
-                &self.functions[self.round_fn[&t]],
-                grid.max(1),
-                BLOCK,
-                &[scratch, &src_buf.buf],
-                &[n as i64],
-            )?;
-            self.launches += 1;
+            out.push(Launch::Kernel {
+                function: self.round_fn[&t],
+                grid: grid.max(1),
+                buffers: vec![BufRef::Scratch(pi), BufRef::Node(src)],
+                scalars: vec![n as i64],
+            });
         }
         let p = &self.patterns[pi];
         let operand = |side: Side, e: &luminal::graph::Edge| {
             if p.round.is_some_and(|r| r.0 == side) {
-                Ok(&self.scratch[&pi].buf)
+                BufRef::Scratch(pi)
             } else {
-                self.buffers
-                    .get(&e.node)
-                    .map(|b| &b.buf)
-                    .ok_or_else(|| missing(e.node))
+                BufRef::Node(e.node)
             }
         };
-        let c = &self.buffers.get(&id).ok_or_else(|| missing(id))?.buf;
         // cuBLAS's A is our `b`, its B our `a`.
-        let (a, b) = (operand(Side::B, &p.b)?, operand(Side::A, &p.a)?);
-        let calls = self.calls[pi].as_ref().expect("resolved");
-        for call in calls {
-            self.exec.gemm(call, c, a, b)?;
+        let (a, b) = (operand(Side::B, &p.b), operand(Side::A, &p.a));
+        for call in self.calls[pi].as_ref().expect("resolved") {
+            out.push(Launch::Gemm {
+                call: *call,
+                c: BufRef::Node(id),
+                a,
+                b,
+            });
         }
-        self.launches += calls.len();
         Ok(())
+    }
+
+    /// The buffer `r` names.
+    fn buffer(&self, r: BufRef) -> Result<&E::Buffer> {
+        buffer_of(
+            &self.buffers,
+            &self.scratch,
+            &self.error_buffer,
+            &self.dims_table,
+            r,
+        )
+    }
+
+    /// What identifies a run's launches: functions, grids, scalars, products and the
+    /// addresses of every buffer they touch (dims values excepted: they are read from the
+    /// dims table).
+    fn signature(&self, launches: &[Launch]) -> Result<Vec<u64>> {
+        let mut sig = Vec::with_capacity(launches.len() * 6);
+        for l in launches {
+            match l {
+                Launch::Kernel {
+                    function,
+                    grid,
+                    buffers,
+                    scalars,
+                } => {
+                    sig.extend([0, *function as u64, *grid as u64, buffers.len() as u64]);
+                    for &b in buffers {
+                        sig.push(self.exec.addr(self.buffer(b)?));
+                    }
+                    sig.extend(scalars.iter().map(|&x| x as u64));
+                }
+                Launch::Gemm { call, c, a, b } => {
+                    sig.push(1);
+                    for r in [c, a, b] {
+                        sig.push(self.exec.addr(self.buffer(*r)?));
+                    }
+                    let g = call;
+                    sig.extend([
+                        g.trans_a as u64,
+                        g.trans_b as u64,
+                        g.m as u64,
+                        g.n as u64,
+                        g.k as u64,
+                        g.lda as u64,
+                        g.ldb as u64,
+                        g.ldc as u64,
+                        g.stride_a as u64,
+                        g.stride_b as u64,
+                        g.stride_c as u64,
+                        g.batch as u64,
+                        g.offset_a as u64,
+                        g.offset_b as u64,
+                        g.offset_c as u64,
+                        g.a_type as u64,
+                        g.b_type as u64,
+                        g.c_type as u64,
+                    ]);
+                }
+            }
+        }
+        Ok(sig)
+    }
+
+    /// Issues `launches` on the executor (running them, or recording them in a capture).
+    fn issue(&mut self, launches: &[Launch]) -> Result<()> {
+        let PlanRuntime {
+            exec,
+            buffers,
+            scratch,
+            error_buffer,
+            dims_table,
+            functions,
+            ..
+        } = self;
+        let get = |r: BufRef| buffer_of(buffers, scratch, error_buffer, dims_table, r);
+        for l in launches {
+            match l {
+                Launch::Kernel {
+                    function,
+                    grid,
+                    buffers,
+                    scalars,
+                } => {
+                    let bufs: Vec<&E::Buffer> =
+                        buffers.iter().map(|&b| get(b)).collect::<Result<_>>()?;
+                    exec.launch(&functions[*function], *grid, BLOCK, &bufs, scalars)?;
+                }
+                Launch::Gemm { call, c, a, b } => {
+                    exec.gemm(call, get(*c)?, get(*a)?, get(*b)?)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// How many runs were replayed from a captured graph, and how many graphs were captured.
+    pub fn graph_replays(&self) -> (usize, usize) {
+        (self.replays, self.captures)
     }
 }
 
@@ -598,14 +781,69 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
             .collect();
         let gathers = self.steps.iter().any(|s| s.error_flag);
         if gathers {
-            let zero = self.exec.upload(&[0u8; 8])?;
-            self.error_buffer = Some(zero);
+            match self.error_buffer.as_mut() {
+                Some(b) => self.exec.write(b, &[0u8; 8])?,
+                None => self.error_buffer = Some(self.exec.upload(&[0u8; 8])?),
+            }
+        }
+        // This run's dims, where the kernels read them.
+        for step in &self.steps {
+            for (i, d) in step.dims.iter().enumerate() {
+                self.dims_host[step.dims_at + i] = *self
+                    .dims
+                    .get(d)
+                    .ok_or_else(|| LuminalError::UnboundDim(d.clone()))?;
+            }
+        }
+        if !self.dims_host.is_empty() {
+            let bytes: Vec<u8> = self
+                .dims_host
+                .iter()
+                .flat_map(|x| x.to_le_bytes())
+                .collect();
+            match self.dims_table.as_mut() {
+                Some(t) => self.exec.write(&mut t.buf, &bytes)?,
+                None => {
+                    let buf = self.exec.upload(&bytes)?;
+                    self.dims_table = Some(Buffer {
+                        buf,
+                        capacity: bytes.len(),
+                        len: bytes.len(),
+                    });
+                }
+            }
         }
         let before = self.launches;
-        self.launches = 0;
         let t0 = std::time::Instant::now();
+        let mut launches = Vec::with_capacity(self.steps.len());
         for s in 0..self.steps.len() {
-            self.launch_step(s)?;
+            self.prepare_step(s, &mut launches)?;
+        }
+        self.launches = launches.len();
+        if self.graphs {
+            let sig = self.signature(&launches)?;
+            if self.captured.as_ref().is_some_and(|g| g.0 == sig) {
+                self.exec
+                    .replay(&self.captured.as_ref().expect("checked").1)?;
+                self.replays += 1;
+            } else if sig == self.last_signature {
+                // The same launches twice in a row: record them once, then replay.
+                self.captured = None;
+                self.exec.begin_capture()?;
+                let issued = self.issue(&launches);
+                let graph = self.exec.end_capture();
+                issued?;
+                let graph = graph?;
+                self.exec.replay(&graph)?;
+                self.captured = Some((sig, graph));
+                self.captures += 1;
+                self.replays += 1;
+            } else {
+                self.issue(&launches)?;
+                self.last_signature = sig;
+            }
+        } else {
+            self.issue(&launches)?;
         }
         if self.stats && self.launches != before {
             eprintln!(

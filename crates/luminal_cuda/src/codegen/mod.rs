@@ -3,8 +3,9 @@
 //!
 //! Each input is read through its edge's view: the `ShapeTracker`'s index and valid
 //! expressions, rendered with [`Expression::to_c`], with `z` bound to the logical element.
-//! Dynamic dims are renamed `lum_d0, lum_d1, …` (sorted by name) and become `long long`
-//! kernel parameters after the element count `lum_n`, so one source serves every binding.
+//! Dynamic dims are renamed `lum_d0, lum_d1, …` (sorted by name) and read from a table of
+//! `long long`s in device memory (a kernel parameter, with the kernel's offset in it), so one
+//! source serves every binding and a captured CUDA graph replays with new values.
 //! The same source is compiled by NVRTC on a GPU ([`crate::device`]) and by the host C
 //! compiler in the emulator ([`crate::host`]); only the prelude differs.
 
@@ -20,8 +21,10 @@ use std::fmt::Write as _;
 pub const BLOCK: u32 = 256;
 
 /// A generated kernel. Its parameters are, in order: the output buffer, one buffer per input
-/// edge, the error buffer (two `int`s) when `error_flag` is set, then the scalars `lum_n` (the
-/// thread count) and the values of `dims`.
+/// edge, the error buffer (two `int`s) when `error_flag` is set, the plan's dims table
+/// (`long long`s) when `dims` is not empty, then the scalars `lum_n` (the thread count) and,
+/// with dims, `lum_do`: where the kernel's dims start in the table (their values in `dims`
+/// order).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Kernel {
     /// The C function name (a hash of the body: equal sources have equal names).
@@ -666,12 +669,25 @@ fn generate_node(
     if error_flag {
         params.push_str(", int* lum_err");
     }
+    let ndims = g.dims.index.len();
+    let mut read_dims = String::new();
+    if ndims > 0 {
+        // The dims' values live in device memory (the plan's dims table, written before each
+        // run), so a captured CUDA graph replays with new values.
+        params.push_str(", const long long* __restrict__ lum_dv");
+        for i in 0..ndims {
+            let _ = writeln!(
+                read_dims,
+                "    const long long lum_d{i} = lum_dv[lum_do + {i}];"
+            );
+        }
+    }
     params.push_str(", long long lum_n");
-    for i in 0..g.dims.index.len() {
-        let _ = write!(params, ", long long lum_d{i}");
+    if ndims > 0 {
+        params.push_str(", long long lum_do");
     }
     let text = format!(
-        "LUM_EXTERN_C __global__ void KERNEL({params}) {{\n    const long long lum_i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n    if (lum_i >= lum_n) return;\n{body}}}\n"
+        "LUM_EXTERN_C __global__ void KERNEL({params}) {{\n    const long long lum_i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n    if (lum_i >= lum_n) return;\n{read_dims}{body}}}\n"
     );
     let kind = if members.len() > 1 {
         format!("fused{}_{kind}", members.len())
@@ -792,7 +808,11 @@ mod tests {
         let k = generate(node, &[DType::F32]).unwrap().unwrap();
         // The dynamic dim is a parameter; the pad is a validity test; one output per thread.
         assert_eq!(k.dims, vec!["seq".to_string()]);
-        assert!(k.source.contains("long long lum_d0"), "{}", k.source);
+        assert!(
+            k.source.contains("long long lum_d0 = lum_dv[lum_do + 0]"),
+            "{}",
+            k.source
+        );
         assert!(k.source.contains("? in0["), "{}", k.source);
         assert!(k.source.contains("if (lum_i >= lum_n) return;"));
         // Equal nodes give equal sources (the cache key) and names.
