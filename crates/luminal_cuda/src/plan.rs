@@ -102,6 +102,10 @@ struct Step {
     in_place: bool,
     /// Where this kernel's dims start in the dims table.
     dims_at: usize,
+    /// For a step whose value depends only on inputs that are not state (weights), on no
+    /// dim, through no state write: those inputs. Its result is kept and the step skipped
+    /// while none of them has been set again (a weight's dequantizing cast runs once).
+    static_deps: Option<Vec<NodeId>>,
 }
 
 /// A buffer a launch reads or writes.
@@ -184,6 +188,13 @@ pub struct PlanRuntime<E: Executor> {
     launches: usize,
     /// Whether a run has completed (an in-place write's result is then its state's buffer).
     ran: bool,
+    /// A counter of `set_data` calls: when each input was last set, and when each static
+    /// step last computed its result (0: never).
+    generation: u64,
+    set_at: HashMap<NodeId, u64>,
+    computed_at: Vec<u64>,
+    /// Static steps launched by the run being prepared (marked computed once it is issued).
+    pending_static: Vec<usize>,
     /// The dims of every kernel, in device memory (written before each run; kernels read
     /// their dims here, so a replayed graph sees this run's values), and its host copy.
     dims_table: Option<Buffer<E::Buffer>>,
@@ -350,8 +361,51 @@ impl<E: Executor> PlanRuntime<E> {
                 feeds: by_mul.get(&id).copied(),
                 in_place: in_place.contains(&id),
                 dims_at: dims_len,
+                static_deps: None,
             });
             dims_len += steps.last().map_or(0, |s: &Step| s.dims.len());
+        }
+        // Static steps: what each node's value depends on, if only on non-state inputs.
+        let states: HashSet<NodeId> = order
+            .iter()
+            .filter_map(|&id| match graph.node(id).op {
+                Op::WriteSlice { .. } => Some(graph.node(id).inputs[0].node),
+                _ => None,
+            })
+            .collect();
+        let step_dims: HashMap<NodeId, bool> = steps
+            .iter()
+            .map(|s: &Step| (s.node, !s.dims.is_empty()))
+            .collect();
+        let mut deps: HashMap<NodeId, Option<Vec<NodeId>>> = HashMap::new();
+        for &id in &order {
+            let node = graph.node(id);
+            let d = match node.op {
+                Op::Input { .. } => (!states.contains(&id)).then(|| vec![id]),
+                Op::WriteSlice { .. } => None,
+                _ if step_dims.get(&id).copied().unwrap_or(false)
+                    || node.shape.iter().any(|e| e.as_constant().is_none()) =>
+                {
+                    None
+                }
+                _ => {
+                    let mut all: Vec<NodeId> = vec![];
+                    let mut ok = true;
+                    for e in &node.inputs {
+                        match deps.get(&e.node).cloned().flatten() {
+                            Some(v) => all.extend(v),
+                            None => ok = false,
+                        }
+                    }
+                    all.sort();
+                    all.dedup();
+                    ok.then_some(all)
+                }
+            };
+            deps.insert(id, d);
+        }
+        for step in &mut steps {
+            step.static_deps = deps.get(&step.node).cloned().flatten();
         }
         let mut round_fn = HashMap::new();
         for t in patterns.iter().filter_map(|p| p.round.map(|r| r.1)) {
@@ -361,6 +415,7 @@ impl<E: Executor> PlanRuntime<E> {
             });
         }
         let functions = exec.compile(&kernels.iter().collect::<Vec<_>>())?;
+        let nsteps = steps.len();
         let graphs = exec.graphs_available()
             && std::env::var("LUMINAL_CUDA_GRAPHS").map_or(true, |v| v != "0");
         Ok(PlanRuntime {
@@ -381,6 +436,10 @@ impl<E: Executor> PlanRuntime<E> {
             fused: fused.len(),
             launches: 0,
             ran: false,
+            generation: 0,
+            set_at: HashMap::new(),
+            computed_at: vec![0; nsteps],
+            pending_static: vec![],
             dims_table: None,
             dims_host: vec![0; dims_len],
             graphs,
@@ -453,6 +512,18 @@ impl<E: Executor> PlanRuntime<E> {
         if step.feeds.is_some_and(|p| self.calls[p].is_some()) {
             // Read only by its product, which cuBLAS computes from the operands.
             return Ok(());
+        }
+        if let Some(deps) = &step.static_deps {
+            let newest = deps
+                .iter()
+                .map(|d| self.set_at.get(d).copied().unwrap_or(0))
+                .max();
+            let at = self.computed_at[s];
+            if at > 0 && newest.is_none_or(|g| g <= at) && self.buffers.contains_key(&step.node) {
+                // Computed from the same inputs before: kept.
+                return Ok(());
+            }
+            self.pending_static.push(s);
         }
         let node = self.graph.node(step.node);
         let n = self.numel(&node.shape)?;
@@ -714,6 +785,8 @@ impl<E: Executor> PlanRuntime<E> {
 impl<E: Executor> Runtime for PlanRuntime<E> {
     fn set_data(&mut self, tensor: impl Into<TensorRef>, data: HostData) -> Result<()> {
         let node = self.graph.check_input(tensor, &data, &self.dims)?;
+        self.generation += 1;
+        self.set_at.insert(node, self.generation);
         let bytes = to_bytes(data)?;
         let len = bytes.len();
         // A state that an in-place write holds after a failed run comes back first.
@@ -816,6 +889,7 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
         let before = self.launches;
         let t0 = std::time::Instant::now();
         let mut launches = Vec::with_capacity(self.steps.len());
+        self.pending_static.clear();
         for s in 0..self.steps.len() {
             self.prepare_step(s, &mut launches)?;
         }
@@ -844,6 +918,10 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
             }
         } else {
             self.issue(&launches)?;
+        }
+        let at = self.generation.max(1);
+        for s in std::mem::take(&mut self.pending_static) {
+            self.computed_at[s] = at;
         }
         if self.stats && self.launches != before {
             eprintln!(
