@@ -195,6 +195,14 @@ impl Backend for CudaBackend {
     }
 }
 
+/// A captured run (an instantiated CUDA graph), owned by one runtime.
+pub struct DeviceGraph(CudaGraph);
+
+// SAFETY: a graph is used by the runtime that owns it, from one thread at a time (the runtime
+// is moved between threads, never shared: its methods take `&mut self`); CUDA only forbids
+// concurrent use of a graph object.
+unsafe impl Send for DeviceGraph {}
+
 /// Device memory and launches on the backend's stream.
 pub struct CudaExecutor {
     backend: CudaBackend,
@@ -240,7 +248,7 @@ impl CudaExecutor {
 impl Executor for CudaExecutor {
     type Buffer = CudaSlice<u8>;
     type Function = CudaFunction;
-    type Graph = CudaGraph;
+    type Graph = DeviceGraph;
 
     fn graphs_available(&self) -> bool {
         true
@@ -255,16 +263,17 @@ impl Executor for CudaExecutor {
             .map_err(driver("cuStreamBeginCapture"))
     }
 
-    fn end_capture(&mut self) -> Result<CudaGraph> {
+    fn end_capture(&mut self) -> Result<DeviceGraph> {
         self.backend
             .stream
             .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0))
             .map_err(driver("cuStreamEndCapture"))?
+            .map(DeviceGraph)
             .ok_or_else(|| LuminalError::Backend("the captured CUDA graph is empty".into()))
     }
 
-    fn replay(&mut self, graph: &CudaGraph) -> Result<()> {
-        graph.launch().map_err(driver("cuGraphLaunch"))
+    fn replay(&mut self, graph: &DeviceGraph) -> Result<()> {
+        graph.0.launch().map_err(driver("cuGraphLaunch"))
     }
 
     fn addr(&self, buf: &CudaSlice<u8>) -> u64 {

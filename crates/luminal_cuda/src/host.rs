@@ -123,6 +123,10 @@ pub enum Recorded {
     },
 }
 
+// SAFETY: a recording's pointers are buffers of the runtime that owns the recording, which is
+// moved between threads, never shared.
+unsafe impl Send for Recorded {}
+
 /// Runs the kernels on the CPU (see the module docs).
 pub struct HostExecutor {
     gemm: bool,

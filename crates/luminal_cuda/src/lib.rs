@@ -134,3 +134,10 @@ pub mod plan;
 pub use device::{driver_available, nvrtc_available, CudaBackend, CudaRuntime};
 pub use error::CudaError;
 pub use host::{HostEmulatorBackend, HostEmulatorKernelsOnly, HostEmulatorUnfused};
+
+// Runtimes move to worker threads (the CLI's server): they must stay `Send`.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<CudaRuntime>();
+    send::<host::HostRuntime>();
+};
