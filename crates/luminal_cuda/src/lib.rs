@@ -139,5 +139,4 @@ pub use host::{HostEmulatorBackend, HostEmulatorKernelsOnly, HostEmulatorUnfused
 const _: fn() = || {
     fn send<T: Send>() {}
     send::<CudaRuntime>();
-    send::<host::HostRuntime>();
 };
