@@ -36,6 +36,9 @@ pub struct CudaBackend {
     tf32: bool,
     /// f32 activations rounded to a half weight's type so cuBLAS reads the weight in place.
     half_products: bool,
+    /// Reductions over long rows run several threads per output
+    /// ([`crate::plan::threads_per_output`]); off: one thread per output, as the emulator.
+    cooperative: bool,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -47,6 +50,7 @@ impl std::fmt::Debug for CudaBackend {
             .field("fusion", &self.fuse)
             .field("tf32", &self.tf32)
             .field("half_products", &self.half_products)
+            .field("cooperative_reductions", &self.cooperative)
             .finish()
     }
 }
@@ -122,6 +126,7 @@ impl CudaBackend {
             fuse: codegen::Fusion::from_env(),
             tf32: std::env::var("LUMINAL_CUDA_TF32").is_ok_and(|v| v == "1"),
             half_products: std::env::var("LUMINAL_CUDA_HALF_PRODUCTS").map_or(true, |v| v != "0"),
+            cooperative: std::env::var("LUMINAL_CUDA_COOP").map_or(true, |v| v != "0"),
         })
     }
 
@@ -156,6 +161,41 @@ impl CudaBackend {
     pub fn with_fusion(mut self, mode: codegen::Fusion) -> CudaBackend {
         self.fuse = mode;
         self
+    }
+
+    /// Reductions with one thread per output, looping over the reduced axis (the order the
+    /// host emulator sums in; for comparison). `LUMINAL_CUDA_COOP=0` does the same.
+    pub fn without_cooperative_reductions(mut self) -> CudaBackend {
+        self.cooperative = false;
+        self
+    }
+
+    /// Times `reps` device-to-device copies of `bytes` bytes on the backend's stream (after
+    /// one warm-up), each waited for: seconds per copy. A copy reads and writes `bytes`, so
+    /// `2 · bytes / seconds` is the bandwidth to compare kernels' read + written bytes with.
+    pub fn copy_times(&self, bytes: usize, reps: usize) -> Result<Vec<f64>> {
+        let src = self
+            .stream
+            .alloc_zeros::<u8>(bytes.max(1))
+            .map_err(driver("cuMemAlloc"))?;
+        let mut dst = self
+            .stream
+            .alloc_zeros::<u8>(bytes.max(1))
+            .map_err(driver("cuMemAlloc"))?;
+        let mut times = Vec::with_capacity(reps);
+        for i in 0..=reps {
+            let t = std::time::Instant::now();
+            self.stream
+                .memcpy_dtod(&src, &mut dst)
+                .map_err(driver("cuMemcpyDtoD"))?;
+            self.stream
+                .synchronize()
+                .map_err(driver("cuStreamSynchronize"))?;
+            if i > 0 {
+                times.push(t.elapsed().as_secs_f64());
+            }
+        }
+        Ok(times)
     }
 
     /// Whether elementwise producers are fused into their consumers' kernels.
@@ -397,6 +437,10 @@ impl Executor for CudaExecutor {
         self.backend.half_products
     }
 
+    fn cooperative_reductions(&self) -> bool {
+        self.backend.cooperative
+    }
+
     fn gemm(
         &mut self,
         g: &GemmCall,
@@ -473,4 +517,32 @@ impl Executor for CudaExecutor {
         }
         .map_err(|e| LuminalError::Backend(format!("cublasGemmStridedBatchedEx: {e:?}")))
     }
+}
+
+/// Compiles `kernels` (one module, as a plan's are) with NVRTC for `arch` (`compute_90`) and
+/// returns the PTX: checks that NVRTC accepts generated sources on a machine with NVRTC but
+/// no GPU (no driver is needed).
+pub fn nvrtc_ptx(kernels: &[&Kernel], arch: &str) -> Result<String> {
+    if !nvrtc_available() {
+        return Err(CudaError::NvrtcNotFound.into());
+    }
+    let src = codegen::cuda_source(kernels.iter().copied());
+    let opts = nvrtc::CompileOptions {
+        options: vec![format!("--gpu-architecture={arch}")],
+        ..Default::default()
+    };
+    nvrtc::compile_ptx_with_opts(&src, opts)
+        .map(|p| p.to_src())
+        .map_err(|e| {
+            let log = match &e {
+                nvrtc::CompileError::CompileError { log, .. } => log.to_string_lossy().into(),
+                other => format!("{other:?}"),
+            };
+            let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
+            LuminalError::from(CudaError::Nvrtc {
+                kernel: names.join(", "),
+                arch: arch.to_string(),
+                log,
+            })
+        })
 }

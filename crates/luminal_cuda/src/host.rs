@@ -36,6 +36,29 @@ impl Backend for HostEmulatorBackend {
     }
 }
 
+/// The host emulator running reductions as a GPU runs them, several threads per output
+/// ([`crate::plan::threads_per_output`]): the threads of each block of a cooperative
+/// reduction run at once, as OpenMP threads (the kernels compiled with `-fopenmp` and
+/// `__CUDACC_RTC__` defined, so the GPU branch of the source is the one compiled),
+/// `__syncthreads` an OpenMP barrier and `__shfl_xor_sync` an exchange through memory
+/// between two barriers. It checks the cooperative kernels' indexing and combining
+/// without a GPU; slow (hundreds of threads per block on a few cores), for tests.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HostEmulatorCooperative;
+
+impl Backend for HostEmulatorCooperative {
+    type Runtime = HostRuntime;
+    fn compile(&self, graph: GraphData, _: &CompileOptions) -> Result<HostRuntime> {
+        PlanRuntime::new(
+            graph,
+            HostExecutor {
+                cooperative: true,
+                ..HostExecutor::new(true)
+            },
+        )
+    }
+}
+
 /// The host emulator with one kernel and one buffer per node (no elementwise fusion), as
 /// `CudaBackend::without_fusion` runs; products through the emulated cuBLAS.
 #[derive(Clone, Copy, Debug, Default)]
@@ -132,6 +155,9 @@ pub struct HostExecutor {
     gemm: bool,
     /// The launches recorded since `begin_capture` (graph capture, emulated).
     recording: Option<Vec<Recorded>>,
+    /// Cooperative reductions with their blocks' threads as OpenMP threads
+    /// ([`HostEmulatorCooperative`]).
+    cooperative: bool,
 }
 
 impl HostExecutor {
@@ -140,6 +166,16 @@ impl HostExecutor {
         HostExecutor {
             gemm,
             recording: None,
+            cooperative: false,
+        }
+    }
+
+    /// The cache key of `k`'s compiled function (the cooperative build is another library).
+    fn key(&self, k: &Kernel) -> String {
+        if self.cooperative {
+            format!("/* cooperative */\n{}", k.source)
+        } else {
+            k.source.clone()
         }
     }
 
@@ -176,13 +212,44 @@ impl HostExecutor {
     }
 }
 
+/// Definitions for the cooperative emulator ([`HostEmulatorCooperative`]), after
+/// [`prelude::HOST_PRELUDE`]: the kernels run inside an OpenMP parallel region of one
+/// thread per CUDA thread of the block, so block-wide operations are OpenMP barriers. A
+/// shuffle is a barrier-separated exchange through a slot per thread; every thread of the
+/// block takes part in each (the kernels call them uniformly), and `lane ^ offset` stays in
+/// the thread's warp.
+const COOPERATIVE_PRELUDE: &str = r#"#include <stdbool.h>
+#include <omp.h>
+#define __shared__ static
+#define __syncthreads() _Pragma("omp barrier")
+static double lum_shfl_slots_d[1024];
+static long long lum_shfl_slots_ll[1024];
+static double lum_shfl_d(double v, int o) {
+    const unsigned t = threadIdx.x;
+    _Pragma("omp barrier")
+    lum_shfl_slots_d[t] = v;
+    _Pragma("omp barrier")
+    return lum_shfl_slots_d[t ^ (unsigned)o];
+}
+static long long lum_shfl_ll(long long v, int o) {
+    const unsigned t = threadIdx.x;
+    _Pragma("omp barrier")
+    lum_shfl_slots_ll[t] = v;
+    _Pragma("omp barrier")
+    return lum_shfl_slots_ll[t ^ (unsigned)o];
+}
+#define __shfl_xor_sync(mask, v, o) _Generic((v), double: lum_shfl_d, default: lum_shfl_ll)((v), (o))
+"#;
+
 fn cache() -> &'static Mutex<HashMap<String, HostFunction>> {
     static CACHE: OnceLock<Mutex<HashMap<String, HostFunction>>> = OnceLock::new();
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// The C source of a launcher for `k`: loops over the grid, one call per thread.
-fn launcher_source(k: &Kernel) -> String {
+/// The C source of a launcher for `k`: loops over the grid, one call per thread (with
+/// `cooperative`, a cooperative reduction's blocks run their threads at once, as OpenMP
+/// threads).
+fn launcher_source(k: &Kernel, cooperative: bool) -> String {
     let mut args = vec![];
     for (i, t) in k.buffer_types.iter().enumerate() {
         args.push(format!("({t}*)lum_bufs[{i}]"));
@@ -196,8 +263,21 @@ fn launcher_source(k: &Kernel) -> String {
         args.push(format!("(const long long*)lum_bufs[{next}]"));
     }
     args.push("lum_scalars[0]".into());
-    if !k.dims.is_empty() {
+    // A cooperative reduction's threads per output (1 unless `cooperative`).
+    let mut s = 1;
+    if k.cooperative {
         args.push("lum_scalars[1]".into());
+        s = 2;
+    }
+    if !k.dims.is_empty() {
+        args.push(format!("lum_scalars[{s}]"));
+    }
+    if cooperative && k.cooperative {
+        return format!(
+            "void launch_{name}(unsigned grid, unsigned block, void* const* lum_bufs, const long long* lum_scalars) {{\n    omp_set_dynamic(0);\n    for (unsigned b = 0; b < grid; ++b) {{\n#pragma omp parallel num_threads(block)\n        {{\n            if (omp_get_num_threads() != (int)block) __builtin_trap();\n            gridDim.x = grid; blockDim.x = block; gridDim.y = gridDim.z = blockDim.y = blockDim.z = 1;\n            blockIdx.x = b; threadIdx.x = (unsigned)omp_get_thread_num();\n            {name}({});\n        }}\n    }}\n}}\n",
+            args.join(", "),
+            name = k.name
+        );
     }
     format!(
         "void launch_{name}(unsigned grid, unsigned block, void* const* lum_bufs, const long long* lum_scalars) {{\n    gridDim.x = grid; blockDim.x = block; gridDim.y = gridDim.z = blockDim.y = blockDim.z = 1;\n    for (unsigned b = 0; b < grid; ++b) {{\n        blockIdx.x = b;\n        for (unsigned t = 0; t < block; ++t) {{ threadIdx.x = t; {name}({}); }}\n    }}\n}}\n",
@@ -208,13 +288,21 @@ fn launcher_source(k: &Kernel) -> String {
 
 /// The host C source of `kernels` with their launchers.
 pub fn host_source(kernels: &[&Kernel]) -> String {
+    source_for(kernels, false)
+}
+
+/// [`host_source`], or the cooperative emulator's ([`HostEmulatorCooperative`]).
+fn source_for(kernels: &[&Kernel], cooperative: bool) -> String {
     let mut s = String::from(prelude::HOST_PRELUDE);
+    if cooperative {
+        s.push_str(COOPERATIVE_PRELUDE);
+    }
     s.push_str(luminal::shape::C_PRELUDE);
     s.push_str(prelude::COMMON_PRELUDE);
     s.push_str(prelude::QUANT_PRELUDE);
     for k in kernels {
         s.push_str(&k.source);
-        s.push_str(&launcher_source(k));
+        s.push_str(&launcher_source(k, cooperative));
     }
     s
 }
@@ -226,23 +314,27 @@ fn scratch_dir() -> PathBuf {
 }
 
 /// Compiles `kernels` into one shared library and loads it.
-fn compile_library(kernels: &[&Kernel]) -> Result<Arc<libloading::Library>> {
+fn compile_library(kernels: &[&Kernel], cooperative: bool) -> Result<Arc<libloading::Library>> {
     static COUNTER: AtomicUsize = AtomicUsize::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let dir = scratch_dir();
     let src = dir.join(format!("k{n}.c"));
     let lib = dir.join(format!("k{n}.so"));
-    std::fs::write(&src, host_source(kernels))
+    std::fs::write(&src, source_for(kernels, cooperative))
         .map_err(|e| LuminalError::Backend(format!("host emulator: writing {src:?}: {e}")))?;
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
-    let out = Command::new(&cc)
-        .args([
-            "-std=c11",
-            "-O1",
-            "-shared",
-            "-fPIC",
-            "-Werror=implicit-function-declaration",
-        ])
+    let mut cmd = Command::new(&cc);
+    cmd.args([
+        "-std=c11",
+        "-O1",
+        "-shared",
+        "-fPIC",
+        "-Werror=implicit-function-declaration",
+    ]);
+    if cooperative {
+        cmd.args(["-fopenmp", "-D__CUDACC_RTC__"]);
+    }
+    let out = cmd
         .arg("-o")
         .arg(&lib)
         .arg(&src)
@@ -274,11 +366,11 @@ impl Executor for HostExecutor {
             kernels
                 .iter()
                 .copied()
-                .filter(|k| !c.contains_key(&k.source))
+                .filter(|k| !c.contains_key(&self.key(k)))
                 .collect()
         };
         if !missing.is_empty() {
-            let lib = compile_library(&missing)?;
+            let lib = compile_library(&missing, self.cooperative)?;
             let mut c = cache().lock().unwrap_or_else(|e| e.into_inner());
             for k in &missing {
                 let sym = format!("launch_{}", k.name);
@@ -289,7 +381,7 @@ impl Executor for HostExecutor {
                     })?
                 };
                 c.insert(
-                    k.source.clone(),
+                    self.key(k),
                     HostFunction {
                         launcher,
                         _lib: lib.clone(),
@@ -298,7 +390,7 @@ impl Executor for HostExecutor {
             }
         }
         let c = cache().lock().unwrap_or_else(|e| e.into_inner());
-        Ok(kernels.iter().map(|k| c[&k.source].clone()).collect())
+        Ok(kernels.iter().map(|k| c[&self.key(k)].clone()).collect())
     }
 
     fn alloc(&mut self, bytes: usize) -> Result<HostBuffer> {
@@ -358,6 +450,10 @@ impl Executor for HostExecutor {
     fn gemm_rounds_activations(&self) -> bool {
         // As the GPU's default, so the emulator tests cover the rounding path.
         self.gemm
+    }
+
+    fn cooperative_reductions(&self) -> bool {
+        self.cooperative
     }
 
     fn gemm(

@@ -60,6 +60,11 @@ pub trait Executor {
     }
     /// The buffer's address (identifies it in a run's signature).
     fn addr(&self, buf: &Self::Buffer) -> u64;
+    /// Whether reduction kernels may run several threads per output (a GPU); the host
+    /// emulator runs threads one after another, so one thread computes each output there.
+    fn cooperative_reductions(&self) -> bool {
+        false
+    }
     /// Whether [`Executor::gemm`] runs (cuBLAS loaded); without it products run as kernels.
     fn gemm_available(&self) -> bool {
         false
@@ -106,6 +111,8 @@ struct Step {
     /// dim, through no state write: those inputs. Its result is kept and the step skipped
     /// while none of them has been set again (a weight's dequantizing cast runs once).
     static_deps: Option<Vec<NodeId>>,
+    /// A reduction taking its threads per output at launch ([`Kernel::cooperative`]).
+    cooperative: bool,
 }
 
 /// A buffer a launch reads or writes.
@@ -141,6 +148,7 @@ enum Launch {
     Kernel {
         function: usize,
         grid: u32,
+        block: u32,
         buffers: Vec<BufRef>,
         scalars: Vec<i64>,
     },
@@ -150,6 +158,29 @@ enum Launch {
         a: BufRef,
         b: BufRef,
     },
+}
+
+/// Threads per output of a reduction over `len` elements (each output's row) with `inner`
+/// values after the reduced axis, for `outputs` outputs, on a GPU: 1 (one thread loops over
+/// the row) when the row is short or strided (`inner > 1`: consecutive threads then read
+/// consecutive addresses already); else a power of two from 32 (a warp) to
+/// [`codegen::MAX_THREADS_PER_OUTPUT`] (a block), about 16 elements a lane, fewer lanes when
+/// there are many outputs (at most 2^21 threads: the grid fills the GPU anyway), more (down
+/// to 4 elements a lane) when there are few (a decode step's one row: more loads in flight).
+pub fn threads_per_output(outputs: usize, len: usize, inner: usize) -> u32 {
+    let max = codegen::MAX_THREADS_PER_OUTPUT as usize;
+    if inner != 1 || len < 64 {
+        return 1;
+    }
+    let pow2_floor = |x: usize| if x == 0 { 1 } else { 1 << x.ilog2() };
+    let mut t = pow2_floor(len / 16).clamp(32, max);
+    while t > 32 && outputs.saturating_mul(t) > 1 << 21 {
+        t /= 2;
+    }
+    while t < max && t * 8 <= len && outputs.saturating_mul(t) < 1 << 16 {
+        t *= 2;
+    }
+    t as u32
 }
 
 struct Buffer<B> {
@@ -362,6 +393,7 @@ impl<E: Executor> PlanRuntime<E> {
                 in_place: in_place.contains(&id),
                 dims_at: dims_len,
                 static_deps: None,
+                cooperative: k.cooperative,
             });
             dims_len += steps.last().map_or(0, |s: &Step| s.dims.len());
         }
@@ -586,7 +618,19 @@ impl<E: Executor> PlanRuntime<E> {
         if step.error_flag && self.error_buffer.is_none() {
             self.error_buffer = Some(self.exec.alloc(8)?);
         }
+        // Threads per output: several on a GPU for long contiguous rows.
+        let per_output = match &node.op {
+            Op::Reduce { axis, .. } if step.cooperative && self.exec.cooperative_reductions() => {
+                let dims = node.inputs[0].view.dims();
+                let len = usize::try_from(self.eval(&dims[*axis])?).unwrap_or(0);
+                threads_per_output(threads, len, self.numel(&dims[axis + 1..])?)
+            }
+            _ => 1,
+        };
         let mut scalars = vec![threads as i64];
+        if step.cooperative {
+            scalars.push(per_output as i64);
+        }
         if !step.dims.is_empty() {
             scalars.push(step.dims_at as i64);
         }
@@ -598,12 +642,15 @@ impl<E: Executor> PlanRuntime<E> {
         if !step.dims.is_empty() {
             buffers.push(BufRef::Dims);
         }
-        let grid = u32::try_from(threads.div_ceil(BLOCK as usize)).map_err(|_| {
-            LuminalError::Backend(format!("{threads} elements is too many for one launch"))
-        })?;
+        let block = BLOCK.max(per_output);
+        let grid = u32::try_from((threads * per_output as usize).div_ceil(block as usize))
+            .map_err(|_| {
+                LuminalError::Backend(format!("{threads} elements is too many for one launch"))
+            })?;
         out.push(Launch::Kernel {
             function: step.function,
             grid,
+            block,
             buffers,
             scalars,
         });
@@ -657,6 +704,7 @@ impl<E: Executor> PlanRuntime<E> {
             out.push(Launch::Kernel {
                 function: self.round_fn[&t],
                 grid: grid.max(1),
+                block: BLOCK,
                 buffers: vec![BufRef::Scratch(pi), BufRef::Node(src)],
                 scalars: vec![n as i64],
             });
@@ -703,10 +751,12 @@ impl<E: Executor> PlanRuntime<E> {
                 Launch::Kernel {
                     function,
                     grid,
+                    block,
                     buffers,
                     scalars,
                 } => {
                     sig.extend([0, *function as u64, *grid as u64, buffers.len() as u64]);
+                    sig.push(*block as u64);
                     for &b in buffers {
                         sig.push(self.exec.addr(self.buffer(b)?));
                     }
@@ -761,12 +811,13 @@ impl<E: Executor> PlanRuntime<E> {
                 Launch::Kernel {
                     function,
                     grid,
+                    block,
                     buffers,
                     scalars,
                 } => {
                     let bufs: Vec<&E::Buffer> =
                         buffers.iter().map(|&b| get(b)).collect::<Result<_>>()?;
-                    exec.launch(&functions[*function], *grid, BLOCK, &bufs, scalars)?;
+                    exec.launch(&functions[*function], *grid, *block, &bufs, scalars)?;
                 }
                 Launch::Gemm { call, c, a, b } => {
                     exec.gemm(call, get(*c)?, get(*a)?, get(*b)?)?;
@@ -1009,5 +1060,42 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
 
     fn graph_data(&self) -> &GraphData {
         &self.graph
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::threads_per_output;
+
+    #[test]
+    fn threads_per_output_follow_the_row() {
+        // Short or strided rows: one thread per output.
+        assert_eq!(threads_per_output(4096, 16, 1), 1);
+        assert_eq!(threads_per_output(1, 4096, 8), 1);
+        // A warp for medium rows, more lanes for long ones, fewer when outputs are many.
+        assert_eq!(threads_per_output(1 << 16, 64, 1), 32);
+        assert_eq!(threads_per_output(4096, 8192, 1), 512);
+        assert_eq!(threads_per_output(1 << 16, 8192, 1), 32);
+        // Few outputs: up to a block of 512 threads, at least 4 elements a lane.
+        assert_eq!(threads_per_output(1, 4096, 1), 512);
+        assert_eq!(threads_per_output(3, 5000, 1), 512);
+        assert_eq!(threads_per_output(7, 1000, 1), 128);
+        // The cases of tests/reductions.rs.
+        assert_eq!(threads_per_output(5, 1023, 1), 128);
+        assert_eq!(threads_per_output(1101, 600, 1), 64);
+        assert_eq!(threads_per_output(37, 100, 1), 32);
+        assert_eq!(threads_per_output(4, 33, 1), 1);
+        for (n, len) in [
+            (1, 64),
+            (5, 100_000),
+            (1 << 20, 1 << 20),
+            (usize::MAX, 1 << 30),
+        ] {
+            let t = threads_per_output(n, len, 1);
+            assert!(
+                t.is_power_of_two() && (32..=512).contains(&t),
+                "{n} {len}: {t}"
+            );
+        }
     }
 }

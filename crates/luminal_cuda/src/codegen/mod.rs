@@ -1,5 +1,5 @@
 //! Graph to kernel source: one CUDA C kernel per primop node, one thread per output element
-//! (reductions: one thread per output, looping over the reduced axis).
+//! (reductions: one or, on a GPU, several threads per output, [`Kernel::cooperative`]).
 //!
 //! Each input is read through its edge's view: the `ShapeTracker`'s index and valid
 //! expressions, rendered with [`Expression::to_c`], with `z` bound to the logical element.
@@ -22,7 +22,8 @@ pub const BLOCK: u32 = 256;
 
 /// A generated kernel. Its parameters are, in order: the output buffer, one buffer per input
 /// edge, the error buffer (two `int`s) when `error_flag` is set, the plan's dims table
-/// (`long long`s) when `dims` is not empty, then the scalars `lum_n` (the thread count) and,
+/// (`long long`s) when `dims` is not empty, then the scalars `lum_n` (the thread count; a
+/// cooperative reduction's output count, followed by its threads per output `lum_t`) and,
 /// with dims, `lum_do`: where the kernel's dims start in the table (their values in `dims`
 /// order).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,6 +38,11 @@ pub struct Kernel {
     pub error_flag: bool,
     /// Dynamic dims passed at launch, in parameter order.
     pub dims: Vec<String>,
+    /// A reduction that may run several threads per output: it takes the threads per output
+    /// `lum_t` as a scalar right after `lum_n` (the output count), and its grid covers
+    /// `lum_n · lum_t` threads in blocks of `max(lum_t, BLOCK)`: under NVRTC `lum_t` lanes fold
+    /// each output's row; the host emulator's branch ignores `lum_t` (it is 1 there).
+    pub cooperative: bool,
 }
 
 /// The full source NVRTC compiles for `kernels` (one module).
@@ -535,6 +541,7 @@ fn generate_node(
     let od = node.dtype;
     let mut body = String::new();
     let mut error_flag = false;
+    let mut cooperative = false;
     let decl = |i: usize, var: &str| Gen::decl(input_dtypes[i], var);
     let kind = match &node.op {
         Op::Input { .. } => unreachable!(),
@@ -590,12 +597,17 @@ fn generate_node(
                 "a",
                 "(lum_outer * lum_len + lum_k) * lum_inner + lum_rest",
             );
-            let _ = writeln!(
-                body,
-                "    const long long lum_len = {len};\n    const long long lum_inner = lum_max({inner}, 1);\n    const long long lum_outer = lum_i / lum_inner, lum_rest = lum_i % lum_inner;\n    {acc_t} lum_acc = {ident};\n    for (long long lum_k = 0; lum_k < lum_len; ++lum_k) {{\n        {}\n        {read}\n        {combine}\n    }}\n    out[lum_i] = {};",
-                decl(0, "a"),
-                store(od, in_kind, "lum_acc")
-            );
+            body.push_str(&reduce_body(ReduceParts {
+                len: &len,
+                inner: &inner,
+                acc_t,
+                ident: &ident,
+                combine,
+                decl: &decl(0, "a"),
+                read: &read,
+                store: &store(od, in_kind, "lum_acc"),
+            }));
+            cooperative = true;
             "reduce"
         }
         Op::Gather => {
@@ -683,12 +695,22 @@ fn generate_node(
         }
     }
     params.push_str(", long long lum_n");
+    if cooperative {
+        params.push_str(", long long lum_t");
+    }
     if ndims > 0 {
         params.push_str(", long long lum_do");
     }
-    let text = format!(
-        "LUM_EXTERN_C __global__ void KERNEL({params}) {{\n    const long long lum_i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n    if (lum_i >= lum_n) return;\n{read_dims}{body}}}\n"
-    );
+    let text = if cooperative {
+        // The body computes its own thread indices (several threads per output on a GPU).
+        format!(
+            "LUM_EXTERN_C __global__ void LUM_REDUCE_BOUNDS KERNEL({params}) {{\n{read_dims}{body}}}\n"
+        )
+    } else {
+        format!(
+            "LUM_EXTERN_C __global__ void KERNEL({params}) {{\n    const long long lum_i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n    if (lum_i >= lum_n) return;\n{read_dims}{body}}}\n"
+        )
+    };
     let kind = if members.len() > 1 {
         format!("fused{}_{kind}", members.len())
     } else {
@@ -702,6 +724,7 @@ fn generate_node(
             buffer_types,
             error_flag,
             dims: g.dims.names(),
+            cooperative,
         },
         g.params.iter().map(|p| p.0).collect(),
     )))
@@ -756,7 +779,103 @@ pub fn round_kernel(dtype: DType) -> Kernel {
         buffer_types: vec![out_t, "float"],
         error_flag: false,
         dims: vec![],
+        cooperative: false,
     }
+}
+
+/// The most threads one output of a reduction gets (its block's size; the kernels are
+/// compiled with `__launch_bounds__` of this many threads, so a launch never asks for more
+/// registers than a multiprocessor has).
+pub const MAX_THREADS_PER_OUTPUT: u32 = 512;
+
+/// The pieces of a reduction kernel's body ([`reduce_body`]), as C text.
+struct ReduceParts<'a> {
+    /// The reduced axis' length and the product of the dims after it.
+    len: &'a str,
+    inner: &'a str,
+    /// The accumulator's type and identity, and the statement folding `a` into `lum_acc`.
+    acc_t: &'a str,
+    ident: &'a str,
+    combine: &'a str,
+    /// The declaration of `a` and the statements reading element `lum_k` of the output's
+    /// row into it.
+    decl: &'a str,
+    read: &'a str,
+    /// `lum_acc` as stored into the output.
+    store: &'a str,
+}
+
+/// The body of a reduction kernel. Under NVRTC (`__CUDACC_RTC__`) `lum_t` threads compute
+/// each output (`lum_t` a power of two up to [`MAX_THREADS_PER_OUTPUT`], chosen by the plan
+/// at launch, [`crate::plan::threads_per_output`]): lane `l` folds elements `l, l + lum_t, …`
+/// of the row (consecutive lanes read consecutive elements), the lanes of a warp combine
+/// with a `__shfl_xor_sync` butterfly, the warps of a block through shared memory, and lane
+/// 0 stores. With `lum_t == 1` that is the sequential loop, in the same order. No thread
+/// returns early when `lum_t > 1` (every lane of a warp takes part in its shuffles and every
+/// thread of a block in its barrier); threads past the last output fold nothing and store
+/// nothing. The host emulator (no cross-thread cooperation) compiles the `#else` branch:
+/// one thread per output, looping over the reduced axis.
+fn reduce_body(p: ReduceParts) -> String {
+    let ReduceParts {
+        len,
+        inner,
+        acc_t,
+        ident,
+        combine,
+        decl,
+        read,
+        store,
+    } = p;
+    format!(
+        r#"#ifdef __CUDACC_RTC__
+    const long long lum_g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long lum_i = lum_g / lum_t, lum_lane = lum_g % lum_t;
+    const bool lum_live = lum_i < lum_n;
+    if (lum_t == 1 && !lum_live) return;
+    const long long lum_len = {len};
+    const long long lum_inner = lum_max({inner}, 1);
+    const long long lum_outer = lum_i / lum_inner, lum_rest = lum_i % lum_inner;
+    {acc_t} lum_acc = {ident};
+#pragma unroll 4
+    for (long long lum_k = lum_live ? lum_lane : lum_len; lum_k < lum_len; lum_k += lum_t) {{
+        {decl}
+        {read}
+        {combine}
+    }}
+    for (int lum_o = (lum_t < 32 ? (int)lum_t : 32) >> 1; lum_o > 0; lum_o >>= 1) {{
+        const {acc_t} a = __shfl_xor_sync(0xffffffffu, lum_acc, lum_o);
+        {combine}
+    }}
+    if (lum_t > 32) {{
+        __shared__ {acc_t} lum_part[32];
+        const int lum_w = (int)(threadIdx.x >> 5), lum_l = (int)(threadIdx.x & 31u);
+        const int lum_nw = (int)(lum_t >> 5), lum_first = (int)(threadIdx.x / lum_t) * lum_nw;
+        if (lum_l == 0) lum_part[lum_w] = lum_acc;
+        __syncthreads();
+        lum_acc = lum_l < lum_nw ? lum_part[lum_first + lum_l] : {ident};
+        for (int lum_o = 16; lum_o > 0; lum_o >>= 1) {{
+            const {acc_t} a = __shfl_xor_sync(0xffffffffu, lum_acc, lum_o);
+            {combine}
+        }}
+    }}
+    if (lum_live && lum_lane == 0) out[lum_i] = {store};
+#else
+    const long long lum_i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    (void)lum_t;
+    if (lum_i >= lum_n) return;
+    const long long lum_len = {len};
+    const long long lum_inner = lum_max({inner}, 1);
+    const long long lum_outer = lum_i / lum_inner, lum_rest = lum_i % lum_inner;
+    {acc_t} lum_acc = {ident};
+    for (long long lum_k = 0; lum_k < lum_len; ++lum_k) {{
+        {decl}
+        {read}
+        {combine}
+    }}
+    out[lum_i] = {store};
+#endif
+"#
+    )
 }
 
 /// A node's kernel and the nodes its buffer parameters read, in order.
