@@ -33,7 +33,7 @@
 //!   double). Short or strided rows, and the host emulator (the kernel's `#else` branch:
 //!   it cannot run threads together), use one thread per output looping over the row; on a
 //!   GPU results then differ from the emulator's only in the last bit of a sum
-//!   (`tests/reductions.rs`). [`CudaBackend::without_cooperative_reductions`] (or
+//!   (`tests/emulator_reduce.rs`). [`CudaBackend::without_cooperative_reductions`] (or
 //!   `LUMINAL_CUDA_COOP=0`) keeps one thread per output. Inputs are read
 //!   through their edge views: the `ShapeTracker`'s index and valid expressions rendered
 //!   with `Expression::to_c`. Dynamic dims are kernel parameters bound at launch, so a
@@ -119,7 +119,7 @@
 //! - The host emulator needs only a C compiler (`cc`, which Rust's linker already needs;
 //!   `$CC` overrides it). [`HostEmulatorCooperative`] also runs the cooperative reductions'
 //!   GPU branch, each block's threads as OpenMP threads (`-fopenmp`), so their lane
-//!   indexing, shuffles and barriers are checked without a GPU; `tests/reductions.rs` also
+//!   indexing, shuffles and barriers are checked without a GPU; `tests/emulator_reduce.rs` also
 //!   compiles its kernels with NVRTC where the library loads (no device needed).
 //!
 //! ## Not done yet

@@ -1080,7 +1080,7 @@ mod tests {
         assert_eq!(threads_per_output(1, 4096, 1), 512);
         assert_eq!(threads_per_output(3, 5000, 1), 512);
         assert_eq!(threads_per_output(7, 1000, 1), 128);
-        // The cases of tests/reductions.rs.
+        // The cases of tests/emulator_reduce.rs.
         assert_eq!(threads_per_output(5, 1023, 1), 128);
         assert_eq!(threads_per_output(1101, 600, 1), 64);
         assert_eq!(threads_per_output(37, 100, 1), 32);
