@@ -17,7 +17,7 @@
 set -u
 if [ "${1:-}" = --prepare ]; then
   mkdir -p .gpu/bench
-  for t in op_suite llama emulator_matmul emulator_fusion emulator_quant emulator_attention emulator_reduce; do
+  for t in op_suite llama emulator_matmul emulator_fusion emulator_quant emulator_attention emulator_reduce emulator_graphs; do
     f=$(ls -t target/release/deps/$t-* 2>/dev/null | grep -v '\.d$' | head -1)
     [ -n "$f" ] && cp "$f" .gpu/$t && strip .gpu/$t
   done
@@ -51,53 +51,51 @@ gguf_py() {
 }
 
 if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
-  for t in emulator_matmul:gpu llama:gpu op_suite: emulator_fusion:gpu emulator_quant:gpu emulator_attention:gpu emulator_reduce:gpu; do
+  for t in emulator_matmul:gpu llama:gpu emulator_graphs:gpu emulator_reduce:gpu emulator_attention:gpu op_suite: emulator_fusion:gpu emulator_quant:gpu; do
     b=${t%%:*}; f=${t#*:}
     [ -x .gpu/$b ] || continue
     step ".gpu/$b $f"
-    timeout 120 .gpu/$b $f --nocapture --test-threads 1 > $OUT/$b.log 2>&1; r=$?
-    grep -E "^test |test result|positions|skipping|panicked|error|GFLOP|decode step|gpu|ms" $OUT/$b.log | head -50; took $r
+    timeout 40 .gpu/$b $f --nocapture --test-threads 1 > $OUT/$b.log 2>&1; r=$?
+    grep -E "^test |test result|positions|skipping|panicked|error|GFLOP|decode step|gpu|replays" $OUT/$b.log | head -40; took $r
   done
 fi
 
 if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
-  for n in 4096 8192; do
-    for t in f32 tf32 f16 bf16; do
-      step "matmul_tflops $n $n $n 20 $t"
-      timeout 60 $B/matmul_tflops $n $n $n 20 $t 2>&1; took $?
-    done
-    step "torch matmul --n $n"
-    timeout 90 python3 scripts/torch_llama_bench.py matmul --n $n --reps 20 --dtypes f32 tf32 f16 bf16 2>&1; took $?
-  done
-  if [ -x $B/ops_gbps ]; then
-    step "ops_gbps 4096 8192 50"
-    timeout 90 $B/ops_gbps 4096 8192 50 2>&1; took $?
-    step "torch_ops_bench.py"
-    timeout 150 python3 scripts/torch_ops_bench.py 2>&1 | tail -30; took ${PIPESTATUS[0]}
-  fi
-  if [ -x $B/attention_bench ]; then
-    step "attention_bench 1024 2048 4096 8192"
-    timeout 120 $B/attention_bench 1024 2048 4096 8192 2>&1; took $?
-    step "torch_attention_bench.py"
-    timeout 120 python3 scripts/torch_attention_bench.py 2>&1 | tail -30; took ${PIPESTATUS[0]}
-  fi
   gguf_py
   S=$WORK/smollm2-shape.F16.gguf
   step "make SmolLM2-shaped F16 GGUF"
-  timeout 60 python3 scripts/make_llama1b_gguf.py "$S" --ref $B/smollm2-tokenizer.gguf --shape smollm2 2>&1 | tail -2; took $?
+  timeout 60 python3 scripts/make_llama1b_gguf.py "$S" --ref $B/smollm2-tokenizer.gguf --shape smollm2 2>&1 | tail -1; took $?
   step "luminal bench SmolLM2-shape F16 --device cuda"
-  LUMINAL_CUDA_STATS=1 timeout 120 $L bench -m $S --device cuda -p 128,512 -n 128 -r 3 2>&1 | grep -v "^luminal_cuda: .*launches" ; took $?
-  LUMINAL_CUDA_STATS=1 timeout 60 $L generate -m $S --device cuda --prompt "Once upon a time" -n 8 --no-echo 2>&1 | grep -E "luminal_cuda|tok/s" | tail -3
-  for dt in f16 bf16; do
-    step "transformers eager $dt SmolLM2-shape (same GGUF)"
-    timeout 150 python3 scripts/torch_llama_bench.py llama $S --pp 128 512 --tg 128 --reps 3 --dtype $dt 2>&1 | grep -E "transformers|Error" ; took $?
+  timeout 60 $L bench -m $S --device cuda -p 128,512 -n 128 -r 3 2>&1; took $?
+  step "launches and host/device time per decode step (LUMINAL_CUDA_STATS=2)"
+  LUMINAL_CUDA_STATS=2 timeout 30 $L generate -m $S --device cuda --prompt "Once upon a time" -n 6 --no-echo 2>&1 | grep -E "luminal_cuda|tok/s" | tail -6
+  step "LUMINAL_CUDA_GRAPHS=0 luminal bench SmolLM2-shape"
+  LUMINAL_CUDA_GRAPHS=0 timeout 40 $L bench -m $S --device cuda -p 512 -n 128 -r 2 2>&1 | tail -3; took $?
+  for n in 4096 8192; do
+    for t in f32 tf32 f16 bf16; do
+      timeout 30 $B/matmul_tflops $n $n $n 20 $t 2>&1
+    done
+    timeout 60 python3 scripts/torch_llama_bench.py matmul --n $n --reps 20 --dtypes f32 tf32 f16 bf16 2>&1
   done
+  if [ -x $B/ops_gbps ]; then
+    step "ops_gbps 4096 8192 30"
+    timeout 40 $B/ops_gbps 4096 8192 30 2>&1; took $?
+  fi
+  step "transformers eager bf16, SmolLM2-shape (random init, same shape)"
+  timeout 60 python3 scripts/torch_llama_bench.py llama --shape smollm2 --pp 128 512 --tg 128 --reps 2 --dtype bf16 2>&1 | grep -E "transformers|Error" ; took $?
   rm -f $S
   G=$WORK/llama1b-shape.F16.gguf
   step "make Llama-3.2-1B-shaped F16 GGUF"
-  timeout 120 python3 scripts/make_llama1b_gguf.py "$G" --ref $B/smollm2-tokenizer.gguf --shape llama1b 2>&1 | tail -2; took $?
+  timeout 90 python3 scripts/make_llama1b_gguf.py "$G" --ref $B/smollm2-tokenizer.gguf --shape llama1b 2>&1 | tail -1; took $?
   step "luminal bench llama1b-shape F16 --device cuda"
-  timeout 180 $L bench -m $G --device cuda -p 512 -n 128 -r 3 2>&1; took $?
+  timeout 90 $L bench -m $G --device cuda -p 512 -n 128 -r 2 2>&1; took $?
   step "transformers eager bf16, random llama1b-shaped"
-  timeout 150 python3 scripts/torch_llama_bench.py llama --shape llama1b --pp 512 --tg 128 --reps 3 --dtype bf16 2>&1 | grep -E "transformers|Error"; took $?
+  timeout 60 python3 scripts/torch_llama_bench.py llama --shape llama1b --pp 512 --tg 128 --reps 2 --dtype bf16 2>&1 | grep -E "transformers|Error"; took $?
+  if [ -x $B/attention_bench ]; then
+    step "attention_bench"
+    timeout 60 $B/attention_bench 1024 2048 4096 8192 2>&1; took $?
+    timeout 60 python3 scripts/torch_attention_bench.py 2>&1 | tail -20
+  fi
+  step "torch_ops_bench.py"
+  timeout 60 python3 scripts/torch_ops_bench.py 4096 8192 30 2>&1 | tail -12; took ${PIPESTATUS[0]}
 fi
