@@ -124,6 +124,7 @@
 //!   models here; `embed`, `bench-embed` and `transcribe` run on the CPU only.
 //! - Reductions use one thread per output (slow for long rows); no shared-memory trees yet.
 
+pub mod attention;
 pub mod codegen;
 pub mod device;
 pub mod error;

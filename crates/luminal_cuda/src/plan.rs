@@ -3,6 +3,7 @@
 //! but the device calls (buffer sizes, launch shapes, dim bindings, state updates, error
 //! checks) is this one code, so the emulator's tests cover it.
 
+use crate::attention::{self, AttnCall, AttnPattern};
 use crate::codegen::{self, Kernel, BLOCK};
 use crate::gemm::{self, GemmCall, Pattern};
 use luminal::graph::{GraphData, NodeId, TensorRef};
@@ -52,6 +53,26 @@ pub trait Executor {
         let _ = (call, c, a, b);
         Err(LuminalError::Backend("this executor has no gemm".into()))
     }
+    /// Whether [`Executor::attention`] runs; without it attention runs as the primop kernels.
+    fn attention_available(&self) -> bool {
+        false
+    }
+    /// One fused attention ([`crate::attention`]): `out` (contiguous `[batch.., s, d]`) from
+    /// q, k, v (f32 or f16 as `call` says) and the optional bias, read at the call's strides.
+    fn attention(
+        &mut self,
+        call: &AttnCall,
+        out: &Self::Buffer,
+        q: &Self::Buffer,
+        k: &Self::Buffer,
+        v: &Self::Buffer,
+        bias: Option<&Self::Buffer>,
+    ) -> Result<()> {
+        let _ = (call, out, q, k, v, bias);
+        Err(LuminalError::Backend(
+            "this executor has no attention".into(),
+        ))
+    }
 }
 
 /// One kernel launch of the plan.
@@ -67,6 +88,10 @@ struct Step {
     gemm: Option<usize>,
     /// The product this `Mul` feeds: skipped when that product goes to cuBLAS.
     feeds: Option<usize>,
+    /// The attention this node computes (its output) when the call resolves.
+    attn_out: Option<usize>,
+    /// The attention this node is inside of: skipped (no buffer) when the call resolves.
+    attn_inner: Option<usize>,
 }
 
 struct Buffer<B> {
@@ -95,6 +120,10 @@ pub struct PlanRuntime<E: Executor> {
     /// Products that may go to cuBLAS, and their calls at this run's dims (`None`: kernels).
     patterns: Vec<Pattern>,
     calls: Vec<Option<Vec<GemmCall>>>,
+    /// Attentions recognised at compile time, and their calls at this run's dims (`None`:
+    /// the primop kernels).
+    attns: Vec<AttnPattern>,
+    attn_calls: Vec<Option<AttnCall>>,
     /// Nodes computed inside their consumer's kernel ([`codegen::fused_nodes`]).
     fused: usize,
     /// Kernel launches and cuBLAS calls of the last run.
@@ -204,7 +233,27 @@ impl<E: Executor> PlanRuntime<E> {
         };
         // The products cuBLAS may compute keep their kernels and operand buffers.
         let barriers: HashSet<NodeId> = patterns.iter().flat_map(|p| [p.mul, p.reduce]).collect();
-        let fused = codegen::fused_nodes(&graph, &order, &barriers, mode);
+        let attns = if exec.attention_available()
+            && std::env::var("LUMINAL_CUDA_ATTENTION").map_or(true, |v| v != "0")
+        {
+            attention::find(&graph, &order)
+        } else {
+            vec![]
+        };
+        let mut fused = codegen::fused_nodes(&graph, &order, &barriers, mode);
+        // The attention kernel reads its operands' buffers.
+        for p in &attns {
+            for n in p.operands() {
+                fused.remove(&n);
+            }
+        }
+        let attn_out: HashMap<NodeId, usize> =
+            attns.iter().enumerate().map(|(i, p)| (p.out, i)).collect();
+        let attn_inner: HashMap<NodeId, usize> = attns
+            .iter()
+            .enumerate()
+            .flat_map(|(i, p)| p.inner.iter().map(move |&n| (n, i)))
+            .collect();
         let generated =
             codegen::generate_all(&graph, &order, &fused).map_err(LuminalError::Backend)?;
         let by_reduce: HashMap<NodeId, usize> = patterns
@@ -238,6 +287,8 @@ impl<E: Executor> PlanRuntime<E> {
                 inputs,
                 gemm: by_reduce.get(&id).copied(),
                 feeds: by_mul.get(&id).copied(),
+                attn_out: attn_out.get(&id).copied(),
+                attn_inner: attn_inner.get(&id).copied(),
             });
         }
         let functions = exec.compile(&kernels.iter().collect::<Vec<_>>())?;
@@ -254,6 +305,8 @@ impl<E: Executor> PlanRuntime<E> {
             kernels,
             calls: vec![None; patterns.len()],
             patterns,
+            attn_calls: vec![None; attns.len()],
+            attns,
             fused: fused.len(),
             launches: 0,
             stats: std::env::var("LUMINAL_CUDA_STATS").is_ok_and(|v| v != "0"),
@@ -263,6 +316,16 @@ impl<E: Executor> PlanRuntime<E> {
     /// How many products ran through [`Executor::gemm`] in the last run.
     pub fn gemm_products(&self) -> usize {
         self.calls.iter().filter(|c| c.is_some()).count()
+    }
+
+    /// How many attentions ran through [`Executor::attention`] in the last run.
+    pub fn attention_calls(&self) -> usize {
+        self.attn_calls.iter().filter(|c| c.is_some()).count()
+    }
+
+    /// Attentions recognised at compile time (run fused when their views resolve).
+    pub fn attention_patterns(&self) -> usize {
+        self.attns.len()
     }
 
     /// Products recognised at compile time (run through cuBLAS when their layouts resolve).
@@ -300,6 +363,13 @@ impl<E: Executor> PlanRuntime<E> {
 
     fn launch_step(&mut self, s: usize) -> Result<()> {
         let step = &self.steps[s];
+        if step
+            .attn_inner
+            .is_some_and(|p| self.attn_calls[p].is_some())
+        {
+            // Inside an attention computed by one call from its operands.
+            return Ok(());
+        }
         if step.feeds.is_some_and(|p| self.calls[p].is_some()) {
             // Read only by its product, which cuBLAS computes from the operands.
             return Ok(());
@@ -336,6 +406,23 @@ impl<E: Executor> PlanRuntime<E> {
         }
         self.buffers.get_mut(&id).expect("allocated above").len = bytes;
         if n == 0 {
+            return Ok(());
+        }
+        if let Some(call) = step.attn_out.and_then(|p| self.attn_calls[p].as_ref()) {
+            let p = &self.attns[step.attn_out.expect("checked")];
+            let buf = |id: NodeId| {
+                self.buffers
+                    .get(&id)
+                    .map(|b| &b.buf)
+                    .ok_or_else(|| LuminalError::Backend(format!("node {} has no buffer", id.0)))
+            };
+            let bias = match &p.bias {
+                Some(b) => Some(buf(b.node)?),
+                None => None,
+            };
+            let (out, q, k, v) = (buf(id)?, buf(p.q.node)?, buf(p.k.node)?, buf(p.v.node)?);
+            self.exec.attention(call, out, q, k, v, bias)?;
+            self.launches += 1;
             return Ok(());
         }
         if let Some(calls) = step.gemm.and_then(|p| self.calls[p].as_ref()) {
@@ -445,6 +532,16 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
             .iter()
             .map(|p| gemm::resolve(p, &|e| e.eval_with(&|n| dims.get(n).copied()).ok()))
             .collect();
+        let graph = &self.graph;
+        self.attn_calls = self
+            .attns
+            .iter()
+            .map(|p| {
+                attention::resolve(p, &|n| graph.node(n).dtype, &|e| {
+                    e.eval_with(&|n| dims.get(n).copied()).ok()
+                })
+            })
+            .collect();
         let gathers = self.steps.iter().any(|s| s.error_flag);
         if gathers {
             let zero = self.exec.upload(&[0u8; 8])?;
@@ -457,10 +554,13 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
         }
         if self.stats && self.launches != before {
             eprintln!(
-                "luminal_cuda: {} launches per run ({} kernels, {} nodes fused)",
+                "luminal_cuda: {} launches per run ({} kernels, {} nodes fused, {} of {} \
+                 attentions fused)",
                 self.launches,
                 self.kernels.len(),
-                self.fused
+                self.fused,
+                self.attention_calls(),
+                self.attns.len()
             );
         }
         // State written by `WriteSlice`s: the destination inputs take the updated tensors after
