@@ -39,11 +39,11 @@ use std::collections::{HashMap, HashSet};
 /// Batch dims a call takes (more: the plan runs the kernels).
 pub const MAX_BATCH_DIMS: usize = 4;
 /// Query rows per block of the tiled kernel.
-pub const BQ: i64 = 32;
+pub const BQ: i64 = 64;
 /// Keys per tile of the tiled kernel.
 pub const BK: i64 = 32;
 /// Threads per block (both kernels).
-pub const THREADS: u32 = 128;
+pub const THREADS: u32 = 256;
 
 /// A recognised attention.
 #[derive(Clone, Debug)]
@@ -683,9 +683,9 @@ struct LumAttnParams {
     long long has_bias, scale_bits, splits, keys_per_split, k_f16, v_f16;
 };
 
-#define LUM_BQ 32
+#define LUM_BQ 64
 #define LUM_BK 32
-#define LUM_WARPS 4
+#define LUM_WARPS 8
 #define LUM_ROWS 8
 #define LUM_LOG2E 1.4426950408889634f
 #define LUM_NEG_INF __int_as_float(0xff800000)
@@ -697,7 +697,11 @@ static __device__ __forceinline__ float lum_attn_h2f(unsigned short h) {
     return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
 }
 static __device__ __forceinline__ float lum_attn_ld(const float* p, long long i) { return p[i]; }
-static __device__ __forceinline__ float lum_attn_ld(const unsigned short* p, long long i) { return lum_attn_h2f(p[i]); }
+static __device__ __forceinline__ float lum_attn_ld(const unsigned short* p, long long i) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(p[i])); /* exact: every half is an f32 */
+    return f;
+}
 
 static __device__ __forceinline__ void lum_attn_offsets(const LumAttnParams& p, long long bi,
         long long* qo, long long* ko, long long* vo, long long* bo) {
@@ -767,8 +771,8 @@ static __device__ __forceinline__ void lum_attn_tiled(LumAttnParams p, float* ou
             vis |= (b != LUM_NEG_INF);
         }
         if (!__syncthreads_or(vis)) continue; /* the same value in every thread */
-        for (int i = tid; i < LUM_BK * DMAX; i += LUM_WARPS * 32) {
-            int j = i / DMAX, c = i % DMAX;
+        /* LUM_WARPS * 32 is a multiple of DMAX: a thread keeps its column. */
+        for (int j = tid / DMAX, c = tid % DMAX; j < LUM_BK; j += LUM_WARPS * 32 / DMAX) {
             long long key = kt + j;
             float kv = 0.0f, vv = 0.0f;
             if (key < k_end && c < d) {
@@ -779,6 +783,9 @@ static __device__ __forceinline__ void lum_attn_tiled(LumAttnParams p, float* ou
             sv[j * DMAX + c] = vv;
         }
         __syncthreads();
+        /* A warp whose rows are all past s computes nothing (warp-uniform; no block barrier
+           until the next tile). */
+        if (q0 + warp * LUM_ROWS >= s) continue;
         /* Scores: lane = key of the tile, LUM_ROWS rows of this warp. */
         float sc[LUM_ROWS];
         for (int rr = 0; rr < LUM_ROWS; ++rr) sc[rr] = 0.0f;
@@ -942,7 +949,7 @@ mod tests {
         };
         let (v, grid, smem) = launch_plan(&mut c, 132);
         assert_eq!(v, Variant::Tiled { dmax: 128 });
-        assert_eq!(grid, (32, 32, 1));
+        assert_eq!(grid, (16, 32, 1));
         assert_eq!(c.splits, 1);
         assert_eq!(smem as i64, shared_bytes(128));
         // Decode: one row, long keys: split, every key covered once.
