@@ -546,24 +546,27 @@ pub fn resolve(
 pub enum Variant {
     /// The tiled kernel with `dmax` (64 or 128) columns of shared memory.
     Tiled { dmax: i64 },
+    /// The tensor-core kernel (3xTF32 `mma.sync`, sm_80+): 64 query rows a block (4 warps
+    /// of 16), `dmax` (64 or 128) columns.
+    Mma { dmax: i64 },
     /// A warp a query row, any head dim.
     Simple,
 }
 
-/// The kernel, grid and key split of `c` on a device with `sms` multiprocessors (sets
-/// `c.splits` and `c.keys_per_split`). Returns the variant, the grid and the dynamic
-/// shared memory in bytes.
-pub fn launch_plan(c: &mut AttnCall, sms: i64) -> (Variant, (u32, u32, u32), u32) {
+/// The kernel, grid and key split of `c` on a device with `sms` multiprocessors, with the
+/// tensor-core kernel where `mma` (sm_80+) (sets `c.splits` and `c.keys_per_split`).
+/// Returns the variant, the grid, the threads a block and the dynamic shared memory in bytes.
+pub fn launch_plan(c: &mut AttnCall, sms: i64, mma: bool) -> (Variant, (u32, u32, u32), u32, u32) {
     let batches = c.batches();
     if c.d > 128 {
         c.splits = 1;
         c.keys_per_split = c.t;
         let rows_per_block = (THREADS / 32) as i64;
         let grid = (cdiv(c.s, rows_per_block) as u32, batches as u32, 1);
-        return (Variant::Simple, grid, 0);
+        return (Variant::Simple, grid, THREADS, 0);
     }
     let dmax = if c.d <= 64 { 64 } else { 128 };
-    let qtiles = cdiv(c.s, BQ);
+    let qtiles = cdiv(c.s, if mma { MMA_BQ } else { BQ });
     let blocks = qtiles * batches;
     let tiles = cdiv(c.t, BK);
     // Split the keys when the blocks would not fill the device twice over, keeping at
@@ -574,7 +577,21 @@ pub fn launch_plan(c: &mut AttnCall, sms: i64) -> (Variant, (u32, u32, u32), u32
     c.keys_per_split = tiles_per_split * BK;
     c.splits = cdiv(c.t, c.keys_per_split);
     let grid = (qtiles as u32, batches as u32, c.splits as u32);
-    (Variant::Tiled { dmax }, grid, shared_bytes(dmax) as u32)
+    if mma {
+        (
+            Variant::Mma { dmax },
+            grid,
+            MMA_THREADS,
+            mma_shared_bytes(dmax) as u32,
+        )
+    } else {
+        (
+            Variant::Tiled { dmax },
+            grid,
+            THREADS,
+            shared_bytes(dmax) as u32,
+        )
+    }
 }
 
 /// Dynamic shared memory of the tiled kernel with `dmax` columns: q `[BQ][dmax]`, k
@@ -582,6 +599,17 @@ pub fn launch_plan(c: &mut AttnCall, sms: i64) -> (Variant, (u32, u32, u32), u32
 /// `[BQ][BK]` (floats).
 pub fn shared_bytes(dmax: i64) -> i64 {
     4 * (BQ * dmax + BK * (dmax + 1) + BK * dmax + BQ * (BK + 1) + BQ * BK)
+}
+
+/// Query rows a block of the tensor-core kernel.
+pub const MMA_BQ: i64 = 64;
+/// Threads a block of the tensor-core kernel.
+pub const MMA_THREADS: u32 = 128;
+
+/// Dynamic shared memory of the tensor-core kernel with `dmax` columns: q `[64][dmax + 4]`,
+/// k `[32][dmax + 4]`, v `[32][dmax + 8]`, the probabilities `[4][16][36]` (floats).
+pub fn mma_shared_bytes(dmax: i64) -> i64 {
+    4 * (MMA_BQ * (dmax + 4) + BK * (dmax + 4) + BK * (dmax + 8) + 4 * 16 * (BK + 4))
 }
 
 /// Floats of split-KV scratch a call needs: partial outputs and (max, sum) pairs.
@@ -703,6 +731,88 @@ static __device__ __forceinline__ float lum_attn_ld(const unsigned short* p, lon
     return f;
 }
 
+
+static __device__ __forceinline__ float lum_attn_h(unsigned short h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+static __device__ __forceinline__ float4 lum_attn_ld4(const float* p, long long i) { return *(const float4*)(p + i); }
+static __device__ __forceinline__ float4 lum_attn_ld4(const unsigned short* p, long long i) {
+    uint2 u = *(const uint2*)(p + i);
+    float4 r;
+    r.x = lum_attn_h((unsigned short)(u.x & 0xffffu));
+    r.y = lum_attn_h((unsigned short)(u.x >> 16));
+    r.z = lum_attn_h((unsigned short)(u.y & 0xffffu));
+    r.w = lum_attn_h((unsigned short)(u.y >> 16));
+    return r;
+}
+
+/* Stages keys kt .. kt+31 (zeros past k_end and past d) into sk[j * KSTR + c] and
+   sv[j * VSTR + c], c < DMAX, with NT threads. Every load of a group is issued before any
+   store to shared memory (a generic pointer could alias it, so the compiler would not
+   reorder them): the loads' latencies overlap. `vec`: d, the offsets and the row strides
+   are multiples of 4, so a thread loads 4 columns at once. */
+template <int DMAX, int NT, int KSTR, int VSTR, typename KV>
+static __device__ __forceinline__ void lum_attn_stage(const KV* k, const KV* v, long long ko,
+        long long vo, long long k_t, long long v_t, long long kt, long long k_end, long long d,
+        bool vec, float* sk, float* sv, int tid) {
+    if (vec) {
+        const int CH = DMAX / 4, RPP = NT / CH, PASSES = 32 / RPP;
+        const int c = (tid % CH) * 4, j0 = tid / CH;
+#pragma unroll
+        for (int p0 = 0; p0 < PASSES; p0 += 4) {
+            float4 kr[4], vr[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int j = j0 + (p0 + i) * RPP;
+                const long long key = kt + j;
+                kr[i].x = kr[i].y = kr[i].z = kr[i].w = 0.0f;
+                vr[i] = kr[i];
+                if (p0 + i < PASSES && key < k_end && c < d) {
+                    kr[i] = lum_attn_ld4(k, ko + key * k_t + c);
+                    vr[i] = lum_attn_ld4(v, vo + key * v_t + c);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int j = j0 + (p0 + i) * RPP;
+                if (p0 + i < PASSES) {
+                    float* kd = sk + j * KSTR + c;
+                    float* vd = sv + j * VSTR + c;
+                    kd[0] = kr[i].x; kd[1] = kr[i].y; kd[2] = kr[i].z; kd[3] = kr[i].w;
+                    vd[0] = vr[i].x; vd[1] = vr[i].y; vd[2] = vr[i].z; vd[3] = vr[i].w;
+                }
+            }
+        }
+    } else {
+        const int RPP = NT / DMAX, PASSES = 32 / RPP;
+        const int c = tid % DMAX, j0 = tid / DMAX;
+#pragma unroll
+        for (int p0 = 0; p0 < PASSES; p0 += 8) {
+            float kr[8], vr[8];
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                const long long key = kt + j0 + (p0 + i) * RPP;
+                kr[i] = 0.0f;
+                vr[i] = 0.0f;
+                if (p0 + i < PASSES && key < k_end && c < d) {
+                    kr[i] = lum_attn_ld(k, ko + key * k_t + c);
+                    vr[i] = lum_attn_ld(v, vo + key * v_t + c);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                const int j = j0 + (p0 + i) * RPP;
+                if (p0 + i < PASSES) {
+                    sk[j * KSTR + c] = kr[i];
+                    sv[j * VSTR + c] = vr[i];
+                }
+            }
+        }
+    }
+}
+
 static __device__ __forceinline__ void lum_attn_offsets(const LumAttnParams& p, long long bi,
         long long* qo, long long* ko, long long* vo, long long* bo) {
     long long q = p.q_off, k = p.k_off, v = p.v_off, b = p.b_off;
@@ -744,6 +854,7 @@ static __device__ __forceinline__ void lum_attn_tiled(LumAttnParams p, float* ou
     const float scale = __int_as_float((int)p.scale_bits);
     long long qo, ko, vo, bo;
     lum_attn_offsets(p, bi, &qo, &ko, &vo, &bo);
+    const bool vec = ((d | ko | vo | p.k_t | p.v_t) & 3) == 0;
     for (int i = tid; i < LUM_BQ * DMAX; i += LUM_WARPS * 32) {
         int r = i / DMAX, c = i % DMAX;
         long long row = q0 + r;
@@ -771,17 +882,7 @@ static __device__ __forceinline__ void lum_attn_tiled(LumAttnParams p, float* ou
             vis |= (b != LUM_NEG_INF);
         }
         if (!__syncthreads_or(vis)) continue; /* the same value in every thread */
-        /* LUM_WARPS * 32 is a multiple of DMAX: a thread keeps its column. */
-        for (int j = tid / DMAX, c = tid % DMAX; j < LUM_BK; j += LUM_WARPS * 32 / DMAX) {
-            long long key = kt + j;
-            float kv = 0.0f, vv = 0.0f;
-            if (key < k_end && c < d) {
-                kv = lum_attn_ld(k, ko + key * p.k_t + c);
-                vv = lum_attn_ld(v, vo + key * p.v_t + c);
-            }
-            sk[j * (DMAX + 1) + c] = kv;
-            sv[j * DMAX + c] = vv;
-        }
+        lum_attn_stage<DMAX, LUM_WARPS * 32, DMAX + 1, DMAX>(k, v, ko, vo, p.k_t, p.v_t, kt, k_end, d, vec, sk, sv, tid);
         __syncthreads();
         /* A warp whose rows are all past s computes nothing (warp-uniform; no block barrier
            until the next tile). */
@@ -907,6 +1008,174 @@ extern "C" __global__ void lum_attn_tiled_64_f16(LumAttnParams p, float* out, fl
 extern "C" __global__ void lum_attn_tiled_128_f16(LumAttnParams p, float* out, float* part, const float* q, const unsigned short* k, const unsigned short* v, const float* bias) { lum_attn_tiled<128, unsigned short>(p, out, part, q, k, v, bias); }
 extern "C" __global__ void lum_attn_simple_f32(LumAttnParams p, float* out, float* part, const float* q, const float* k, const float* v, const float* bias) { lum_attn_simple<float>(p, out, q, k, v, bias); }
 extern "C" __global__ void lum_attn_simple_f16(LumAttnParams p, float* out, float* part, const float* q, const unsigned short* k, const unsigned short* v, const float* bias) { lum_attn_simple<unsigned short>(p, out, q, k, v, bias); }
+
+/* ---- Tensor cores: 3xTF32 mma.sync (sm_80+). Each product a·b is computed as
+   a_big·b_big + a_big·b_small + a_small·b_big with x = x_big + x_small split into two tf32
+   values (cvt.rna), which keeps f32 accuracy (the dropped a_small·b_small is ~2^-22 of a·b).
+   Fragment layouts of m16n8k8 (.tf32, row.col), g = lane / 4, c = lane % 4:
+   A (16x8): a0 (g, c), a1 (g+8, c), a2 (g, c+4), a3 (g+8, c+4);
+   B (8x8):  b0 (k c, n g), b1 (k c+4, n g);
+   C (16x8): c0 (g, 2c), c1 (g, 2c+1), c2 (g+8, 2c), c3 (g+8, 2c+1). */
+#define LUM_MQ 64
+#define LUM_MK 32
+#define LUM_MWARPS 4
+static __device__ __forceinline__ unsigned lum_tf32(float x) {
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+static __device__ __forceinline__ void lum_mma_tf32(float* d, const unsigned* a, const unsigned* b) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+static __device__ __forceinline__ void lum_mma3(float* d, const float* a, const float* b) {
+    unsigned ab[4], as[4], bb[2], bs[2];
+    for (int i = 0; i < 4; ++i) { ab[i] = lum_tf32(a[i]); as[i] = lum_tf32(a[i] - __uint_as_float(ab[i])); }
+    for (int i = 0; i < 2; ++i) { bb[i] = lum_tf32(b[i]); bs[i] = lum_tf32(b[i] - __uint_as_float(bb[i])); }
+    lum_mma_tf32(d, as, bb);
+    lum_mma_tf32(d, ab, bs);
+    lum_mma_tf32(d, ab, bb);
+}
+
+/* Block: 4 warps, 64 query rows (16 a warp) of batch blockIdx.y, keys of split blockIdx.z in
+   tiles of 32. Shared memory (floats): q [64][DMAX+4], k [32][DMAX+4], v [32][DMAX+8],
+   p [4 warps][16][36] (strides chosen so that fragment loads hit 32 distinct banks). Every
+   __syncthreads is reached by all threads (loop bounds depend on block indices only). */
+template <int DMAX, typename KV>
+static __device__ __forceinline__ void lum_attn_mma(LumAttnParams p, float* out,
+        float* part, const float* q, const KV* k, const KV* v, const float* bias) {
+    const int QS = DMAX + 4, KS = DMAX + 4, VS = DMAX + 8, PS = LUM_MK + 4;
+    extern __shared__ float4 lum_smem4[];
+    float* sq = (float*)lum_smem4;
+    float* sk = sq + LUM_MQ * QS;
+    float* sv = sk + LUM_MK * KS;
+    float* sp = sv + LUM_MK * VS;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
+    const long long s = p.s, d = p.d;
+    const long long q0 = (long long)blockIdx.x * LUM_MQ;
+    const long long bi = blockIdx.y, split = blockIdx.z;
+    const long long k_begin = split * p.keys_per_split;
+    const long long k_end = (k_begin + p.keys_per_split < p.t) ? k_begin + p.keys_per_split : p.t;
+    const float scale = __int_as_float((int)p.scale_bits);
+    long long qo, ko, vo, bo;
+    lum_attn_offsets(p, bi, &qo, &ko, &vo, &bo);
+    const bool vec = ((d | ko | vo | p.k_t | p.v_t) & 3) == 0;
+    for (int i = tid; i < LUM_MQ * DMAX; i += LUM_MWARPS * 32) {
+        int r = i / DMAX, c = i % DMAX;
+        long long row = q0 + r;
+        sq[r * QS + c] = (row < s && c < d) ? q[qo + row * p.q_s + c] : 0.0f;
+    }
+    const long long r0 = q0 + warp * 16 + g, r1 = r0 + 8;
+    const bool warp_live = q0 + warp * 16 < s;
+    float o[DMAX / 8][4];
+    for (int nt = 0; nt < DMAX / 8; ++nt)
+        for (int e = 0; e < 4; ++e) o[nt][e] = 0.0f;
+    float m0 = LUM_NEG_INF, m1 = LUM_NEG_INF, l0 = 0.0f, l1 = 0.0f;
+    const float* qw = sq + warp * 16 * QS;
+    float* spw = sp + warp * 16 * PS;
+    for (long long kt = k_begin; kt < k_end; kt += LUM_MK) {
+        __syncthreads(); /* the previous tile's reads (and the q tile's writes) are done */
+        /* This thread's bias values (C layout), -inf outside the rows and keys. */
+        float sc[LUM_MK / 8][4];
+        int vis = 0;
+        for (int nt = 0; nt < LUM_MK / 8; ++nt)
+            for (int e = 0; e < 4; ++e) {
+                long long row = (e < 2) ? r0 : r1, key = kt + nt * 8 + 2 * tg + (e & 1);
+                float b = LUM_NEG_INF;
+                if (row < s && key < k_end) b = p.has_bias ? bias[bo + row * p.b_s + key * p.b_t] : 0.0f;
+                sc[nt][e] = b;
+                vis |= (b != LUM_NEG_INF);
+            }
+        if (!__syncthreads_or(vis)) continue; /* the same value in every thread */
+        lum_attn_stage<DMAX, LUM_MWARPS * 32, DMAX + 4, DMAX + 8>(k, v, ko, vo, p.k_t, p.v_t, kt, k_end, d, vec, sk, sv, tid);
+        __syncthreads();
+        if (!warp_live) continue; /* warp-uniform; no block barrier until the next tile */
+        /* S = Q·Kᵀ: 16 rows x 32 keys a warp. */
+        float acc[LUM_MK / 8][4];
+        for (int nt = 0; nt < LUM_MK / 8; ++nt)
+            for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
+        for (int ks = 0; ks < DMAX; ks += 8) {
+            float a[4] = {qw[g * QS + ks + tg], qw[(g + 8) * QS + ks + tg],
+                          qw[g * QS + ks + tg + 4], qw[(g + 8) * QS + ks + tg + 4]};
+            for (int nt = 0; nt < LUM_MK / 8; ++nt) {
+                float b[2] = {sk[(nt * 8 + g) * KS + ks + tg], sk[(nt * 8 + g) * KS + ks + tg + 4]};
+                lum_mma3(acc[nt], a, b);
+            }
+        }
+        /* Online softmax over rows r0 (e 0, 1) and r1 (e 2, 3); a row's 32 keys are spread
+           over the 4 threads of a group (lanes 4g .. 4g+3). */
+        float mx0 = m0, mx1 = m1;
+        for (int nt = 0; nt < LUM_MK / 8; ++nt)
+            for (int e = 0; e < 4; ++e) {
+                float b = sc[nt][e];
+                float x = (b == LUM_NEG_INF) ? LUM_NEG_INF : acc[nt][e] * scale + b;
+                sc[nt][e] = x;
+                if (e < 2) mx0 = fmaxf(mx0, x); else mx1 = fmaxf(mx1, x);
+            }
+        for (int off = 1; off < 4; off <<= 1) {
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+        }
+        const float base0 = (mx0 == LUM_NEG_INF) ? 0.0f : mx0, base1 = (mx1 == LUM_NEG_INF) ? 0.0f : mx1;
+        const float corr0 = exp2f((m0 - base0) * LUM_LOG2E), corr1 = exp2f((m1 - base1) * LUM_LOG2E);
+        float sum0 = 0.0f, sum1 = 0.0f;
+        for (int nt = 0; nt < LUM_MK / 8; ++nt)
+            for (int e = 0; e < 4; ++e) {
+                float pr = exp2f((sc[nt][e] - ((e < 2) ? base0 : base1)) * LUM_LOG2E);
+                if (e < 2) sum0 += pr; else sum1 += pr;
+                spw[((e < 2) ? g : g + 8) * PS + nt * 8 + 2 * tg + (e & 1)] = pr;
+            }
+        for (int off = 1; off < 4; off <<= 1) {
+            sum0 += __shfl_xor_sync(0xffffffffu, sum0, off);
+            sum1 += __shfl_xor_sync(0xffffffffu, sum1, off);
+        }
+        l0 = l0 * corr0 + sum0;
+        l1 = l1 * corr1 + sum1;
+        m0 = mx0;
+        m1 = mx1;
+        for (int nt = 0; nt < DMAX / 8; ++nt) {
+            o[nt][0] *= corr0; o[nt][1] *= corr0;
+            o[nt][2] *= corr1; o[nt][3] *= corr1;
+        }
+        __syncwarp();
+        /* O += P·V: 16 rows x DMAX columns a warp. */
+        for (int ks = 0; ks < LUM_MK; ks += 8) {
+            float a[4] = {spw[g * PS + ks + tg], spw[(g + 8) * PS + ks + tg],
+                          spw[g * PS + ks + tg + 4], spw[(g + 8) * PS + ks + tg + 4]};
+            for (int nt = 0; nt < DMAX / 8; ++nt) {
+                float b[2] = {sv[(ks + tg) * VS + nt * 8 + g], sv[(ks + tg + 4) * VS + nt * 8 + g]};
+                lum_mma3(o[nt], a, b);
+            }
+        }
+        __syncwarp(); /* p is rewritten by the next tile */
+    }
+    const long long nbs = p.batch[0] * p.batch[1] * p.batch[2] * p.batch[3] * s;
+    for (int hf = 0; hf < 2; ++hf) {
+        const long long row = hf ? r1 : r0;
+        if (row >= s) continue;
+        const float l = hf ? l1 : l0, m = hf ? m1 : m0;
+        const long long base = split * nbs + bi * s + row;
+        for (int nt = 0; nt < DMAX / 8; ++nt)
+            for (int e = 0; e < 2; ++e) {
+                long long col = nt * 8 + 2 * tg + e;
+                if (col >= d) continue;
+                float x = o[nt][2 * hf + e];
+                if (p.splits <= 1) out[(bi * s + row) * d + col] = x / l;
+                else part[base * d + col] = x;
+            }
+        if (p.splits > 1 && tg == 0) {
+            float* ml = part + p.splits * nbs * d + base * 2;
+            ml[0] = m;
+            ml[1] = l;
+        }
+    }
+}
+
+extern "C" __global__ void lum_attn_mma_64_f32(LumAttnParams p, float* out, float* part, const float* q, const float* k, const float* v, const float* bias) { lum_attn_mma<64, float>(p, out, part, q, k, v, bias); }
+extern "C" __global__ void lum_attn_mma_128_f32(LumAttnParams p, float* out, float* part, const float* q, const float* k, const float* v, const float* bias) { lum_attn_mma<128, float>(p, out, part, q, k, v, bias); }
+extern "C" __global__ void lum_attn_mma_64_f16(LumAttnParams p, float* out, float* part, const float* q, const unsigned short* k, const unsigned short* v, const float* bias) { lum_attn_mma<64, unsigned short>(p, out, part, q, k, v, bias); }
+extern "C" __global__ void lum_attn_mma_128_f16(LumAttnParams p, float* out, float* part, const float* q, const unsigned short* k, const unsigned short* v, const float* bias) { lum_attn_mma<128, unsigned short>(p, out, part, q, k, v, bias); }
 "#;
 
 /// The entry point of [`CUDA_SOURCE`] that runs `c` as `variant`, or `None` when k and v
@@ -918,12 +1187,17 @@ pub fn kernel_name(c: &AttnCall, variant: Variant) -> Option<String> {
     let ty = if c.k_f16 != 0 { "f16" } else { "f32" };
     Some(match variant {
         Variant::Tiled { dmax } => format!("lum_attn_tiled_{dmax}_{ty}"),
+        Variant::Mma { dmax } => format!("lum_attn_mma_{dmax}_{ty}"),
         Variant::Simple => format!("lum_attn_simple_{ty}"),
     })
 }
 
 /// Every entry point of [`CUDA_SOURCE`].
-pub const KERNEL_NAMES: [&str; 7] = [
+pub const KERNEL_NAMES: [&str; 11] = [
+    "lum_attn_mma_64_f32",
+    "lum_attn_mma_128_f32",
+    "lum_attn_mma_64_f16",
+    "lum_attn_mma_128_f16",
     "lum_attn_tiled_64_f32",
     "lum_attn_tiled_128_f32",
     "lum_attn_tiled_64_f16",
@@ -947,11 +1221,16 @@ mod tests {
             d: 128,
             ..Default::default()
         };
-        let (v, grid, smem) = launch_plan(&mut c, 132);
+        let (v, grid, threads, smem) = launch_plan(&mut c, 132, false);
         assert_eq!(v, Variant::Tiled { dmax: 128 });
-        assert_eq!(grid, (16, 32, 1));
+        assert_eq!((grid, threads), ((16, 32, 1), THREADS));
         assert_eq!(c.splits, 1);
         assert_eq!(smem as i64, shared_bytes(128));
+        let (v, grid, threads, smem) = launch_plan(&mut c, 132, true);
+        assert_eq!(v, Variant::Mma { dmax: 128 });
+        assert_eq!((grid, threads), ((16, 32, 1), MMA_THREADS));
+        assert_eq!(smem as i64, mma_shared_bytes(128));
+        assert!(mma_shared_bytes(128) <= 227 * 1024 && shared_bytes(128) <= 227 * 1024);
         // Decode: one row, long keys: split, every key covered once.
         let mut c = AttnCall {
             batch: [1, 1, 3, 3],
@@ -960,7 +1239,7 @@ mod tests {
             d: 64,
             ..Default::default()
         };
-        let (_, grid, _) = launch_plan(&mut c, 132);
+        let (_, grid, _, _) = launch_plan(&mut c, 132, true);
         assert!(c.splits > 1 && c.keys_per_split % BK == 0);
         assert!(c.splits * c.keys_per_split >= c.t && (c.splits - 1) * c.keys_per_split < c.t);
         assert_eq!(grid.2 as i64, c.splits);
@@ -972,7 +1251,7 @@ mod tests {
             d: 200,
             ..Default::default()
         };
-        assert_eq!(launch_plan(&mut c, 132).0, Variant::Simple);
+        assert_eq!(launch_plan(&mut c, 132, true).0, Variant::Simple);
     }
 }
 

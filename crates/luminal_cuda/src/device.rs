@@ -33,6 +33,9 @@ pub struct CudaBackend {
     flash: bool,
     /// Multiprocessors of the device (the split-KV decision).
     sms: i64,
+    /// Attention on tensor cores (3xTF32, sm_80+; `LUMINAL_CUDA_ATTENTION=simt` keeps the
+    /// CUDA-core kernel).
+    attn_mma: bool,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -96,6 +99,8 @@ impl CudaBackend {
             fuse: codegen::Fusion::from_env(),
             flash: std::env::var("LUMINAL_CUDA_ATTENTION").map_or(true, |v| v != "0"),
             sms,
+            attn_mma: cc.0 >= 8
+                && std::env::var("LUMINAL_CUDA_ATTENTION").map_or(true, |v| v != "simt"),
         })
     }
 
@@ -109,6 +114,13 @@ impl CudaBackend {
     /// `LUMINAL_CUDA_ATTENTION=0` in the environment).
     pub fn without_flash_attention(mut self) -> CudaBackend {
         self.flash = false;
+        self
+    }
+
+    /// Attention on the CUDA-core flash kernel instead of the tensor-core one (also
+    /// `LUMINAL_CUDA_ATTENTION=simt`; for comparison).
+    pub fn without_attention_mma(mut self) -> CudaBackend {
+        self.attn_mma = false;
         self
     }
 
@@ -213,14 +225,18 @@ impl CudaExecutor {
             let f = module
                 .load_function(n)
                 .map_err(driver("cuModuleGetFunction"))?;
-            if let Some(dmax) = n
-                .strip_prefix("lum_attn_tiled_")
-                .and_then(|r| r.split('_').next())
-                .and_then(|d| d.parse::<i64>().ok())
-            {
+            let smem = |prefix: &str| {
+                n.strip_prefix(prefix)
+                    .and_then(|r| r.split('_').next())
+                    .and_then(|d| d.parse::<i64>().ok())
+            };
+            let bytes = smem("lum_attn_tiled_")
+                .map(attn::shared_bytes)
+                .or_else(|| smem("lum_attn_mma_").map(attn::mma_shared_bytes));
+            if let Some(bytes) = bytes {
                 f.set_attribute(
                     cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    attn::shared_bytes(dmax) as i32,
+                    bytes as i32,
                 )
                 .map_err(driver("cuFuncSetAttribute"))?;
             }
@@ -391,7 +407,8 @@ impl Executor for CudaExecutor {
         bias: Option<&CudaSlice<u8>>,
     ) -> Result<()> {
         let mut c = *call;
-        let (variant, grid, smem) = attn::launch_plan(&mut c, self.backend.sms);
+        let mma = self.backend.attn_mma;
+        let (variant, grid, threads, smem) = attn::launch_plan(&mut c, self.backend.sms, mma);
         let name = attn::kernel_name(&c, variant)
             .ok_or_else(|| LuminalError::Backend("attention: k and v dtypes differ".into()))?;
         let f = self.attention_function(&name)?;
@@ -417,7 +434,7 @@ impl Executor for CudaExecutor {
         args.arg(bias);
         let cfg = LaunchConfig {
             grid_dim: grid,
-            block_dim: (attn::THREADS, 1, 1),
+            block_dim: (threads, 1, 1),
             shared_mem_bytes: smem,
         };
         // SAFETY: the arguments are the entry point's parameters in order (the parameter

@@ -24,6 +24,7 @@ fn gpu_attention() {
     match luminal_cuda::CudaBackend::new(0) {
         Ok(b) => {
             cases::all(|| b.clone(), true);
+            cases::all(|| b.clone().without_attention_mma(), true);
             cases::all(|| b.clone().without_flash_attention(), false);
         }
         Err(e) => eprintln!("skipping the GPU attention: {e}"),

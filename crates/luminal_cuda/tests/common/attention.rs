@@ -165,6 +165,13 @@ pub fn all<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(
         on,
     );
     check(
+        "f32 cache, GQA 2:1, d 30 (not a multiple of 4: scalar staging on a GPU)",
+        backend(),
+        |cx| cached(cx, 4, 2, 30, 128, CacheType::F32),
+        &[&[("s", 50), ("p", 0)], &[("s", 1), ("p", 50)]],
+        on,
+    );
+    check(
         "head dim 200 (the simple kernel on a GPU)",
         backend(),
         |cx| {
