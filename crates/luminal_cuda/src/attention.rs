@@ -1029,10 +1029,16 @@ static __device__ __forceinline__ void lum_mma_tf32(float* d, const unsigned* a,
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-static __device__ __forceinline__ void lum_mma3(float* d, const float* a, const float* b) {
-    unsigned ab[4], as[4], bb[2], bs[2];
-    for (int i = 0; i < 4; ++i) { ab[i] = lum_tf32(a[i]); as[i] = lum_tf32(a[i] - __uint_as_float(ab[i])); }
-    for (int i = 0; i < 2; ++i) { bb[i] = lum_tf32(b[i]); bs[i] = lum_tf32(b[i] - __uint_as_float(bb[i])); }
+/* x = big + small, both tf32 (n values). */
+static __device__ __forceinline__ void lum_split(const float* x, unsigned* big, unsigned* small, int n) {
+    for (int i = 0; i < n; ++i) {
+        big[i] = lum_tf32(x[i]);
+        small[i] = lum_tf32(x[i] - __uint_as_float(big[i]));
+    }
+}
+/* d += a·b in 3xTF32, a and b split by lum_split. */
+static __device__ __forceinline__ void lum_mma3(float* d, const unsigned* ab, const unsigned* as,
+        const unsigned* bb, const unsigned* bs) {
     lum_mma_tf32(d, as, bb);
     lum_mma_tf32(d, ab, bs);
     lum_mma_tf32(d, ab, bb);
@@ -1098,9 +1104,14 @@ static __device__ __forceinline__ void lum_attn_mma(LumAttnParams p, float* out,
         for (int ks = 0; ks < DMAX; ks += 8) {
             float a[4] = {qw[g * QS + ks + tg], qw[(g + 8) * QS + ks + tg],
                           qw[g * QS + ks + tg + 4], qw[(g + 8) * QS + ks + tg + 4]};
+            unsigned ab[4], as[4];
+            lum_split(a, ab, as, 4);
+#pragma unroll
             for (int nt = 0; nt < LUM_MK / 8; ++nt) {
                 float b[2] = {sk[(nt * 8 + g) * KS + ks + tg], sk[(nt * 8 + g) * KS + ks + tg + 4]};
-                lum_mma3(acc[nt], a, b);
+                unsigned bb[2], bs[2];
+                lum_split(b, bb, bs, 2);
+                lum_mma3(acc[nt], ab, as, bb, bs);
             }
         }
         /* Online softmax over rows r0 (e 0, 1) and r1 (e 2, 3); a row's 32 keys are spread
@@ -1143,9 +1154,14 @@ static __device__ __forceinline__ void lum_attn_mma(LumAttnParams p, float* out,
         for (int ks = 0; ks < LUM_MK; ks += 8) {
             float a[4] = {spw[g * PS + ks + tg], spw[(g + 8) * PS + ks + tg],
                           spw[g * PS + ks + tg + 4], spw[(g + 8) * PS + ks + tg + 4]};
+            unsigned ab[4], as[4];
+            lum_split(a, ab, as, 4);
+#pragma unroll
             for (int nt = 0; nt < DMAX / 8; ++nt) {
                 float b[2] = {sv[(ks + tg) * VS + nt * 8 + g], sv[(ks + tg + 4) * VS + nt * 8 + g]};
-                lum_mma3(o[nt], a, b);
+                unsigned bb[2], bs[2];
+                lum_split(b, bb, bs, 2);
+                lum_mma3(o[nt], ab, as, bb, bs);
             }
         }
         __syncwarp(); /* p is rewritten by the next tile */
