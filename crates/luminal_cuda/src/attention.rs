@@ -748,6 +748,24 @@ static __device__ __forceinline__ float4 lum_attn_ld4(const unsigned short* p, l
     return r;
 }
 
+/* Raw prefetched storage of 4 values of k or v (converted when stored to shared memory). */
+template <typename KV> struct LumRaw;
+template <> struct LumRaw<float> { float4 x; };
+template <> struct LumRaw<unsigned short> { uint2 x; };
+static __device__ __forceinline__ void lum_raw_ld(LumRaw<float>& r, const float* p, long long i) { r.x = *(const float4*)(p + i); }
+static __device__ __forceinline__ void lum_raw_ld(LumRaw<unsigned short>& r, const unsigned short* p, long long i) { r.x = *(const uint2*)(p + i); }
+static __device__ __forceinline__ void lum_raw_zero(LumRaw<float>& r) { r.x.x = r.x.y = r.x.z = r.x.w = 0.0f; }
+static __device__ __forceinline__ void lum_raw_zero(LumRaw<unsigned short>& r) { r.x.x = r.x.y = 0u; }
+static __device__ __forceinline__ float4 lum_raw_f4(const LumRaw<float>& r) { return r.x; }
+static __device__ __forceinline__ float4 lum_raw_f4(const LumRaw<unsigned short>& r) {
+    float4 f;
+    f.x = lum_attn_h((unsigned short)(r.x.x & 0xffffu));
+    f.y = lum_attn_h((unsigned short)(r.x.x >> 16));
+    f.z = lum_attn_h((unsigned short)(r.x.y & 0xffffu));
+    f.w = lum_attn_h((unsigned short)(r.x.y >> 16));
+    return f;
+}
+
 /* Stages keys kt .. kt+31 (zeros past k_end and past d) into sk[j * KSTR + c] and
    sv[j * VSTR + c], c < DMAX, with NT threads. Every load of a group is issued before any
    store to shared memory (a generic pointer could alias it, so the compiler would not
@@ -1080,22 +1098,61 @@ static __device__ __forceinline__ void lum_attn_mma(LumAttnParams p, float* out,
     float m0 = LUM_NEG_INF, m1 = LUM_NEG_INF, l0 = 0.0f, l1 = 0.0f;
     const float* qw = sq + warp * 16 * QS;
     float* spw = sp + warp * 16 * PS;
-    for (long long kt = k_begin; kt < k_end; kt += LUM_MK) {
-        __syncthreads(); /* the previous tile's reads (and the q tile's writes) are done */
-        /* This thread's bias values (C layout), -inf outside the rows and keys. */
-        float sc[LUM_MK / 8][4];
-        int vis = 0;
+    /* Software pipeline: the next tile's bias values and (when `vec`) its keys and values are
+       loaded into registers while this tile computes, then stored to shared memory at the
+       top of the next iteration. Layout of the staged keys/values as lum_attn_stage's vec
+       path: a thread loads 4 columns (c4) of rows j0 + i * RPP. */
+    const int CH = DMAX / 4, RPP = LUM_MWARPS * 32 / CH, PASSES = LUM_MK / RPP;
+    const int c4 = (tid % CH) * 4, j0 = tid / CH;
+    LumRaw<KV> pk[PASSES], pv[PASSES];
+    float pb[LUM_MK / 8][4];
+    auto issue = [&](long long kt) {
         for (int nt = 0; nt < LUM_MK / 8; ++nt)
             for (int e = 0; e < 4; ++e) {
                 long long row = (e < 2) ? r0 : r1, key = kt + nt * 8 + 2 * tg + (e & 1);
                 float b = LUM_NEG_INF;
                 if (row < s && key < k_end) b = p.has_bias ? bias[bo + row * p.b_s + key * p.b_t] : 0.0f;
-                sc[nt][e] = b;
-                vis |= (b != LUM_NEG_INF);
+                pb[nt][e] = b;
             }
-        if (!__syncthreads_or(vis)) continue; /* the same value in every thread */
-        lum_attn_stage<DMAX, LUM_MWARPS * 32, DMAX + 4, DMAX + 8>(k, v, ko, vo, p.k_t, p.v_t, kt, k_end, d, vec, sk, sv, tid);
-        __syncthreads();
+        if (vec) {
+#pragma unroll
+            for (int i = 0; i < PASSES; ++i) {
+                const long long key = kt + j0 + i * RPP;
+                lum_raw_zero(pk[i]);
+                lum_raw_zero(pv[i]);
+                if (key < k_end && c4 < d) {
+                    lum_raw_ld(pk[i], k, ko + key * p.k_t + c4);
+                    lum_raw_ld(pv[i], v, vo + key * p.v_t + c4);
+                }
+            }
+        }
+    };
+    if (k_begin < k_end) issue(k_begin);
+    for (long long kt = k_begin; kt < k_end; kt += LUM_MK) {
+        __syncthreads(); /* the previous tile's reads (and the q tile's writes) are done */
+        if (vec) {
+#pragma unroll
+            for (int i = 0; i < PASSES; ++i) {
+                const float4 kx = lum_raw_f4(pk[i]), vx = lum_raw_f4(pv[i]);
+                float* kd = sk + (j0 + i * RPP) * KS + c4;
+                float* vd = sv + (j0 + i * RPP) * VS + c4;
+                kd[0] = kx.x; kd[1] = kx.y; kd[2] = kx.z; kd[3] = kx.w;
+                vd[0] = vx.x; vd[1] = vx.y; vd[2] = vx.z; vd[3] = vx.w;
+            }
+        } else {
+            lum_attn_stage<DMAX, LUM_MWARPS * 32, DMAX + 4, DMAX + 8>(k, v, ko, vo, p.k_t, p.v_t, kt, k_end, d, vec, sk, sv, tid);
+        }
+        /* This thread's bias values (C layout), -inf outside the rows and keys. */
+        float sc[LUM_MK / 8][4];
+        int vis = 0;
+        for (int nt = 0; nt < LUM_MK / 8; ++nt)
+            for (int e = 0; e < 4; ++e) {
+                sc[nt][e] = pb[nt][e];
+                vis |= (pb[nt][e] != LUM_NEG_INF);
+            }
+        if (kt + LUM_MK < k_end) issue(kt + LUM_MK);
+        /* The same value in every thread; also the barrier after the stores above. */
+        if (!__syncthreads_or(vis)) continue;
         if (!warp_live) continue; /* warp-uniform; no block barrier until the next tile */
         /* S = Q·Kᵀ: 16 rows x 32 keys a warp. */
         float acc[LUM_MK / 8][4];
