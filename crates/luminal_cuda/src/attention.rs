@@ -1035,7 +1035,7 @@ extern "C" __global__ void lum_attn_simple_f16(LumAttnParams p, float* out, floa
    B (8x8):  b0 (k c, n g), b1 (k c+4, n g);
    C (16x8): c0 (g, 2c), c1 (g, 2c+1), c2 (g+8, 2c), c3 (g+8, 2c+1). */
 #define LUM_MQ 64
-#define LUM_MK 32
+#define LUM_MK 32 /* 4 column tiles of 8 keys (lum_mma3x4) */
 #define LUM_MWARPS 4
 static __device__ __forceinline__ unsigned lum_tf32(float x) {
     unsigned r;
@@ -1043,7 +1043,9 @@ static __device__ __forceinline__ unsigned lum_tf32(float x) {
     return r;
 }
 static __device__ __forceinline__ void lum_mma_tf32(float* d, const unsigned* a, const unsigned* b) {
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+    /* Not volatile: the compiler may interleave independent products (a chain of dependent
+       mma.sync in program order leaves the tensor cores idle for their latency). */
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
@@ -1054,12 +1056,16 @@ static __device__ __forceinline__ void lum_split(const float* x, unsigned* big, 
         small[i] = lum_tf32(x[i] - __uint_as_float(big[i]));
     }
 }
-/* d += a·b in 3xTF32, a and b split by lum_split. */
-static __device__ __forceinline__ void lum_mma3(float* d, const unsigned* ab, const unsigned* as,
-        const unsigned* bb, const unsigned* bs) {
-    lum_mma_tf32(d, as, bb);
-    lum_mma_tf32(d, ab, bs);
-    lum_mma_tf32(d, ab, bb);
+/* d[n] += a·b[n] in 3xTF32 for 4 column tiles n, a and b split by lum_split; the three
+   passes are outermost so that consecutive products are independent. */
+static __device__ __forceinline__ void lum_mma3x4(float (*d)[4], const unsigned* ab,
+        const unsigned* as, const unsigned (*bb)[2], const unsigned (*bs)[2]) {
+#pragma unroll
+    for (int n = 0; n < 4; ++n) lum_mma_tf32(d[n], as, bb[n]);
+#pragma unroll
+    for (int n = 0; n < 4; ++n) lum_mma_tf32(d[n], ab, bs[n]);
+#pragma unroll
+    for (int n = 0; n < 4; ++n) lum_mma_tf32(d[n], ab, bb[n]);
 }
 
 /* Block: 4 warps, 64 query rows (16 a warp) of batch blockIdx.y, keys of split blockIdx.z in
@@ -1163,13 +1169,13 @@ static __device__ __forceinline__ void lum_attn_mma(LumAttnParams p, float* out,
                           qw[g * QS + ks + tg + 4], qw[(g + 8) * QS + ks + tg + 4]};
             unsigned ab[4], as[4];
             lum_split(a, ab, as, 4);
+            unsigned bb[4][2], bs[4][2]; /* LUM_MK / 8 == 4 column tiles */
 #pragma unroll
-            for (int nt = 0; nt < LUM_MK / 8; ++nt) {
+            for (int nt = 0; nt < 4; ++nt) {
                 float b[2] = {sk[(nt * 8 + g) * KS + ks + tg], sk[(nt * 8 + g) * KS + ks + tg + 4]};
-                unsigned bb[2], bs[2];
-                lum_split(b, bb, bs, 2);
-                lum_mma3(acc[nt], ab, as, bb, bs);
+                lum_split(b, bb[nt], bs[nt], 2);
             }
+            lum_mma3x4(acc, ab, as, bb, bs);
         }
         /* Online softmax over rows r0 (e 0, 1) and r1 (e 2, 3); a row's 32 keys are spread
            over the 4 threads of a group (lanes 4g .. 4g+3). */
@@ -1214,11 +1220,15 @@ static __device__ __forceinline__ void lum_attn_mma(LumAttnParams p, float* out,
             unsigned ab[4], as[4];
             lum_split(a, ab, as, 4);
 #pragma unroll
-            for (int nt = 0; nt < DMAX / 8; ++nt) {
-                float b[2] = {sv[(ks + tg) * VS + nt * 8 + g], sv[(ks + tg + 4) * VS + nt * 8 + g]};
-                unsigned bb[2], bs[2];
-                lum_split(b, bb, bs, 2);
-                lum_mma3(o[nt], ab, as, bb, bs);
+            for (int n0 = 0; n0 < DMAX / 8; n0 += 4) {
+                unsigned bb[4][2], bs[4][2];
+#pragma unroll
+                for (int n = 0; n < 4; ++n) {
+                    const int nt = n0 + n;
+                    float b[2] = {sv[(ks + tg) * VS + nt * 8 + g], sv[(ks + tg + 4) * VS + nt * 8 + g]};
+                    lum_split(b, bb[n], bs[n], 2);
+                }
+                lum_mma3x4(o + n0, ab, as, bb, bs);
             }
         }
         __syncwarp(); /* p is rewritten by the next tile */
