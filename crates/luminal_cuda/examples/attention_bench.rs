@@ -30,11 +30,19 @@ fn data(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-/// Row `row` of head `h` of causal attention over `[heads, s, D]` buffers, in f64.
-fn host_row(q: &[f32], k: &[f32], v: &[f32], s: usize, h: usize, row: usize) -> Vec<f64> {
+/// Row `row` of head `h` of attention over `[heads, s, D]` buffers and keys `0..keys`, in f64.
+fn host_row(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    s: usize,
+    h: usize,
+    row: usize,
+    keys: usize,
+) -> Vec<f64> {
     let scale = 1.0 / (D as f64).sqrt();
     let at = |x: &[f32], r: usize, c: usize| x[(h * s + r) * D + c] as f64;
-    let x: Vec<f64> = (0..=row)
+    let x: Vec<f64> = (0..keys)
         .map(|j| (0..D).map(|c| at(q, row, c) * at(k, j, c)).sum::<f64>() * scale)
         .collect();
     let m = x.iter().cloned().fold(f64::MIN, f64::max);
@@ -61,7 +69,14 @@ fn bench(
     let q = cx.tensor("q", (1, HEADS, s, D));
     let k = cx.input("k", (1, HEADS, s, D), kv);
     let v = cx.input("v", (1, HEADS, s, D), kv);
-    let out = luminal_nn::causal_attention(q, k, v).output();
+    // `ATTN_NOMASK=1`: no mask (`luminal_nn::attention`, every key visible: twice the FLOPs).
+    let causal = std::env::var("ATTN_NOMASK").map_or(true, |v| v == "0");
+    let out = if causal {
+        luminal_nn::causal_attention(q, k, v)
+    } else {
+        luminal_nn::attention(q, k, v, None)
+    }
+    .output();
     let mut rt = cx.compile(backend.clone(), CompileOptions::default())?;
     let n = HEADS * s * D;
     let (hq, mut hk, mut hv) = (data(n, 1), data(n, 2), data(n, 3));
@@ -95,7 +110,7 @@ fn bench(
         (HEADS - 1, s - 1),
         (7 % HEADS, s / 2 + 1),
     ] {
-        let want = host_row(&hq, &hk, &hv, s, h, row);
+        let want = host_row(&hq, &hk, &hv, s, h, row, if causal { row + 1 } else { s });
         for (c, w) in want.iter().enumerate() {
             let g = got[(h * s + row) * D + c] as f64;
             max_err = max_err.max((g - w).abs() / (1.0 + w.abs()));
@@ -103,14 +118,15 @@ fn bench(
     }
     let best = times.iter().cloned().fold(f64::MAX, f64::min);
     let mean = times.iter().sum::<f64>() / times.len() as f64;
-    let flops = 4.0 * (s * s * D * HEADS) as f64 / 2.0;
+    let flops = 4.0 * (s * s * D * HEADS) as f64 / if causal { 2.0 } else { 1.0 };
     let runner = format!(
-        "luminal cuda {} (k/v {kv}, fused {})",
+        "luminal cuda {} (k/v {kv}{}, fused {})",
         if backend.flash_attention() {
             "flash"
         } else {
             "primops"
         },
+        if causal { "" } else { ", no mask" },
         rt.attention_calls()
     );
     println!(
@@ -157,7 +173,12 @@ fn main() {
     );
     println!("attention | seq | runner | best ms | mean ms | TFLOP/s");
     for &s in &seqs {
+        // `luminal_nn::attention` (no mask) takes k and v in q's dtype only.
+        let nomask = std::env::var("ATTN_NOMASK").is_ok_and(|v| v != "0");
         for kv in [DType::F32, DType::F16] {
+            if nomask && kv != DType::F32 {
+                continue;
+            }
             if let Err(e) = bench(&backend, s, kv, reps) {
                 eprintln!("attention_bench: seq {s}, k/v {kv}: {e}");
                 std::process::exit(1);
