@@ -178,11 +178,7 @@ impl Matcher<'_> {
         }
     }
 
-    fn operands<'e>(
-        &'e self,
-        id: NodeId,
-        first: impl Fn(&Edge) -> bool,
-    ) -> Option<(&'e Edge, &'e Edge)> {
+    fn operands(&self, id: NodeId, first: impl Fn(&Edge) -> bool) -> Option<(&Edge, &Edge)> {
         let ins = &self.g.node(id).inputs;
         if ins.len() != 2 {
             return None;
@@ -512,12 +508,10 @@ pub fn resolve(
         return None;
     }
     let pad = MAX_BATCH_DIMS - nb;
-    for i in 0..nb {
-        c.batch[pad + i] = dims[i];
-        c.q_b[pad + i] = sq[i];
-        c.k_b[pad + i] = sk[i];
-        c.v_b[pad + i] = sv[i];
-    }
+    c.batch[pad..].copy_from_slice(&dims[..nb]);
+    c.q_b[pad..].copy_from_slice(&sq[..nb]);
+    c.k_b[pad..].copy_from_slice(&sk[..nb]);
+    c.v_b[pad..].copy_from_slice(&sv[..nb]);
     if let Some(b) = &p.bias {
         let sb = strides(b)?;
         if sb.len() != nb + 2 || dtype_of(b.node) != DType::F32 {
@@ -527,9 +521,7 @@ pub fn resolve(
         c.b_off = eval(&b.view.offset())?;
         c.b_s = sb[nb];
         c.b_t = sb[nb + 1];
-        for i in 0..nb {
-            c.b_b[pad + i] = sb[i];
-        }
+        c.b_b[pad..].copy_from_slice(&sb[..nb]);
     }
     if [c.q_off, c.k_off, c.v_off, c.b_off].iter().any(|&o| o < 0) {
         return None;
@@ -1290,6 +1282,15 @@ pub const KERNEL_NAMES: [&str; 11] = [
     "lum_attn_combine",
 ];
 
+// SAFETY: `AttnCall` is `#[repr(C)]` plain `i64`s (no padding, no pointers): its bytes are
+// the `LumAttnParams` struct the kernels take by value.
+unsafe impl cudarc::driver::DeviceRepr for AttnCall {}
+
+/// `ceil(a / b)` for positive `b` (`i64::div_ceil` is not stable).
+pub fn cdiv(a: i64, b: i64) -> i64 {
+    (a + b - 1) / b
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1336,13 +1337,4 @@ mod tests {
         };
         assert_eq!(launch_plan(&mut c, 132, true).0, Variant::Simple);
     }
-}
-
-// SAFETY: `AttnCall` is `#[repr(C)]` plain `i64`s (no padding, no pointers): its bytes are
-// the `LumAttnParams` struct the kernels take by value.
-unsafe impl cudarc::driver::DeviceRepr for AttnCall {}
-
-/// `ceil(a / b)` for positive `b` (`i64::div_ceil` is not stable).
-pub fn cdiv(a: i64, b: i64) -> i64 {
-    (a + b - 1) / b
 }
