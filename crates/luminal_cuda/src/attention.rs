@@ -117,6 +117,17 @@ impl AttnCall {
     pub fn scale(&self) -> f32 {
         f32::from_bits(self.scale_bits as u32)
     }
+    /// Every field, in order (a run's signature).
+    pub fn words(&self) -> &[i64] {
+        // SAFETY: `AttnCall` is `#[repr(C)]` and made of `i64`s only (arrays of them
+        // included), so it is `size_of::<Self>() / 8` initialised, aligned `i64`s.
+        unsafe {
+            std::slice::from_raw_parts(
+                self as *const AttnCall as *const i64,
+                std::mem::size_of::<AttnCall>() / 8,
+            )
+        }
+    }
 }
 
 fn is_one(d: &Expression) -> bool {

@@ -4,16 +4,18 @@
 use crate::attention::{self as attn, AttnCall};
 use crate::codegen::{self, Kernel};
 use crate::error::{driver, CudaError};
-use crate::gemm::GemmCall;
+use crate::gemm::{GemmCall, GemmType};
 use crate::plan::{Executor, PlanRuntime};
 use cudarc::cublas::{sys as cublas_sys, CudaBlas};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
+    CudaContext, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr, LaunchConfig,
+    PushKernelArg,
 };
 use cudarc::nvrtc;
 use luminal::graph::GraphData;
 use luminal::{Backend, CompileOptions, LuminalError, Result};
 use std::collections::HashMap;
+use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
 /// The CUDA backend: one device, one stream. Cloning shares the device and the kernel cache.
@@ -26,6 +28,8 @@ pub struct CudaBackend {
     cache: Arc<Mutex<HashMap<String, CudaFunction>>>,
     /// cuBLAS on the backend's stream, where the library loads (f32 products, [`crate::gemm`]).
     blas: Option<Arc<CudaBlas>>,
+    /// cuBLAS's workspace (set on the handle).
+    _workspace: Option<Arc<CudaSlice<u8>>>,
     /// Elementwise producers computed inside their consumers' kernels
     /// ([`crate::codegen::fused_nodes`]).
     fuse: codegen::Fusion,
@@ -36,6 +40,13 @@ pub struct CudaBackend {
     /// Attention on tensor cores (3xTF32, sm_80+; `LUMINAL_CUDA_ATTENTION=simt` keeps the
     /// CUDA-core kernel).
     attn_mma: bool,
+    /// f32 products on TF32 tensor cores (`CUBLAS_COMPUTE_32F_FAST_TF32`).
+    tf32: bool,
+    /// f32 activations rounded to a half weight's type so cuBLAS reads the weight in place.
+    half_products: bool,
+    /// Reductions over long rows run several threads per output
+    /// ([`crate::plan::threads_per_output`]); off: one thread per output, as the emulator.
+    cooperative: bool,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -46,6 +57,9 @@ impl std::fmt::Debug for CudaBackend {
             .field("cublas", &self.blas.is_some())
             .field("fusion", &self.fuse)
             .field("flash_attention", &self.flash)
+            .field("tf32", &self.tf32)
+            .field("half_products", &self.half_products)
+            .field("cooperative_reductions", &self.cooperative)
             .finish()
     }
 }
@@ -66,7 +80,10 @@ impl CudaBackend {
     /// Opens device `ordinal`. Fails with a typed error when there is no driver, no NVRTC,
     /// or no such device; never panics for a missing library. Elementwise fusion is on
     /// unless the environment sets `LUMINAL_CUDA_FUSION=0` (`=broadcast` fuses through
-    /// broadcasts too; for comparisons through the CLI).
+    /// broadcasts too; for comparisons through the CLI). f32 products use TF32 tensor cores
+    /// only with `LUMINAL_CUDA_TF32=1` ([`CudaBackend::with_tf32`]); products of f32
+    /// activations with an f16/bf16 weight round the activations to the weight's type
+    /// unless `LUMINAL_CUDA_HALF_PRODUCTS=0` ([`CudaBackend::without_half_products`]).
     pub fn new(ordinal: usize) -> std::result::Result<CudaBackend, CudaError> {
         if !driver_available() {
             return Err(CudaError::DriverNotFound);
@@ -79,7 +96,14 @@ impl CudaBackend {
         let cc = ctx
             .compute_capability()
             .map_err(|source| CudaError::Device { ordinal, source })?;
-        let stream = ctx.default_stream();
+        // One stream of our own (the legacy default stream cannot be captured into a graph).
+        // Every buffer is used on this stream only, so cudarc's cross-stream event tracking
+        // (which a second stream turns on) is not needed.
+        // SAFETY: no buffer of this context is ever used on another stream.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx
+            .new_stream()
+            .map_err(|source| CudaError::Device { ordinal, source })?;
         // SAFETY: only tries to dlopen the library by its usual names.
         let blas = unsafe { cudarc::cublas::sys::is_culib_present() }
             .then(|| CudaBlas::new(stream.clone()).ok())
@@ -90,18 +114,53 @@ impl CudaBackend {
                 cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
             )
             .map_or(132, |n| n as i64);
+        // cuBLAS's workspace given up front (32 MiB, NVIDIA's advice for Hopper), so that a
+        // product recorded into a CUDA graph never allocates.
+        let workspace = match &blas {
+            Some(b) => {
+                let ws = stream
+                    .alloc_zeros::<u8>(32 << 20)
+                    .map_err(|source| CudaError::Device { ordinal, source })?;
+                let ptr = ws.device_ptr(&stream).0;
+                // SAFETY: the workspace outlives the handle's use (kept in the backend).
+                unsafe {
+                    cublas_sys::cublasSetWorkspace_v2(*b.handle(), ptr as *mut c_void, 32 << 20)
+                };
+                Some(Arc::new(ws))
+            }
+            None => None,
+        };
         Ok(CudaBackend {
             ctx,
             stream,
             arch: codegen::nvrtc_arch(cc),
             cache: Arc::default(),
             blas,
+            _workspace: workspace,
             fuse: codegen::Fusion::from_env(),
             flash: std::env::var("LUMINAL_CUDA_ATTENTION").map_or(true, |v| v != "0"),
             sms,
             attn_mma: cc.0 >= 8
                 && std::env::var("LUMINAL_CUDA_ATTENTION").map_or(true, |v| v != "simt"),
+            tf32: std::env::var("LUMINAL_CUDA_TF32").is_ok_and(|v| v == "1"),
+            half_products: std::env::var("LUMINAL_CUDA_HALF_PRODUCTS").map_or(true, |v| v != "0"),
+            cooperative: std::env::var("LUMINAL_CUDA_COOP").map_or(true, |v| v != "0"),
         })
+    }
+
+    /// f32 products on TF32 tensor cores (10-bit mantissa products, f32 accumulation; like
+    /// `torch.backends.cuda.matmul.allow_tf32 = True`).
+    pub fn with_tf32(mut self) -> CudaBackend {
+        self.tf32 = true;
+        self
+    }
+
+    /// Products of f32 activations with an f16/bf16 weight widen the weight to f32 (a cast
+    /// kernel and an f32 copy each run) instead of rounding the activations to the weight's
+    /// type.
+    pub fn without_half_products(mut self) -> CudaBackend {
+        self.half_products = false;
+        self
     }
 
     /// Products as the generated multiply and sum-reduce kernels instead of cuBLAS.
@@ -141,6 +200,41 @@ impl CudaBackend {
         self
     }
 
+    /// Reductions with one thread per output, looping over the reduced axis (the order the
+    /// host emulator sums in; for comparison). `LUMINAL_CUDA_COOP=0` does the same.
+    pub fn without_cooperative_reductions(mut self) -> CudaBackend {
+        self.cooperative = false;
+        self
+    }
+
+    /// Times `reps` device-to-device copies of `bytes` bytes on the backend's stream (after
+    /// one warm-up), each waited for: seconds per copy. A copy reads and writes `bytes`, so
+    /// `2 · bytes / seconds` is the bandwidth to compare kernels' read + written bytes with.
+    pub fn copy_times(&self, bytes: usize, reps: usize) -> Result<Vec<f64>> {
+        let src = self
+            .stream
+            .alloc_zeros::<u8>(bytes.max(1))
+            .map_err(driver("cuMemAlloc"))?;
+        let mut dst = self
+            .stream
+            .alloc_zeros::<u8>(bytes.max(1))
+            .map_err(driver("cuMemAlloc"))?;
+        let mut times = Vec::with_capacity(reps);
+        for i in 0..=reps {
+            let t = std::time::Instant::now();
+            self.stream
+                .memcpy_dtod(&src, &mut dst)
+                .map_err(driver("cuMemcpyDtoD"))?;
+            self.stream
+                .synchronize()
+                .map_err(driver("cuStreamSynchronize"))?;
+            if i > 0 {
+                times.push(t.elapsed().as_secs_f64());
+            }
+        }
+        Ok(times)
+    }
+
     /// Whether elementwise producers are fused into their consumers' kernels.
     pub fn fusion(&self) -> bool {
         self.fuse != codegen::Fusion::Off
@@ -172,18 +266,23 @@ impl Backend for CudaBackend {
             graph,
             CudaExecutor {
                 backend: self.clone(),
-                attn_scratch: None,
             },
             self.fuse,
         )
     }
 }
 
+/// A captured run (an instantiated CUDA graph), owned by one runtime.
+pub struct DeviceGraph(CudaGraph);
+
+// SAFETY: a graph is used by the runtime that owns it, from one thread at a time (the runtime
+// is moved between threads, never shared: its methods take `&mut self`); CUDA only forbids
+// concurrent use of a graph object.
+unsafe impl Send for DeviceGraph {}
+
 /// Device memory and launches on the backend's stream.
 pub struct CudaExecutor {
     backend: CudaBackend,
-    /// Split-KV partial results ([`crate::attention`]), grown as needed.
-    attn_scratch: Option<CudaSlice<u8>>,
 }
 
 impl CudaExecutor {
@@ -286,6 +385,37 @@ impl CudaExecutor {
 impl Executor for CudaExecutor {
     type Buffer = CudaSlice<u8>;
     type Function = CudaFunction;
+    type Graph = DeviceGraph;
+
+    fn graphs_available(&self) -> bool {
+        true
+    }
+
+    fn begin_capture(&mut self) -> Result<()> {
+        self.backend
+            .stream
+            .begin_capture(
+                cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            )
+            .map_err(driver("cuStreamBeginCapture"))
+    }
+
+    fn end_capture(&mut self) -> Result<DeviceGraph> {
+        self.backend
+            .stream
+            .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0))
+            .map_err(driver("cuStreamEndCapture"))?
+            .map(DeviceGraph)
+            .ok_or_else(|| LuminalError::Backend("the captured CUDA graph is empty".into()))
+    }
+
+    fn replay(&mut self, graph: &DeviceGraph) -> Result<()> {
+        graph.0.launch().map_err(driver("cuGraphLaunch"))
+    }
+
+    fn addr(&self, buf: &CudaSlice<u8>) -> u64 {
+        buf.device_ptr(&self.backend.stream).0
+    }
 
     fn compile(&mut self, kernels: &[&Kernel]) -> Result<Vec<CudaFunction>> {
         let cache = self.backend.cache.clone();
@@ -340,6 +470,13 @@ impl Executor for CudaExecutor {
             .synchronize()
             .map_err(driver("cuStreamSynchronize"))?;
         Ok(out)
+    }
+
+    fn write(&mut self, buf: &mut CudaSlice<u8>, data: &[u8]) -> Result<()> {
+        self.backend
+            .stream
+            .memcpy_htod(data, &mut buf.slice_mut(..data.len()))
+            .map_err(driver("cuMemcpyHtoD"))
     }
 
     fn copy(&mut self, src: &CudaSlice<u8>, dst: &mut CudaSlice<u8>, bytes: usize) -> Result<()> {
@@ -397,6 +534,16 @@ impl Executor for CudaExecutor {
         self.backend.flash
     }
 
+    fn attention_scratch(&self, call: &AttnCall) -> usize {
+        let mut c = *call;
+        attn::launch_plan(&mut c, self.backend.sms, self.backend.attn_mma);
+        4 * attn::scratch_floats(&c) as usize
+    }
+
+    fn prepare_attention(&mut self) -> Result<()> {
+        self.attention_function(attn::KERNEL_NAMES[0]).map(|_| ())
+    }
+
     fn attention(
         &mut self,
         call: &AttnCall,
@@ -405,6 +552,7 @@ impl Executor for CudaExecutor {
         k: &CudaSlice<u8>,
         v: &CudaSlice<u8>,
         bias: Option<&CudaSlice<u8>>,
+        scratch: &CudaSlice<u8>,
     ) -> Result<()> {
         let mut c = *call;
         let mma = self.backend.attn_mma;
@@ -412,16 +560,8 @@ impl Executor for CudaExecutor {
         let name = attn::kernel_name(&c, variant)
             .ok_or_else(|| LuminalError::Backend("attention: k and v dtypes differ".into()))?;
         let f = self.attention_function(&name)?;
-        let scratch_bytes = 4 * attn::scratch_floats(&c) as usize;
-        if scratch_bytes > 0
-            && self
-                .attn_scratch
-                .as_ref()
-                .is_none_or(|b| b.len() < scratch_bytes)
-        {
-            self.attn_scratch = Some(self.alloc(scratch_bytes)?);
-        }
-        let part = self.attn_scratch.as_ref().unwrap_or(out);
+        // Sized by the plan from `attention_scratch` (the same launch plan).
+        let part = scratch;
         let bias = bias.unwrap_or(q);
         let stream = self.backend.stream.clone();
         let mut args = stream.launch_builder(&f);
@@ -463,6 +603,14 @@ impl Executor for CudaExecutor {
         Ok(())
     }
 
+    fn gemm_rounds_activations(&self) -> bool {
+        self.backend.half_products
+    }
+
+    fn cooperative_reductions(&self) -> bool {
+        self.backend.cooperative
+    }
+
     fn gemm(
         &mut self,
         g: &GemmCall,
@@ -484,7 +632,8 @@ impl Executor for CudaExecutor {
         let (pa, _ra) = a.device_ptr(stream);
         let (pb, _rb) = b.device_ptr(stream);
         let (pc, _rc) = c.device_ptr(stream);
-        let at = |p: u64, off: i64| (p + 4 * off as u64) as *mut f32;
+        let at =
+            |p: u64, off: i64, t: GemmType| (p + (t.size() as i64 * off) as u64) as *mut c_void;
         let op = |t: bool| {
             if t {
                 cublas_sys::cublasOperation_t::CUBLAS_OP_T
@@ -492,33 +641,78 @@ impl Executor for CudaExecutor {
                 cublas_sys::cublasOperation_t::CUBLAS_OP_N
             }
         };
+        let ty = |t: GemmType| match t {
+            GemmType::F32 => cublas_sys::cudaDataType::CUDA_R_32F,
+            GemmType::F16 => cublas_sys::cudaDataType::CUDA_R_16F,
+            GemmType::BF16 => cublas_sys::cudaDataType::CUDA_R_16BF,
+        };
+        let all_f32 = [g.a_type, g.b_type, g.c_type] == [GemmType::F32; 3];
+        let compute = if all_f32 && self.backend.tf32 {
+            cublas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32
+        } else {
+            cublas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F
+        };
         let (alpha, beta) = (1f32, 0f32);
         // SAFETY: the plan resolved the call from the operands' views at this run's dims: it
-        // addresses only elements those views read (inside `a` and `b`) and C's
-        // `M·N·batch` values (inside `c`, sized for the reduction's output); the handle is
-        // bound to this stream, so the call is ordered after the kernels that wrote A and B.
+        // addresses only elements those views read (inside `a` and `b`, in the types the
+        // buffers hold) and C's `M·N·batch` values (inside `c`, sized for the reduction's
+        // output); the handle is bound to this stream, so the call is ordered after the
+        // kernels that wrote A and B. Compute type 32F takes f32 `alpha`/`beta`.
         unsafe {
-            cudarc::cublas::result::sgemm_strided_batched(
+            cudarc::cublas::result::gemm_strided_batched_ex(
                 *blas.handle(),
                 op(g.trans_a),
                 op(g.trans_b),
                 g.m,
                 g.n,
                 g.k,
-                &alpha,
-                at(pa, g.offset_a),
+                &alpha as *const f32 as *const c_void,
+                at(pa, g.offset_a, g.a_type),
+                ty(g.a_type),
                 g.lda,
                 g.stride_a,
-                at(pb, g.offset_b),
+                at(pb, g.offset_b, g.b_type),
+                ty(g.b_type),
                 g.ldb,
                 g.stride_b,
-                &beta,
-                at(pc, g.offset_c),
+                &beta as *const f32 as *const c_void,
+                at(pc, g.offset_c, g.c_type),
+                ty(g.c_type),
                 g.ldc,
                 g.stride_c,
                 g.batch,
+                compute,
+                cublas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )
         }
-        .map_err(|e| LuminalError::Backend(format!("cublasSgemmStridedBatched: {e:?}")))
+        .map_err(|e| LuminalError::Backend(format!("cublasGemmStridedBatchedEx: {e:?}")))
     }
+}
+
+/// Compiles `kernels` (one module, as a plan's are) with NVRTC for `arch` (`compute_90`) and
+/// returns the PTX: checks that NVRTC accepts generated sources on a machine with NVRTC but
+/// no GPU (no driver is needed).
+pub fn nvrtc_ptx(kernels: &[&Kernel], arch: &str) -> Result<String> {
+    if !nvrtc_available() {
+        return Err(CudaError::NvrtcNotFound.into());
+    }
+    let src = codegen::cuda_source(kernels.iter().copied());
+    let opts = nvrtc::CompileOptions {
+        options: vec![format!("--gpu-architecture={arch}")],
+        ..Default::default()
+    };
+    nvrtc::compile_ptx_with_opts(&src, opts)
+        .map(|p| p.to_src())
+        .map_err(|e| {
+            let log = match &e {
+                nvrtc::CompileError::CompileError { log, .. } => log.to_string_lossy().into(),
+                other => format!("{other:?}"),
+            };
+            let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
+            LuminalError::from(CudaError::Nvrtc {
+                kernel: names.join(", "),
+                arch: arch.to_string(),
+                log,
+            })
+        })
 }

@@ -1,14 +1,27 @@
-//! f32 matrix products through cuBLAS (`cublasSgemmStridedBatched`).
+//! Matrix products through cuBLAS (`cublasGemmStridedBatchedEx`): f32 (optionally TF32),
+//! f16 and bf16 operands with f32 accumulation.
 //!
 //! `hl_ops::matmul` builds `SumReduce(last)` of a `Mul` whose operands are broadcast views:
 //! `a` (`[.., M, K]`) expanded along N and `b` (`[.., K, N]` transposed to `[.., N, K]`)
 //! expanded along M, both seen as `[batch.., M, N, K]`. [`find`] recognises that pattern at
-//! compile time (f32 throughout, the `Mul` read only by the reduction, unmasked operand
-//! views); at run time, when the dims are bound, [`resolve`] turns the operands' strides and
-//! offsets into cuBLAS calls, or gives `None` when a layout is not one cuBLAS can read (a
-//! stride that is neither 1 nor a valid leading dimension), and the plan then runs the two
-//! generated kernels as before. The `Mul` buffer (`M·N·K` values) is never materialised on the
-//! cuBLAS path.
+//! compile time (the `Mul` read only by the reduction, unmasked operand views); at run time,
+//! when the dims are bound, [`resolve`] turns the operands' strides and offsets into cuBLAS
+//! calls, or gives `None` when a layout is not one cuBLAS can read (a stride that is neither 1
+//! nor a valid leading dimension), and the plan then runs the two generated kernels as before.
+//! The `Mul` buffer (`M·N·K` values) is never materialised on the cuBLAS path.
+//!
+//! Element types ([`GemmType`]):
+//! - all f32: f32 products (TF32 tensor cores only where the backend asks for them);
+//! - the multiply and the sum in f16 or bf16 with operands of that type: the half type in
+//!   and out, products and sums in f32 (as cuBLAS and PyTorch compute them: the products are
+//!   not rounded to the half type one by one as the primops' semantics would);
+//! - an f32 product whose operand is a widening cast from f16/bf16 (a half weight, an f16 KV
+//!   cache) read only by the multiply, through a plain contiguous view: cuBLAS reads the half
+//!   buffer before the cast (the cast's kernel does not run and no f32 copy is made). When both
+//!   operands are such casts of the same type this is exact (a product of two halves is exact
+//!   in f32). When only one is, the other (f32 activations) is rounded to that half type
+//!   first ([`Pattern::round`], one small kernel), as PyTorch's autocast does; a backend that
+//!   does not allow this ([`find`]'s `round`) widens the half operand as before.
 //!
 //! The calls are in cuBLAS's column-major terms: the row-major `C[m, n] = Σ_k a[m, k]·b[n, k]`
 //! is the column-major `Cᵀ (N×M) = op(B) (N×K) · op(Aᵀ) (K×M)`, so cuBLAS's `A` is our `b`
@@ -21,6 +34,50 @@ use luminal::op::{BinaryOp, Op, ReduceOp};
 use luminal::{DType, Expression};
 use std::collections::{HashMap, HashSet};
 
+/// The element type of a cuBLAS operand or result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GemmType {
+    F32,
+    F16,
+    BF16,
+}
+
+impl GemmType {
+    /// The type of a buffer of `dtype`, if cuBLAS reads it.
+    pub fn of(dtype: DType) -> Option<GemmType> {
+        match dtype {
+            DType::F32 => Some(GemmType::F32),
+            DType::F16 => Some(GemmType::F16),
+            DType::BF16 => Some(GemmType::BF16),
+            _ => None,
+        }
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            GemmType::F32 => 4,
+            GemmType::F16 | GemmType::BF16 => 2,
+        }
+    }
+
+    /// The luminal dtype.
+    pub fn dtype(self) -> DType {
+        match self {
+            GemmType::F32 => DType::F32,
+            GemmType::F16 => DType::F16,
+            GemmType::BF16 => DType::BF16,
+        }
+    }
+}
+
+/// Which operand of a [`Pattern`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    A,
+    B,
+}
+
 /// A recognised product: `SumReduce(last)` of `Mul(a, b)`.
 #[derive(Clone, Debug)]
 pub struct Pattern {
@@ -28,15 +85,26 @@ pub struct Pattern {
     pub reduce: NodeId,
     /// The product, not computed on the cuBLAS path.
     pub mul: NodeId,
-    /// The operand broadcast along N: `a[.., m, k]`.
+    /// The operand broadcast along N: `a[.., m, k]` (the buffer cuBLAS reads: a bypassed
+    /// cast's input, through the multiply's view).
     pub a: Edge,
     /// The operand broadcast along M: `b[.., n, k]`.
     pub b: Edge,
     /// `[batch.., M, N, K]`.
     pub dims: Vec<Expression>,
+    /// The element types of `a`'s and `b`'s buffers and of the result.
+    pub a_type: GemmType,
+    pub b_type: GemmType,
+    pub c_type: GemmType,
+    /// An f32 operand rounded to a half type (into a scratch buffer) before the call.
+    pub round: Option<(Side, GemmType)>,
+    /// Widening casts the multiply reads that cuBLAS bypasses: not launched when the product
+    /// goes to cuBLAS (their kernels run when it falls back to the kernels).
+    pub casts: Vec<NodeId>,
 }
 
-/// One `cublasSgemmStridedBatched` call (column-major; offsets in f32 elements).
+/// One `cublasGemmStridedBatchedEx` call (column-major; offsets in elements of each buffer's
+/// type; f32 accumulation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GemmCall {
     /// `op(A) = Aᵀ` (else `A`).
@@ -56,10 +124,16 @@ pub struct GemmCall {
     pub offset_a: i64,
     pub offset_b: i64,
     pub offset_c: i64,
+    /// Element types of cuBLAS's `A` (our `b`), `B` (our `a`) and `C`.
+    pub a_type: GemmType,
+    pub b_type: GemmType,
+    pub c_type: GemmType,
 }
 
-/// The products of `order` (live nodes, topological) that can go to cuBLAS.
-pub fn find(graph: &GraphData, order: &[NodeId]) -> Vec<Pattern> {
+/// The products of `order` (live nodes, topological) that can go to cuBLAS. `round`: an f32
+/// operand may be rounded to the half type of the other (a half weight) so that cuBLAS reads
+/// the weight in place.
+pub fn find(graph: &GraphData, order: &[NodeId], round: bool) -> Vec<Pattern> {
     let live: HashSet<NodeId> = order.iter().copied().collect();
     let mut uses: HashMap<NodeId, usize> = HashMap::new();
     for &id in order {
@@ -67,6 +141,30 @@ pub fn find(graph: &GraphData, order: &[NodeId]) -> Vec<Pattern> {
             *uses.entry(e.node).or_default() += 1;
         }
     }
+    let private = |id: NodeId| uses.get(&id) == Some(&1) && !graph.outputs.contains(&id);
+    // A widening cast from a half type, read only by the product, of a buffer read as a
+    // whole: the operand cuBLAS may read in place (the edge re-pointed at the cast's input).
+    let bypass = |e: &Edge| -> Option<(Edge, GemmType)> {
+        let cast = graph.node(e.node);
+        if !matches!(cast.op, Op::Cast(DType::F32)) || cast.dtype != DType::F32 {
+            return None;
+        }
+        let input = &cast.inputs[0];
+        let t = GemmType::of(graph.node(input.node).dtype)?;
+        (t != GemmType::F32
+            && private(e.node)
+            && input.view.is_contiguous()
+            && input.view.dims() == cast.shape)
+            .then(|| {
+                (
+                    Edge {
+                        node: input.node,
+                        view: e.view.clone(),
+                    },
+                    t,
+                )
+            })
+    };
     let mut out = vec![];
     for &id in order {
         let node = graph.node(id);
@@ -80,19 +178,15 @@ pub fn find(graph: &GraphData, order: &[NodeId]) -> Vec<Pattern> {
         let e = &node.inputs[0];
         let r = e.view.rank();
         let mul = graph.node(e.node);
-        let f32s = node.dtype == DType::F32
-            && mul.dtype == DType::F32
-            && mul
-                .inputs
-                .iter()
-                .all(|x| graph.node(x.node).dtype == DType::F32);
+        let Some(c_type) = GemmType::of(node.dtype) else {
+            continue;
+        };
         if r < 3
             || axis != r - 1
             || mul.op != Op::Binary(BinaryOp::Mul)
-            || !f32s
+            || mul.dtype != node.dtype
             || !live.contains(&e.node)
-            || uses.get(&e.node) != Some(&1)
-            || graph.outputs.contains(&e.node)
+            || !private(e.node)
             || !e.view.is_contiguous()
             || e.view.dims() != mul.shape
         {
@@ -102,13 +196,42 @@ pub fn find(graph: &GraphData, order: &[NodeId]) -> Vec<Pattern> {
         let Some((a, b)) = luminal::hl_ops::product_operands(&mul.inputs, &dims) else {
             continue;
         };
-        out.push(Pattern {
+        let (ta, tb) = (graph.node(a.node).dtype, graph.node(b.node).dtype);
+        if ta != node.dtype || tb != node.dtype {
+            continue;
+        }
+        let mut p = Pattern {
             reduce: id,
             mul: e.node,
             a: a.clone(),
             b: b.clone(),
             dims,
-        });
+            a_type: c_type,
+            b_type: c_type,
+            c_type,
+            round: None,
+            casts: vec![],
+        };
+        if c_type == GemmType::F32 {
+            match (bypass(a), bypass(b)) {
+                (Some((ea, t)), Some((eb, u))) if t == u => {
+                    (p.a, p.b, p.a_type, p.b_type) = (ea, eb, t, t);
+                    p.casts = vec![a.node, b.node];
+                }
+                (Some((ea, t)), None) if round => {
+                    (p.a, p.a_type, p.b_type) = (ea, t, t);
+                    p.round = Some((Side::B, t));
+                    p.casts = vec![a.node];
+                }
+                (None, Some((eb, t))) if round => {
+                    (p.b, p.a_type, p.b_type) = (eb, t, t);
+                    p.round = Some((Side::A, t));
+                    p.casts = vec![b.node];
+                }
+                _ => {}
+            }
+        }
+        out.push(p);
     }
     out
 }
@@ -194,17 +317,36 @@ pub fn resolve(p: &Pattern, eval: &dyn Fn(&Expression) -> Option<i64>) -> Option
             offset_a: off_b,
             offset_b: off_a,
             offset_c: off_c,
+            a_type: p.b_type,
+            b_type: p.a_type,
+            c_type: p.c_type,
         });
     }
     Some(calls)
 }
 
-/// One call on host memory (the emulator's cuBLAS): `C = op(A)·op(B)` per batch, accumulated
-/// in f64.
+/// Element `i` of a buffer of type `t` as f64.
 ///
 /// # Safety
-/// `a`, `b`, `c` must hold every element the call addresses.
-pub unsafe fn host_gemm(g: &GemmCall, a: *const f32, b: *const f32, c: *mut f32) {
+/// `p` must hold element `i`.
+unsafe fn read(t: GemmType, p: *const u8, i: i64) -> f64 {
+    match t {
+        GemmType::F32 => *(p as *const f32).offset(i as isize) as f64,
+        GemmType::F16 => {
+            luminal::half::f16::from_bits(*(p as *const u16).offset(i as isize)).to_f64()
+        }
+        GemmType::BF16 => {
+            luminal::half::bf16::from_bits(*(p as *const u16).offset(i as isize)).to_f64()
+        }
+    }
+}
+
+/// One call on host memory (the emulator's cuBLAS): `C = op(A)·op(B)` per batch, accumulated
+/// in f64, rounded to f32 and then to C's type.
+///
+/// # Safety
+/// `a`, `b`, `c` must hold every element the call addresses (in the call's types).
+pub unsafe fn host_gemm(g: &GemmCall, a: *const u8, b: *const u8, c: *mut u8) {
     let (m, n, k) = (g.m as i64, g.n as i64, g.k as i64);
     let (lda, ldb, ldc) = (g.lda as i64, g.ldb as i64, g.ldc as i64);
     for t in 0..g.batch as i64 {
@@ -218,18 +360,28 @@ pub unsafe fn host_gemm(g: &GemmCall, a: *const f32, b: *const f32, c: *mut f32)
                 let mut acc = 0f64;
                 for p in 0..k {
                     let x = if g.trans_a {
-                        *a.offset((pa + p + i * lda) as isize)
+                        read(g.a_type, a, pa + p + i * lda)
                     } else {
-                        *a.offset((pa + i + p * lda) as isize)
+                        read(g.a_type, a, pa + i + p * lda)
                     };
                     let y = if g.trans_b {
-                        *b.offset((pb + j + p * ldb) as isize)
+                        read(g.b_type, b, pb + j + p * ldb)
                     } else {
-                        *b.offset((pb + p + j * ldb) as isize)
+                        read(g.b_type, b, pb + p + j * ldb)
                     };
-                    acc += x as f64 * y as f64;
+                    acc += x * y;
                 }
-                *c.offset((pc + i + j * ldc) as isize) = acc as f32;
+                let at = (pc + i + j * ldc) as isize;
+                let v = acc as f32;
+                match g.c_type {
+                    GemmType::F32 => *(c as *mut f32).offset(at) = v,
+                    GemmType::F16 => {
+                        *(c as *mut u16).offset(at) = luminal::half::f16::from_f32(v).to_bits()
+                    }
+                    GemmType::BF16 => {
+                        *(c as *mut u16).offset(at) = luminal::half::bf16::from_f32(v).to_bits()
+                    }
+                }
             }
         }
     }

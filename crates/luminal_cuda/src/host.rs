@@ -33,7 +33,30 @@ pub struct HostEmulatorBackend;
 impl Backend for HostEmulatorBackend {
     type Runtime = HostRuntime;
     fn compile(&self, graph: GraphData, _: &CompileOptions) -> Result<HostRuntime> {
-        PlanRuntime::new(graph, HostExecutor { gemm: true })
+        PlanRuntime::new(graph, HostExecutor::new(true))
+    }
+}
+
+/// The host emulator running reductions as a GPU runs them, several threads per output
+/// ([`crate::plan::threads_per_output`]): the threads of each block of a cooperative
+/// reduction run at once, as OpenMP threads (the kernels compiled with `-fopenmp` and
+/// `__CUDACC_RTC__` defined, so the GPU branch of the source is the one compiled),
+/// `__syncthreads` an OpenMP barrier and `__shfl_xor_sync` an exchange through memory
+/// between two barriers. It checks the cooperative kernels' indexing and combining
+/// without a GPU; slow (hundreds of threads per block on a few cores), for tests.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HostEmulatorCooperative;
+
+impl Backend for HostEmulatorCooperative {
+    type Runtime = HostRuntime;
+    fn compile(&self, graph: GraphData, _: &CompileOptions) -> Result<HostRuntime> {
+        PlanRuntime::new(
+            graph,
+            HostExecutor {
+                cooperative: true,
+                ..HostExecutor::new(true)
+            },
+        )
     }
 }
 
@@ -45,7 +68,7 @@ pub struct HostEmulatorUnfused;
 impl Backend for HostEmulatorUnfused {
     type Runtime = HostRuntime;
     fn compile(&self, graph: GraphData, _: &CompileOptions) -> Result<HostRuntime> {
-        PlanRuntime::with_fusion(graph, HostExecutor { gemm: true }, Fusion::Off)
+        PlanRuntime::with_fusion(graph, HostExecutor::new(true), Fusion::Off)
     }
 }
 
@@ -57,7 +80,7 @@ pub struct HostEmulatorKernelsOnly;
 impl Backend for HostEmulatorKernelsOnly {
     type Runtime = HostRuntime;
     fn compile(&self, graph: GraphData, _: &CompileOptions) -> Result<HostRuntime> {
-        PlanRuntime::new(graph, HostExecutor { gemm: false })
+        PlanRuntime::new(graph, HostExecutor::new(false))
     }
 }
 
@@ -106,34 +129,156 @@ pub struct HostFunction {
     _lib: Arc<libloading::Library>,
 }
 
+/// A launch or product recorded by the emulator's graph capture: replayed with the buffers'
+/// contents at replay time, as a CUDA graph is.
+pub enum Recorded {
+    Launch {
+        f: HostFunction,
+        grid: u32,
+        block: u32,
+        buffers: Vec<*mut u64>,
+        scalars: Vec<i64>,
+    },
+    Gemm {
+        call: GemmCall,
+        c: *mut u64,
+        a: *mut u64,
+        b: *mut u64,
+    },
+}
+
+// SAFETY: a recording's pointers are buffers of the runtime that owns the recording, which is
+// moved between threads, never shared.
+unsafe impl Send for Recorded {}
+
 /// Runs the kernels on the CPU (see the module docs).
 pub struct HostExecutor {
     gemm: bool,
+    /// The launches recorded since `begin_capture` (graph capture, emulated).
+    recording: Option<Vec<Recorded>>,
+    /// Cooperative reductions with their blocks' threads as OpenMP threads
+    /// ([`HostEmulatorCooperative`]).
+    cooperative: bool,
 }
 
 impl HostExecutor {
     /// An executor running products through the emulated cuBLAS (`gemm`) or as kernels.
     pub fn new(gemm: bool) -> HostExecutor {
-        HostExecutor { gemm }
+        HostExecutor {
+            gemm,
+            recording: None,
+            cooperative: false,
+        }
+    }
+
+    /// The cache key of `k`'s compiled function (the cooperative build is another library).
+    fn key(&self, k: &Kernel) -> String {
+        if self.cooperative {
+            format!("/* cooperative */\n{}", k.source)
+        } else {
+            k.source.clone()
+        }
+    }
+
+    fn run(r: &Recorded) {
+        match r {
+            Recorded::Launch {
+                f,
+                grid,
+                block,
+                buffers,
+                scalars,
+            } => {
+                let ptrs: Vec<*mut std::ffi::c_void> = buffers
+                    .iter()
+                    .map(|&b| b as *mut std::ffi::c_void)
+                    .collect();
+                // SAFETY: the launcher reads `buffers.len()` pointers and `scalars.len()`
+                // scalars, the numbers the kernel was generated with (the plan passes them in
+                // that order); the kernels index the buffers within the element counts they
+                // were allocated for (the emulator tests compare every result with the
+                // reference runtime). A replayed recording's buffers are alive: the plan
+                // replays only while every buffer address of the run is unchanged.
+                unsafe { (f.launcher)(*grid, *block, ptrs.as_ptr(), scalars.as_ptr()) };
+            }
+            Recorded::Gemm { call, c, a, b } => {
+                // SAFETY: the plan resolved `call` from the operands' views at this run's
+                // dims, so it addresses the elements those views read (within the buffers)
+                // and C's `M·N·batch`.
+                unsafe {
+                    crate::gemm::host_gemm(call, *a as *const u8, *b as *const u8, *c as *mut u8)
+                }
+            }
+        }
     }
 }
+
+/// Definitions for the cooperative emulator ([`HostEmulatorCooperative`]), after
+/// [`prelude::HOST_PRELUDE`]: the kernels run inside an OpenMP parallel region of one
+/// thread per CUDA thread of the block, so block-wide operations are OpenMP barriers. A
+/// shuffle is a barrier-separated exchange through a slot per thread; every thread of the
+/// block takes part in each (the kernels call them uniformly), and `lane ^ offset` stays in
+/// the thread's warp.
+const COOPERATIVE_PRELUDE: &str = r#"#include <stdbool.h>
+#include <omp.h>
+#define __shared__ static
+#define __syncthreads() _Pragma("omp barrier")
+static double lum_shfl_slots_d[1024];
+static long long lum_shfl_slots_ll[1024];
+static double lum_shfl_d(double v, int o) {
+    const unsigned t = threadIdx.x;
+    _Pragma("omp barrier")
+    lum_shfl_slots_d[t] = v;
+    _Pragma("omp barrier")
+    return lum_shfl_slots_d[t ^ (unsigned)o];
+}
+static long long lum_shfl_ll(long long v, int o) {
+    const unsigned t = threadIdx.x;
+    _Pragma("omp barrier")
+    lum_shfl_slots_ll[t] = v;
+    _Pragma("omp barrier")
+    return lum_shfl_slots_ll[t ^ (unsigned)o];
+}
+#define __shfl_xor_sync(mask, v, o) _Generic((v), double: lum_shfl_d, default: lum_shfl_ll)((v), (o))
+"#;
 
 fn cache() -> &'static Mutex<HashMap<String, HostFunction>> {
     static CACHE: OnceLock<Mutex<HashMap<String, HostFunction>>> = OnceLock::new();
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// The C source of a launcher for `k`: loops over the grid, one call per thread.
-fn launcher_source(k: &Kernel) -> String {
+/// The C source of a launcher for `k`: loops over the grid, one call per thread (with
+/// `cooperative`, a cooperative reduction's blocks run their threads at once, as OpenMP
+/// threads).
+fn launcher_source(k: &Kernel, cooperative: bool) -> String {
     let mut args = vec![];
     for (i, t) in k.buffer_types.iter().enumerate() {
         args.push(format!("({t}*)lum_bufs[{i}]"));
     }
+    let mut next = k.buffer_types.len();
     if k.error_flag {
-        args.push(format!("(int*)lum_bufs[{}]", k.buffer_types.len()));
+        args.push(format!("(int*)lum_bufs[{next}]"));
+        next += 1;
     }
-    for i in 0..=k.dims.len() {
-        args.push(format!("lum_scalars[{i}]"));
+    if !k.dims.is_empty() {
+        args.push(format!("(const long long*)lum_bufs[{next}]"));
+    }
+    args.push("lum_scalars[0]".into());
+    // A cooperative reduction's threads per output (1 unless `cooperative`).
+    let mut s = 1;
+    if k.cooperative {
+        args.push("lum_scalars[1]".into());
+        s = 2;
+    }
+    if !k.dims.is_empty() {
+        args.push(format!("lum_scalars[{s}]"));
+    }
+    if cooperative && k.cooperative {
+        return format!(
+            "void launch_{name}(unsigned grid, unsigned block, void* const* lum_bufs, const long long* lum_scalars) {{\n    omp_set_dynamic(0);\n    for (unsigned b = 0; b < grid; ++b) {{\n#pragma omp parallel num_threads(block)\n        {{\n            if (omp_get_num_threads() != (int)block) __builtin_trap();\n            gridDim.x = grid; blockDim.x = block; gridDim.y = gridDim.z = blockDim.y = blockDim.z = 1;\n            blockIdx.x = b; threadIdx.x = (unsigned)omp_get_thread_num();\n            {name}({});\n        }}\n    }}\n}}\n",
+            args.join(", "),
+            name = k.name
+        );
     }
     format!(
         "void launch_{name}(unsigned grid, unsigned block, void* const* lum_bufs, const long long* lum_scalars) {{\n    gridDim.x = grid; blockDim.x = block; gridDim.y = gridDim.z = blockDim.y = blockDim.z = 1;\n    for (unsigned b = 0; b < grid; ++b) {{\n        blockIdx.x = b;\n        for (unsigned t = 0; t < block; ++t) {{ threadIdx.x = t; {name}({}); }}\n    }}\n}}\n",
@@ -144,13 +289,21 @@ fn launcher_source(k: &Kernel) -> String {
 
 /// The host C source of `kernels` with their launchers.
 pub fn host_source(kernels: &[&Kernel]) -> String {
+    source_for(kernels, false)
+}
+
+/// [`host_source`], or the cooperative emulator's ([`HostEmulatorCooperative`]).
+fn source_for(kernels: &[&Kernel], cooperative: bool) -> String {
     let mut s = String::from(prelude::HOST_PRELUDE);
+    if cooperative {
+        s.push_str(COOPERATIVE_PRELUDE);
+    }
     s.push_str(luminal::shape::C_PRELUDE);
     s.push_str(prelude::COMMON_PRELUDE);
     s.push_str(prelude::QUANT_PRELUDE);
     for k in kernels {
         s.push_str(&k.source);
-        s.push_str(&launcher_source(k));
+        s.push_str(&launcher_source(k, cooperative));
     }
     s
 }
@@ -162,23 +315,27 @@ fn scratch_dir() -> PathBuf {
 }
 
 /// Compiles `kernels` into one shared library and loads it.
-fn compile_library(kernels: &[&Kernel]) -> Result<Arc<libloading::Library>> {
+fn compile_library(kernels: &[&Kernel], cooperative: bool) -> Result<Arc<libloading::Library>> {
     static COUNTER: AtomicUsize = AtomicUsize::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let dir = scratch_dir();
     let src = dir.join(format!("k{n}.c"));
     let lib = dir.join(format!("k{n}.so"));
-    std::fs::write(&src, host_source(kernels))
+    std::fs::write(&src, source_for(kernels, cooperative))
         .map_err(|e| LuminalError::Backend(format!("host emulator: writing {src:?}: {e}")))?;
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
-    let out = Command::new(&cc)
-        .args([
-            "-std=c11",
-            "-O1",
-            "-shared",
-            "-fPIC",
-            "-Werror=implicit-function-declaration",
-        ])
+    let mut cmd = Command::new(&cc);
+    cmd.args([
+        "-std=c11",
+        "-O1",
+        "-shared",
+        "-fPIC",
+        "-Werror=implicit-function-declaration",
+    ]);
+    if cooperative {
+        cmd.args(["-fopenmp", "-D__CUDACC_RTC__"]);
+    }
+    let out = cmd
         .arg("-o")
         .arg(&lib)
         .arg(&src)
@@ -202,6 +359,7 @@ fn compile_library(kernels: &[&Kernel]) -> Result<Arc<libloading::Library>> {
 impl Executor for HostExecutor {
     type Buffer = HostBuffer;
     type Function = HostFunction;
+    type Graph = Vec<Recorded>;
 
     fn compile(&mut self, kernels: &[&Kernel]) -> Result<Vec<HostFunction>> {
         let missing: Vec<&Kernel> = {
@@ -209,11 +367,11 @@ impl Executor for HostExecutor {
             kernels
                 .iter()
                 .copied()
-                .filter(|k| !c.contains_key(&k.source))
+                .filter(|k| !c.contains_key(&self.key(k)))
                 .collect()
         };
         if !missing.is_empty() {
-            let lib = compile_library(&missing)?;
+            let lib = compile_library(&missing, self.cooperative)?;
             let mut c = cache().lock().unwrap_or_else(|e| e.into_inner());
             for k in &missing {
                 let sym = format!("launch_{}", k.name);
@@ -224,7 +382,7 @@ impl Executor for HostExecutor {
                     })?
                 };
                 c.insert(
-                    k.source.clone(),
+                    self.key(k),
                     HostFunction {
                         launcher,
                         _lib: lib.clone(),
@@ -233,7 +391,7 @@ impl Executor for HostExecutor {
             }
         }
         let c = cache().lock().unwrap_or_else(|e| e.into_inner());
-        Ok(kernels.iter().map(|k| c[&k.source].clone()).collect())
+        Ok(kernels.iter().map(|k| c[&self.key(k)].clone()).collect())
     }
 
     fn alloc(&mut self, bytes: usize) -> Result<HostBuffer> {
@@ -250,6 +408,11 @@ impl Executor for HostExecutor {
         Ok(buf.bytes()[..bytes].to_vec())
     }
 
+    fn write(&mut self, buf: &mut HostBuffer, data: &[u8]) -> Result<()> {
+        buf.bytes_mut()[..data.len()].copy_from_slice(data);
+        Ok(())
+    }
+
     fn copy(&mut self, src: &HostBuffer, dst: &mut HostBuffer, bytes: usize) -> Result<()> {
         dst.bytes_mut()[..bytes].copy_from_slice(&src.bytes()[..bytes]);
         Ok(())
@@ -263,15 +426,17 @@ impl Executor for HostExecutor {
         buffers: &[&HostBuffer],
         scalars: &[i64],
     ) -> Result<()> {
-        let ptrs: Vec<*mut std::ffi::c_void> = buffers
-            .iter()
-            .map(|b| b.ptr as *mut std::ffi::c_void)
-            .collect();
-        // SAFETY: the launcher reads `buffers.len()` pointers and `scalars.len()` scalars, the
-        // numbers the kernel was generated with (the plan passes them in that order); the
-        // kernels index the buffers within the element counts they were allocated for (the
-        // emulator tests compare every result with the reference runtime).
-        unsafe { (f.launcher)(grid, block, ptrs.as_ptr(), scalars.as_ptr()) };
+        let r = Recorded::Launch {
+            f: f.clone(),
+            grid,
+            block,
+            buffers: buffers.iter().map(|b| b.ptr).collect(),
+            scalars: scalars.to_vec(),
+        };
+        match self.recording.as_mut() {
+            Some(rec) => rec.push(r),
+            None => Self::run(&r),
+        }
         Ok(())
     }
 
@@ -297,7 +462,9 @@ impl Executor for HostExecutor {
         k: &HostBuffer,
         v: &HostBuffer,
         bias: Option<&HostBuffer>,
+        scratch: &HostBuffer,
     ) -> Result<()> {
+        let _ = scratch;
         // SAFETY: the plan resolved `call` from the operands' views at this run's dims, so it
         // addresses elements of q, k, v and the bias within their buffers, and `out` holds the
         // output node's `batch·s·d` values.
@@ -314,6 +481,15 @@ impl Executor for HostExecutor {
         Ok(())
     }
 
+    fn gemm_rounds_activations(&self) -> bool {
+        // As the GPU's default, so the emulator tests cover the rounding path.
+        self.gemm
+    }
+
+    fn cooperative_reductions(&self) -> bool {
+        self.cooperative
+    }
+
     fn gemm(
         &mut self,
         call: &GemmCall,
@@ -321,16 +497,40 @@ impl Executor for HostExecutor {
         a: &HostBuffer,
         b: &HostBuffer,
     ) -> Result<()> {
-        // SAFETY: the plan resolved `call` from the operands' views at this run's dims, so it
-        // addresses the elements those views read (within the buffers) and C's `M·N·batch`.
-        unsafe {
-            crate::gemm::host_gemm(
-                call,
-                a.ptr as *const f32,
-                b.ptr as *const f32,
-                c.ptr as *mut f32,
-            )
+        let r = Recorded::Gemm {
+            call: *call,
+            c: c.ptr,
+            a: a.ptr,
+            b: b.ptr,
         };
+        match self.recording.as_mut() {
+            Some(rec) => rec.push(r),
+            None => Self::run(&r),
+        }
         Ok(())
+    }
+
+    fn graphs_available(&self) -> bool {
+        true
+    }
+
+    fn begin_capture(&mut self) -> Result<()> {
+        self.recording = Some(vec![]);
+        Ok(())
+    }
+
+    fn end_capture(&mut self) -> Result<Vec<Recorded>> {
+        self.recording
+            .take()
+            .ok_or_else(|| LuminalError::Backend("no capture in progress".into()))
+    }
+
+    fn replay(&mut self, graph: &Vec<Recorded>) -> Result<()> {
+        graph.iter().for_each(Self::run);
+        Ok(())
+    }
+
+    fn addr(&self, buf: &HostBuffer) -> u64 {
+        buf.ptr as u64
     }
 }

@@ -24,8 +24,17 @@
 //! ## How a compile goes
 //! - [`codegen`]: one kernel per primop node (Log2 Exp2 Sin Sqrt Recip, Add Mul Mod
 //!   LessThan, SumReduce MaxReduce over an axis, Contiguous, Constant, Iota, Cast, Gather,
-//!   WriteSlice), one thread per output element (a reduction: one thread per output, looping
-//!   over the reduced axis), on a 1-D grid of `ceil(n / 256)` blocks. Inputs are read
+//!   WriteSlice), one thread per output element, on a 1-D grid of `ceil(n / 256)` blocks.
+//!   A reduction over a long contiguous row (64 values or more, nothing after the reduced
+//!   axis) runs several threads per output on a GPU, chosen at launch from the row length and
+//!   the output count ([`plan::threads_per_output`]: a warp up to a block of 512 threads;
+//!   lanes stride over the row so a warp's loads are coalesced, then a `__shfl_xor_sync`
+//!   butterfly and, across warps, one shared-memory step; float sums still accumulate in
+//!   double). Short or strided rows, and the host emulator (the kernel's `#else` branch:
+//!   it cannot run threads together), use one thread per output looping over the row; on a
+//!   GPU results then differ from the emulator's only in the last bit of a sum
+//!   (`tests/emulator_reduce.rs`). [`CudaBackend::without_cooperative_reductions`] (or
+//!   `LUMINAL_CUDA_COOP=0`) keeps one thread per output. Inputs are read
 //!   through their edge views: the `ShapeTracker`'s index and valid expressions rendered
 //!   with `Expression::to_c`. Dynamic dims are kernel parameters bound at launch, so a
 //!   kernel is generated and compiled once for the symbolic shape. Dtypes f32, f16, bf16
@@ -123,7 +132,10 @@
 //!   backend (issue 14)") for the command and timings. SmolLM2 (98 MB) was not run on the
 //!   GPU: the device machine has no network and takes at most 64 MiB of files along.
 //! - The host emulator needs only a C compiler (`cc`, which Rust's linker already needs;
-//!   `$CC` overrides it).
+//!   `$CC` overrides it). [`HostEmulatorCooperative`] also runs the cooperative reductions'
+//!   GPU branch, each block's threads as OpenMP threads (`-fopenmp`), so their lane
+//!   indexing, shuffles and barriers are checked without a GPU; `tests/emulator_reduce.rs` also
+//!   compiles its kernels with NVRTC where the library loads (no device needed).
 //!
 //! ## Not done yet
 //! - cuBLAS takes f32 products only (plain `cublasSgemmStridedBatched`, no TF32); half
@@ -138,7 +150,12 @@
 //!   capture of the decode step.
 //! - The CLI's `--device cuda` (`luminal generate|chat|serve|bench|perplexity`) loads Llama
 //!   models here; `embed`, `bench-embed` and `transcribe` run on the CPU only.
-//! - Reductions use one thread per output (slow for long rows); no shared-memory trees yet.
+//! - Cooperative reductions split rows only: a strided reduction (values after the reduced
+//!   axis, e.g. a sum over the first axis of a tall matrix) runs one thread per output
+//!   however long its rows, and a reduction's result is not fused into its elementwise
+//!   readers (softmax is four kernels: max, exponentials, sum, divide). GB/s of the
+//!   elementwise, softmax and rms_norm kernels against torch and a device copy:
+//!   `examples/ops_gbps.rs` and `scripts/torch_ops_bench.py`.
 
 pub mod attention;
 pub mod codegen;
@@ -150,4 +167,12 @@ pub mod plan;
 
 pub use device::{driver_available, nvrtc_available, CudaBackend, CudaRuntime};
 pub use error::CudaError;
-pub use host::{HostEmulatorBackend, HostEmulatorKernelsOnly, HostEmulatorUnfused};
+pub use host::{
+    HostEmulatorBackend, HostEmulatorCooperative, HostEmulatorKernelsOnly, HostEmulatorUnfused,
+};
+
+// Runtimes move to worker threads (the CLI's server): they must stay `Send`.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<CudaRuntime>();
+};

@@ -5,7 +5,7 @@
 
 use crate::attention::{self, AttnCall, AttnPattern};
 use crate::codegen::{self, Kernel, BLOCK};
-use crate::gemm::{self, GemmCall, Pattern};
+use crate::gemm::{self, GemmCall, GemmType, Pattern, Side};
 use luminal::graph::{GraphData, NodeId, TensorRef};
 use luminal::op::Op;
 use luminal::passes::live_order;
@@ -16,6 +16,8 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 pub trait Executor {
     type Buffer;
     type Function;
+    /// A recorded run ([`Executor::end_capture`]).
+    type Graph;
     /// Compiles kernels (at `Backend::compile` time); one function per kernel, in order.
     fn compile(&mut self, kernels: &[&Kernel]) -> Result<Vec<Self::Function>>;
     /// A zeroed buffer of at least `bytes` bytes.
@@ -24,6 +26,9 @@ pub trait Executor {
     fn upload(&mut self, data: &[u8]) -> Result<Self::Buffer>;
     /// The first `bytes` bytes of `buf` (after the launches so far complete).
     fn download(&self, buf: &Self::Buffer, bytes: usize) -> Result<Vec<u8>>;
+    /// Overwrites the start of `buf` (at least `data.len()` bytes) with `data`, ordered after
+    /// the launches so far.
+    fn write(&mut self, buf: &mut Self::Buffer, data: &[u8]) -> Result<()>;
     /// Copies `bytes` bytes from `src` to `dst`.
     fn copy(&mut self, src: &Self::Buffer, dst: &mut Self::Buffer, bytes: usize) -> Result<()>;
     /// Launches `f` on a 1-D grid: `buffers` in parameter order (output first), then `scalars`.
@@ -37,12 +42,42 @@ pub trait Executor {
     ) -> Result<()>;
     /// Waits for every launch.
     fn synchronize(&mut self) -> Result<()>;
+    /// Whether runs may be captured into graphs and replayed ([`Executor::begin_capture`]).
+    fn graphs_available(&self) -> bool {
+        false
+    }
+    /// Starts recording the launches and products that follow instead of running them.
+    fn begin_capture(&mut self) -> Result<()> {
+        Err(LuminalError::Backend("this executor has no graphs".into()))
+    }
+    /// Ends a recording: the graph of everything launched since [`Executor::begin_capture`].
+    fn end_capture(&mut self) -> Result<Self::Graph> {
+        Err(LuminalError::Backend("this executor has no graphs".into()))
+    }
+    /// Runs a recorded graph (with the buffers' current contents).
+    fn replay(&mut self, graph: &Self::Graph) -> Result<()> {
+        let _ = graph;
+        Err(LuminalError::Backend("this executor has no graphs".into()))
+    }
+    /// The buffer's address (identifies it in a run's signature).
+    fn addr(&self, buf: &Self::Buffer) -> u64;
+    /// Whether reduction kernels may run several threads per output (a GPU); the host
+    /// emulator runs threads one after another, so one thread computes each output there.
+    fn cooperative_reductions(&self) -> bool {
+        false
+    }
     /// Whether [`Executor::gemm`] runs (cuBLAS loaded); without it products run as kernels.
     fn gemm_available(&self) -> bool {
         false
     }
-    /// One f32 `cublasSgemmStridedBatched` call ([`GemmCall`]: column-major, offsets in
-    /// elements) with cuBLAS's `A` in `a`, `B` in `b`, the result in `c`.
+    /// Whether f32 activations may be rounded to a half weight's type so that cuBLAS reads
+    /// the weight in place ([`gemm::find`]'s `round`).
+    fn gemm_rounds_activations(&self) -> bool {
+        false
+    }
+    /// One `cublasGemmStridedBatchedEx` call ([`GemmCall`]: column-major, offsets in
+    /// elements of each buffer's type, f32 accumulation) with cuBLAS's `A` in `a`, `B` in
+    /// `b`, the result in `c`.
     fn gemm(
         &mut self,
         call: &GemmCall,
@@ -57,8 +92,19 @@ pub trait Executor {
     fn attention_available(&self) -> bool {
         false
     }
+    /// Bytes of scratch [`Executor::attention`] needs for `call` (split-KV partial results).
+    fn attention_scratch(&self, call: &AttnCall) -> usize {
+        let _ = call;
+        0
+    }
+    /// Compiles the attention kernels (at `Backend::compile` time, so that none is compiled
+    /// while a run is captured into a graph).
+    fn prepare_attention(&mut self) -> Result<()> {
+        Ok(())
+    }
     /// One fused attention ([`crate::attention`]): `out` (contiguous `[batch.., s, d]`) from
-    /// q, k, v (f32 or f16 as `call` says) and the optional bias, read at the call's strides.
+    /// q, k, v (f32 or f16 as `call` says) and the optional bias, read at the call's strides;
+    /// `scratch` holds at least [`Executor::attention_scratch`] bytes.
     fn attention(
         &mut self,
         call: &AttnCall,
@@ -67,8 +113,9 @@ pub trait Executor {
         k: &Self::Buffer,
         v: &Self::Buffer,
         bias: Option<&Self::Buffer>,
+        scratch: &Self::Buffer,
     ) -> Result<()> {
-        let _ = (call, out, q, k, v, bias);
+        let _ = (call, out, q, k, v, bias, scratch);
         Err(LuminalError::Backend(
             "this executor has no attention".into(),
         ))
@@ -86,12 +133,100 @@ struct Step {
     inputs: Vec<NodeId>,
     /// The product this reduction computes, through cuBLAS when it resolves ([`gemm`]).
     gemm: Option<usize>,
-    /// The product this `Mul` feeds: skipped when that product goes to cuBLAS.
+    /// The product this `Mul` (or bypassed cast) feeds: skipped when that product goes to
+    /// cuBLAS.
     feeds: Option<usize>,
     /// The attention this node computes (its output) when the call resolves.
     attn_out: Option<usize>,
     /// The attention this node is inside of: skipped (no buffer) when the call resolves.
     attn_inner: Option<usize>,
+    /// A `WriteSlice` into its destination input's buffer ([`codegen::write_in_place`]).
+    in_place: bool,
+    /// Where this kernel's dims start in the dims table.
+    dims_at: usize,
+    /// For a step whose value depends only on inputs that are not state (weights), on no
+    /// dim, through no state write: those inputs. Its result is kept and the step skipped
+    /// while none of them has been set again (a weight's dequantizing cast runs once).
+    static_deps: Option<Vec<NodeId>>,
+    /// A reduction taking its threads per output at launch ([`Kernel::cooperative`]).
+    cooperative: bool,
+}
+
+/// A buffer a launch reads or writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BufRef {
+    Node(NodeId),
+    /// A product's rounded operand.
+    Scratch(usize),
+    Error,
+    Dims,
+}
+
+/// The buffer `r` names, among the plan's.
+fn buffer_of<'a, B>(
+    buffers: &'a HashMap<NodeId, Buffer<B>>,
+    scratch: &'a HashMap<usize, Buffer<B>>,
+    error: &'a Option<B>,
+    dims: &'a Option<Buffer<B>>,
+    r: BufRef,
+) -> Result<&'a B> {
+    match r {
+        BufRef::Node(id) => buffers.get(&id).map(|b| &b.buf),
+        BufRef::Scratch(p) => scratch.get(&p).map(|b| &b.buf),
+        BufRef::Error => error.as_ref(),
+        BufRef::Dims => dims.as_ref().map(|b| &b.buf),
+    }
+    .ok_or_else(|| LuminalError::Backend(format!("no buffer for {r:?}")))
+}
+
+/// One launch of a run, prepared before any is issued (so that a run's launches can be
+/// compared with the last run's and replayed from a graph).
+enum Launch {
+    Kernel {
+        function: usize,
+        grid: u32,
+        block: u32,
+        buffers: Vec<BufRef>,
+        scalars: Vec<i64>,
+    },
+    Gemm {
+        call: GemmCall,
+        c: BufRef,
+        a: BufRef,
+        b: BufRef,
+    },
+    /// One fused attention (its scratch is the plan's `attn_scratch`).
+    Attention {
+        call: AttnCall,
+        out: BufRef,
+        q: BufRef,
+        k: BufRef,
+        v: BufRef,
+        bias: Option<BufRef>,
+    },
+}
+
+/// Threads per output of a reduction over `len` elements (each output's row) with `inner`
+/// values after the reduced axis, for `outputs` outputs, on a GPU: 1 (one thread loops over
+/// the row) when the row is short or strided (`inner > 1`: consecutive threads then read
+/// consecutive addresses already); else a power of two from 32 (a warp) to
+/// [`codegen::MAX_THREADS_PER_OUTPUT`] (a block), about 16 elements a lane, fewer lanes when
+/// there are many outputs (at most 2^21 threads: the grid fills the GPU anyway), more (down
+/// to 4 elements a lane) when there are few (a decode step's one row: more loads in flight).
+pub fn threads_per_output(outputs: usize, len: usize, inner: usize) -> u32 {
+    let max = codegen::MAX_THREADS_PER_OUTPUT as usize;
+    if inner != 1 || len < 64 {
+        return 1;
+    }
+    let pow2_floor = |x: usize| if x == 0 { 1 } else { 1 << x.ilog2() };
+    let mut t = pow2_floor(len / 16).clamp(32, max);
+    while t > 32 && outputs.saturating_mul(t) > 1 << 21 {
+        t /= 2;
+    }
+    while t < max && t * 8 <= len && outputs.saturating_mul(t) < 1 << 16 {
+        t *= 2;
+    }
+    t as u32
 }
 
 struct Buffer<B> {
@@ -124,12 +259,44 @@ pub struct PlanRuntime<E: Executor> {
     /// the primop kernels).
     attns: Vec<AttnPattern>,
     attn_calls: Vec<Option<AttnCall>>,
+    /// Per product that rounds an f32 operand to a half type: its scratch buffer.
+    scratch: HashMap<usize, Buffer<E::Buffer>>,
+    /// The rounding kernels (f32 → f16, f32 → bf16) in `functions`, where a product needs them.
+    round_fn: HashMap<GemmType, usize>,
+    /// Split-KV partial results of the attention calls ([`Executor::attention_scratch`]).
+    attn_scratch: Option<Buffer<E::Buffer>>,
     /// Nodes computed inside their consumer's kernel ([`codegen::fused_nodes`]).
     fused: usize,
     /// Kernel launches and cuBLAS calls of the last run.
     launches: usize,
+    /// Whether a run has completed (an in-place write's result is then its state's buffer).
+    ran: bool,
+    /// A counter of `set_data` calls: when each input was last set, and when each static
+    /// step last computed its result (0: never).
+    generation: u64,
+    set_at: HashMap<NodeId, u64>,
+    computed_at: Vec<u64>,
+    /// Static steps launched by the run being prepared (marked computed once it is issued).
+    pending_static: Vec<usize>,
+    /// The dims of every kernel, in device memory (written before each run; kernels read
+    /// their dims here, so a replayed graph sees this run's values), and its host copy.
+    dims_table: Option<Buffer<E::Buffer>>,
+    dims_host: Vec<i64>,
+    /// Runs are captured into a graph and replayed ([`Executor::graphs_available`] and not
+    /// `LUMINAL_CUDA_GRAPHS=0`).
+    graphs: bool,
+    /// The last run's launches (buffer addresses, grids, scalars, products): a run with the
+    /// same signature as the one before is captured, and replayed while it stays the same.
+    last_signature: Vec<u64>,
+    captured: Option<(Vec<u64>, E::Graph)>,
+    /// Runs replayed from a graph, and graphs captured, since the runtime was made.
+    replays: usize,
+    captures: usize,
     /// Print the launches of a run to stderr when they change (`LUMINAL_CUDA_STATS=1`).
     stats: bool,
+    /// Also print each run's host time enqueueing the launches and waiting for the device
+    /// (`LUMINAL_CUDA_STATS=2`): whether a run is bound by the host's launches or the GPU.
+    timings: bool,
 }
 
 fn size_of(dtype: DType) -> usize {
@@ -227,12 +394,16 @@ impl<E: Executor> PlanRuntime<E> {
             )));
         }
         let patterns = if exec.gemm_available() {
-            gemm::find(&graph, &order)
+            gemm::find(&graph, &order, exec.gemm_rounds_activations())
         } else {
             vec![]
         };
-        // The products cuBLAS may compute keep their kernels and operand buffers.
-        let barriers: HashSet<NodeId> = patterns.iter().flat_map(|p| [p.mul, p.reduce]).collect();
+        // The products cuBLAS may compute keep their kernels and operand buffers (a bypassed
+        // cast's input too: the cast is a barrier, so its input is not fused into it).
+        let barriers: HashSet<NodeId> = patterns
+            .iter()
+            .flat_map(|p| [p.mul, p.reduce].into_iter().chain(p.casts.iter().copied()))
+            .collect();
         let attns = if exec.attention_available()
             && std::env::var("LUMINAL_CUDA_ATTENTION").map_or(true, |v| v != "0")
         {
@@ -240,6 +411,9 @@ impl<E: Executor> PlanRuntime<E> {
         } else {
             vec![]
         };
+        if !attns.is_empty() {
+            exec.prepare_attention()?;
+        }
         let mut fused = codegen::fused_nodes(&graph, &order, &barriers, mode);
         // The attention kernel reads its operands' buffers.
         for p in &attns {
@@ -254,8 +428,9 @@ impl<E: Executor> PlanRuntime<E> {
             .enumerate()
             .flat_map(|(i, p)| p.inner.iter().map(move |&n| (n, i)))
             .collect();
-        let generated =
-            codegen::generate_all(&graph, &order, &fused).map_err(LuminalError::Backend)?;
+        let in_place = codegen::write_in_place(&graph, &order);
+        let generated = codegen::generate_all(&graph, &order, &fused, &in_place)
+            .map_err(LuminalError::Backend)?;
         let by_reduce: HashMap<NodeId, usize> = patterns
             .iter()
             .enumerate()
@@ -264,11 +439,14 @@ impl<E: Executor> PlanRuntime<E> {
         let by_mul: HashMap<NodeId, usize> = patterns
             .iter()
             .enumerate()
-            .map(|(i, p)| (p.mul, i))
+            .flat_map(|(i, p)| {
+                std::iter::once((p.mul, i)).chain(p.casts.iter().map(move |&c| (c, i)))
+            })
             .collect();
         let mut kernels: Vec<Kernel> = vec![];
         let mut by_source: HashMap<String, usize> = HashMap::new();
         let mut steps = vec![];
+        let mut dims_len = 0;
         let mut inputs_needed = vec![];
         for (id, k) in generated {
             let Some((k, inputs)) = k else {
@@ -289,9 +467,66 @@ impl<E: Executor> PlanRuntime<E> {
                 feeds: by_mul.get(&id).copied(),
                 attn_out: attn_out.get(&id).copied(),
                 attn_inner: attn_inner.get(&id).copied(),
+                in_place: in_place.contains(&id),
+                dims_at: dims_len,
+                static_deps: None,
+                cooperative: k.cooperative,
+            });
+            dims_len += steps.last().map_or(0, |s: &Step| s.dims.len());
+        }
+        // Static steps: what each node's value depends on, if only on non-state inputs.
+        let states: HashSet<NodeId> = order
+            .iter()
+            .filter_map(|&id| match graph.node(id).op {
+                Op::WriteSlice { .. } => Some(graph.node(id).inputs[0].node),
+                _ => None,
+            })
+            .collect();
+        let step_dims: HashMap<NodeId, bool> = steps
+            .iter()
+            .map(|s: &Step| (s.node, !s.dims.is_empty()))
+            .collect();
+        let mut deps: HashMap<NodeId, Option<Vec<NodeId>>> = HashMap::new();
+        for &id in &order {
+            let node = graph.node(id);
+            let d = match node.op {
+                Op::Input { .. } => (!states.contains(&id)).then(|| vec![id]),
+                Op::WriteSlice { .. } => None,
+                _ if step_dims.get(&id).copied().unwrap_or(false)
+                    || node.shape.iter().any(|e| e.as_constant().is_none()) =>
+                {
+                    None
+                }
+                _ => {
+                    let mut all: Vec<NodeId> = vec![];
+                    let mut ok = true;
+                    for e in &node.inputs {
+                        match deps.get(&e.node).cloned().flatten() {
+                            Some(v) => all.extend(v),
+                            None => ok = false,
+                        }
+                    }
+                    all.sort();
+                    all.dedup();
+                    ok.then_some(all)
+                }
+            };
+            deps.insert(id, d);
+        }
+        for step in &mut steps {
+            step.static_deps = deps.get(&step.node).cloned().flatten();
+        }
+        let mut round_fn = HashMap::new();
+        for t in patterns.iter().filter_map(|p| p.round.map(|r| r.1)) {
+            round_fn.entry(t).or_insert_with(|| {
+                kernels.push(codegen::round_kernel(t.dtype()));
+                kernels.len() - 1
             });
         }
         let functions = exec.compile(&kernels.iter().collect::<Vec<_>>())?;
+        let nsteps = steps.len();
+        let graphs = exec.graphs_available()
+            && std::env::var("LUMINAL_CUDA_GRAPHS").map_or(true, |v| v != "0");
         Ok(PlanRuntime {
             graph,
             exec,
@@ -307,9 +542,25 @@ impl<E: Executor> PlanRuntime<E> {
             patterns,
             attn_calls: vec![None; attns.len()],
             attns,
+            scratch: HashMap::new(),
+            round_fn,
+            attn_scratch: None,
             fused: fused.len(),
             launches: 0,
+            ran: false,
+            generation: 0,
+            set_at: HashMap::new(),
+            computed_at: vec![0; nsteps],
+            pending_static: vec![],
+            dims_table: None,
+            dims_host: vec![0; dims_len],
+            graphs,
+            last_signature: vec![],
+            captured: None,
+            replays: 0,
+            captures: 0,
             stats: std::env::var("LUMINAL_CUDA_STATS").is_ok_and(|v| v != "0"),
+            timings: std::env::var("LUMINAL_CUDA_STATS").is_ok_and(|v| v == "2"),
         })
     }
 
@@ -326,6 +577,22 @@ impl<E: Executor> PlanRuntime<E> {
     /// Attentions recognised at compile time (run fused when their views resolve).
     pub fn attention_patterns(&self) -> usize {
         self.attns.len()
+    }
+
+    /// How many products of the last run cuBLAS computed from f16/bf16 operand buffers (half
+    /// inputs, bypassed widening casts, rounded activations).
+    pub fn half_products(&self) -> usize {
+        self.calls
+            .iter()
+            .zip(&self.patterns)
+            .filter(|(c, p)| c.is_some() && p.a_type != GemmType::F32)
+            .count()
+    }
+
+    /// `WriteSlice`s that write into their state input's buffer in place (a KV cache's
+    /// appends: no copy of the whole cache per run).
+    pub fn writes_in_place(&self) -> usize {
+        self.steps.iter().filter(|s| s.in_place).count()
     }
 
     /// Products recognised at compile time (run through cuBLAS when their layouts resolve).
@@ -361,7 +628,8 @@ impl<E: Executor> PlanRuntime<E> {
         luminal::shape::numel_bound(shape, &self.dims)
     }
 
-    fn launch_step(&mut self, s: usize) -> Result<()> {
+    /// Sizes step `s`'s output buffer (allocating or growing it) and appends its launches.
+    fn prepare_step(&mut self, s: usize, out: &mut Vec<Launch>) -> Result<()> {
         let step = &self.steps[s];
         if step
             .attn_inner
@@ -373,6 +641,18 @@ impl<E: Executor> PlanRuntime<E> {
         if step.feeds.is_some_and(|p| self.calls[p].is_some()) {
             // Read only by its product, which cuBLAS computes from the operands.
             return Ok(());
+        }
+        if let Some(deps) = &step.static_deps {
+            let newest = deps
+                .iter()
+                .map(|d| self.set_at.get(d).copied().unwrap_or(0))
+                .max();
+            let at = self.computed_at[s];
+            if at > 0 && newest.is_none_or(|g| g <= at) && self.buffers.contains_key(&step.node) {
+                // Computed from the same inputs before: kept.
+                return Ok(());
+            }
+            self.pending_static.push(s);
         }
         let node = self.graph.node(step.node);
         let n = self.numel(&node.shape)?;
@@ -389,11 +669,32 @@ impl<E: Executor> PlanRuntime<E> {
                 });
             }
         }
-        // The output buffer, grown when the dims grew (kept otherwise).
         let id = step.node;
+        // Threads of the launch: one per output element, or per written element in place.
+        let mut threads = n;
+        if step.in_place {
+            // The destination input's buffer becomes the node's for this run (moved back
+            // after it); the kernel writes only the slice.
+            let dest = node.inputs[0].node;
+            let mut b = self
+                .buffers
+                .remove(&dest)
+                .ok_or_else(|| LuminalError::Backend(format!("state {} has no buffer", dest.0)))?;
+            b.len = bytes;
+            self.buffers.insert(id, b);
+            threads = self.numel(&node.inputs[1].view.dims())?;
+        }
+        // The output buffer, grown when the dims grew (kept otherwise); a buffer that grows
+        // again at least doubles, so a dim that grows by one each run (a decode step's cache
+        // window) reallocates O(log n) times, not every run.
         let grow = self.buffers.get(&id).is_none_or(|b| b.capacity < bytes);
         if grow {
-            let capacity = bytes.max(4);
+            let old = self.buffers.get(&id).map_or(0, |b| b.capacity);
+            let capacity = if old > 0 {
+                bytes.max(2 * old)
+            } else {
+                bytes.max(4)
+            };
             let buf = self.exec.alloc(capacity)?;
             self.buffers.insert(
                 id,
@@ -405,83 +706,327 @@ impl<E: Executor> PlanRuntime<E> {
             );
         }
         self.buffers.get_mut(&id).expect("allocated above").len = bytes;
-        if n == 0 {
+        if threads == 0 {
             return Ok(());
         }
-        if let Some(call) = step.attn_out.and_then(|p| self.attn_calls[p].as_ref()) {
+        if let Some(call) = step.attn_out.and_then(|p| self.attn_calls[p]) {
             let p = &self.attns[step.attn_out.expect("checked")];
-            let buf = |id: NodeId| {
-                self.buffers
-                    .get(&id)
-                    .map(|b| &b.buf)
-                    .ok_or_else(|| LuminalError::Backend(format!("node {} has no buffer", id.0)))
-            };
-            let bias = match &p.bias {
-                Some(b) => Some(buf(b.node)?),
-                None => None,
-            };
-            let (out, q, k, v) = (buf(id)?, buf(p.q.node)?, buf(p.k.node)?, buf(p.v.node)?);
-            self.exec.attention(call, out, q, k, v, bias)?;
-            self.launches += 1;
+            let (q, k, v) = (p.q.node, p.k.node, p.v.node);
+            let bias = p.bias.as_ref().map(|b| BufRef::Node(b.node));
+            for n in [q, k, v].into_iter().chain(p.bias.as_ref().map(|b| b.node)) {
+                if !self.buffers.contains_key(&n) {
+                    return Err(LuminalError::Backend(format!("node {} has no buffer", n.0)));
+                }
+            }
+            let bytes = self.exec.attention_scratch(&call);
+            if self
+                .attn_scratch
+                .as_ref()
+                .is_none_or(|b| b.capacity < bytes)
+            {
+                let capacity = bytes.max(4);
+                let buf = self.exec.alloc(capacity)?;
+                self.attn_scratch = Some(Buffer {
+                    buf,
+                    capacity,
+                    len: capacity,
+                });
+            }
+            out.push(Launch::Attention {
+                call,
+                out: BufRef::Node(id),
+                q: BufRef::Node(q),
+                k: BufRef::Node(k),
+                v: BufRef::Node(v),
+                bias,
+            });
             return Ok(());
         }
-        if let Some(calls) = step.gemm.and_then(|p| self.calls[p].as_ref()) {
-            let p = &self.patterns[step.gemm.expect("checked")];
-            let buf = |id: NodeId| {
-                self.buffers
-                    .get(&id)
-                    .map(|b| &b.buf)
-                    .ok_or_else(|| LuminalError::Backend(format!("node {} has no buffer", id.0)))
-            };
-            let (c, a, b) = (buf(id)?, buf(p.b.node)?, buf(p.a.node)?);
-            for call in calls {
-                self.exec.gemm(call, c, a, b)?;
-            }
-            self.launches += calls.len();
-            return Ok(());
+        if let Some(pi) = step.gemm.filter(|&p| self.calls[p].is_some()) {
+            return self.prepare_gemm(id, pi, out);
         }
         if step.error_flag && self.error_buffer.is_none() {
             self.error_buffer = Some(self.exec.alloc(8)?);
         }
-        let mut scalars = vec![n as i64];
-        for d in &step.dims {
-            scalars.push(
-                *self
-                    .dims
-                    .get(d)
-                    .ok_or_else(|| LuminalError::UnboundDim(d.clone()))?,
-            );
+        // Threads per output: several on a GPU for long contiguous rows.
+        let per_output = match &node.op {
+            Op::Reduce { axis, .. } if step.cooperative && self.exec.cooperative_reductions() => {
+                let dims = node.inputs[0].view.dims();
+                let len = usize::try_from(self.eval(&dims[*axis])?).unwrap_or(0);
+                threads_per_output(threads, len, self.numel(&dims[axis + 1..])?)
+            }
+            _ => 1,
+        };
+        let mut scalars = vec![threads as i64];
+        if step.cooperative {
+            scalars.push(per_output as i64);
         }
-        let mut buffers: Vec<&E::Buffer> = vec![&self.buffers[&id].buf];
-        for input in &step.inputs {
-            let b = self
-                .buffers
-                .get(input)
-                .ok_or_else(|| LuminalError::Backend(format!("node {} has no buffer", input.0)))?;
-            buffers.push(&b.buf);
+        if !step.dims.is_empty() {
+            scalars.push(step.dims_at as i64);
         }
+        let mut buffers = vec![BufRef::Node(id)];
+        buffers.extend(step.inputs.iter().map(|&i| BufRef::Node(i)));
         if step.error_flag {
-            buffers.push(self.error_buffer.as_ref().expect("allocated above"));
+            buffers.push(BufRef::Error);
         }
-        let grid = u32::try_from(n.div_ceil(BLOCK as usize)).map_err(|_| {
-            LuminalError::Backend(format!("{n} elements is too many for one launch"))
-        })?;
-        self.launches += 1;
-        self.exec.launch(
-            &self.functions[step.function],
+        if !step.dims.is_empty() {
+            buffers.push(BufRef::Dims);
+        }
+        let block = BLOCK.max(per_output);
+        let grid = u32::try_from((threads * per_output as usize).div_ceil(block as usize))
+            .map_err(|_| {
+                LuminalError::Backend(format!("{threads} elements is too many for one launch"))
+            })?;
+        out.push(Launch::Kernel {
+            function: step.function,
             grid,
-            BLOCK,
-            &buffers,
-            &scalars,
+            block,
+            buffers,
+            scalars,
+        });
+        Ok(())
+    }
+}
+
+impl<E: Executor> PlanRuntime<E> {
+    /// Moves the buffers that in-place `WriteSlice`s took for a run back to their state
+    /// inputs (which then hold the updated tensors).
+    fn return_state(&mut self) {
+        for step in self.steps.iter().filter(|s| s.in_place) {
+            if let Some(b) = self.buffers.remove(&step.node) {
+                let dest = self.graph.node(step.node).inputs[0].node;
+                self.buffers.insert(dest, b);
+            }
+        }
+    }
+
+    /// Product `pi` into `id`'s buffer through [`Executor::gemm`], after rounding its f32
+    /// operand to the half type where the pattern asks.
+    fn prepare_gemm(&mut self, id: NodeId, pi: usize, out: &mut Vec<Launch>) -> Result<()> {
+        let p = &self.patterns[pi];
+        if let Some((side, t)) = p.round {
+            let src = match side {
+                Side::A => p.a.node,
+                Side::B => p.b.node,
+            };
+            let n = self
+                .buffers
+                .get(&src)
+                .ok_or_else(|| LuminalError::Backend(format!("node {} has no buffer", src.0)))?
+                .len
+                / 4;
+            let bytes = n * t.size();
+            if self.scratch.get(&pi).is_none_or(|b| b.capacity < bytes) {
+                let capacity = bytes.max(4);
+                let buf = self.exec.alloc(capacity)?;
+                self.scratch.insert(
+                    pi,
+                    Buffer {
+                        buf,
+                        capacity,
+                        len: bytes,
+                    },
+                );
+            }
+            let grid = u32::try_from(n.div_ceil(BLOCK as usize)).map_err(|_| {
+                LuminalError::Backend(format!("{n} elements is too many for one launch"))
+            })?;
+            out.push(Launch::Kernel {
+                function: self.round_fn[&t],
+                grid: grid.max(1),
+                block: BLOCK,
+                buffers: vec![BufRef::Scratch(pi), BufRef::Node(src)],
+                scalars: vec![n as i64],
+            });
+        }
+        let p = &self.patterns[pi];
+        let operand = |side: Side, e: &luminal::graph::Edge| {
+            if p.round.is_some_and(|r| r.0 == side) {
+                BufRef::Scratch(pi)
+            } else {
+                BufRef::Node(e.node)
+            }
+        };
+        // cuBLAS's A is our `b`, its B our `a`.
+        let (a, b) = (operand(Side::B, &p.b), operand(Side::A, &p.a));
+        for call in self.calls[pi].as_ref().expect("resolved") {
+            out.push(Launch::Gemm {
+                call: *call,
+                c: BufRef::Node(id),
+                a,
+                b,
+            });
+        }
+        Ok(())
+    }
+
+    /// The buffer `r` names.
+    fn buffer(&self, r: BufRef) -> Result<&E::Buffer> {
+        buffer_of(
+            &self.buffers,
+            &self.scratch,
+            &self.error_buffer,
+            &self.dims_table,
+            r,
         )
+    }
+
+    /// What identifies a run's launches: functions, grids, scalars, products and the
+    /// addresses of every buffer they touch (dims values excepted: they are read from the
+    /// dims table).
+    fn signature(&self, launches: &[Launch]) -> Result<Vec<u64>> {
+        let mut sig = Vec::with_capacity(launches.len() * 6);
+        for l in launches {
+            match l {
+                Launch::Kernel {
+                    function,
+                    grid,
+                    block,
+                    buffers,
+                    scalars,
+                } => {
+                    sig.extend([0, *function as u64, *grid as u64, buffers.len() as u64]);
+                    sig.push(*block as u64);
+                    for &b in buffers {
+                        sig.push(self.exec.addr(self.buffer(b)?));
+                    }
+                    sig.extend(scalars.iter().map(|&x| x as u64));
+                }
+                Launch::Gemm { call, c, a, b } => {
+                    sig.push(1);
+                    for r in [c, a, b] {
+                        sig.push(self.exec.addr(self.buffer(*r)?));
+                    }
+                    let g = call;
+                    sig.extend([
+                        g.trans_a as u64,
+                        g.trans_b as u64,
+                        g.m as u64,
+                        g.n as u64,
+                        g.k as u64,
+                        g.lda as u64,
+                        g.ldb as u64,
+                        g.ldc as u64,
+                        g.stride_a as u64,
+                        g.stride_b as u64,
+                        g.stride_c as u64,
+                        g.batch as u64,
+                        g.offset_a as u64,
+                        g.offset_b as u64,
+                        g.offset_c as u64,
+                        g.a_type as u64,
+                        g.b_type as u64,
+                        g.c_type as u64,
+                    ]);
+                }
+                Launch::Attention {
+                    call,
+                    out,
+                    q,
+                    k,
+                    v,
+                    bias,
+                } => {
+                    sig.push(2);
+                    for r in [out, q, k, v] {
+                        sig.push(self.exec.addr(self.buffer(*r)?));
+                    }
+                    sig.push(match bias {
+                        Some(b) => self.exec.addr(self.buffer(*b)?),
+                        None => 0,
+                    });
+                    sig.push(
+                        self.attn_scratch
+                            .as_ref()
+                            .map_or(0, |b| self.exec.addr(&b.buf)),
+                    );
+                    sig.extend(call.words().iter().map(|&x| x as u64));
+                }
+            }
+        }
+        Ok(sig)
+    }
+
+    /// Issues `launches` on the executor (running them, or recording them in a capture).
+    fn issue(&mut self, launches: &[Launch]) -> Result<()> {
+        let PlanRuntime {
+            exec,
+            buffers,
+            scratch,
+            error_buffer,
+            dims_table,
+            functions,
+            attn_scratch,
+            ..
+        } = self;
+        let get = |r: BufRef| buffer_of(buffers, scratch, error_buffer, dims_table, r);
+        for l in launches {
+            match l {
+                Launch::Kernel {
+                    function,
+                    grid,
+                    block,
+                    buffers,
+                    scalars,
+                } => {
+                    let bufs: Vec<&E::Buffer> =
+                        buffers.iter().map(|&b| get(b)).collect::<Result<_>>()?;
+                    exec.launch(&functions[*function], *grid, *block, &bufs, scalars)?;
+                }
+                Launch::Gemm { call, c, a, b } => {
+                    exec.gemm(call, get(*c)?, get(*a)?, get(*b)?)?;
+                }
+                Launch::Attention {
+                    call,
+                    out,
+                    q,
+                    k,
+                    v,
+                    bias,
+                } => {
+                    let scratch = attn_scratch.as_ref().map(|b| &b.buf).ok_or_else(|| {
+                        LuminalError::Backend("attention scratch not allocated".into())
+                    })?;
+                    let bias = bias.map(get).transpose()?;
+                    exec.attention(
+                        call,
+                        get(*out)?,
+                        get(*q)?,
+                        get(*k)?,
+                        get(*v)?,
+                        bias,
+                        scratch,
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// How many runs were replayed from a captured graph, and how many graphs were captured.
+    pub fn graph_replays(&self) -> (usize, usize) {
+        (self.replays, self.captures)
     }
 }
 
 impl<E: Executor> Runtime for PlanRuntime<E> {
     fn set_data(&mut self, tensor: impl Into<TensorRef>, data: HostData) -> Result<()> {
         let node = self.graph.check_input(tensor, &data, &self.dims)?;
+        self.generation += 1;
+        self.set_at.insert(node, self.generation);
         let bytes = to_bytes(data)?;
         let len = bytes.len();
+        // A state that an in-place write holds after a failed run comes back first.
+        self.return_state();
+        // New values of the same size or smaller (a decode step's token) go into the buffer
+        // the input already has: no allocation, and the device pointers stay the same.
+        if let Some(b) = self.buffers.get_mut(&node) {
+            if b.capacity >= len && len > 0 {
+                self.exec.write(&mut b.buf, &bytes)?;
+                b.len = len;
+                return Ok(());
+            }
+        }
         let buf = self.exec.upload(&bytes)?;
         self.buffers.insert(
             node,
@@ -499,6 +1044,8 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
     }
 
     fn run(&mut self) -> Result<()> {
+        // A run that failed after an in-place write took its state's buffer: give it back.
+        self.return_state();
         if let Some(d) = self
             .needed_dims
             .iter()
@@ -544,13 +1091,74 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
             .collect();
         let gathers = self.steps.iter().any(|s| s.error_flag);
         if gathers {
-            let zero = self.exec.upload(&[0u8; 8])?;
-            self.error_buffer = Some(zero);
+            match self.error_buffer.as_mut() {
+                Some(b) => self.exec.write(b, &[0u8; 8])?,
+                None => self.error_buffer = Some(self.exec.upload(&[0u8; 8])?),
+            }
+        }
+        // This run's dims, where the kernels read them.
+        for step in &self.steps {
+            for (i, d) in step.dims.iter().enumerate() {
+                self.dims_host[step.dims_at + i] = *self
+                    .dims
+                    .get(d)
+                    .ok_or_else(|| LuminalError::UnboundDim(d.clone()))?;
+            }
+        }
+        if !self.dims_host.is_empty() {
+            let bytes: Vec<u8> = self
+                .dims_host
+                .iter()
+                .flat_map(|x| x.to_le_bytes())
+                .collect();
+            match self.dims_table.as_mut() {
+                Some(t) => self.exec.write(&mut t.buf, &bytes)?,
+                None => {
+                    let buf = self.exec.upload(&bytes)?;
+                    self.dims_table = Some(Buffer {
+                        buf,
+                        capacity: bytes.len(),
+                        len: bytes.len(),
+                    });
+                }
+            }
         }
         let before = self.launches;
-        self.launches = 0;
+        let t0 = std::time::Instant::now();
+        let mut launches = Vec::with_capacity(self.steps.len());
+        self.pending_static.clear();
         for s in 0..self.steps.len() {
-            self.launch_step(s)?;
+            self.prepare_step(s, &mut launches)?;
+        }
+        self.launches = launches.len();
+        if self.graphs {
+            let sig = self.signature(&launches)?;
+            if self.captured.as_ref().is_some_and(|g| g.0 == sig) {
+                self.exec
+                    .replay(&self.captured.as_ref().expect("checked").1)?;
+                self.replays += 1;
+            } else if sig == self.last_signature {
+                // The same launches twice in a row: record them once, then replay.
+                self.captured = None;
+                self.exec.begin_capture()?;
+                let issued = self.issue(&launches);
+                let graph = self.exec.end_capture();
+                issued?;
+                let graph = graph?;
+                self.exec.replay(&graph)?;
+                self.captured = Some((sig, graph));
+                self.captures += 1;
+                self.replays += 1;
+            } else {
+                self.issue(&launches)?;
+                self.last_signature = sig;
+            }
+        } else {
+            self.issue(&launches)?;
+        }
+        let at = self.generation.max(1);
+        for s in std::mem::take(&mut self.pending_static) {
+            self.computed_at[s] = at;
         }
         if self.stats && self.launches != before {
             eprintln!(
@@ -565,9 +1173,14 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
         }
         // State written by `WriteSlice`s: the destination inputs take the updated tensors after
         // the run (their other readers in this run saw the values from before it).
+        self.return_state();
+        self.ran = true;
         for step in &self.steps {
             let node = self.graph.node(step.node);
             if let Op::WriteSlice { .. } = node.op {
+                if step.in_place {
+                    continue;
+                }
                 let dest = node.inputs[0].node;
                 let mut d = self.buffers.remove(&dest).expect("inputs checked above");
                 let src = &self.buffers[&step.node];
@@ -580,7 +1193,16 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
                 self.buffers.insert(dest, d);
             }
         }
+        let enqueued = t0.elapsed();
         self.exec.synchronize()?;
+        if self.timings {
+            eprintln!(
+                "luminal_cuda: run of {} launches: {:.1} µs enqueueing, {:.1} µs waiting for the device",
+                self.launches,
+                enqueued.as_secs_f64() * 1e6,
+                (t0.elapsed() - enqueued).as_secs_f64() * 1e6
+            );
+        }
         if gathers {
             let err = self
                 .exec
@@ -606,9 +1228,20 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
 
     fn get_data(&self, tensor: impl Into<TensorRef>) -> Result<HostData> {
         let entry = self.graph.check_output(tensor)?;
+        // An in-place write's result is its state input's buffer after the run.
+        let node = match self
+            .steps
+            .iter()
+            .find(|s| s.in_place && s.node == entry.node)
+        {
+            Some(s) if self.ran && !self.buffers.contains_key(&s.node) => {
+                self.graph.node(s.node).inputs[0].node
+            }
+            _ => entry.node,
+        };
         let buf = self
             .buffers
-            .get(&entry.node)
+            .get(&node)
             .ok_or_else(|| LuminalError::NotComputed(entry.label.clone()))?;
         let bytes = self.exec.download(&buf.buf, buf.len)?;
         Ok(from_bytes(entry.dtype, &bytes))
@@ -616,5 +1249,42 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
 
     fn graph_data(&self) -> &GraphData {
         &self.graph
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::threads_per_output;
+
+    #[test]
+    fn threads_per_output_follow_the_row() {
+        // Short or strided rows: one thread per output.
+        assert_eq!(threads_per_output(4096, 16, 1), 1);
+        assert_eq!(threads_per_output(1, 4096, 8), 1);
+        // A warp for medium rows, more lanes for long ones, fewer when outputs are many.
+        assert_eq!(threads_per_output(1 << 16, 64, 1), 32);
+        assert_eq!(threads_per_output(4096, 8192, 1), 512);
+        assert_eq!(threads_per_output(1 << 16, 8192, 1), 32);
+        // Few outputs: up to a block of 512 threads, at least 4 elements a lane.
+        assert_eq!(threads_per_output(1, 4096, 1), 512);
+        assert_eq!(threads_per_output(3, 5000, 1), 512);
+        assert_eq!(threads_per_output(7, 1000, 1), 128);
+        // The cases of tests/emulator_reduce.rs.
+        assert_eq!(threads_per_output(5, 1023, 1), 128);
+        assert_eq!(threads_per_output(1101, 600, 1), 64);
+        assert_eq!(threads_per_output(37, 100, 1), 32);
+        assert_eq!(threads_per_output(4, 33, 1), 1);
+        for (n, len) in [
+            (1, 64),
+            (5, 100_000),
+            (1 << 20, 1 << 20),
+            (usize::MAX, 1 << 30),
+        ] {
+            let t = threads_per_output(n, len, 1);
+            assert!(
+                t.is_power_of_two() && (32..=512).contains(&t),
+                "{n} {len}: {t}"
+            );
+        }
     }
 }

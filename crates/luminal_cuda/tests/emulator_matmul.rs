@@ -21,6 +21,16 @@ fn products_as_kernels_without_cublas() {
 }
 
 #[test]
+fn half_products_through_the_emulated_cublas() {
+    cases::halves(|| HostEmulatorBackend, true, true);
+}
+
+#[test]
+fn half_products_as_kernels() {
+    cases::halves(|| HostEmulatorKernelsOnly, false, false);
+}
+
+#[test]
 fn op_suite_nn_family_with_products_as_kernels() {
     luminal::testing::run_family("nn", || HostEmulatorKernelsOnly);
 }
@@ -31,6 +41,9 @@ fn gpu_products() {
         Ok(b) if b.has_cublas() => {
             cases::all(|| b.clone(), true);
             cases::all(|| b.clone().without_cublas(), false);
+            cases::halves(|| b.clone(), true, true);
+            cases::halves(|| b.clone().without_half_products(), true, false);
+            cases::all(|| b.clone().with_tf32(), true);
             // For information: one 256×1024·1024×1024 product, cuBLAS against the kernels
             // (which materialise the 256·1024·1024 broadcast product first).
             for b in [b.clone(), b.without_cublas()] {

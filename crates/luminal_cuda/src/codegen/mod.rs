@@ -1,10 +1,11 @@
 //! Graph to kernel source: one CUDA C kernel per primop node, one thread per output element
-//! (reductions: one thread per output, looping over the reduced axis).
+//! (reductions: one or, on a GPU, several threads per output, [`Kernel::cooperative`]).
 //!
 //! Each input is read through its edge's view: the `ShapeTracker`'s index and valid
 //! expressions, rendered with [`Expression::to_c`], with `z` bound to the logical element.
-//! Dynamic dims are renamed `lum_d0, lum_d1, …` (sorted by name) and become `long long`
-//! kernel parameters after the element count `lum_n`, so one source serves every binding.
+//! Dynamic dims are renamed `lum_d0, lum_d1, …` (sorted by name) and read from a table of
+//! `long long`s in device memory (a kernel parameter, with the kernel's offset in it), so one
+//! source serves every binding and a captured CUDA graph replays with new values.
 //! The same source is compiled by NVRTC on a GPU ([`crate::device`]) and by the host C
 //! compiler in the emulator ([`crate::host`]); only the prelude differs.
 
@@ -20,8 +21,11 @@ use std::fmt::Write as _;
 pub const BLOCK: u32 = 256;
 
 /// A generated kernel. Its parameters are, in order: the output buffer, one buffer per input
-/// edge, the error buffer (two `int`s) when `error_flag` is set, then the scalars `lum_n` (the
-/// thread count) and the values of `dims`.
+/// edge, the error buffer (two `int`s) when `error_flag` is set, the plan's dims table
+/// (`long long`s) when `dims` is not empty, then the scalars `lum_n` (the thread count; a
+/// cooperative reduction's output count, followed by its threads per output `lum_t`) and,
+/// with dims, `lum_do`: where the kernel's dims start in the table (their values in `dims`
+/// order).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Kernel {
     /// The C function name (a hash of the body: equal sources have equal names).
@@ -34,6 +38,11 @@ pub struct Kernel {
     pub error_flag: bool,
     /// Dynamic dims passed at launch, in parameter order.
     pub dims: Vec<String>,
+    /// A reduction that may run several threads per output: it takes the threads per output
+    /// `lum_t` as a scalar right after `lum_n` (the output count), and its grid covers
+    /// `lum_n · lum_t` threads in blocks of `max(lum_t, BLOCK)`: under NVRTC `lum_t` lanes fold
+    /// each output's row; the host emulator's branch ignores `lum_t` (it is 1 there).
+    pub cooperative: bool,
 }
 
 /// The full source NVRTC compiles for `kernels` (one module).
@@ -500,6 +509,19 @@ pub fn generate_fused(
     input_dtypes: &[DType],
     fused: &HashSet<NodeId>,
 ) -> Result<Option<Generated>, String> {
+    generate_node(graph, node, input_dtypes, fused, false)
+}
+
+/// [`generate_fused`]; `in_place`: a `WriteSlice` whose output buffer is its destination's
+/// (the state input's buffer, [`write_in_place`]): one thread per written element, storing
+/// only the slice (the destination is not a parameter; `lum_n` is the source's count).
+fn generate_node(
+    graph: Option<&GraphData>,
+    node: &Node,
+    input_dtypes: &[DType],
+    fused: &HashSet<NodeId>,
+    in_place: bool,
+) -> Result<Option<Generated>, String> {
     if matches!(node.op, Op::Input { .. }) {
         return Ok(None);
     }
@@ -519,6 +541,7 @@ pub fn generate_fused(
     let od = node.dtype;
     let mut body = String::new();
     let mut error_flag = false;
+    let mut cooperative = false;
     let decl = |i: usize, var: &str| Gen::decl(input_dtypes[i], var);
     let kind = match &node.op {
         Op::Input { .. } => unreachable!(),
@@ -574,12 +597,17 @@ pub fn generate_fused(
                 "a",
                 "(lum_outer * lum_len + lum_k) * lum_inner + lum_rest",
             );
-            let _ = writeln!(
-                body,
-                "    const long long lum_len = {len};\n    const long long lum_inner = lum_max({inner}, 1);\n    const long long lum_outer = lum_i / lum_inner, lum_rest = lum_i % lum_inner;\n    {acc_t} lum_acc = {ident};\n    for (long long lum_k = 0; lum_k < lum_len; ++lum_k) {{\n        {}\n        {read}\n        {combine}\n    }}\n    out[lum_i] = {};",
-                decl(0, "a"),
-                store(od, in_kind, "lum_acc")
-            );
+            body.push_str(&reduce_body(ReduceParts {
+                len: &len,
+                inner: &inner,
+                acc_t,
+                ident: &ident,
+                combine,
+                decl: &decl(0, "a"),
+                read: &read,
+                store: &store(od, in_kind, "lum_acc"),
+            }));
+            cooperative = true;
             "reduce"
         }
         Op::Gather => {
@@ -603,6 +631,23 @@ pub fn generate_fused(
                 store(od, val_kind(input_dtypes[0]), "a")
             );
             "gather"
+        }
+        Op::WriteSlice { axis, start } if in_place => {
+            let src_dims = node.inputs[1].view.dims();
+            // Source element `lum_i` is (outer, a, rest) over [.., len, inner]; it lands at
+            // `(outer·size + start + a)·inner + rest` of the destination.
+            let read_src = g.read_edge(&node.inputs[1], input_dtypes[1], "a", "lum_i");
+            let _ = writeln!(
+                body,
+                "    const long long lum_len = {}, lum_size = {}, lum_start = {};\n    const long long lum_inner = lum_max({}, 1);\n    const long long lum_a = (lum_i / lum_inner) % lum_max(lum_len, 1);\n    const long long lum_outer = lum_i / (lum_inner * lum_max(lum_len, 1)), lum_rest = lum_i % lum_inner;\n    {}\n    {read_src}\n    out[(lum_outer * lum_size + lum_start + lum_a) * lum_inner + lum_rest] = {};",
+                g.dims.c(&src_dims[*axis]),
+                g.dims.c(&node.shape[*axis]),
+                g.dims.c(start),
+                g.dims.c(&product(&src_dims[axis + 1..])),
+                decl(1, "a"),
+                store(od, val_kind(input_dtypes[1]), "a")
+            );
+            "write_in_place"
         }
         Op::WriteSlice { axis, start } => {
             let src_dims = node.inputs[1].view.dims();
@@ -636,13 +681,36 @@ pub fn generate_fused(
     if error_flag {
         params.push_str(", int* lum_err");
     }
-    params.push_str(", long long lum_n");
-    for i in 0..g.dims.index.len() {
-        let _ = write!(params, ", long long lum_d{i}");
+    let ndims = g.dims.index.len();
+    let mut read_dims = String::new();
+    if ndims > 0 {
+        // The dims' values live in device memory (the plan's dims table, written before each
+        // run), so a captured CUDA graph replays with new values.
+        params.push_str(", const long long* __restrict__ lum_dv");
+        for i in 0..ndims {
+            let _ = writeln!(
+                read_dims,
+                "    const long long lum_d{i} = lum_dv[lum_do + {i}];"
+            );
+        }
     }
-    let text = format!(
-        "LUM_EXTERN_C __global__ void KERNEL({params}) {{\n    const long long lum_i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n    if (lum_i >= lum_n) return;\n{body}}}\n"
-    );
+    params.push_str(", long long lum_n");
+    if cooperative {
+        params.push_str(", long long lum_t");
+    }
+    if ndims > 0 {
+        params.push_str(", long long lum_do");
+    }
+    let text = if cooperative {
+        // The body computes its own thread indices (several threads per output on a GPU).
+        format!(
+            "LUM_EXTERN_C __global__ void LUM_REDUCE_BOUNDS KERNEL({params}) {{\n{read_dims}{body}}}\n"
+        )
+    } else {
+        format!(
+            "LUM_EXTERN_C __global__ void KERNEL({params}) {{\n    const long long lum_i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n    if (lum_i >= lum_n) return;\n{read_dims}{body}}}\n"
+        )
+    };
     let kind = if members.len() > 1 {
         format!("fused{}_{kind}", members.len())
     } else {
@@ -656,9 +724,158 @@ pub fn generate_fused(
             buffer_types,
             error_flag,
             dims: g.dims.names(),
+            cooperative,
         },
         g.params.iter().map(|p| p.0).collect(),
     )))
+}
+
+/// The `WriteSlice` nodes of `order` that write into their destination's buffer in place
+/// (the KV cache: no copy of the whole state per run): the destination is an `Input` read
+/// by nothing else, through a contiguous view of the same shape and dtype. The plan moves
+/// the input's buffer to the node for the run and back after it (after a run both hold the
+/// updated tensor, so reading either output reads that buffer).
+pub fn write_in_place(graph: &GraphData, order: &[NodeId]) -> HashSet<NodeId> {
+    let mut uses: HashMap<NodeId, usize> = HashMap::new();
+    for &id in order {
+        for e in &graph.node(id).inputs {
+            *uses.entry(e.node).or_default() += 1;
+        }
+    }
+    order
+        .iter()
+        .copied()
+        .filter(|&id| {
+            let node = graph.node(id);
+            let Op::WriteSlice { .. } = node.op else {
+                return false;
+            };
+            let dest = &node.inputs[0];
+            let d = graph.node(dest.node);
+            matches!(d.op, Op::Input { .. })
+                && uses.get(&dest.node) == Some(&1)
+                && d.dtype == node.dtype
+                && !node.dtype.is_quantized()
+                && dest.view.is_contiguous()
+                && dest.view.dims() == node.shape
+                && d.shape == node.shape
+        })
+        .collect()
+}
+
+/// The kernel that rounds `lum_n` f32 values to `dtype` (f16 or bf16): an f32 operand of a
+/// product that cuBLAS multiplies with a half weight ([`crate::gemm::Pattern::round`]).
+/// Parameters: the output, the f32 input, `lum_n`.
+pub fn round_kernel(dtype: DType) -> Kernel {
+    let out_t = c_type(dtype).expect("a half type");
+    let text = format!(
+        "LUM_EXTERN_C __global__ void KERNEL({out_t}* __restrict__ out, const float* __restrict__ in0, long long lum_n) {{\n    const long long lum_i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n    if (lum_i >= lum_n) return;\n    out[lum_i] = {};\n}}\n",
+        store(dtype, Val::Float, "in0[lum_i]")
+    );
+    let name = format!("lum_round_{}_{:016x}", dtype.name(), fnv1a(&text));
+    Kernel {
+        source: text.replace("KERNEL", &name),
+        name,
+        buffer_types: vec![out_t, "float"],
+        error_flag: false,
+        dims: vec![],
+        cooperative: false,
+    }
+}
+
+/// The most threads one output of a reduction gets (its block's size; the kernels are
+/// compiled with `__launch_bounds__` of this many threads, so a launch never asks for more
+/// registers than a multiprocessor has).
+pub const MAX_THREADS_PER_OUTPUT: u32 = 512;
+
+/// The pieces of a reduction kernel's body ([`reduce_body`]), as C text.
+struct ReduceParts<'a> {
+    /// The reduced axis' length and the product of the dims after it.
+    len: &'a str,
+    inner: &'a str,
+    /// The accumulator's type and identity, and the statement folding `a` into `lum_acc`.
+    acc_t: &'a str,
+    ident: &'a str,
+    combine: &'a str,
+    /// The declaration of `a` and the statements reading element `lum_k` of the output's
+    /// row into it.
+    decl: &'a str,
+    read: &'a str,
+    /// `lum_acc` as stored into the output.
+    store: &'a str,
+}
+
+/// The body of a reduction kernel. Under NVRTC (`__CUDACC_RTC__`) `lum_t` threads compute
+/// each output (`lum_t` a power of two up to [`MAX_THREADS_PER_OUTPUT`], chosen by the plan
+/// at launch, [`crate::plan::threads_per_output`]): lane `l` folds elements `l, l + lum_t, …`
+/// of the row (consecutive lanes read consecutive elements), the lanes of a warp combine
+/// with a `__shfl_xor_sync` butterfly, the warps of a block through shared memory, and lane
+/// 0 stores. With `lum_t == 1` that is the sequential loop, in the same order. No thread
+/// returns early when `lum_t > 1` (every lane of a warp takes part in its shuffles and every
+/// thread of a block in its barrier); threads past the last output fold nothing and store
+/// nothing. The host emulator (no cross-thread cooperation) compiles the `#else` branch:
+/// one thread per output, looping over the reduced axis.
+fn reduce_body(p: ReduceParts) -> String {
+    let ReduceParts {
+        len,
+        inner,
+        acc_t,
+        ident,
+        combine,
+        decl,
+        read,
+        store,
+    } = p;
+    format!(
+        r#"#ifdef __CUDACC_RTC__
+    const long long lum_g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long lum_i = lum_g / lum_t, lum_lane = lum_g % lum_t;
+    const bool lum_live = lum_i < lum_n;
+    if (lum_t == 1 && !lum_live) return;
+    const long long lum_len = {len};
+    const long long lum_inner = lum_max({inner}, 1);
+    const long long lum_outer = lum_i / lum_inner, lum_rest = lum_i % lum_inner;
+    {acc_t} lum_acc = {ident};
+#pragma unroll 4
+    for (long long lum_k = lum_live ? lum_lane : lum_len; lum_k < lum_len; lum_k += lum_t) {{
+        {decl}
+        {read}
+        {combine}
+    }}
+    for (int lum_o = (lum_t < 32 ? (int)lum_t : 32) >> 1; lum_o > 0; lum_o >>= 1) {{
+        const {acc_t} a = __shfl_xor_sync(0xffffffffu, lum_acc, lum_o);
+        {combine}
+    }}
+    if (lum_t > 32) {{
+        __shared__ {acc_t} lum_part[32];
+        const int lum_w = (int)(threadIdx.x >> 5), lum_l = (int)(threadIdx.x & 31u);
+        const int lum_nw = (int)(lum_t >> 5), lum_first = (int)(threadIdx.x / lum_t) * lum_nw;
+        if (lum_l == 0) lum_part[lum_w] = lum_acc;
+        __syncthreads();
+        lum_acc = lum_l < lum_nw ? lum_part[lum_first + lum_l] : {ident};
+        for (int lum_o = 16; lum_o > 0; lum_o >>= 1) {{
+            const {acc_t} a = __shfl_xor_sync(0xffffffffu, lum_acc, lum_o);
+            {combine}
+        }}
+    }}
+    if (lum_live && lum_lane == 0) out[lum_i] = {store};
+#else
+    const long long lum_i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    (void)lum_t;
+    if (lum_i >= lum_n) return;
+    const long long lum_len = {len};
+    const long long lum_inner = lum_max({inner}, 1);
+    const long long lum_outer = lum_i / lum_inner, lum_rest = lum_i % lum_inner;
+    {acc_t} lum_acc = {ident};
+    for (long long lum_k = 0; lum_k < lum_len; ++lum_k) {{
+        {decl}
+        {read}
+        {combine}
+    }}
+    out[lum_i] = {store};
+#endif
+"#
+    )
 }
 
 /// A node's kernel and the nodes its buffer parameters read, in order.
@@ -671,6 +888,7 @@ pub fn generate_all(
     graph: &GraphData,
     order: &[NodeId],
     fused: &HashSet<NodeId>,
+    in_place: &HashSet<NodeId>,
 ) -> Result<Vec<(NodeId, Option<Generated>)>, String> {
     order
         .iter()
@@ -682,7 +900,7 @@ pub fn generate_all(
                 .iter()
                 .map(|e| graph.node(e.node).dtype)
                 .collect();
-            generate_fused(Some(graph), node, &dtypes, fused)
+            generate_node(Some(graph), node, &dtypes, fused, in_place.contains(&id))
                 .map(|k| (id, k))
                 .map_err(|e| format!("node {} ({}): {e}", id.0, node.op.name()))
         })
@@ -709,7 +927,11 @@ mod tests {
         let k = generate(node, &[DType::F32]).unwrap().unwrap();
         // The dynamic dim is a parameter; the pad is a validity test; one output per thread.
         assert_eq!(k.dims, vec!["seq".to_string()]);
-        assert!(k.source.contains("long long lum_d0"), "{}", k.source);
+        assert!(
+            k.source.contains("long long lum_d0 = lum_dv[lum_do + 0]"),
+            "{}",
+            k.source
+        );
         assert!(k.source.contains("? in0["), "{}", k.source);
         assert!(k.source.contains("if (lum_i >= lum_n) return;"));
         // Equal nodes give equal sources (the cache key) and names.

@@ -14,6 +14,7 @@ typedef struct { unsigned x, y, z; } lum_dim3;
 static _Thread_local lum_dim3 blockIdx, blockDim, threadIdx, gridDim;
 #define LUM_EXTERN_C
 #define LUM_DEV static inline
+#define LUM_REDUCE_BOUNDS
 static inline float lum_u2f(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 static inline unsigned lum_f2u(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
 /* ISO C mode contracts no products into fused multiply-adds (and x86-64 has none by default). */
@@ -24,6 +25,8 @@ static inline unsigned lum_f2u(float f) { unsigned u; memcpy(&u, &f, 4); return 
 /// unmangled in the module.
 pub const CUDA_PRELUDE: &str = r#"#define LUM_EXTERN_C extern "C"
 #define LUM_DEV static __device__ __forceinline__
+/* Reductions launch up to 512 threads per block (codegen::MAX_THREADS_PER_OUTPUT). */
+#define LUM_REDUCE_BOUNDS __launch_bounds__(512)
 LUM_DEV float lum_u2f(unsigned u) { return __uint_as_float(u); }
 LUM_DEV unsigned lum_f2u(float f) { return __float_as_uint(f); }
 /* A product NVRTC never contracts into an FMA with a following add: the dequantizers round

@@ -1,6 +1,7 @@
 //! Matrix products on a CUDA plan (GPU or emulator) against the reference runtime.
 
 use super::data;
+use luminal::half::{bf16, f16};
 use luminal::prelude::*;
 use luminal_cuda::plan::{Executor, PlanRuntime};
 
@@ -13,6 +14,19 @@ fn check<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(
     build: impl for<'g> Fn(&'g Graph) -> (Vec<GraphTensor<'g>>, Vec<GraphTensor<'g>>),
     bindings: &[&[(&str, usize)]],
     expect_gemm: Option<bool>,
+) {
+    check_tol(name, backend, build, bindings, expect_gemm, 1e-4, None)
+}
+
+/// [`check`] with relative tolerance `tol`; half inputs get the data rounded to their type.
+fn check_tol<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(
+    name: &str,
+    backend: B,
+    build: impl for<'g> Fn(&'g Graph) -> (Vec<GraphTensor<'g>>, Vec<GraphTensor<'g>>),
+    bindings: &[&[(&str, usize)]],
+    expect_gemm: Option<bool>,
+    tol: f32,
+    expect_half: Option<bool>,
 ) {
     let cx = Graph::new();
     let (inputs, outputs) = build(&cx);
@@ -33,8 +47,13 @@ fn check<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(
                 .map(|v| v.unwrap() as usize)
                 .product();
             let v = data(n, i as u32 + 17 * dims.len() as u32);
-            reference.set(t, &v).unwrap();
-            rt.set(t, &v).unwrap();
+            let host = match t.dtype() {
+                DType::F16 => HostData::F16(v.iter().map(|&x| f16::from_f32(x)).collect()),
+                DType::BF16 => HostData::BF16(v.iter().map(|&x| bf16::from_f32(x)).collect()),
+                _ => HostData::F32(v),
+            };
+            reference.set_data(t, host.clone()).unwrap();
+            rt.set_data(t, host).unwrap();
         }
         reference.run().unwrap();
         rt.run().unwrap();
@@ -43,7 +62,7 @@ fn check<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(
             assert_eq!(w.len(), g.len(), "{name} output {o}");
             for (i, (a, b)) in w.iter().zip(&g).enumerate() {
                 assert!(
-                    (a - b).abs() <= 1e-4 * (1.0 + a.abs()),
+                    (a - b).abs() <= tol * (1.0 + a.abs()),
                     "{name} {dims:?} output {o} element {i}: want {a}, got {b}"
                 );
             }
@@ -52,6 +71,14 @@ fn check<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(
             Some(true) => assert!(rt.gemm_products() > 0, "{name}: no product went to gemm"),
             Some(false) => assert_eq!(rt.gemm_products(), 0, "{name}: a product went to gemm"),
             None => {}
+        }
+        if let Some(h) = expect_half {
+            assert_eq!(
+                rt.half_products() > 0,
+                h,
+                "{name}: half operands read by gemm: {}",
+                rt.half_products()
+            );
         }
     }
 }
@@ -164,6 +191,101 @@ pub fn all<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(backend: impl Fn()
         &[&[]],
         Some(false),
     );
+}
+
+/// Products with f16/bf16 operands: half in and out, widening casts of halves (read in
+/// place), f32 activations with a half weight (rounded to the weight's type where the backend
+/// allows it), a transposed bf16 linear weight, an f16 cache window. `gemm`: whether the
+/// backend runs products through gemm; `rounds`: whether it rounds f32 activations to a half
+/// weight's type.
+pub fn halves<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(
+    backend: impl Fn() -> B,
+    gemm: bool,
+    rounds: bool,
+) {
+    let on = Some(gemm);
+    let half = Some(gemm);
+    let rounded = Some(gemm && rounds);
+    // A half's relative precision is 2^-11 (f16) and 2^-8 (bf16); sums of up to 20 terms of
+    // magnitude <= 0.25.
+    for dt in [DType::F16, DType::BF16] {
+        let tol = if dt == DType::F16 { 2e-3 } else { 1.5e-2 };
+        check_tol(
+            &format!("{dt} operands, {dt} product"),
+            backend(),
+            |cx| {
+                let a = cx.input("a", (7, 13), dt);
+                let b = cx.input("b", (13, 5), dt);
+                (vec![a, b], vec![a.matmul(b).output()])
+            },
+            &[&[]],
+            on,
+            tol,
+            half,
+        );
+        check_tol(
+            &format!("{dt} casts, f32 product (exact)"),
+            backend(),
+            |cx| {
+                let a = cx.input("a", (2, 6, 11), dt);
+                let b = cx.input("b", (11, 9), dt);
+                let c = a.cast(DType::F32).matmul(b.cast(DType::F32));
+                (vec![a, b], vec![c.output()])
+            },
+            &[&[]],
+            on,
+            1e-4,
+            half,
+        );
+        check_tol(
+            &format!("f32 activations, {dt} weight"),
+            backend(),
+            |cx| {
+                let x = cx.tensor("x", (3, 6, 10));
+                let w = cx.input("w", (10, 4), dt);
+                (vec![x, w], vec![x.matmul(w.cast(DType::F32)).output()])
+            },
+            &[&[]],
+            on,
+            tol,
+            rounded,
+        );
+        check_tol(
+            &format!("{dt} linear weight (transposed), weight on the left"),
+            backend(),
+            |cx| {
+                let x = cx.tensor("x", (5, 12));
+                let w = cx.input("w", (7, 12), dt);
+                let y = x.matmul(w.cast(DType::F32).permute([1, 0]));
+                let w2 = cx.input("w2", (7, 12), dt);
+                let z = w2.cast(DType::F32).matmul(x.permute([1, 0]));
+                (vec![x, w, w2], vec![y.output(), z.output()])
+            },
+            &[&[]],
+            on,
+            tol,
+            rounded,
+        );
+        check_tol(
+            &format!("{dt} cache window"),
+            backend(),
+            |cx| {
+                let q = cx.tensor("q", (2, "s", 16));
+                let k = cx.input("k", (2, 20, 16), dt);
+                let v = cx.input("v", (2, 20, 16), dt);
+                let end = Expression::var("p") + Expression::var("s");
+                let kw = k.cast(DType::F32).slice(1, 0, end.clone());
+                let vw = v.cast(DType::F32).slice(1, 0, end);
+                let scores = q.matmul(kw.permute([0, 2, 1]));
+                let out = scores.matmul(vw);
+                (vec![q, k, v], vec![scores.output(), out.output()])
+            },
+            &[&[("s", 3), ("p", 4)], &[("s", 1), ("p", 9)]],
+            on,
+            tol * 4.0,
+            rounded,
+        );
+    }
 }
 
 /// Times `[m, k]·[k, n]` on `backend` (the best of 5 runs after a warm-up, inputs kept on
