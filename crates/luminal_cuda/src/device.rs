@@ -544,6 +544,7 @@ impl Executor for CudaExecutor {
         self.attention_function(attn::KERNEL_NAMES[0]).map(|_| ())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn attention(
         &mut self,
         call: &AttnCall,

@@ -454,6 +454,7 @@ impl Executor for HostExecutor {
         self.gemm
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn attention(
         &mut self,
         call: &AttnCall,

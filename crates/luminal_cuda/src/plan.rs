@@ -105,6 +105,7 @@ pub trait Executor {
     /// One fused attention ([`crate::attention`]): `out` (contiguous `[batch.., s, d]`) from
     /// q, k, v (f32 or f16 as `call` says) and the optional bias, read at the call's strides;
     /// `scratch` holds at least [`Executor::attention_scratch`] bytes.
+    #[allow(clippy::too_many_arguments)]
     fn attention(
         &mut self,
         call: &AttnCall,
@@ -197,7 +198,7 @@ enum Launch {
     },
     /// One fused attention (its scratch is the plan's `attn_scratch`).
     Attention {
-        call: AttnCall,
+        call: Box<AttnCall>,
         out: BufRef,
         q: BufRef,
         k: BufRef,
@@ -733,7 +734,7 @@ impl<E: Executor> PlanRuntime<E> {
                 });
             }
             out.push(Launch::Attention {
-                call,
+                call: Box::new(call),
                 out: BufRef::Node(id),
                 q: BufRef::Node(q),
                 k: BufRef::Node(k),
