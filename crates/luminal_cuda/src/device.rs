@@ -1,6 +1,7 @@
 //! The GPU side: device selection, NVRTC compilation, device buffers and launches (cudarc,
 //! with the driver and NVRTC loaded at run time).
 
+use crate::attention::{self as attn, AttnCall};
 use crate::codegen::{self, Kernel};
 use crate::error::{driver, CudaError};
 use crate::gemm::{GemmCall, GemmType};
@@ -32,6 +33,13 @@ pub struct CudaBackend {
     /// Elementwise producers computed inside their consumers' kernels
     /// ([`crate::codegen::fused_nodes`]).
     fuse: codegen::Fusion,
+    /// Attention through the flash-attention kernels ([`crate::attention`]).
+    flash: bool,
+    /// Multiprocessors of the device (the split-KV decision).
+    sms: i64,
+    /// Attention on tensor cores (3xTF32, sm_80+; `LUMINAL_CUDA_ATTENTION=simt` keeps the
+    /// CUDA-core kernel).
+    attn_mma: bool,
     /// f32 products on TF32 tensor cores (`CUBLAS_COMPUTE_32F_FAST_TF32`).
     tf32: bool,
     /// f32 activations rounded to a half weight's type so cuBLAS reads the weight in place.
@@ -48,6 +56,7 @@ impl std::fmt::Debug for CudaBackend {
             .field("arch", &self.arch)
             .field("cublas", &self.blas.is_some())
             .field("fusion", &self.fuse)
+            .field("flash_attention", &self.flash)
             .field("tf32", &self.tf32)
             .field("half_products", &self.half_products)
             .field("cooperative_reductions", &self.cooperative)
@@ -100,6 +109,11 @@ impl CudaBackend {
             .then(|| CudaBlas::new(stream.clone()).ok())
             .flatten()
             .map(Arc::new);
+        let sms = ctx
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            )
+            .map_or(132, |n| n as i64);
         // cuBLAS's workspace given up front (32 MiB, NVIDIA's advice for Hopper), so that a
         // product recorded into a CUDA graph never allocates.
         let workspace = match &blas {
@@ -124,6 +138,10 @@ impl CudaBackend {
             blas,
             _workspace: workspace,
             fuse: codegen::Fusion::from_env(),
+            flash: std::env::var("LUMINAL_CUDA_ATTENTION").map_or(true, |v| v != "0"),
+            sms,
+            attn_mma: cc.0 >= 8
+                && std::env::var("LUMINAL_CUDA_ATTENTION").map_or(true, |v| v != "simt"),
             tf32: std::env::var("LUMINAL_CUDA_TF32").is_ok_and(|v| v == "1"),
             half_products: std::env::var("LUMINAL_CUDA_HALF_PRODUCTS").map_or(true, |v| v != "0"),
             cooperative: std::env::var("LUMINAL_CUDA_COOP").map_or(true, |v| v != "0"),
@@ -149,6 +167,25 @@ impl CudaBackend {
     pub fn without_cublas(mut self) -> CudaBackend {
         self.blas = None;
         self
+    }
+
+    /// Attention as the primop kernels instead of the flash-attention kernels (also
+    /// `LUMINAL_CUDA_ATTENTION=0` in the environment).
+    pub fn without_flash_attention(mut self) -> CudaBackend {
+        self.flash = false;
+        self
+    }
+
+    /// Attention on the CUDA-core flash kernel instead of the tensor-core one (also
+    /// `LUMINAL_CUDA_ATTENTION=simt`; for comparison).
+    pub fn without_attention_mma(mut self) -> CudaBackend {
+        self.attn_mma = false;
+        self
+    }
+
+    /// Whether attention runs through the flash-attention kernels ([`crate::attention`]).
+    pub fn flash_attention(&self) -> bool {
+        self.flash
     }
 
     /// One kernel and one buffer per node: no elementwise fusion (for comparison).
@@ -249,6 +286,66 @@ pub struct CudaExecutor {
 }
 
 impl CudaExecutor {
+    /// The attention kernel `name` ([`attn::CUDA_SOURCE`], one module compiled on first use
+    /// and cached with the backend's kernels; the tiled kernels allowed their shared memory).
+    fn attention_function(&self, name: &str) -> Result<CudaFunction> {
+        let key = |n: &str| format!("{}// {n}", attn::CUDA_SOURCE);
+        if let Some(f) = self
+            .backend
+            .cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key(name))
+        {
+            return Ok(f.clone());
+        }
+        let opts = nvrtc::CompileOptions {
+            options: vec![format!("--gpu-architecture={}", self.backend.arch)],
+            ..Default::default()
+        };
+        let ptx = nvrtc::compile_ptx_with_opts(attn::CUDA_SOURCE, opts).map_err(|e| {
+            let log = match &e {
+                nvrtc::CompileError::CompileError { log, .. } => log.to_string_lossy().into(),
+                other => format!("{other:?}"),
+            };
+            LuminalError::from(CudaError::Nvrtc {
+                kernel: "attention".into(),
+                arch: self.backend.arch.clone(),
+                log,
+            })
+        })?;
+        let module = self
+            .backend
+            .ctx
+            .load_module(ptx)
+            .map_err(driver("cuModuleLoadData"))?;
+        let mut c = self.backend.cache.lock().unwrap_or_else(|e| e.into_inner());
+        for n in attn::KERNEL_NAMES {
+            let f = module
+                .load_function(n)
+                .map_err(driver("cuModuleGetFunction"))?;
+            let smem = |prefix: &str| {
+                n.strip_prefix(prefix)
+                    .and_then(|r| r.split('_').next())
+                    .and_then(|d| d.parse::<i64>().ok())
+            };
+            let bytes = smem("lum_attn_tiled_")
+                .map(attn::shared_bytes)
+                .or_else(|| smem("lum_attn_mma_").map(attn::mma_shared_bytes));
+            if let Some(bytes) = bytes {
+                f.set_attribute(
+                    cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    bytes as i32,
+                )
+                .map_err(driver("cuFuncSetAttribute"))?;
+            }
+            c.insert(key(n), f);
+        }
+        c.get(&key(name))
+            .cloned()
+            .ok_or_else(|| LuminalError::Backend(format!("no attention kernel {name}")))
+    }
+
     /// Compiles `kernels` with one NVRTC call into one module (a model's plan has hundreds of
     /// kernels; one call per kernel spent most of a compile re-parsing the prelude).
     fn compile_module(&self, kernels: &[&Kernel]) -> Result<Vec<CudaFunction>> {
@@ -431,6 +528,80 @@ impl Executor for CudaExecutor {
 
     fn gemm_available(&self) -> bool {
         self.backend.blas.is_some()
+    }
+
+    fn attention_available(&self) -> bool {
+        self.backend.flash
+    }
+
+    fn attention_scratch(&self, call: &AttnCall) -> usize {
+        let mut c = *call;
+        attn::launch_plan(&mut c, self.backend.sms, self.backend.attn_mma);
+        4 * attn::scratch_floats(&c) as usize
+    }
+
+    fn prepare_attention(&mut self) -> Result<()> {
+        self.attention_function(attn::KERNEL_NAMES[0]).map(|_| ())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &mut self,
+        call: &AttnCall,
+        out: &CudaSlice<u8>,
+        q: &CudaSlice<u8>,
+        k: &CudaSlice<u8>,
+        v: &CudaSlice<u8>,
+        bias: Option<&CudaSlice<u8>>,
+        scratch: &CudaSlice<u8>,
+    ) -> Result<()> {
+        let mut c = *call;
+        let mma = self.backend.attn_mma;
+        let (variant, grid, threads, smem) = attn::launch_plan(&mut c, self.backend.sms, mma);
+        let name = attn::kernel_name(&c, variant)
+            .ok_or_else(|| LuminalError::Backend("attention: k and v dtypes differ".into()))?;
+        let f = self.attention_function(&name)?;
+        // Sized by the plan from `attention_scratch` (the same launch plan).
+        let part = scratch;
+        let bias = bias.unwrap_or(q);
+        let stream = self.backend.stream.clone();
+        let mut args = stream.launch_builder(&f);
+        args.arg(&c);
+        args.arg(out);
+        args.arg(part);
+        args.arg(q);
+        args.arg(k);
+        args.arg(v);
+        args.arg(bias);
+        let cfg = LaunchConfig {
+            grid_dim: grid,
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: smem,
+        };
+        // SAFETY: the arguments are the entry point's parameters in order (the parameter
+        // struct by value, `#[repr(C)]` i64 fields as `LumAttnParams` declares them, then six
+        // pointers); the plan resolved the call from the operands' views at this run's dims,
+        // so the kernel reads only elements of q, k, v and the bias those views address, and
+        // writes `out` (`[batch.., s, d]`, the output node's buffer) and the scratch buffer
+        // (sized by `scratch_floats` for this call's split).
+        unsafe { args.launch(cfg) }.map_err(driver("cuLaunchKernel"))?;
+        if c.splits > 1 {
+            let combine = self.attention_function("lum_attn_combine")?;
+            let n = c.batches() * c.s * c.d;
+            let mut args = stream.launch_builder(&combine);
+            args.arg(&c);
+            args.arg(out);
+            args.arg(part);
+            let cfg = LaunchConfig {
+                grid_dim: (attn::cdiv(n, 256) as u32, 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: as above: the combine reads the partial results the first kernel wrote
+            // in the scratch buffer and writes the `batch·s·d` outputs.
+            unsafe { args.launch(cfg) }.map_err(driver("cuLaunchKernel"))?;
+        }
+        Ok(())
     }
 
     fn gemm_rounds_activations(&self) -> bool {

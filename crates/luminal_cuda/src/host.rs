@@ -10,6 +10,7 @@
 //!
 //! Compiled kernels are cached per process by source text.
 
+use crate::attention::AttnCall;
 use crate::codegen::{prelude, Fusion, Kernel};
 use crate::gemm::GemmCall;
 use crate::plan::{Executor, PlanRuntime};
@@ -445,6 +446,40 @@ impl Executor for HostExecutor {
 
     fn gemm_available(&self) -> bool {
         self.gemm
+    }
+
+    /// Attention runs through [`crate::attention::host_attention`] where products run
+    /// through the emulated cuBLAS ([`HostEmulatorKernelsOnly`] keeps every kernel).
+    fn attention_available(&self) -> bool {
+        self.gemm
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &mut self,
+        call: &AttnCall,
+        out: &HostBuffer,
+        q: &HostBuffer,
+        k: &HostBuffer,
+        v: &HostBuffer,
+        bias: Option<&HostBuffer>,
+        scratch: &HostBuffer,
+    ) -> Result<()> {
+        let _ = scratch;
+        // SAFETY: the plan resolved `call` from the operands' views at this run's dims, so it
+        // addresses elements of q, k, v and the bias within their buffers, and `out` holds the
+        // output node's `batch·s·d` values.
+        unsafe {
+            crate::attention::host_attention(
+                call,
+                out.ptr as *mut f32,
+                q.ptr as *const f32,
+                k.ptr as *const u8,
+                v.ptr as *const u8,
+                bias.map_or(std::ptr::null(), |b| b.ptr as *const f32),
+            )
+        };
+        Ok(())
     }
 
     fn gemm_rounds_activations(&self) -> bool {

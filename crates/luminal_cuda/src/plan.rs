@@ -3,6 +3,7 @@
 //! but the device calls (buffer sizes, launch shapes, dim bindings, state updates, error
 //! checks) is this one code, so the emulator's tests cover it.
 
+use crate::attention::{self, AttnCall, AttnPattern};
 use crate::codegen::{self, Kernel, BLOCK};
 use crate::gemm::{self, GemmCall, GemmType, Pattern, Side};
 use luminal::graph::{GraphData, NodeId, TensorRef};
@@ -87,6 +88,39 @@ pub trait Executor {
         let _ = (call, c, a, b);
         Err(LuminalError::Backend("this executor has no gemm".into()))
     }
+    /// Whether [`Executor::attention`] runs; without it attention runs as the primop kernels.
+    fn attention_available(&self) -> bool {
+        false
+    }
+    /// Bytes of scratch [`Executor::attention`] needs for `call` (split-KV partial results).
+    fn attention_scratch(&self, call: &AttnCall) -> usize {
+        let _ = call;
+        0
+    }
+    /// Compiles the attention kernels (at `Backend::compile` time, so that none is compiled
+    /// while a run is captured into a graph).
+    fn prepare_attention(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// One fused attention ([`crate::attention`]): `out` (contiguous `[batch.., s, d]`) from
+    /// q, k, v (f32 or f16 as `call` says) and the optional bias, read at the call's strides;
+    /// `scratch` holds at least [`Executor::attention_scratch`] bytes.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &mut self,
+        call: &AttnCall,
+        out: &Self::Buffer,
+        q: &Self::Buffer,
+        k: &Self::Buffer,
+        v: &Self::Buffer,
+        bias: Option<&Self::Buffer>,
+        scratch: &Self::Buffer,
+    ) -> Result<()> {
+        let _ = (call, out, q, k, v, bias, scratch);
+        Err(LuminalError::Backend(
+            "this executor has no attention".into(),
+        ))
+    }
 }
 
 /// One kernel launch of the plan.
@@ -103,6 +137,10 @@ struct Step {
     /// The product this `Mul` (or bypassed cast) feeds: skipped when that product goes to
     /// cuBLAS.
     feeds: Option<usize>,
+    /// The attention this node computes (its output) when the call resolves.
+    attn_out: Option<usize>,
+    /// The attention this node is inside of: skipped (no buffer) when the call resolves.
+    attn_inner: Option<usize>,
     /// A `WriteSlice` into its destination input's buffer ([`codegen::write_in_place`]).
     in_place: bool,
     /// Where this kernel's dims start in the dims table.
@@ -158,6 +196,15 @@ enum Launch {
         a: BufRef,
         b: BufRef,
     },
+    /// One fused attention (its scratch is the plan's `attn_scratch`).
+    Attention {
+        call: Box<AttnCall>,
+        out: BufRef,
+        q: BufRef,
+        k: BufRef,
+        v: BufRef,
+        bias: Option<BufRef>,
+    },
 }
 
 /// Threads per output of a reduction over `len` elements (each output's row) with `inner`
@@ -209,10 +256,16 @@ pub struct PlanRuntime<E: Executor> {
     /// Products that may go to cuBLAS, and their calls at this run's dims (`None`: kernels).
     patterns: Vec<Pattern>,
     calls: Vec<Option<Vec<GemmCall>>>,
+    /// Attentions recognised at compile time, and their calls at this run's dims (`None`:
+    /// the primop kernels).
+    attns: Vec<AttnPattern>,
+    attn_calls: Vec<Option<AttnCall>>,
     /// Per product that rounds an f32 operand to a half type: its scratch buffer.
     scratch: HashMap<usize, Buffer<E::Buffer>>,
     /// The rounding kernels (f32 → f16, f32 → bf16) in `functions`, where a product needs them.
     round_fn: HashMap<GemmType, usize>,
+    /// Split-KV partial results of the attention calls ([`Executor::attention_scratch`]).
+    attn_scratch: Option<Buffer<E::Buffer>>,
     /// Nodes computed inside their consumer's kernel ([`codegen::fused_nodes`]).
     fused: usize,
     /// Kernel launches and cuBLAS calls of the last run.
@@ -352,7 +405,30 @@ impl<E: Executor> PlanRuntime<E> {
             .iter()
             .flat_map(|p| [p.mul, p.reduce].into_iter().chain(p.casts.iter().copied()))
             .collect();
-        let fused = codegen::fused_nodes(&graph, &order, &barriers, mode);
+        let attns = if exec.attention_available()
+            && std::env::var("LUMINAL_CUDA_ATTENTION").map_or(true, |v| v != "0")
+        {
+            attention::find(&graph, &order)
+        } else {
+            vec![]
+        };
+        if !attns.is_empty() {
+            exec.prepare_attention()?;
+        }
+        let mut fused = codegen::fused_nodes(&graph, &order, &barriers, mode);
+        // The attention kernel reads its operands' buffers.
+        for p in &attns {
+            for n in p.operands() {
+                fused.remove(&n);
+            }
+        }
+        let attn_out: HashMap<NodeId, usize> =
+            attns.iter().enumerate().map(|(i, p)| (p.out, i)).collect();
+        let attn_inner: HashMap<NodeId, usize> = attns
+            .iter()
+            .enumerate()
+            .flat_map(|(i, p)| p.inner.iter().map(move |&n| (n, i)))
+            .collect();
         let in_place = codegen::write_in_place(&graph, &order);
         let generated = codegen::generate_all(&graph, &order, &fused, &in_place)
             .map_err(LuminalError::Backend)?;
@@ -390,6 +466,8 @@ impl<E: Executor> PlanRuntime<E> {
                 inputs,
                 gemm: by_reduce.get(&id).copied(),
                 feeds: by_mul.get(&id).copied(),
+                attn_out: attn_out.get(&id).copied(),
+                attn_inner: attn_inner.get(&id).copied(),
                 in_place: in_place.contains(&id),
                 dims_at: dims_len,
                 static_deps: None,
@@ -463,8 +541,11 @@ impl<E: Executor> PlanRuntime<E> {
             kernels,
             calls: vec![None; patterns.len()],
             patterns,
+            attn_calls: vec![None; attns.len()],
+            attns,
             scratch: HashMap::new(),
             round_fn,
+            attn_scratch: None,
             fused: fused.len(),
             launches: 0,
             ran: false,
@@ -487,6 +568,16 @@ impl<E: Executor> PlanRuntime<E> {
     /// How many products ran through [`Executor::gemm`] in the last run.
     pub fn gemm_products(&self) -> usize {
         self.calls.iter().filter(|c| c.is_some()).count()
+    }
+
+    /// How many attentions ran through [`Executor::attention`] in the last run.
+    pub fn attention_calls(&self) -> usize {
+        self.attn_calls.iter().filter(|c| c.is_some()).count()
+    }
+
+    /// Attentions recognised at compile time (run fused when their views resolve).
+    pub fn attention_patterns(&self) -> usize {
+        self.attns.len()
     }
 
     /// How many products of the last run cuBLAS computed from f16/bf16 operand buffers (half
@@ -541,6 +632,13 @@ impl<E: Executor> PlanRuntime<E> {
     /// Sizes step `s`'s output buffer (allocating or growing it) and appends its launches.
     fn prepare_step(&mut self, s: usize, out: &mut Vec<Launch>) -> Result<()> {
         let step = &self.steps[s];
+        if step
+            .attn_inner
+            .is_some_and(|p| self.attn_calls[p].is_some())
+        {
+            // Inside an attention computed by one call from its operands.
+            return Ok(());
+        }
         if step.feeds.is_some_and(|p| self.calls[p].is_some()) {
             // Read only by its product, which cuBLAS computes from the operands.
             return Ok(());
@@ -610,6 +708,39 @@ impl<E: Executor> PlanRuntime<E> {
         }
         self.buffers.get_mut(&id).expect("allocated above").len = bytes;
         if threads == 0 {
+            return Ok(());
+        }
+        if let Some(call) = step.attn_out.and_then(|p| self.attn_calls[p]) {
+            let p = &self.attns[step.attn_out.expect("checked")];
+            let (q, k, v) = (p.q.node, p.k.node, p.v.node);
+            let bias = p.bias.as_ref().map(|b| BufRef::Node(b.node));
+            for n in [q, k, v].into_iter().chain(p.bias.as_ref().map(|b| b.node)) {
+                if !self.buffers.contains_key(&n) {
+                    return Err(LuminalError::Backend(format!("node {} has no buffer", n.0)));
+                }
+            }
+            let bytes = self.exec.attention_scratch(&call);
+            if self
+                .attn_scratch
+                .as_ref()
+                .is_none_or(|b| b.capacity < bytes)
+            {
+                let capacity = bytes.max(4);
+                let buf = self.exec.alloc(capacity)?;
+                self.attn_scratch = Some(Buffer {
+                    buf,
+                    capacity,
+                    len: capacity,
+                });
+            }
+            out.push(Launch::Attention {
+                call: Box::new(call),
+                out: BufRef::Node(id),
+                q: BufRef::Node(q),
+                k: BufRef::Node(k),
+                v: BufRef::Node(v),
+                bias,
+            });
             return Ok(());
         }
         if let Some(pi) = step.gemm.filter(|&p| self.calls[p].is_some()) {
@@ -789,6 +920,29 @@ impl<E: Executor> PlanRuntime<E> {
                         g.c_type as u64,
                     ]);
                 }
+                Launch::Attention {
+                    call,
+                    out,
+                    q,
+                    k,
+                    v,
+                    bias,
+                } => {
+                    sig.push(2);
+                    for r in [out, q, k, v] {
+                        sig.push(self.exec.addr(self.buffer(*r)?));
+                    }
+                    sig.push(match bias {
+                        Some(b) => self.exec.addr(self.buffer(*b)?),
+                        None => 0,
+                    });
+                    sig.push(
+                        self.attn_scratch
+                            .as_ref()
+                            .map_or(0, |b| self.exec.addr(&b.buf)),
+                    );
+                    sig.extend(call.words().iter().map(|&x| x as u64));
+                }
             }
         }
         Ok(sig)
@@ -803,6 +957,7 @@ impl<E: Executor> PlanRuntime<E> {
             error_buffer,
             dims_table,
             functions,
+            attn_scratch,
             ..
         } = self;
         let get = |r: BufRef| buffer_of(buffers, scratch, error_buffer, dims_table, r);
@@ -821,6 +976,28 @@ impl<E: Executor> PlanRuntime<E> {
                 }
                 Launch::Gemm { call, c, a, b } => {
                     exec.gemm(call, get(*c)?, get(*a)?, get(*b)?)?;
+                }
+                Launch::Attention {
+                    call,
+                    out,
+                    q,
+                    k,
+                    v,
+                    bias,
+                } => {
+                    let scratch = attn_scratch.as_ref().map(|b| &b.buf).ok_or_else(|| {
+                        LuminalError::Backend("attention scratch not allocated".into())
+                    })?;
+                    let bias = bias.map(get).transpose()?;
+                    exec.attention(
+                        call,
+                        get(*out)?,
+                        get(*q)?,
+                        get(*k)?,
+                        get(*v)?,
+                        bias,
+                        scratch,
+                    )?;
                 }
             }
         }
@@ -903,6 +1080,16 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
             .iter()
             .map(|p| gemm::resolve(p, &|e| e.eval_with(&|n| dims.get(n).copied()).ok()))
             .collect();
+        let graph = &self.graph;
+        self.attn_calls = self
+            .attns
+            .iter()
+            .map(|p| {
+                attention::resolve(p, &|n| graph.node(n).dtype, &|e| {
+                    e.eval_with(&|n| dims.get(n).copied()).ok()
+                })
+            })
+            .collect();
         let gathers = self.steps.iter().any(|s| s.error_flag);
         if gathers {
             match self.error_buffer.as_mut() {
@@ -976,10 +1163,13 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
         }
         if self.stats && self.launches != before {
             eprintln!(
-                "luminal_cuda: {} launches per run ({} kernels, {} nodes fused)",
+                "luminal_cuda: {} launches per run ({} kernels, {} nodes fused, {} of {} \
+                 attentions fused)",
                 self.launches,
                 self.kernels.len(),
-                self.fused
+                self.fused,
+                self.attention_calls(),
+                self.attns.len()
             );
         }
         // State written by `WriteSlice`s: the destination inputs take the updated tensors after

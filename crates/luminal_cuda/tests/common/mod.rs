@@ -1,6 +1,7 @@
 //! Checks shared by the emulator and GPU test binaries.
 #![allow(dead_code)]
 
+pub mod attention;
 pub mod matmul;
 pub mod quant;
 
