@@ -162,8 +162,9 @@ fn main() {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(10);
+    // Every run computes (a step over inputs not set again would otherwise keep its result).
     let backend = match CudaBackend::new(0) {
-        Ok(b) => b,
+        Ok(b) => b.without_static_steps(),
         Err(e) => {
             eprintln!("attention_bench needs a CUDA GPU: {e}");
             std::process::exit(1);

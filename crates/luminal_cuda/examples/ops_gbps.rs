@@ -84,8 +84,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rows = args.first().copied().unwrap_or(4096);
     let cols = args.get(1).copied().unwrap_or(8192);
     let reps = args.get(2).copied().unwrap_or(50);
+    // Every run computes (a step over inputs not set again would otherwise keep its result).
     let backend = match CudaBackend::new(0) {
-        Ok(b) => b,
+        Ok(b) => b.without_static_steps(),
         Err(e) => {
             eprintln!("ops_gbps needs a CUDA device: {e}");
             std::process::exit(2);

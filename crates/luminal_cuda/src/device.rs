@@ -44,6 +44,8 @@ pub struct CudaBackend {
     tf32: bool,
     /// f32 activations rounded to a half weight's type so cuBLAS reads the weight in place.
     half_products: bool,
+    /// Steps over unchanged inputs keep their results ([`crate::plan::Executor::keeps_static_results`]).
+    static_steps: bool,
     /// Reductions over long rows run several threads per output
     /// ([`crate::plan::threads_per_output`]); off: one thread per output, as the emulator.
     cooperative: bool,
@@ -59,6 +61,7 @@ impl std::fmt::Debug for CudaBackend {
             .field("flash_attention", &self.flash)
             .field("tf32", &self.tf32)
             .field("half_products", &self.half_products)
+            .field("static_steps", &self.static_steps)
             .field("cooperative_reductions", &self.cooperative)
             .finish()
     }
@@ -144,6 +147,7 @@ impl CudaBackend {
                 && std::env::var("LUMINAL_CUDA_ATTENTION").map_or(true, |v| v != "simt"),
             tf32: std::env::var("LUMINAL_CUDA_TF32").is_ok_and(|v| v == "1"),
             half_products: std::env::var("LUMINAL_CUDA_HALF_PRODUCTS").map_or(true, |v| v != "0"),
+            static_steps: true,
             cooperative: std::env::var("LUMINAL_CUDA_COOP").map_or(true, |v| v != "0"),
         })
     }
@@ -152,6 +156,14 @@ impl CudaBackend {
     /// `torch.backends.cuda.matmul.allow_tf32 = True`).
     pub fn with_tf32(mut self) -> CudaBackend {
         self.tf32 = true;
+        self
+    }
+
+    /// Every step runs on every run, even over inputs that were not set again (for
+    /// benchmarks that time repeated runs of the same product; `LUMINAL_CUDA_STATIC=0` does
+    /// the same for any backend).
+    pub fn without_static_steps(mut self) -> CudaBackend {
+        self.static_steps = false;
         self
     }
 
@@ -606,6 +618,10 @@ impl Executor for CudaExecutor {
 
     fn gemm_rounds_activations(&self) -> bool {
         self.backend.half_products
+    }
+
+    fn keeps_static_results(&self) -> bool {
+        self.backend.static_steps
     }
 
     fn cooperative_reductions(&self) -> bool {

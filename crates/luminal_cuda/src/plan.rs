@@ -42,6 +42,12 @@ pub trait Executor {
     ) -> Result<()>;
     /// Waits for every launch.
     fn synchronize(&mut self) -> Result<()>;
+    /// Whether a step that depends only on inputs not set since it last ran (a weight's
+    /// dequantizing cast) keeps its result instead of running again (off for benchmarks that
+    /// time repeated runs over the same inputs).
+    fn keeps_static_results(&self) -> bool {
+        true
+    }
     /// Whether runs may be captured into graphs and replayed ([`Executor::begin_capture`]).
     fn graphs_available(&self) -> bool {
         false
@@ -476,6 +482,8 @@ impl<E: Executor> PlanRuntime<E> {
             dims_len += steps.last().map_or(0, |s: &Step| s.dims.len());
         }
         // Static steps: what each node's value depends on, if only on non-state inputs.
+        let keep_static = exec.keeps_static_results()
+            && std::env::var("LUMINAL_CUDA_STATIC").map_or(true, |v| v != "0");
         let states: HashSet<NodeId> = order
             .iter()
             .filter_map(|&id| match graph.node(id).op {
@@ -515,7 +523,9 @@ impl<E: Executor> PlanRuntime<E> {
             deps.insert(id, d);
         }
         for step in &mut steps {
-            step.static_deps = deps.get(&step.node).cloned().flatten();
+            if keep_static {
+                step.static_deps = deps.get(&step.node).cloned().flatten();
+            }
         }
         let mut round_fn = HashMap::new();
         for t in patterns.iter().filter_map(|p| p.round.map(|r| r.1)) {

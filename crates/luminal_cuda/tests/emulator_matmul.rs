@@ -43,7 +43,7 @@ fn gpu_products() {
             cases::all(|| b.clone().without_cublas(), false);
             cases::halves(|| b.clone(), true, true);
             cases::halves(|| b.clone().without_half_products(), true, false);
-            cases::all(|| b.clone().with_tf32(), true);
+            cases::all_tf32(|| b.clone().with_tf32());
             // For information: one 256×1024·1024×1024 product, cuBLAS against the kernels
             // (which materialise the 256·1024·1024 broadcast product first).
             for b in [b.clone(), b.without_cublas()] {
