@@ -73,8 +73,9 @@ impl AttnPattern {
     }
 }
 
-/// One attention call at bound dims. Every field is an `i64` (`#[repr(C)]`): it is passed to
-/// the GPU kernel by value as `LumAttnParams`. Offsets and strides are in elements of each
+/// One attention call at bound dims. Every field is an `i64` (`#[repr(C)]`): the plan writes it
+/// into a table in device memory before each run and the GPU kernels read it there as
+/// `LumAttnParams` (so a CUDA graph replays a decode step with the new key count). Offsets and strides are in elements of each
 /// buffer; batch dims are padded with size-1 dims in front to [`MAX_BATCH_DIMS`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -973,7 +974,8 @@ static __device__ __forceinline__ void lum_attn_tiled(LumAttnParams p, float* ou
 }
 
 /* Split-KV: out = Σ_split o·2^((m - M)·log2e) / Σ_split l·2^((m - M)·log2e). */
-extern "C" __global__ void lum_attn_combine(LumAttnParams p, float* out, const float* part) {
+extern "C" __global__ void lum_attn_combine(const LumAttnParams* __restrict__ lum_pp, float* out, const float* part) {
+    const LumAttnParams p = *lum_pp;
     long long nbs = p.batch[0] * p.batch[1] * p.batch[2] * p.batch[3] * p.s;
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= nbs * p.d) return;
@@ -1023,12 +1025,12 @@ static __device__ __forceinline__ void lum_attn_simple(LumAttnParams p, float* o
     for (long long c = lane; c < d; c += 32) orow[c] = orow[c] / l;
 }
 
-extern "C" __global__ void lum_attn_tiled_64_f32(LumAttnParams p, float* out, float* part, const float* q, const float* k, const float* v, const float* bias) { lum_attn_tiled<64, float>(p, out, part, q, k, v, bias); }
-extern "C" __global__ void lum_attn_tiled_128_f32(LumAttnParams p, float* out, float* part, const float* q, const float* k, const float* v, const float* bias) { lum_attn_tiled<128, float>(p, out, part, q, k, v, bias); }
-extern "C" __global__ void lum_attn_tiled_64_f16(LumAttnParams p, float* out, float* part, const float* q, const unsigned short* k, const unsigned short* v, const float* bias) { lum_attn_tiled<64, unsigned short>(p, out, part, q, k, v, bias); }
-extern "C" __global__ void lum_attn_tiled_128_f16(LumAttnParams p, float* out, float* part, const float* q, const unsigned short* k, const unsigned short* v, const float* bias) { lum_attn_tiled<128, unsigned short>(p, out, part, q, k, v, bias); }
-extern "C" __global__ void lum_attn_simple_f32(LumAttnParams p, float* out, float* part, const float* q, const float* k, const float* v, const float* bias) { lum_attn_simple<float>(p, out, q, k, v, bias); }
-extern "C" __global__ void lum_attn_simple_f16(LumAttnParams p, float* out, float* part, const float* q, const unsigned short* k, const unsigned short* v, const float* bias) { lum_attn_simple<unsigned short>(p, out, q, k, v, bias); }
+extern "C" __global__ void lum_attn_tiled_64_f32(const LumAttnParams* __restrict__ lum_pp, float* out, float* part, const float* q, const float* k, const float* v, const float* bias) { lum_attn_tiled<64, float>(*lum_pp, out, part, q, k, v, bias); }
+extern "C" __global__ void lum_attn_tiled_128_f32(const LumAttnParams* __restrict__ lum_pp, float* out, float* part, const float* q, const float* k, const float* v, const float* bias) { lum_attn_tiled<128, float>(*lum_pp, out, part, q, k, v, bias); }
+extern "C" __global__ void lum_attn_tiled_64_f16(const LumAttnParams* __restrict__ lum_pp, float* out, float* part, const float* q, const unsigned short* k, const unsigned short* v, const float* bias) { lum_attn_tiled<64, unsigned short>(*lum_pp, out, part, q, k, v, bias); }
+extern "C" __global__ void lum_attn_tiled_128_f16(const LumAttnParams* __restrict__ lum_pp, float* out, float* part, const float* q, const unsigned short* k, const unsigned short* v, const float* bias) { lum_attn_tiled<128, unsigned short>(*lum_pp, out, part, q, k, v, bias); }
+extern "C" __global__ void lum_attn_simple_f32(const LumAttnParams* __restrict__ lum_pp, float* out, float* part, const float* q, const float* k, const float* v, const float* bias) { lum_attn_simple<float>(*lum_pp, out, q, k, v, bias); }
+extern "C" __global__ void lum_attn_simple_f16(const LumAttnParams* __restrict__ lum_pp, float* out, float* part, const float* q, const unsigned short* k, const unsigned short* v, const float* bias) { lum_attn_simple<unsigned short>(*lum_pp, out, q, k, v, bias); }
 
 /* ---- Tensor cores: 3xTF32 mma.sync (sm_80+). Each product a·b is computed as
    a_big·b_big + a_big·b_small + a_small·b_big with x = x_big + x_small split into two tf32
@@ -1258,10 +1260,10 @@ static __device__ __forceinline__ void lum_attn_mma(LumAttnParams p, float* out,
     }
 }
 
-extern "C" __global__ void lum_attn_mma_64_f32(LumAttnParams p, float* out, float* part, const float* q, const float* k, const float* v, const float* bias) { lum_attn_mma<64, float>(p, out, part, q, k, v, bias); }
-extern "C" __global__ void lum_attn_mma_128_f32(LumAttnParams p, float* out, float* part, const float* q, const float* k, const float* v, const float* bias) { lum_attn_mma<128, float>(p, out, part, q, k, v, bias); }
-extern "C" __global__ void lum_attn_mma_64_f16(LumAttnParams p, float* out, float* part, const float* q, const unsigned short* k, const unsigned short* v, const float* bias) { lum_attn_mma<64, unsigned short>(p, out, part, q, k, v, bias); }
-extern "C" __global__ void lum_attn_mma_128_f16(LumAttnParams p, float* out, float* part, const float* q, const unsigned short* k, const unsigned short* v, const float* bias) { lum_attn_mma<128, unsigned short>(p, out, part, q, k, v, bias); }
+extern "C" __global__ void lum_attn_mma_64_f32(const LumAttnParams* __restrict__ lum_pp, float* out, float* part, const float* q, const float* k, const float* v, const float* bias) { lum_attn_mma<64, float>(*lum_pp, out, part, q, k, v, bias); }
+extern "C" __global__ void lum_attn_mma_128_f32(const LumAttnParams* __restrict__ lum_pp, float* out, float* part, const float* q, const float* k, const float* v, const float* bias) { lum_attn_mma<128, float>(*lum_pp, out, part, q, k, v, bias); }
+extern "C" __global__ void lum_attn_mma_64_f16(const LumAttnParams* __restrict__ lum_pp, float* out, float* part, const float* q, const unsigned short* k, const unsigned short* v, const float* bias) { lum_attn_mma<64, unsigned short>(*lum_pp, out, part, q, k, v, bias); }
+extern "C" __global__ void lum_attn_mma_128_f16(const LumAttnParams* __restrict__ lum_pp, float* out, float* part, const float* q, const unsigned short* k, const unsigned short* v, const float* bias) { lum_attn_mma<128, unsigned short>(*lum_pp, out, part, q, k, v, bias); }
 "#;
 
 /// The entry point of [`CUDA_SOURCE`] that runs `c` as `variant`, or `None` when k and v

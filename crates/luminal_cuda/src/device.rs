@@ -552,6 +552,10 @@ impl Executor for CudaExecutor {
         4 * attn::scratch_floats(&c) as usize
     }
 
+    fn plan_attention(&self, call: &mut AttnCall) {
+        attn::launch_plan(call, self.backend.sms, self.backend.attn_mma);
+    }
+
     fn prepare_attention(&mut self) -> Result<()> {
         self.attention_function(attn::KERNEL_NAMES[0]).map(|_| ())
     }
@@ -560,6 +564,8 @@ impl Executor for CudaExecutor {
     fn attention(
         &mut self,
         call: &AttnCall,
+        params: &CudaSlice<u8>,
+        params_at: usize,
         out: &CudaSlice<u8>,
         q: &CudaSlice<u8>,
         k: &CudaSlice<u8>,
@@ -577,8 +583,11 @@ impl Executor for CudaExecutor {
         let part = scratch;
         let bias = bias.unwrap_or(q);
         let stream = self.backend.stream.clone();
+        // The call in the parameter table (written by the plan before the run).
+        debug_assert_eq!(&c, call, "the plan writes planned calls");
+        let pp: u64 = params.device_ptr(&stream).0 + params_at as u64;
         let mut args = stream.launch_builder(&f);
-        args.arg(&c);
+        args.arg(&pp);
         args.arg(out);
         args.arg(part);
         args.arg(q);
@@ -590,9 +599,9 @@ impl Executor for CudaExecutor {
             block_dim: (threads, 1, 1),
             shared_mem_bytes: smem,
         };
-        // SAFETY: the arguments are the entry point's parameters in order (the parameter
-        // struct by value, `#[repr(C)]` i64 fields as `LumAttnParams` declares them, then six
-        // pointers); the plan resolved the call from the operands' views at this run's dims,
+        // SAFETY: the arguments are the entry point's parameters in order (a pointer to the
+        // call in the parameter table, `#[repr(C)]` i64 fields as `LumAttnParams` declares
+        // them, then six pointers); the plan resolved the call from the operands' views at this run's dims,
         // so the kernel reads only elements of q, k, v and the bias those views address, and
         // writes `out` (`[batch.., s, d]`, the output node's buffer) and the scratch buffer
         // (sized by `scratch_floats` for this call's split).
@@ -601,7 +610,7 @@ impl Executor for CudaExecutor {
             let combine = self.attention_function("lum_attn_combine")?;
             let n = c.batches() * c.s * c.d;
             let mut args = stream.launch_builder(&combine);
-            args.arg(&c);
+            args.arg(&pp);
             args.arg(out);
             args.arg(part);
             let cfg = LaunchConfig {
@@ -704,6 +713,32 @@ impl Executor for CudaExecutor {
         }
         .map_err(|e| LuminalError::Backend(format!("cublasGemmStridedBatchedEx: {e:?}")))
     }
+}
+
+/// Compiles a whole CUDA source (e.g. [`crate::attention::CUDA_SOURCE`]) with NVRTC for
+/// `arch` and returns the PTX, without a GPU.
+pub fn nvrtc_source_ptx(src: &str, arch: &str) -> Result<String> {
+    if !nvrtc_available() {
+        return Err(CudaError::NvrtcNotFound.into());
+    }
+    let opts = nvrtc::CompileOptions {
+        options: vec![format!("--gpu-architecture={arch}")],
+        ..Default::default()
+    };
+    nvrtc::compile_ptx_with_opts(src, opts)
+        .map(|p| p.to_src())
+        .map_err(|e| {
+            let log = match &e {
+                nvrtc::CompileError::CompileError { log, .. } => log.to_string_lossy().into(),
+                other => format!("{other:?}"),
+            };
+            CudaError::Nvrtc {
+                kernel: "source".into(),
+                arch: arch.into(),
+                log,
+            }
+            .into()
+        })
 }
 
 /// Compiles `kernels` (one module, as a plan's are) with NVRTC for `arch` (`compute_90`) and

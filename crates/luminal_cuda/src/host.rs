@@ -145,6 +145,17 @@ pub enum Recorded {
         a: *mut u64,
         b: *mut u64,
     },
+    /// A fused attention whose call is read from the parameter table when it runs (as the
+    /// GPU kernels read it).
+    Attention {
+        params: *mut u64,
+        params_at: usize,
+        out: *mut u64,
+        q: *mut u64,
+        k: *mut u64,
+        v: *mut u64,
+        bias: *mut u64,
+    },
 }
 
 // SAFETY: a recording's pointers are buffers of the runtime that owns the recording, which is
@@ -200,6 +211,37 @@ impl HostExecutor {
                 // reference runtime). A replayed recording's buffers are alive: the plan
                 // replays only while every buffer address of the run is unchanged.
                 unsafe { (f.launcher)(*grid, *block, ptrs.as_ptr(), scalars.as_ptr()) };
+            }
+            Recorded::Attention {
+                params,
+                params_at,
+                out,
+                q,
+                k,
+                v,
+                bias,
+            } => {
+                let mut call = AttnCall::default();
+                // SAFETY: the plan wrote the call (a `#[repr(C)]` struct of `i64`s) at byte
+                // `params_at` of the table before the run; it then resolved it from the
+                // operands' views at the run's dims, so it addresses elements of q, k, v and
+                // the bias within their buffers, and `out` holds the output's `batch·s·d`
+                // values.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        (*params as *const u8).add(*params_at),
+                        &mut call as *mut AttnCall as *mut u8,
+                        std::mem::size_of::<AttnCall>(),
+                    );
+                    crate::attention::host_attention(
+                        &call,
+                        *out as *mut f32,
+                        *q as *const f32,
+                        *k as *const u8,
+                        *v as *const u8,
+                        *bias as *const f32,
+                    )
+                }
             }
             Recorded::Gemm { call, c, a, b } => {
                 // SAFETY: the plan resolved `call` from the operands' views at this run's
@@ -263,15 +305,21 @@ fn launcher_source(k: &Kernel, cooperative: bool) -> String {
     if !k.dims.is_empty() {
         args.push(format!("(const long long*)lum_bufs[{next}]"));
     }
-    args.push("lum_scalars[0]".into());
-    // A cooperative reduction's threads per output (1 unless `cooperative`).
-    let mut s = 1;
+    // The scalars: the thread count (a kernel with dims reads it from the dims table), a
+    // cooperative reduction's threads per output, the kernel's offset in the dims table.
+    let mut s = 0;
+    let mut scalar = |args: &mut Vec<String>| {
+        args.push(format!("lum_scalars[{s}]"));
+        s += 1;
+    };
+    if k.dims.is_empty() {
+        scalar(&mut args);
+    }
     if k.cooperative {
-        args.push("lum_scalars[1]".into());
-        s = 2;
+        scalar(&mut args);
     }
     if !k.dims.is_empty() {
-        args.push(format!("lum_scalars[{s}]"));
+        scalar(&mut args);
     }
     if cooperative && k.cooperative {
         return format!(
@@ -458,6 +506,8 @@ impl Executor for HostExecutor {
     fn attention(
         &mut self,
         call: &AttnCall,
+        params: &HostBuffer,
+        params_at: usize,
         out: &HostBuffer,
         q: &HostBuffer,
         k: &HostBuffer,
@@ -465,20 +515,20 @@ impl Executor for HostExecutor {
         bias: Option<&HostBuffer>,
         scratch: &HostBuffer,
     ) -> Result<()> {
-        let _ = scratch;
-        // SAFETY: the plan resolved `call` from the operands' views at this run's dims, so it
-        // addresses elements of q, k, v and the bias within their buffers, and `out` holds the
-        // output node's `batch·s·d` values.
-        unsafe {
-            crate::attention::host_attention(
-                call,
-                out.ptr as *mut f32,
-                q.ptr as *const f32,
-                k.ptr as *const u8,
-                v.ptr as *const u8,
-                bias.map_or(std::ptr::null(), |b| b.ptr as *const f32),
-            )
+        let _ = (call, scratch);
+        let r = Recorded::Attention {
+            params: params.ptr,
+            params_at,
+            out: out.ptr,
+            q: q.ptr,
+            k: k.ptr,
+            v: v.ptr,
+            bias: bias.map_or(std::ptr::null_mut(), |b| b.ptr),
         };
+        match self.recording.as_mut() {
+            Some(rec) => rec.push(r),
+            None => Self::run(&r),
+        }
         Ok(())
     }
 

@@ -103,6 +103,11 @@ pub trait Executor {
         let _ = call;
         0
     }
+    /// Completes `call` with the executor's launch choices (the key split of a decode step),
+    /// before it is written to the parameter table.
+    fn plan_attention(&self, call: &mut AttnCall) {
+        let _ = call;
+    }
     /// Compiles the attention kernels (at `Backend::compile` time, so that none is compiled
     /// while a run is captured into a graph).
     fn prepare_attention(&mut self) -> Result<()> {
@@ -110,11 +115,15 @@ pub trait Executor {
     }
     /// One fused attention ([`crate::attention`]): `out` (contiguous `[batch.., s, d]`) from
     /// q, k, v (f32 or f16 as `call` says) and the optional bias, read at the call's strides;
-    /// `scratch` holds at least [`Executor::attention_scratch`] bytes.
+    /// `scratch` holds at least [`Executor::attention_scratch`] bytes. `params` holds `call`
+    /// (planned by [`Executor::plan_attention`]) at byte `params_at`, where the GPU kernels
+    /// read it (so that a replayed graph reads this run's call).
     #[allow(clippy::too_many_arguments)]
     fn attention(
         &mut self,
         call: &AttnCall,
+        params: &Self::Buffer,
+        params_at: usize,
         out: &Self::Buffer,
         q: &Self::Buffer,
         k: &Self::Buffer,
@@ -122,7 +131,7 @@ pub trait Executor {
         bias: Option<&Self::Buffer>,
         scratch: &Self::Buffer,
     ) -> Result<()> {
-        let _ = (call, out, q, k, v, bias, scratch);
+        let _ = (call, params, params_at, out, q, k, v, bias, scratch);
         Err(LuminalError::Backend(
             "this executor has no attention".into(),
         ))
@@ -202,8 +211,10 @@ enum Launch {
         a: BufRef,
         b: BufRef,
     },
-    /// One fused attention (its scratch is the plan's `attn_scratch`).
+    /// One fused attention (its scratch is the plan's `attn_scratch`; its call is also
+    /// written to slot `slot` of the plan's `attn_table`).
     Attention {
+        slot: usize,
         call: Box<AttnCall>,
         out: BufRef,
         q: BufRef,
@@ -272,6 +283,10 @@ pub struct PlanRuntime<E: Executor> {
     round_fn: HashMap<GemmType, usize>,
     /// Split-KV partial results of the attention calls ([`Executor::attention_scratch`]).
     attn_scratch: Option<Buffer<E::Buffer>>,
+    /// The attention calls of a run in device memory (one slot per pattern), written before
+    /// the run's launches, and its host copy.
+    attn_table: Option<Buffer<E::Buffer>>,
+    attn_host: Vec<i64>,
     /// Nodes computed inside their consumer's kernel ([`codegen::fused_nodes`]).
     fused: usize,
     /// Kernel launches and cuBLAS calls of the last run.
@@ -479,7 +494,14 @@ impl<E: Executor> PlanRuntime<E> {
                 static_deps: None,
                 cooperative: k.cooperative,
             });
-            dims_len += steps.last().map_or(0, |s: &Step| s.dims.len());
+            // A kernel with dims: their values, then its thread count.
+            dims_len += steps.last().map_or(0, |s: &Step| {
+                if s.dims.is_empty() {
+                    0
+                } else {
+                    s.dims.len() + 1
+                }
+            });
         }
         // Static steps: what each node's value depends on, if only on non-state inputs.
         let keep_static = exec.keeps_static_results()
@@ -556,6 +578,8 @@ impl<E: Executor> PlanRuntime<E> {
             scratch: HashMap::new(),
             round_fn,
             attn_scratch: None,
+            attn_table: None,
+            attn_host: vec![],
             fused: fused.len(),
             launches: 0,
             ran: false,
@@ -720,8 +744,15 @@ impl<E: Executor> PlanRuntime<E> {
         if threads == 0 {
             return Ok(());
         }
-        if let Some(call) = step.attn_out.and_then(|p| self.attn_calls[p]) {
-            let p = &self.attns[step.attn_out.expect("checked")];
+        if let Some(mut call) = step.attn_out.and_then(|p| self.attn_calls[p]) {
+            let slot = step.attn_out.expect("checked");
+            self.exec.plan_attention(&mut call);
+            let words = call.words();
+            if self.attn_host.len() < (slot + 1) * words.len() {
+                self.attn_host.resize((slot + 1) * words.len(), 0);
+            }
+            self.attn_host[slot * words.len()..(slot + 1) * words.len()].copy_from_slice(words);
+            let p = &self.attns[slot];
             let (q, k, v) = (p.q.node, p.k.node, p.v.node);
             let bias = p.bias.as_ref().map(|b| BufRef::Node(b.node));
             for n in [q, k, v].into_iter().chain(p.bias.as_ref().map(|b| b.node)) {
@@ -744,6 +775,7 @@ impl<E: Executor> PlanRuntime<E> {
                 });
             }
             out.push(Launch::Attention {
+                slot,
                 call: Box::new(call),
                 out: BufRef::Node(id),
                 q: BufRef::Node(q),
@@ -768,7 +800,17 @@ impl<E: Executor> PlanRuntime<E> {
             }
             _ => 1,
         };
-        let mut scalars = vec![threads as i64];
+        let mut scalars = vec![];
+        // A kernel with dims reads its thread count from the dims table, and its grid covers
+        // the next power of two: the launch stays the same while the count grows within it
+        // (a decode step's mask over the keys), so a captured graph keeps replaying.
+        let mut launched = threads;
+        if step.dims.is_empty() {
+            scalars.push(threads as i64);
+        } else {
+            self.dims_host[step.dims_at + step.dims.len()] = threads as i64;
+            launched = threads.next_power_of_two();
+        }
         if step.cooperative {
             scalars.push(per_output as i64);
         }
@@ -784,7 +826,7 @@ impl<E: Executor> PlanRuntime<E> {
             buffers.push(BufRef::Dims);
         }
         let block = BLOCK.max(per_output);
-        let grid = u32::try_from((threads * per_output as usize).div_ceil(block as usize))
+        let grid = u32::try_from((launched * per_output as usize).div_ceil(block as usize))
             .map_err(|_| {
                 LuminalError::Backend(format!("{threads} elements is too many for one launch"))
             })?;
@@ -931,6 +973,7 @@ impl<E: Executor> PlanRuntime<E> {
                     ]);
                 }
                 Launch::Attention {
+                    slot,
                     call,
                     out,
                     q,
@@ -939,6 +982,12 @@ impl<E: Executor> PlanRuntime<E> {
                     bias,
                 } => {
                     sig.push(2);
+                    sig.push(*slot as u64);
+                    sig.push(
+                        self.attn_table
+                            .as_ref()
+                            .map_or(0, |b| self.exec.addr(&b.buf)),
+                    );
                     for r in [out, q, k, v] {
                         sig.push(self.exec.addr(self.buffer(*r)?));
                     }
@@ -951,7 +1000,20 @@ impl<E: Executor> PlanRuntime<E> {
                             .as_ref()
                             .map_or(0, |b| self.exec.addr(&b.buf)),
                     );
-                    sig.extend(call.words().iter().map(|&x| x as u64));
+                    // What the launches' shapes depend on (grids, kernel, the combine pass);
+                    // the rest of the call (the key count, offsets) is read from the table.
+                    sig.extend(
+                        [
+                            call.s,
+                            call.d,
+                            call.batches(),
+                            call.splits,
+                            call.k_f16,
+                            call.v_f16,
+                            call.has_bias,
+                        ]
+                        .map(|x| x as u64),
+                    );
                 }
             }
         }
@@ -968,6 +1030,7 @@ impl<E: Executor> PlanRuntime<E> {
             dims_table,
             functions,
             attn_scratch,
+            attn_table,
             ..
         } = self;
         let get = |r: BufRef| buffer_of(buffers, scratch, error_buffer, dims_table, r);
@@ -988,6 +1051,7 @@ impl<E: Executor> PlanRuntime<E> {
                     exec.gemm(call, get(*c)?, get(*a)?, get(*b)?)?;
                 }
                 Launch::Attention {
+                    slot,
                     call,
                     out,
                     q,
@@ -998,9 +1062,14 @@ impl<E: Executor> PlanRuntime<E> {
                     let scratch = attn_scratch.as_ref().map(|b| &b.buf).ok_or_else(|| {
                         LuminalError::Backend("attention scratch not allocated".into())
                     })?;
+                    let table = attn_table.as_ref().map(|b| &b.buf).ok_or_else(|| {
+                        LuminalError::Backend("attention parameters not written".into())
+                    })?;
                     let bias = bias.map(get).transpose()?;
                     exec.attention(
                         call,
+                        table,
+                        slot * std::mem::size_of::<AttnCall>(),
                         get(*out)?,
                         get(*q)?,
                         get(*k)?,
@@ -1116,6 +1185,16 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
                     .ok_or_else(|| LuminalError::UnboundDim(d.clone()))?;
             }
         }
+        let before = self.launches;
+        let t0 = std::time::Instant::now();
+        let mut launches = Vec::with_capacity(self.steps.len());
+        self.pending_static.clear();
+        for s in 0..self.steps.len() {
+            self.prepare_step(s, &mut launches)?;
+        }
+        self.launches = launches.len();
+        // The dims and thread counts, where the kernels read them (before any launch or
+        // capture).
         if !self.dims_host.is_empty() {
             let bytes: Vec<u8> = self
                 .dims_host
@@ -1134,14 +1213,28 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
                 }
             }
         }
-        let before = self.launches;
-        let t0 = std::time::Instant::now();
-        let mut launches = Vec::with_capacity(self.steps.len());
-        self.pending_static.clear();
-        for s in 0..self.steps.len() {
-            self.prepare_step(s, &mut launches)?;
+        // The attention calls, where the kernels read them (before any launch or capture).
+        if launches
+            .iter()
+            .any(|l| matches!(l, Launch::Attention { .. }))
+        {
+            let bytes: Vec<u8> = self
+                .attn_host
+                .iter()
+                .flat_map(|x| x.to_le_bytes())
+                .collect();
+            match self.attn_table.as_mut() {
+                Some(t) if t.capacity >= bytes.len() => self.exec.write(&mut t.buf, &bytes)?,
+                _ => {
+                    let buf = self.exec.upload(&bytes)?;
+                    self.attn_table = Some(Buffer {
+                        buf,
+                        capacity: bytes.len(),
+                        len: bytes.len(),
+                    });
+                }
+            }
         }
-        self.launches = launches.len();
         if self.graphs {
             let sig = self.signature(&launches)?;
             if self.captured.as_ref().is_some_and(|g| g.0 == sig) {
@@ -1162,6 +1255,20 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
                 self.replays += 1;
             } else {
                 self.issue(&launches)?;
+                if std::env::var("LUMINAL_CUDA_DEBUG_SIG").is_ok()
+                    && !self.last_signature.is_empty()
+                {
+                    let i = sig
+                        .iter()
+                        .zip(&self.last_signature)
+                        .position(|(a, b)| a != b);
+                    eprintln!(
+                        "signature differs at word {i:?} of {} (was {}): {:?}",
+                        sig.len(),
+                        self.last_signature.len(),
+                        i.map(|i| &sig[i.saturating_sub(8)..(i + 4).min(sig.len())])
+                    );
+                }
                 self.last_signature = sig;
             }
         } else {

@@ -144,6 +144,52 @@ fn the_kv_cache_is_written_in_place() {
 }
 
 #[test]
+fn model_kernels_compile_with_nvrtc() {
+    // Every generated kernel of a model's plan (f32, f16 and q8_0 weights) is accepted by
+    // NVRTC for Hopper, where NVRTC loads (a GPU machine, or the NVRTC wheel on
+    // LD_LIBRARY_PATH); elsewhere this prints a line and passes.
+    if !luminal_cuda::nvrtc_available() {
+        eprintln!("skipping: NVRTC is not loadable here");
+        return;
+    }
+    for file in [
+        "tiny-llama.gguf",
+        "tiny-llama.f16.gguf",
+        "tiny-llama.q8_0.gguf",
+    ] {
+        let (model, _) =
+            LlamaModel::load(fixture(file), HostEmulatorBackend, &options(), |_, _| {}).unwrap();
+        let kernels: Vec<_> = model.runtime().kernels().iter().collect();
+        luminal_cuda::device::nvrtc_ptx(&kernels, "compute_90")
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+    }
+}
+
+#[test]
+fn decode_steps_replay_a_captured_graph() {
+    // A decode step's launches are the same at every position (positions and the key count
+    // are read from device tables), so after two steps the rest replay one captured graph.
+    let (mut model, _) = LlamaModel::load(
+        fixture("tiny-llama.gguf"),
+        HostEmulatorBackend,
+        &options(),
+        |_, _| {},
+    )
+    .unwrap();
+    let p = &prompts(model.vocab_size())[0];
+    model.forward(&p[..5], 1).unwrap();
+    for &tok in &p[5..15] {
+        model.forward(&[tok], 1).unwrap();
+    }
+    let (replays, captures) = model.runtime().graph_replays();
+    println!("10 decode steps: {replays} replayed, {captures} captured");
+    assert!(
+        replays >= 8 && captures >= 1,
+        "{replays} replays, {captures} captures"
+    );
+}
+
+#[test]
 fn tiny_llama_unfused_on_the_emulator_matches_the_cpu_backend() {
     check("tiny-llama.gguf", HostEmulatorUnfused, "emulator unfused");
 }

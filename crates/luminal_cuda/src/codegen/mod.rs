@@ -694,7 +694,18 @@ fn generate_node(
             );
         }
     }
-    params.push_str(", long long lum_n");
+    // The thread count: a parameter, or, for a kernel with dims (whose count may change with
+    // them), the table entry after its dims, so that a replayed graph launches a grid sized
+    // for a bound (the plan rounds it up) and the kernel stops at this run's count.
+    let mut read_n = String::new();
+    if ndims > 0 {
+        let _ = writeln!(
+            read_n,
+            "    const long long lum_n = lum_dv[lum_do + {ndims}];"
+        );
+    } else {
+        params.push_str(", long long lum_n");
+    }
     if cooperative {
         params.push_str(", long long lum_t");
     }
@@ -704,11 +715,11 @@ fn generate_node(
     let text = if cooperative {
         // The body computes its own thread indices (several threads per output on a GPU).
         format!(
-            "LUM_EXTERN_C __global__ void LUM_REDUCE_BOUNDS KERNEL({params}) {{\n{read_dims}{body}}}\n"
+            "LUM_EXTERN_C __global__ void LUM_REDUCE_BOUNDS KERNEL({params}) {{\n{read_n}{read_dims}{body}}}\n"
         )
     } else {
         format!(
-            "LUM_EXTERN_C __global__ void KERNEL({params}) {{\n    const long long lum_i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n    if (lum_i >= lum_n) return;\n{read_dims}{body}}}\n"
+            "LUM_EXTERN_C __global__ void KERNEL({params}) {{\n{read_n}    const long long lum_i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n    if (lum_i >= lum_n) return;\n{read_dims}{body}}}\n"
         )
     };
     let kind = if members.len() > 1 {
