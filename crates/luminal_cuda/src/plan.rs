@@ -1235,6 +1235,8 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
                 }
             }
         }
+        let prepared = t0.elapsed();
+        let replays_before = self.replays;
         if self.graphs {
             let sig = self.signature(&launches)?;
             if self.captured.as_ref().is_some_and(|g| g.0 == sig) {
@@ -1315,9 +1317,11 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
         self.exec.synchronize()?;
         if self.timings {
             eprintln!(
-                "luminal_cuda: run of {} launches: {:.1} µs enqueueing, {:.1} µs waiting for the device",
+                "luminal_cuda: run of {} launches ({}): {:.1} µs preparing, {:.1} µs enqueueing, {:.1} µs waiting for the device",
                 self.launches,
-                enqueued.as_secs_f64() * 1e6,
+                if self.replays > replays_before { "replayed" } else { "launched" },
+                prepared.as_secs_f64() * 1e6,
+                (enqueued - prepared).as_secs_f64() * 1e6,
                 (t0.elapsed() - enqueued).as_secs_f64() * 1e6
             );
         }
