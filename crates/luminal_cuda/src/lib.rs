@@ -69,18 +69,23 @@
 //!   bit for bit (`tests/emulator_quant.rs`: every type, odd shapes, through permuted,
 //!   sliced and padded views, casts to f16/bf16, a quantized embedding gather and matmul; its
 //!   `gpu_dequantizing_casts` ran the same checks on an H200 and passed, bit for bit).
-//!   f16/bf16 `Bytes` are uploaded as their halves. The cast writes a full f32 copy of the
-//!   weight each run: correct, not fast (kernels that read the blocks in place are to come).
-//! - [`gemm`]: f32 products through cuBLAS. `hl_ops::matmul`'s broadcast multiply +
-//!   last-axis sum is recognised at compile time (f32, the multiply read only by the sum,
-//!   unmasked operand views); at run time the operands' strides and offsets resolve into
-//!   `cublasSgemmStridedBatched` calls (transposed, sliced and batched operands, a weight
-//!   broadcast over the batch, dynamic dims), and the multiply's `M·N·K` buffer is never
-//!   made. Layouts cuBLAS cannot read (padded operands, overlapping strides) run the two
-//!   generated kernels instead, as does a machine without cuBLAS and
-//!   [`CudaBackend::without_cublas`]. The emulator runs the same calls with a loop
-//!   (`gemm::host_gemm`; [`HostEmulatorKernelsOnly`] keeps the kernels), so the matching and
-//!   the parameters are tested without a GPU (`tests/emulator_matmul.rs`); on an H200 the
+//!   f16/bf16 `Bytes` are uploaded as their halves. A weight's dequantizing cast is a static
+//!   step (below): it writes the weight's f32 copy in the first run only.
+//! - [`gemm`]: products through cuBLAS (`cublasGemmStridedBatchedEx`, f32 accumulation).
+//!   `hl_ops::matmul`'s broadcast multiply + last-axis sum is recognised at compile time (the
+//!   multiply read only by the sum, unmasked operand views); at run time the operands' strides
+//!   and offsets resolve into calls (transposed, sliced and batched operands, a weight
+//!   broadcast over the batch, dynamic dims), and the multiply's `M·N·K` buffer is never made.
+//!   Types: f32 (TF32 tensor cores with [`CudaBackend::with_tf32`] / `LUMINAL_CUDA_TF32=1`);
+//!   f16/bf16 operands and result; and an f32 product whose operand is a widening cast of an
+//!   f16/bf16 weight reads the half buffer in place (no cast kernel, no f32 copy), rounding the
+//!   f32 activations to the weight's type first as torch's autocast does
+//!   ([`CudaBackend::without_half_products`] / `LUMINAL_CUDA_HALF_PRODUCTS=0` widens the weight
+//!   instead; two half casts of one type multiply exactly). Layouts cuBLAS cannot read (padded
+//!   operands, overlapping strides) run the two generated kernels instead, as does a machine
+//!   without cuBLAS and [`CudaBackend::without_cublas`]. The emulator runs the same calls with
+//!   a loop (`gemm::host_gemm`; [`HostEmulatorKernelsOnly`] keeps the kernels), so the matching
+//!   and the parameters are tested without a GPU (`tests/emulator_matmul.rs`); on an H200 the
 //!   same cases pass through cuBLAS (numbers in `benches/README.md`).
 //! - [`attention`]: `softmax(q·kᵀ·scale (+ bias))·v` as `luminal_nn`'s attention builds it
 //!   (causal with a KV cache, f16 cache, grouped queries, padding bias or none) is recognised
@@ -98,9 +103,25 @@
 //!   TFLOP/s) with f32 or f16 K/V, against 12.3 ms for torch's f32 SDPA and 0.93 ms for its
 //!   f16 SDPA (`examples/attention_bench.rs`, `scripts/torch_attention_bench.py`).
 //! - [`plan`]: the runtime, generic over an [`plan::Executor`]: inputs uploaded once and
-//!   kept on the device, one buffer per computed node (grown when the dims grow), kernels
-//!   launched in order on one stream, outputs downloaded on `get`; `WriteSlice` state is
-//!   copied into its input after the run; Gather reports an out-of-range index.
+//!   kept on the device (new values of the same size are written into the same buffer), one
+//!   buffer per computed node (grown, at least doubling, when the dims grow), outputs
+//!   downloaded on `get`; Gather reports an out-of-range index. A run is first *prepared*
+//!   (buffers sized, every launch listed with its grid, buffers and scalars), then issued.
+//!   - KV cache in place: a `WriteSlice` whose destination is a state input read by nothing
+//!     else writes the new rows into that input's buffer (no copy of the whole cache per run).
+//!   - Static steps: a step whose value depends only on non-state inputs and no dim (a
+//!     weight's dequantizing cast) runs once and is skipped while none of its inputs is set
+//!     again ([`CudaBackend::without_static_steps`] / `LUMINAL_CUDA_STATIC=0` for benchmarks
+//!     that time repeated runs over the same inputs).
+//!   - CUDA graphs: dynamic dims, kernels' thread counts and attention calls are read from
+//!     tables in device memory written before each run (a kernel with dims launches a
+//!     power-of-two bound of its threads), so a run's launches usually stay the same from one
+//!     decode step to the next. A run whose launches (functions, grids, buffer addresses,
+//!     products) equal the previous run's is captured into a CUDA graph and replayed while
+//!     they stay the same (`LUMINAL_CUDA_GRAPHS=0` turns this off). The host emulator records
+//!     and replays the same way (`tests/emulator_graphs.rs`; tiny-llama: 8 of 10 decode steps
+//!     replayed). `LUMINAL_CUDA_STATS=1` prints launches per run, `=2` each run's host time
+//!     preparing, enqueueing and waiting.
 //! - [`device`]: device selection, NVRTC (`--gpu-architecture=compute_XY` from the device's
 //!   compute capability; a plan's new kernels compiled in one NVRTC call, one module), a
 //!   per-backend cache of compiled kernels keyed by source text.
@@ -138,16 +159,20 @@
 //!   compiles its kernels with NVRTC where the library loads (no device needed).
 //!
 //! ## Not done yet
-//! - cuBLAS takes f32 products only (plain `cublasSgemmStridedBatched`, no TF32); half
-//!   products, cuBLASLt epilogues and products reading quantized blocks in place are next.
+//! - On the GPU, decode was host-bound in the last measured run (1097 launches per SmolLM2
+//!   step, ~7 µs each, the GPU idle): the graph replay of decode steps (attention calls and
+//!   thread counts from device tables) is tested on the emulator and compiles with NVRTC, but
+//!   has not yet run on a GPU.
+//! - cuBLASLt epilogues (bias/activation fused into the product); products reading quantized
+//!   blocks in place (a quantized weight is dequantized to f32 once, then read by f32
+//!   products).
 //! - Fusion covers elementwise producers of one reader; a node read twice (softmax's
 //!   exponentials, a norm's input) is still its own kernel and buffer, and a reduction still
 //!   writes its buffer for its readers (no reduction-into-elementwise epilogues). Attention
 //!   on half inputs with f16 tensor cores (torch's f16 SDPA is 20x faster than the f32 path
-//!   here) and over a quantized KV cache (it runs as primops), quantized matmul kernels reading the blocks in
-//!   place (today a cast kernel writes each weight's f32 copy every run),
-//!   one device memory arena planned at compile time with in-place KV cache, CUDA graph
-//!   capture of the decode step.
+//!   here), the causal mask generated in the kernel instead of read from the bias, attention
+//!   over a quantized KV cache (it runs as primops), one device memory arena planned at
+//!   compile time.
 //! - The CLI's `--device cuda` (`luminal generate|chat|serve|bench|perplexity`) loads Llama
 //!   models here; `embed`, `bench-embed` and `transcribe` run on the CPU only.
 //! - Cooperative reductions split rows only: a strided reduction (values after the reduced
