@@ -595,7 +595,7 @@ impl<E: Executor> PlanRuntime<E> {
             replays: 0,
             captures: 0,
             stats: std::env::var("LUMINAL_CUDA_STATS").is_ok_and(|v| v != "0"),
-            timings: std::env::var("LUMINAL_CUDA_STATS").is_ok_and(|v| v == "2"),
+            timings: std::env::var("LUMINAL_CUDA_STATS").is_ok_and(|v| v == "2" || v == "3"),
         })
     }
 
@@ -1234,6 +1234,21 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
                     });
                 }
             }
+        }
+        if std::env::var("LUMINAL_CUDA_STATS").is_ok_and(|v| v == "3") {
+            // Each launch of the run, by kernel name (for finding what to fuse next).
+            let names: Vec<String> = launches
+                .iter()
+                .map(|l| match l {
+                    Launch::Kernel { function, .. } => self
+                        .kernels
+                        .get(*function)
+                        .map_or("round".to_string(), |k| k.name.clone()),
+                    Launch::Gemm { .. } => "gemm".into(),
+                    Launch::Attention { .. } => "attention".into(),
+                })
+                .collect();
+            eprintln!("luminal_cuda: launches: {}", names.join(" "));
         }
         let prepared = t0.elapsed();
         let replays_before = self.replays;
