@@ -22,6 +22,11 @@
 //!   in f32). When only one is, the other (f32 activations) is rounded to that half type
 //!   first ([`Pattern::round`], one small kernel), as PyTorch's autocast does; a backend that
 //!   does not allow this ([`find`]'s `round`) widens the half operand as before.
+//! - an f32 product whose operand is a widening cast of a block-quantized weight input
+//!   (Q8_0, Q4_K, …): the plan dequantizes the weight into an f16 copy once (again only when
+//!   the input is set again, [`Pattern::dequant`]) and cuBLAS multiplies that copy with the
+//!   activations rounded to f16 — half the bytes per weight of an f32 copy, and no per-run
+//!   dequantization.
 //!
 //! The calls are in cuBLAS's column-major terms: the row-major `C[m, n] = Σ_k a[m, k]·b[n, k]`
 //! is the column-major `Cᵀ (N×M) = op(B) (N×K) · op(Aᵀ) (K×M)`, so cuBLAS's `A` is our `b`
@@ -101,6 +106,10 @@ pub struct Pattern {
     /// Widening casts the multiply reads that cuBLAS bypasses: not launched when the product
     /// goes to cuBLAS (their kernels run when it falls back to the kernels).
     pub casts: Vec<NodeId>,
+    /// The operand that is a block-quantized weight input (`a`/`b` then name the input, read
+    /// through the multiply's view): the plan dequantizes it into an f16 copy once per value
+    /// the input is set to, and cuBLAS reads that copy (the other operand rounded to f16).
+    pub dequant: Option<Side>,
 }
 
 /// One `cublasGemmStridedBatchedEx` call (column-major; offsets in elements of each buffer's
@@ -165,6 +174,26 @@ pub fn find(graph: &GraphData, order: &[NodeId], round: bool) -> Vec<Pattern> {
                 )
             })
     };
+    // A widening cast of a block-quantized weight input (constant shape), read only by the
+    // product through a plain contiguous view: dequantized once into an f16 copy.
+    let quantized = |e: &Edge| -> Option<Edge> {
+        let cast = graph.node(e.node);
+        if !matches!(cast.op, Op::Cast(DType::F32)) || cast.dtype != DType::F32 {
+            return None;
+        }
+        let input = &cast.inputs[0];
+        let w = graph.node(input.node);
+        (matches!(w.op, Op::Input { .. })
+            && w.dtype.is_quantized()
+            && private(e.node)
+            && input.view.is_contiguous()
+            && input.view.dims() == cast.shape
+            && cast.shape.iter().all(|d| d.as_constant().is_some()))
+        .then(|| Edge {
+            node: input.node,
+            view: e.view.clone(),
+        })
+    };
     let mut out = vec![];
     for &id in order {
         let node = graph.node(id);
@@ -211,6 +240,7 @@ pub fn find(graph: &GraphData, order: &[NodeId], round: bool) -> Vec<Pattern> {
             c_type,
             round: None,
             casts: vec![],
+            dequant: None,
         };
         if c_type == GemmType::F32 {
             match (bypass(a), bypass(b)) {
@@ -227,6 +257,24 @@ pub fn find(graph: &GraphData, order: &[NodeId], round: bool) -> Vec<Pattern> {
                     (p.b, p.a_type, p.b_type) = (eb, t, t);
                     p.round = Some((Side::A, t));
                     p.casts = vec![b.node];
+                }
+                (None, None) if round => {
+                    let t = GemmType::F16;
+                    match (quantized(a), quantized(b)) {
+                        (Some(ea), None) if graph.node(b.node).dtype == DType::F32 => {
+                            (p.a, p.a_type, p.b_type) = (ea, t, t);
+                            p.round = Some((Side::B, t));
+                            p.casts = vec![a.node];
+                            p.dequant = Some(Side::A);
+                        }
+                        (None, Some(eb)) if graph.node(a.node).dtype == DType::F32 => {
+                            (p.b, p.a_type, p.b_type) = (eb, t, t);
+                            p.round = Some((Side::A, t));
+                            p.casts = vec![b.node];
+                            p.dequant = Some(Side::B);
+                        }
+                        _ => {}
+                    }
                 }
                 _ => {}
             }

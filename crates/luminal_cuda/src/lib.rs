@@ -69,8 +69,9 @@
 //!   bit for bit (`tests/emulator_quant.rs`: every type, odd shapes, through permuted,
 //!   sliced and padded views, casts to f16/bf16, a quantized embedding gather and matmul; its
 //!   `gpu_dequantizing_casts` ran the same checks on an H200 and passed, bit for bit).
-//!   f16/bf16 `Bytes` are uploaded as their halves. A weight's dequantizing cast is a static
-//!   step (below): it writes the weight's f32 copy in the first run only.
+//!   f16/bf16 `Bytes` are uploaded as their halves. A quantized weight read by a product is
+//!   dequantized once into an f16 copy that cuBLAS reads ([`gemm`]); any other dequantizing
+//!   cast of a weight is a static step (below), run in the first run only.
 //! - [`gemm`]: products through cuBLAS (`cublasGemmStridedBatchedEx`, f32 accumulation).
 //!   `hl_ops::matmul`'s broadcast multiply + last-axis sum is recognised at compile time (the
 //!   multiply read only by the sum, unmasked operand views); at run time the operands' strides
@@ -81,7 +82,9 @@
 //!   f16/bf16 weight reads the half buffer in place (no cast kernel, no f32 copy), rounding the
 //!   f32 activations to the weight's type first as torch's autocast does
 //!   ([`CudaBackend::without_half_products`] / `LUMINAL_CUDA_HALF_PRODUCTS=0` widens the weight
-//!   instead; two half casts of one type multiply exactly). Layouts cuBLAS cannot read (padded
+//!   instead; two half casts of one type multiply exactly). A product over a block-quantized
+//!   weight reads an f16 copy of it, written once (and again only when the weight is set
+//!   again), with the activations rounded to f16. Layouts cuBLAS cannot read (padded
 //!   operands, overlapping strides) run the two generated kernels instead, as does a machine
 //!   without cuBLAS and [`CudaBackend::without_cublas`]. The emulator runs the same calls with
 //!   a loop (`gemm::host_gemm`; [`HostEmulatorKernelsOnly`] keeps the kernels), so the matching
@@ -164,8 +167,8 @@
 //!   thread counts from device tables) is tested on the emulator and compiles with NVRTC, but
 //!   has not yet run on a GPU.
 //! - cuBLASLt epilogues (bias/activation fused into the product); products reading quantized
-//!   blocks in place (a quantized weight is dequantized to f32 once, then read by f32
-//!   products).
+//!   blocks in place (today a quantized weight's f16 copy is read: 2 bytes a weight, not the
+//!   0.5–1 of its blocks).
 //! - Fusion covers elementwise producers of one reader; a node read twice (softmax's
 //!   exponentials, a norm's input) is still its own kernel and buffer, and a reduction still
 //!   writes its buffer for its readers (no reduction-into-elementwise epilogues). Attention

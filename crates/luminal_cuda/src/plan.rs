@@ -178,6 +178,10 @@ enum BufRef {
     Dims,
 }
 
+/// The key of a product's dequantized weight copy in the plan's scratch buffers (after the
+/// products' rounded operands, keyed by the product's index).
+const DEQUANT: usize = 1 << 40;
+
 /// The buffer `r` names, among the plan's.
 fn buffer_of<'a, B>(
     buffers: &'a HashMap<NodeId, Buffer<B>>,
@@ -281,6 +285,10 @@ pub struct PlanRuntime<E: Executor> {
     scratch: HashMap<usize, Buffer<E::Buffer>>,
     /// The rounding kernels (f32 → f16, f32 → bf16) in `functions`, where a product needs them.
     round_fn: HashMap<GemmType, usize>,
+    /// Per product over a quantized weight ([`gemm::Pattern::dequant`]): the kernel writing
+    /// its f16 copy (into `scratch[DEQUANT + pattern]`), and when it last ran.
+    dequant_fn: HashMap<usize, usize>,
+    dequant_at: HashMap<usize, u64>,
     /// Split-KV partial results of the attention calls ([`Executor::attention_scratch`]).
     attn_scratch: Option<Buffer<E::Buffer>>,
     /// The attention calls of a run in device memory (one slot per pattern), written before
@@ -298,8 +306,10 @@ pub struct PlanRuntime<E: Executor> {
     generation: u64,
     set_at: HashMap<NodeId, u64>,
     computed_at: Vec<u64>,
-    /// Static steps launched by the run being prepared (marked computed once it is issued).
+    /// Static steps launched by the run being prepared (marked computed once it is issued),
+    /// and the products whose weight copy it writes.
     pending_static: Vec<usize>,
+    pending_dequant: Vec<usize>,
     /// The dims of every kernel, in device memory (written before each run; kernels read
     /// their dims here, so a replayed graph sees this run's values), and its host copy.
     dims_table: Option<Buffer<E::Buffer>>,
@@ -556,6 +566,31 @@ impl<E: Executor> PlanRuntime<E> {
                 kernels.len() - 1
             });
         }
+        // Products over a quantized weight: the kernel dequantizing the weight into its f16
+        // copy (the weight's cast, to f16).
+        let mut dequant_fn = HashMap::new();
+        for (i, p) in patterns.iter().enumerate() {
+            let Some(side) = p.dequant else { continue };
+            let cast = graph.node(p.casts[0]);
+            let w = match side {
+                Side::A => p.a.node,
+                Side::B => p.b.node,
+            };
+            let node = luminal::graph::Node {
+                op: Op::Cast(DType::F16),
+                inputs: cast.inputs.clone(),
+                dtype: DType::F16,
+                shape: cast.shape.clone(),
+            };
+            let k = codegen::generate(&node, &[graph.node(w).dtype])
+                .map_err(LuminalError::Backend)?
+                .expect("a cast has a kernel");
+            let f = *by_source.entry(k.source.clone()).or_insert_with(|| {
+                kernels.push(k);
+                kernels.len() - 1
+            });
+            dequant_fn.insert(i, f);
+        }
         let functions = exec.compile(&kernels.iter().collect::<Vec<_>>())?;
         let nsteps = steps.len();
         let graphs = exec.graphs_available()
@@ -577,6 +612,8 @@ impl<E: Executor> PlanRuntime<E> {
             attns,
             scratch: HashMap::new(),
             round_fn,
+            dequant_fn,
+            dequant_at: HashMap::new(),
             attn_scratch: None,
             attn_table: None,
             attn_host: vec![],
@@ -587,6 +624,7 @@ impl<E: Executor> PlanRuntime<E> {
             set_at: HashMap::new(),
             computed_at: vec![0; nsteps],
             pending_static: vec![],
+            pending_dequant: vec![],
             dims_table: None,
             dims_host: vec![0; dims_len],
             graphs,
@@ -857,6 +895,47 @@ impl<E: Executor> PlanRuntime<E> {
     /// operand to the half type where the pattern asks.
     fn prepare_gemm(&mut self, id: NodeId, pi: usize, out: &mut Vec<Launch>) -> Result<()> {
         let p = &self.patterns[pi];
+        if let Some(side) = p.dequant {
+            // The weight's f16 copy, written when the weight was set since it last was.
+            let w = match side {
+                Side::A => p.a.node,
+                Side::B => p.b.node,
+            };
+            let node = self.graph.node(w);
+            let n = self.numel(&node.shape)?;
+            let set = self.set_at.get(&w).copied().unwrap_or(0);
+            let key = DEQUANT + pi;
+            let fresh = self.scratch.contains_key(&key)
+                && self
+                    .dequant_at
+                    .get(&pi)
+                    .is_some_and(|&at| at >= set && at > 0);
+            if !fresh {
+                if !self.scratch.contains_key(&key) {
+                    let buf = self.exec.alloc(2 * n)?;
+                    self.scratch.insert(
+                        key,
+                        Buffer {
+                            buf,
+                            capacity: 2 * n,
+                            len: 2 * n,
+                        },
+                    );
+                }
+                let grid = u32::try_from(n.div_ceil(BLOCK as usize)).map_err(|_| {
+                    LuminalError::Backend(format!("{n} elements is too many for one launch"))
+                })?;
+                out.push(Launch::Kernel {
+                    function: self.dequant_fn[&pi],
+                    grid: grid.max(1),
+                    block: BLOCK,
+                    buffers: vec![BufRef::Scratch(key), BufRef::Node(w)],
+                    scalars: vec![n as i64],
+                });
+                self.pending_dequant.push(pi);
+            }
+        }
+        let p = &self.patterns[pi];
         if let Some((side, t)) = p.round {
             let src = match side {
                 Side::A => p.a.node,
@@ -896,6 +975,8 @@ impl<E: Executor> PlanRuntime<E> {
         let operand = |side: Side, e: &luminal::graph::Edge| {
             if p.round.is_some_and(|r| r.0 == side) {
                 BufRef::Scratch(pi)
+            } else if p.dequant == Some(side) {
+                BufRef::Scratch(DEQUANT + pi)
             } else {
                 BufRef::Node(e.node)
             }
@@ -1189,6 +1270,7 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
         let t0 = std::time::Instant::now();
         let mut launches = Vec::with_capacity(self.steps.len());
         self.pending_static.clear();
+        self.pending_dequant.clear();
         for s in 0..self.steps.len() {
             self.prepare_step(s, &mut launches)?;
         }
@@ -1294,6 +1376,9 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
         let at = self.generation.max(1);
         for s in std::mem::take(&mut self.pending_static) {
             self.computed_at[s] = at;
+        }
+        for p in std::mem::take(&mut self.pending_dequant) {
+            self.dequant_at.insert(p, at);
         }
         if self.stats && self.launches != before {
             eprintln!(

@@ -25,6 +25,39 @@ fn quantized_embedding_gather_and_matmul() {
     quant_cases::gather_and_matmul(|| HostEmulatorBackend);
 }
 
+/// A linear layer over each block type: the weight dequantized once into an f16 copy that the
+/// (emulated) cuBLAS reads with f16-rounded activations, again only after the weight is set
+/// again; as the cast + f32 product without half products.
+fn quantized_linear_layers<E, B>(backend: impl Fn() -> B, rounds: bool)
+where
+    E: luminal_cuda::plan::Executor,
+    B: Backend<Runtime = luminal_cuda::plan::PlanRuntime<E>>,
+{
+    for dt in [
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q4_K,
+        DType::Q6_K,
+    ] {
+        let (launches, half) = quant_cases::quantized_linear(backend(), dt);
+        println!("{dt} linear: launches per run {launches:?}, half products {half}");
+        assert_eq!(half, rounds, "{dt}: products through the f16 copy");
+        if rounds {
+            // The dequantizing launch runs when the weight was set (runs 0 and 2) only.
+            assert!(
+                launches[1] < launches[0] && launches[1] < launches[2],
+                "{launches:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn quantized_weights_are_dequantized_once_into_f16() {
+    quantized_linear_layers(|| HostEmulatorBackend, true);
+}
+
 #[test]
 fn wrong_byte_lengths_are_typed_errors() {
     let cx = Graph::new();
@@ -48,6 +81,8 @@ fn gpu_dequantizing_casts() {
             quant_cases::every_block_type(|| b.clone());
             quant_cases::views_and_half(|| b.clone());
             quant_cases::gather_and_matmul(|| b.clone());
+            quantized_linear_layers(|| b.clone(), true);
+            quantized_linear_layers(|| b.clone().without_half_products(), false);
         }
         Err(e) => eprintln!("skipping the GPU dequantization checks: {e}"),
     }
