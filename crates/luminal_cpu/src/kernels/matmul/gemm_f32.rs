@@ -55,7 +55,7 @@ pub(crate) struct Mat {
 
 impl Mat {
     #[inline(always)]
-    unsafe fn at(&self, r: usize, c: usize) -> f32 {
+    pub(crate) unsafe fn at(&self, r: usize, c: usize) -> f32 {
         *self.ptr.offset(r as isize * self.rs + c as isize * self.cs)
     }
 }
@@ -105,6 +105,38 @@ pub(crate) unsafe fn sgemm_acc(
     product(m, n, k, a, b, c, c_rs, accumulate, Tiles::DEFAULT)
 }
 
+/// [`sgemm`] on the AVX-512/AVX2 kernel even where AMX would take it (for comparisons).
+///
+/// # Safety
+/// As [`sgemm`].
+#[cfg(test)]
+pub(crate) unsafe fn sgemm_simd(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat,
+    b: Mat,
+    c: *mut f32,
+    c_rs: usize,
+) {
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => blocked::<12, 32>(
+            m,
+            n,
+            k,
+            a,
+            b,
+            c,
+            c_rs,
+            false,
+            Kernel::Avx512,
+            Tiles::DEFAULT,
+        ),
+        _ => product(m, n, k, a, b, c, c_rs, false, Tiles::DEFAULT),
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 unsafe fn product(
     m: usize,
@@ -124,6 +156,17 @@ unsafe fn product(
         for i in 0..m {
             std::slice::from_raw_parts_mut(c.add(i * c_rs), n).fill(0.0);
         }
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if !accumulate
+        && m >= super::amx::MIN_DIM
+        && n >= super::amx::MIN_DIM
+        && k >= super::amx::MIN_DIM
+        && isa() == Isa::Avx512
+        && super::amx::available()
+    {
+        super::amx::sgemm(m, n, k, a, b, c, c_rs);
         return;
     }
     match isa() {

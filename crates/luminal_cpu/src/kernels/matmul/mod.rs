@@ -6,6 +6,8 @@
 //! takes row and column strides, so the operands are read in place whatever their layout
 //! (transposed weights, sliced batches, broadcast batch dims): no copies besides packing.
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod amx;
 pub(crate) mod gemm_f32;
 pub(crate) mod half;
 pub(crate) mod skinny_f32;

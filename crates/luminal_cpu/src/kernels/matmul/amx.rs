@@ -1,0 +1,546 @@
+//! f32 products on Intel AMX tiles (Sapphire Rapids and later), at f32 accuracy.
+//!
+//! AMX multiplies bf16 pairs into f32 accumulators (`tdpbf16ps`: a 16×16 f32 tile += a 16×32
+//! bf16 tile · a 32×16 bf16 tile) at ~2.8 TFLOP/s a core here, against ~0.1 for AVX-512 f32
+//! FMAs. bf16 keeps 8 bits of a float's 24, so each f32 operand is split into three bf16
+//! pieces, `x = h + m + l` (`h = bf16(x)`, `m = bf16(x − h)`, `l = bf16(x − h − m)`: 24 bits),
+//! and the product is the sum of the six piece products down to 2⁻¹⁶ of the leading one
+//! (`hh, hm, mh, hl, lh, mm`; the dropped `ml, lm, ll` are ≤ 2⁻²⁴ relative, f32's own
+//! rounding), accumulated in f32 — the "bf16x6" scheme of oneDNN's f32-on-AMX mode. Six AMX
+//! passes still cost ~1/4 of the AVX-512 kernel's time on the products this is used for.
+//!
+//! Layout: A is packed into 16-row panels of 32-value K blocks (a tile each: 16 rows × 64
+//! bytes), B into 16-column panels of 32-value K blocks in AMX's pair-interleaved layout
+//! (tile row `p` holds `B[2p][j], B[2p+1][j]` for the 16 columns `j`), one copy per piece,
+//! K zero-padded to a multiple of 32 and rows/columns to 16. The microkernel keeps a 32×32
+//! block of C in four accumulator tiles over the whole of K (summation order over K fixed:
+//! results do not depend on how the product is split over threads), then stores it.
+//!
+//! Used by `gemm_f32::sgemm` for products of at least [`MIN_DIM`] in each dimension when
+//! `LUMINAL_AMX=1`, the CPU has AMX-BF16 and the kernel grants the tile state
+//! (`arch_prctl(ARCH_REQ_XCOMP_PERM)`). Experimental and off by default: correct to f32
+//! accuracy (tested against f64), but not yet faster than the AVX-512 kernel here (the
+//! 32×32 blocks reload their tiles from L2: 18 tile loads for 24 products per K block).
+
+use super::gemm_f32::Mat;
+use std::arch::asm;
+use std::cell::RefCell;
+use std::sync::OnceLock;
+
+/// Products smaller than this in any dimension stay on the AVX-512 kernel.
+pub(crate) const MIN_DIM: usize = 32;
+
+/// Whether products go to AMX: the hardware and OS allow it ([`hardware`]) and
+/// `LUMINAL_AMX=1` asks for it. Opt-in: on the 2-vCPU Xeon host of `benches/README.md` the
+/// six-pass kernel is still 0.7–0.85× the AVX-512 kernel (its tile loads, not its products,
+/// bound it; see the section "AMX f32 products (experimental)").
+pub(crate) fn available() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LUMINAL_AMX").is_ok_and(|v| v == "1") && hardware())
+}
+
+/// Whether AMX-BF16 can be used here: CPUID says so, the OS enables the tile state (XCR0
+/// bits 17 and 18) and grants it to this process.
+pub(crate) fn hardware() -> bool {
+    static OK: OnceLock<bool> = OnceLock::new();
+    *OK.get_or_init(|| {
+        // SAFETY: CPUID leaf 7 and (where OSXSAVE is set) XGETBV are available on every
+        // x86_64 CPU that reports them; the syscall only requests a permission.
+        unsafe {
+            use std::arch::x86_64::{__cpuid_count, _xgetbv};
+            let l7 = __cpuid_count(7, 0);
+            let (tile, bf16) = (l7.edx >> 24 & 1 == 1, l7.edx >> 22 & 1 == 1);
+            let osxsave = __cpuid_count(1, 0).ecx >> 27 & 1 == 1;
+            if !(tile && bf16 && osxsave) {
+                return false;
+            }
+            if _xgetbv(0) >> 17 & 3 != 3 {
+                return false;
+            }
+            // arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA): Linux asks each process to
+            // request the (large) tile state before using it.
+            let ret: i64;
+            asm!(
+                "syscall",
+                inlateout("rax") 158i64 => ret,
+                in("rdi") 0x1023i64,
+                in("rsi") 18i64,
+                lateout("rcx") _,
+                lateout("r11") _,
+                options(nostack)
+            );
+            ret == 0
+        }
+    })
+}
+
+/// The three bf16 pieces of `x` (as raw bits): `x ≈ h + m + l` to 24 bits.
+#[inline(always)]
+fn split(x: f32) -> [u16; 3] {
+    let h = bf16(x);
+    if !x.is_finite() {
+        return [h, 0, 0];
+    }
+    let r = x - f32::from_bits((h as u32) << 16);
+    let m = bf16(r);
+    let r = r - f32::from_bits((m as u32) << 16);
+    [h, m, bf16(r)]
+}
+
+/// `x` rounded to bf16 (nearest, ties to even), as bits; finite inputs.
+#[inline(always)]
+fn bf16(x: f32) -> u16 {
+    let b = x.to_bits();
+    if x.is_nan() {
+        return (b >> 16) as u16 | 0x40;
+    }
+    (b.wrapping_add(0x7fff + (b >> 16 & 1)) >> 16) as u16
+}
+
+thread_local! {
+    /// This thread's packed pieces of A and B (grown, never shrunk).
+    static PACK: RefCell<(Vec<u16>, Vec<u16>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// One 16 × 32 tile of bf16 values: 512 of them.
+const TILE: usize = 512;
+
+/// The tile configuration: palette 1, tiles 0–7 all 16 rows × 64 bytes.
+#[repr(C, align(64))]
+struct Config([u8; 64]);
+
+static CONFIG: Config = {
+    let mut c = [0u8; 64];
+    c[0] = 1;
+    let mut t = 0;
+    while t < 8 {
+        c[16 + 2 * t] = 64;
+        c[48 + t] = 16;
+        t += 1;
+    }
+    Config(c)
+};
+
+/// `C[m × n] = A[m × k] · B[k × n]`, C row-major with row stride `c_rs` (overwritten).
+///
+/// # Safety
+/// As `gemm_f32::sgemm`, and [`hardware`] must have returned true.
+pub(crate) unsafe fn sgemm(m: usize, n: usize, k: usize, a: Mat, b: Mat, c: *mut f32, c_rs: usize) {
+    let kb = k.div_ceil(32);
+    let (mp, np) = (m.div_ceil(32) * 2, n.div_ceil(32) * 2);
+    PACK.with(|pack| {
+        let mut pack = pack.borrow_mut();
+        let (pa, pb) = &mut *pack;
+        // Pieces × 16-row (column) panels × K blocks × one tile.
+        let (la, lb) = (3 * mp * kb * TILE, 3 * np * kb * TILE);
+        if pa.len() < la {
+            pa.resize(la, 0);
+        }
+        if pb.len() < lb {
+            pb.resize(lb, 0);
+        }
+        pack_a(a, m, k, mp, kb, pa);
+        pack_b(b, k, n, np, kb, pb);
+        asm!("ldtilecfg [{0}]", in(reg) CONFIG.0.as_ptr(), options(nostack, readonly));
+        let mut tmp = [0f32; 256];
+        for ip in (0..mp).step_by(2) {
+            for jp in (0..np).step_by(2) {
+                block(pa.as_ptr(), pb.as_ptr(), ip, jp, mp, np, kb);
+                // Four accumulators: rows ip, ip+1 × columns jp, jp+1 (16 × 16 each).
+                for (t, (di, dj)) in [(0, 0), (0, 1), (1, 0), (1, 1)].into_iter().enumerate() {
+                    let (r0, c0) = ((ip + di) * 16, (jp + dj) * 16);
+                    if r0 >= m || c0 >= n {
+                        continue;
+                    }
+                    let (rows, cols) = ((m - r0).min(16), (n - c0).min(16));
+                    let dst = c.add(r0 * c_rs + c0);
+                    if rows == 16 && cols == 16 {
+                        store(t, dst, c_rs * 4);
+                    } else {
+                        store(t, tmp.as_mut_ptr(), 64);
+                        for i in 0..rows {
+                            std::ptr::copy_nonoverlapping(
+                                tmp.as_ptr().add(16 * i),
+                                dst.add(i * c_rs),
+                                cols,
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        asm!("tilerelease", options(nostack, nomem));
+    })
+}
+
+/// Stores accumulator tile `t` (0–3) at `dst`, rows `stride` bytes apart.
+#[inline(always)]
+unsafe fn store(t: usize, dst: *mut f32, stride: usize) {
+    match t {
+        0 => asm!("tilestored [{0} + {1}*1], tmm0", in(reg) dst, in(reg) stride, options(nostack)),
+        1 => asm!("tilestored [{0} + {1}*1], tmm1", in(reg) dst, in(reg) stride, options(nostack)),
+        2 => asm!("tilestored [{0} + {1}*1], tmm2", in(reg) dst, in(reg) stride, options(nostack)),
+        _ => asm!("tilestored [{0} + {1}*1], tmm3", in(reg) dst, in(reg) stride, options(nostack)),
+    }
+}
+
+/// The 32 × 32 block of C at A panels `ip, ip+1` and B panels `jp, jp+1` into tiles 0–3 (row
+/// panel × column panel: 0 = (ip, jp), 1 = (ip, jp+1), 2 = (ip+1, jp), 3 = (ip+1, jp+1)).
+#[inline(never)]
+unsafe fn block(
+    pa: *const u16,
+    pb: *const u16,
+    ip: usize,
+    jp: usize,
+    mp: usize,
+    np: usize,
+    kb: usize,
+) {
+    // Tile of piece `p`, panel `q`, K block `x` of A / B.
+    let at = |p: usize, q: usize, x: usize| pa.add(((p * mp + q) * kb + x) * TILE);
+    let bt = |p: usize, q: usize, x: usize| pb.add(((p * np + q) * kb + x) * TILE);
+    let s = 64usize;
+    asm!(
+        "tilezero tmm0",
+        "tilezero tmm1",
+        "tilezero tmm2",
+        "tilezero tmm3",
+        options(nostack, nomem)
+    );
+    // The piece products, largest first: (A piece, B piece).
+    const PASSES: [(usize, usize); 6] = [(0, 0), (0, 1), (1, 0), (0, 2), (2, 0), (1, 1)];
+    for x in 0..kb {
+        let mut loaded_a = usize::MAX;
+        for &(pa_i, pb_i) in &PASSES {
+            if loaded_a != pa_i {
+                asm!(
+                    "tileloadd tmm4, [{0} + {2}*1]",
+                    "tileloadd tmm5, [{1} + {2}*1]",
+                    in(reg) at(pa_i, ip, x),
+                    in(reg) at(pa_i, ip + 1, x),
+                    in(reg) s,
+                    options(nostack, readonly)
+                );
+                loaded_a = pa_i;
+            }
+            asm!(
+                "tileloadd tmm6, [{0} + {2}*1]",
+                "tileloadd tmm7, [{1} + {2}*1]",
+                "tdpbf16ps tmm0, tmm4, tmm6",
+                "tdpbf16ps tmm1, tmm4, tmm7",
+                "tdpbf16ps tmm2, tmm5, tmm6",
+                "tdpbf16ps tmm3, tmm5, tmm7",
+                in(reg) bt(pb_i, jp, x),
+                in(reg) bt(pb_i, jp + 1, x),
+                in(reg) s,
+                options(nostack, readonly)
+            );
+        }
+    }
+}
+
+/// The three pieces of 16 floats: per piece, the 16 values' bf16 bits in the low 16 bits of
+/// each 32-bit lane (`lo`) and in the high 16 bits (`hi`).
+#[inline(always)]
+unsafe fn split16(
+    v: std::arch::x86_64::__m512,
+) -> [(std::arch::x86_64::__m512i, std::arch::x86_64::__m512i); 3] {
+    use std::arch::x86_64::*;
+    let mut x = v;
+    std::array::from_fn(|_| {
+        let b = _mm512_castps_si512(x);
+        // Round to nearest even at bit 16 (finite values; the scalar path guards the rest).
+        let odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+        let r = _mm512_add_epi32(b, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
+        let hi = _mm512_and_si512(r, _mm512_set1_epi32(0xffff0000u32 as i32));
+        x = _mm512_sub_ps(x, _mm512_castsi512_ps(hi));
+        (_mm512_srli_epi32(r, 16), hi)
+    })
+}
+
+/// Whether all 16 values are finite (the vector split assumes it).
+#[inline(always)]
+unsafe fn finite16(v: std::arch::x86_64::__m512) -> bool {
+    use std::arch::x86_64::*;
+    let e = _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7f800000));
+    _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(0x7f800000)) == 0
+}
+
+/// Packs A (`m × k`) into `mp` 16-row panels of `kb` tiles per piece (zero-padded).
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn pack_a(a: Mat, m: usize, k: usize, mp: usize, kb: usize, out: &mut [u16]) {
+    use std::arch::x86_64::*;
+    let o = out.as_mut_ptr();
+    for q in 0..mp {
+        for x in 0..kb {
+            let tiles: [usize; 3] = std::array::from_fn(|p| ((p * mp + q) * kb + x) * TILE);
+            for r in 0..16 {
+                let i = q * 16 + r;
+                let full = i < m && (x + 1) * 32 <= k && a.cs == 1;
+                if full {
+                    let src = a.ptr.offset(i as isize * a.rs + (x * 32) as isize);
+                    let (v0, v1) = (_mm512_loadu_ps(src), _mm512_loadu_ps(src.add(16)));
+                    if finite16(v0) && finite16(v1) {
+                        let (s0, s1) = (split16(v0), split16(v1));
+                        for p in 0..3 {
+                            let d = o.add(tiles[p] + r * 32);
+                            _mm256_storeu_si256(d as *mut __m256i, _mm512_cvtepi32_epi16(s0[p].0));
+                            _mm256_storeu_si256(
+                                d.add(16) as *mut __m256i,
+                                _mm512_cvtepi32_epi16(s1[p].0),
+                            );
+                        }
+                        continue;
+                    }
+                }
+                for c in 0..32 {
+                    let kk = x * 32 + c;
+                    let v = if i < m && kk < k {
+                        split(a.at(i, kk))
+                    } else {
+                        [0; 3]
+                    };
+                    for p in 0..3 {
+                        *o.add(tiles[p] + r * 32 + c) = v[p];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Packs B (`k × n`) into `np` 16-column panels of `kb` tiles per piece, pair-interleaved:
+/// tile row `p`, slot `2j + e` holds `B[32x + 2p + e][16q + j]` (zero-padded).
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn pack_b(b: Mat, k: usize, n: usize, np: usize, kb: usize, out: &mut [u16]) {
+    use std::arch::x86_64::*;
+    let o = out.as_mut_ptr();
+    // Word offsets of tile rows 0..16 (a tile row is 16 32-bit words).
+    let rows16 = _mm512_setr_epi32(
+        0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240,
+    );
+    for q in 0..np {
+        for x in 0..kb {
+            let tiles: [usize; 3] = std::array::from_fn(|p| ((p * np + q) * kb + x) * TILE);
+            let full = (q + 1) * 16 <= n && (x + 1) * 32 <= k;
+            if full && b.cs == 1 {
+                // Rows 2p and 2p+1, 16 columns each: one tile row per piece.
+                let mut ok = true;
+                for pr in 0..16 {
+                    let r0 = b
+                        .ptr
+                        .offset((x * 32 + 2 * pr) as isize * b.rs + (q * 16) as isize);
+                    let (v0, v1) = (_mm512_loadu_ps(r0), _mm512_loadu_ps(r0.offset(b.rs)));
+                    if !(finite16(v0) && finite16(v1)) {
+                        ok = false;
+                        break;
+                    }
+                    let (s0, s1) = (split16(v0), split16(v1));
+                    for p in 0..3 {
+                        let w = _mm512_or_si512(s0[p].0, s1[p].1);
+                        _mm512_storeu_si512(o.add(tiles[p] + pr * 32) as *mut _, w);
+                    }
+                }
+                if ok {
+                    continue;
+                }
+            } else if full && b.rs == 1 {
+                // Column j's 32 values are contiguous: its 16 pair-words go down column j
+                // of the tile (word p·16 + j).
+                let mut ok = true;
+                for j in 0..16 {
+                    let c0 = b
+                        .ptr
+                        .offset((q * 16 + j) as isize * b.cs + (x * 32) as isize);
+                    let (v0, v1) = (_mm512_loadu_ps(c0), _mm512_loadu_ps(c0.add(16)));
+                    if !(finite16(v0) && finite16(v1)) {
+                        ok = false;
+                        break;
+                    }
+                    let (s0, s1) = (split16(v0), split16(v1));
+                    for p in 0..3 {
+                        // 32 bf16 in k order = 16 pair-words.
+                        let lo = _mm512_cvtepi32_epi16(s0[p].0);
+                        let hi = _mm512_cvtepi32_epi16(s1[p].0);
+                        let words = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+                        _mm512_i32scatter_epi32::<4>(
+                            (o.add(tiles[p]) as *mut i32).add(j),
+                            rows16,
+                            words,
+                        );
+                    }
+                }
+                if ok {
+                    continue;
+                }
+            }
+            for kk in 0..32 {
+                let kg = x * 32 + kk;
+                for j in 0..16 {
+                    let col = q * 16 + j;
+                    let v = if kg < k && col < n {
+                        split(b.at(kg, col))
+                    } else {
+                        [0; 3]
+                    };
+                    let at = (kk / 2) * 32 + 2 * j + kk % 2;
+                    for p in 0..3 {
+                        *o.add(tiles[p] + at) = v[p];
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_hold_24_bits() {
+        for &x in &[1.0f32, -3.14159265, 1e-20, 7.0e12, 0.1, -0.33333334] {
+            let [h, m, l] = split(x);
+            let back = |b: u16| f32::from_bits((b as u32) << 16) as f64;
+            let sum = back(h) + back(m) + back(l);
+            assert!(
+                ((sum - x as f64) / x as f64).abs() < 2f64.powi(-24),
+                "{x}: {sum}"
+            );
+        }
+    }
+
+    #[test]
+    fn products_match_f64_at_f32_accuracy() {
+        if !hardware() {
+            eprintln!("skipping: no AMX-BF16 here");
+            return;
+        }
+        let vals = |n: usize, seed: u32| -> Vec<f32> {
+            let mut s = seed.wrapping_mul(2654435761) | 1;
+            (0..n)
+                .map(|_| {
+                    s ^= s << 13;
+                    s ^= s >> 17;
+                    s ^= s << 5;
+                    (s % 20011) as f32 / 5000.0 - 2.0
+                })
+                .collect()
+        };
+        for &(m, n, k) in &[(32, 32, 32), (37, 45, 70), (64, 100, 384), (129, 33, 1000)] {
+            let (a, b) = (vals(m * k, 1), vals(k * n, 2));
+            // B transposed in memory too: element (r, c) at c·k + r.
+            let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
+            for (bm, label) in [
+                (
+                    Mat {
+                        ptr: b.as_ptr(),
+                        rs: n as isize,
+                        cs: 1,
+                    },
+                    "B row-major",
+                ),
+                (
+                    Mat {
+                        ptr: bt.as_ptr(),
+                        rs: 1,
+                        cs: k as isize,
+                    },
+                    "B column-major",
+                ),
+            ] {
+                let mut c = vec![f32::NAN; m * (n + 3)];
+                unsafe {
+                    sgemm(
+                        m,
+                        n,
+                        k,
+                        Mat {
+                            ptr: a.as_ptr(),
+                            rs: k as isize,
+                            cs: 1,
+                        },
+                        bm,
+                        c.as_mut_ptr(),
+                        n + 3,
+                    )
+                };
+                for i in 0..m {
+                    for j in 0..n {
+                        let (mut want, mut mag) = (0f64, 0f64);
+                        for p in 0..k {
+                            let t = a[i * k + p] as f64 * b[p * n + j] as f64;
+                            want += t;
+                            mag += t.abs();
+                        }
+                        let got = c[i * (n + 3) + j] as f64;
+                        // f32 accumulation: a few ulps of the sum of magnitudes.
+                        assert!(
+                            (got - want).abs() <= 4.0 * f32::EPSILON as f64 * mag.max(1e-30),
+                            "{label} {m}x{n}x{k} ({i}, {j}): want {want}, got {got}"
+                        );
+                    }
+                }
+                // The padding columns of C are not written.
+                assert!(c[n].is_nan(), "{label}: wrote past the row");
+            }
+        }
+    }
+
+    /// One thread, BERT-sized and Llama-sized products: AMX against the AVX-512 kernel
+    /// (`cargo test --release -p luminal_cpu --lib amx_speed -- --ignored --nocapture`).
+    #[test]
+    #[ignore]
+    fn amx_speed() {
+        if !hardware() {
+            eprintln!("skipping: no AMX-BF16 here");
+            return;
+        }
+        for &(m, n, k) in &[
+            (2048, 1536, 384),
+            (2048, 384, 1536),
+            (512, 2048, 2048),
+            (128, 576, 576),
+        ] {
+            let a: Vec<f32> = (0..m * k)
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
+                .collect();
+            let b: Vec<f32> = (0..k * n)
+                .map(|i| ((i * 53 % 97) as f32 - 48.0) / 48.0)
+                .collect();
+            let c = vec![0f32; m * n];
+            let am = Mat {
+                ptr: a.as_ptr(),
+                rs: k as isize,
+                cs: 1,
+            };
+            let bm = Mat {
+                ptr: b.as_ptr(),
+                rs: n as isize,
+                cs: 1,
+            };
+            let time = |f: &dyn Fn(*mut f32)| {
+                f(c.as_ptr() as *mut f32);
+                let mut best = f64::MAX;
+                for _ in 0..5 {
+                    let t = std::time::Instant::now();
+                    f(c.as_ptr() as *mut f32);
+                    best = best.min(t.elapsed().as_secs_f64());
+                }
+                best
+            };
+            let t_amx = time(&|c| unsafe { sgemm(m, n, k, am, bm, c, n) });
+            let t_simd =
+                time(&|c| unsafe { super::super::gemm_f32::sgemm_simd(m, n, k, am, bm, c, n) });
+            let gf = |t: f64| 2.0 * (m * n * k) as f64 / t / 1e9;
+            println!(
+                "{m}x{n}x{k}: AMX {:.2} ms ({:.0} GFLOP/s), AVX-512 {:.2} ms ({:.0} GFLOP/s), {:.2}x",
+                t_amx * 1e3,
+                gf(t_amx),
+                t_simd * 1e3,
+                gf(t_simd),
+                t_simd / t_amx
+            );
+        }
+    }
+}
