@@ -168,6 +168,26 @@ impl MatmulKernel {
         }
         let r = self.a_view.dims.len();
         let (sa, sb) = (&self.a_view.strides, &self.b_view.strides);
+        // A batch of products against one B (a weight broadcast over the batch) whose A rows
+        // are laid out uniformly across the batch (`[batch.., m, k]` row-major, or any
+        // strides that continue the row stride) is one product of `batch·m` rows: B is
+        // packed once instead of once per batch item (BERT's `[32, 128, 384]` activations:
+        // 32 packings of each weight per product before).
+        let (batch, m) = {
+            let dims = &self.a_view.dims;
+            let b_shared = (0..r - 3).all(|d| dims[d] == 1 || sb[d] == 0);
+            let mut expect = m as i64 * sa[r - 3];
+            let mut uniform = sa[r - 3] > 0;
+            for d in (0..r - 3).rev() {
+                uniform &= dims[d] == 1 || sa[d] == expect;
+                expect *= dims[d];
+            }
+            if batch > 1 && b_shared && uniform {
+                (1, batch * m)
+            } else {
+                (batch, m)
+            }
+        };
         let offsets = |i: usize| self.batch_offsets(i, (a_offset, b_offset));
         // Block `[i0, i1) × [j0, j1)` of batch `i`'s product into `d` (that batch's M×N
         // row-major output), single-threaded.
