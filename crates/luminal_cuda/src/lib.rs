@@ -124,7 +124,8 @@
 //!     they stay the same (`LUMINAL_CUDA_GRAPHS=0` turns this off). The host emulator records
 //!     and replays the same way (`tests/emulator_graphs.rs`; tiny-llama: 8 of 10 decode steps
 //!     replayed). `LUMINAL_CUDA_STATS=1` prints launches per run, `=2` each run's host time
-//!     preparing, enqueueing and waiting, `=3` also each launch by kernel name.
+//!     preparing, enqueueing and waiting, `=3` also each launch by kernel name and where a
+//!     run's launches first differ from the previous run's (why it was not replayed).
 //! - [`device`]: device selection, NVRTC (`--gpu-architecture=compute_XY` from the device's
 //!   compute capability; a plan's new kernels compiled in one NVRTC call, one module), a
 //!   per-backend cache of compiled kernels keyed by source text.

@@ -1354,7 +1354,9 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
                 self.replays += 1;
             } else {
                 self.issue(&launches)?;
-                if std::env::var("LUMINAL_CUDA_DEBUG_SIG").is_ok()
+                // `LUMINAL_CUDA_STATS=3`: why this run was not replayed (where its launches
+                // first differ from the previous run's).
+                if std::env::var("LUMINAL_CUDA_STATS").is_ok_and(|v| v == "3")
                     && !self.last_signature.is_empty()
                 {
                     let i = sig
@@ -1362,7 +1364,7 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
                         .zip(&self.last_signature)
                         .position(|(a, b)| a != b);
                     eprintln!(
-                        "signature differs at word {i:?} of {} (was {}): {:?}",
+                        "luminal_cuda: launches differ from the last run's at word {i:?} of {} (was {}): {:?}",
                         sig.len(),
                         self.last_signature.len(),
                         i.map(|i| &sig[i.saturating_sub(8)..(i + 4).min(sig.len())])
