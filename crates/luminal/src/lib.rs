@@ -25,6 +25,7 @@ pub mod graph;
 pub mod hl_ops;
 pub mod op;
 pub mod passes;
+pub mod patterns;
 pub mod quant;
 pub mod reference;
 pub mod semantics;

@@ -5,8 +5,9 @@
 //! [`AttnCall`] (the GPU kernel [`CUDA_SOURCE`], or [`host_attention`] on the emulator).
 //!
 //! The primop pattern, as the core's hl_ops build it (`luminal_nn::causal_attention`,
-//! `luminal_nn::attention`; the CPU backend matches the same), from the final product down,
-//! every node in it private to it:
+//! `luminal_nn::attention`), matched by the core's [`luminal::patterns::AttentionMatch`] (the
+//! same matcher as the CPU backend's), from the final product down, every node in it private
+//! to it:
 //!
 //! ```text
 //! out = Sum_t( P[.., s, ·, t] * V[.., ·, d, t] )         P·V
@@ -32,8 +33,8 @@
 //! larger ones a simple kernel (a warp a query row).
 
 use luminal::graph::{Edge, GraphData, NodeId};
-use luminal::op::{BinaryOp, ConstValue, Op, ReduceOp, UnaryOp};
-use luminal::{DType, Expression, ShapeTracker};
+use luminal::patterns::{AttentionMatch, AttentionRules};
+use luminal::{DType, Expression};
 use std::collections::{HashMap, HashSet};
 
 /// Batch dims a call takes (more: the plan runs the kernels).
@@ -131,316 +132,6 @@ impl AttnCall {
     }
 }
 
-fn is_one(d: &Expression) -> bool {
-    d.as_constant() == Some(1)
-}
-
-fn flat_identity_edge(g: &GraphData, e: &Edge) -> bool {
-    e.view.is_contiguous() && e.view.n_elements() == g.node(e.node).shape.iter().product()
-}
-
-/// Whether `v` reads a producer of shape `p_shape` only broadcast: its non-1 dims in order,
-/// row-major, plus stride-0 (or size-1) new dims; returns which dims are new.
-fn broadcast_of(v: &ShapeTracker, p_shape: &[Expression]) -> Option<Vec<bool>> {
-    if v.is_masked() || !v.offset().is_zero() {
-        return None;
-    }
-    let (dims, strides) = (v.dims(), v.strides());
-    let mut row_major = vec![Expression::one(); p_shape.len()];
-    for i in (0..p_shape.len().saturating_sub(1)).rev() {
-        row_major[i] = &row_major[i + 1] * &p_shape[i + 1];
-    }
-    let p_nonone: Vec<usize> = (0..p_shape.len())
-        .filter(|&i| !is_one(&p_shape[i]))
-        .collect();
-    let (mut k, mut new_dim) = (0, vec![]);
-    for j in 0..dims.len() {
-        if strides[j].is_zero() || is_one(&dims[j]) {
-            new_dim.push(true);
-            continue;
-        }
-        let pi = *p_nonone.get(k)?;
-        if dims[j] != p_shape[pi] || strides[j] != row_major[pi] {
-            return None;
-        }
-        new_dim.push(false);
-        k += 1;
-    }
-    (k == p_nonone.len()).then_some(new_dim)
-}
-
-struct Matcher<'a> {
-    g: &'a GraphData,
-    uses: HashMap<NodeId, usize>,
-}
-
-impl Matcher<'_> {
-    fn f32_node(&self, id: NodeId, op: Op) -> bool {
-        let n = self.g.node(id);
-        n.op == op && n.dtype == DType::F32
-    }
-
-    fn const_value(&self, e: &Edge) -> Option<f32> {
-        let n = self.g.node(e.node);
-        match n.op {
-            Op::Constant {
-                value: ConstValue::Float(v),
-            } if n.dtype == DType::F32 && !e.view.is_masked() => Some(v as f32),
-            _ => None,
-        }
-    }
-
-    fn operands(&self, id: NodeId, first: impl Fn(&Edge) -> bool) -> Option<(&Edge, &Edge)> {
-        let ins = &self.g.node(id).inputs;
-        if ins.len() != 2 {
-            return None;
-        }
-        if first(&ins[0]) {
-            Some((&ins[0], &ins[1]))
-        } else if first(&ins[1]) {
-            Some((&ins[1], &ins[0]))
-        } else {
-            None
-        }
-    }
-
-    /// `e` reads its producer (a row reduction) broadcast along the last of `full`'s dims and
-    /// one to one along the others.
-    fn row_broadcast(&self, e: &Edge, full: &[Expression]) -> bool {
-        let p = self.g.node(e.node);
-        let Some(new_dim) = broadcast_of(&e.view, &p.shape) else {
-            return false;
-        };
-        let last = full.len() - 1;
-        e.view.dims() == full
-            && (0..last).all(|j| !new_dim[j] || is_one(&full[j]))
-            && (new_dim[last] || is_one(&full[last]))
-    }
-
-    fn last_axis_reduce(&self, id: NodeId, op: ReduceOp) -> Option<NodeId> {
-        let n = self.g.node(id);
-        match n.op {
-            Op::Reduce { op: o, axis }
-                if o == op
-                    && n.dtype == DType::F32
-                    && axis + 1 == n.inputs[0].view.rank()
-                    && flat_identity_edge(self.g, &n.inputs[0]) =>
-            {
-                Some(n.inputs[0].node)
-            }
-            _ => None,
-        }
-    }
-
-    /// k or v as the kernel reads it: an f32 node through `e`'s view, or the f16 input of a
-    /// private widening cast read one to one.
-    fn kv_source(&self, e: &Edge) -> Option<(Edge, Option<NodeId>)> {
-        let n = self.g.node(e.node);
-        match n.op {
-            _ if n.dtype != DType::F32 => None,
-            Op::Cast(DType::F32)
-                if self.g.node(n.inputs[0].node).dtype == DType::F16
-                    && flat_identity_edge(self.g, e)
-                    && !self.g.outputs.contains(&e.node)
-                    && self.uses.get(&e.node) == Some(&1) =>
-            {
-                Some((n.inputs[0].clone(), Some(e.node)))
-            }
-            Op::Cast(_) => None,
-            _ => Some((e.clone(), None)),
-        }
-    }
-
-    fn attention(&self, id: NodeId) -> Option<AttnPattern> {
-        let g = self.g;
-        let mul = |n: NodeId| self.f32_node(n, Op::Binary(BinaryOp::Mul));
-        let add = |n: NodeId| self.f32_node(n, Op::Binary(BinaryOp::Add));
-        // out = Sum_t(P * V)
-        let pv = self.last_axis_reduce(id, ReduceOp::Sum)?;
-        if !mul(pv) || g.node(id).dtype != DType::F32 {
-            return None;
-        }
-        let dims = g.node(id).inputs[0].view.dims(); // [batch.., s, d, t]
-        let r = dims.len();
-        if r < 3 || r - 3 > MAX_BATCH_DIMS {
-            return None;
-        }
-        let nb = r - 3;
-        let mut st: Vec<Expression> = dims[..nb + 1].to_vec();
-        st.push(dims[r - 1].clone()); // [batch.., s, t]
-        let (pe, ve) = self.operands(pv, |e| {
-            mul(e.node) && g.node(e.node).shape == st && e.view.strides()[r - 2].is_zero()
-        })?;
-        let p_view = {
-            let mut v = ShapeTracker::new(st.clone());
-            v.expand(r - 2, dims[r - 2].clone());
-            v
-        };
-        let same_view = |a: &ShapeTracker, b: &ShapeTracker| {
-            !a.is_masked()
-                && a.dims() == b.dims()
-                && a.strides() == b.strides()
-                && a.offset() == b.offset()
-        };
-        let unit_d = |v: &ShapeTracker, at: usize, d: &Expression| {
-            v.strides()[at].as_constant() == Some(1) || is_one(d)
-        };
-        let (ve, v_cast) = self.kv_source(ve)?;
-        if !same_view(&pe.view, &p_view)
-            || ve.view.is_masked()
-            || !ve.view.strides()[r - 3].is_zero()
-            || !unit_d(&ve.view, r - 2, &dims[r - 2])
-        {
-            return None;
-        }
-        let p = pe.node;
-        // P = E * Recip(Sum_t(E))
-        let (ee, re) = self.operands(p, |e| {
-            self.f32_node(e.node, Op::Unary(UnaryOp::Exp2)) && flat_identity_edge(g, e)
-        })?;
-        let e_node = ee.node;
-        let recip = g.node(re.node);
-        if !self.f32_node(re.node, Op::Unary(UnaryOp::Recip)) || !self.row_broadcast(re, &st) {
-            return None;
-        }
-        let sum_e = recip.inputs[0].node;
-        let mut keep = st[..nb + 1].to_vec();
-        keep.push(Expression::one());
-        if !self.row_broadcast(&recip.inputs[0], &recip.shape)
-            || recip.shape != keep
-            || self.last_axis_reduce(sum_e, ReduceOp::Sum) != Some(e_node)
-        {
-            return None;
-        }
-        // E = Exp2((X + Max_t(X) * -1) * log2 e)
-        let a44 = &g.node(e_node).inputs[0];
-        if !mul(a44.node) || !flat_identity_edge(g, a44) {
-            return None;
-        }
-        let (ae, ce) = self.operands(a44.node, |e| add(e.node) && flat_identity_edge(g, e))?;
-        if self.const_value(ce) != Some(std::f32::consts::LOG2_E) {
-            return None;
-        }
-        let a42 = ae.node;
-        let a42_ins = &g.node(a42).inputs;
-        if a42_ins.len() != 2 {
-            return None;
-        }
-        let (xe, ne) = [(&a42_ins[0], &a42_ins[1]), (&a42_ins[1], &a42_ins[0])]
-            .into_iter()
-            .find(|(xe, ne)| {
-                (add(xe.node) || mul(xe.node))
-                    && flat_identity_edge(g, xe)
-                    && mul(ne.node)
-                    && self.row_broadcast(ne, &st)
-                    && self
-                        .operands(ne.node, |e| self.const_value(e).is_none())
-                        .is_some_and(|(me, _)| {
-                            self.last_axis_reduce(me.node, ReduceOp::Max) == Some(xe.node)
-                        })
-            })?;
-        let x = xe.node;
-        let neg = ne.node;
-        let (me, minus) = self.operands(neg, |e| self.const_value(e).is_none())?;
-        if self.const_value(minus) != Some(-1.0)
-            || !self.row_broadcast(me, &g.node(neg).shape)
-            || g.node(neg).shape != keep
-            || self.last_axis_reduce(me.node, ReduceOp::Max) != Some(x)
-        {
-            return None;
-        }
-        let max_x = me.node;
-        // X = S * scale + bias, or X = S * scale
-        let scaled = |e: &Edge| {
-            mul(e.node)
-                && flat_identity_edge(g, e)
-                && self
-                    .operands(e.node, |c| self.const_value(c).is_some())
-                    .is_some()
-        };
-        let (s_node, bias) = if add(x) {
-            let (se, be) = self.operands(x, scaled)?;
-            (se.node, Some(be.clone()))
-        } else if mul(x) {
-            (x, None)
-        } else {
-            return None;
-        };
-        if let Some(be) = &bias {
-            let bv = &be.view;
-            if g.node(be.node).dtype != DType::F32 || bv.is_masked() || bv.dims() != st {
-                return None;
-            }
-        }
-        let (re2, sce) = self.operands(s_node, |e| {
-            flat_identity_edge(g, e) && self.const_value(e).is_none()
-        })?;
-        let scale = self.const_value(sce)?;
-        let qk = self.last_axis_reduce(re2.node, ReduceOp::Sum)?;
-        let sum_qk = re2.node;
-        if !mul(qk) {
-            return None;
-        }
-        let qk_dims = g.node(sum_qk).inputs[0].view.dims(); // [batch.., s, t, d]
-        if qk_dims.len() != r || qk_dims[..r - 1] != st[..] || qk_dims[r - 1] != dims[r - 2] {
-            return None;
-        }
-        let (qe, ke) = self.operands(qk, |e| e.view.strides()[r - 2].is_zero())?;
-        if g.node(qe.node).dtype != DType::F32 {
-            return None;
-        }
-        let (ke, k_cast) = self.kv_source(ke)?;
-        for (e, zero) in [(qe, r - 2), (&ke, r - 3)] {
-            if e.view.is_masked()
-                || !e.view.strides()[zero].is_zero()
-                || !unit_d(&e.view, r - 1, &dims[r - 2])
-            {
-                return None;
-            }
-        }
-        // Every node of the pattern is private to it.
-        let mut inner = vec![
-            pv, p, e_node, re.node, sum_e, a44.node, a42, neg, max_x, x, sum_qk, qk,
-        ];
-        if s_node != x {
-            inner.push(s_node);
-        }
-        inner.extend(k_cast.into_iter().chain(v_cast));
-        let mut reads: HashMap<NodeId, usize> = HashMap::new();
-        for n in inner.iter().chain([&id]) {
-            for e in &g.node(*n).inputs {
-                *reads.entry(e.node).or_default() += 1;
-            }
-        }
-        if inner
-            .iter()
-            .any(|n| g.outputs.contains(n) || self.uses.get(n) != reads.get(n))
-        {
-            return None;
-        }
-        // The operands are not inside the pattern (a degenerate graph could make them so).
-        let inner_set: HashSet<NodeId> = inner.iter().copied().collect();
-        let bias_node = bias.as_ref().map(|b| b.node);
-        if [Some(qe.node), Some(ke.node), Some(ve.node), bias_node]
-            .into_iter()
-            .flatten()
-            .any(|n| inner_set.contains(&n) || n == id)
-        {
-            return None;
-        }
-        Some(AttnPattern {
-            out: id,
-            inner,
-            q: qe.clone(),
-            k: ke,
-            v: ve,
-            bias,
-            scale,
-            batch_dims: nb,
-        })
-    }
-}
-
 /// The attentions of `order` (live nodes, topological), no two sharing a node.
 pub fn find(graph: &GraphData, order: &[NodeId]) -> Vec<AttnPattern> {
     let mut uses: HashMap<NodeId, usize> = HashMap::new();
@@ -449,11 +140,27 @@ pub fn find(graph: &GraphData, order: &[NodeId]) -> Vec<AttnPattern> {
             *uses.entry(e.node).or_default() += 1;
         }
     }
-    let m = Matcher { g: graph, uses };
+    // The kernels read f32 or f16 keys and values, any bias view.
+    let rules = AttentionRules {
+        kv_storage: &|dt| dt == DType::F16,
+        bias_unit_keys: false,
+    };
     let mut taken: HashSet<NodeId> = HashSet::new();
     let mut out = vec![];
     for &id in order {
-        if let Some(p) = m.attention(id) {
+        let found = AttentionMatch::find(graph, &uses, id, &rules)
+            .filter(|m| m.batch_dims <= MAX_BATCH_DIMS)
+            .map(|m| AttnPattern {
+                out: m.out,
+                inner: m.inner,
+                q: m.q,
+                k: m.k,
+                v: m.v,
+                bias: m.bias,
+                scale: m.scale,
+                batch_dims: m.batch_dims,
+            });
+        if let Some(p) = found {
             if p.inner.iter().chain([&p.out]).any(|n| taken.contains(n)) {
                 continue;
             }

@@ -63,13 +63,7 @@ fn fusable(g: &GraphData, id: NodeId) -> bool {
     }
 }
 
-/// The edge reads its producer's buffer in order: element `z` of the view is element `z`
-/// of the buffer (a contiguous view, possibly reshaped). Leaves unravel `z` over their own
-/// dims, so such a producer inlines as is.
-fn flat_identity_edge(g: &GraphData, e: &Edge) -> bool {
-    e.view.is_contiguous()
-        && e.view.n_elements() == g.node(e.node).shape.iter().product::<Expression>()
-}
+use luminal::patterns::flat_identity_edge;
 
 fn is_one(d: &Expression) -> bool {
     d.as_constant() == Some(1)
@@ -88,33 +82,10 @@ struct Broadcast {
 
 impl Broadcast {
     fn of(v: &ShapeTracker, p_shape: &[Expression]) -> Option<Broadcast> {
-        if v.is_masked() || !v.offset().is_zero() {
-            return None;
-        }
-        let (dims, strides) = (v.dims(), v.strides());
-        let mut row_major = vec![Expression::one(); p_shape.len()];
-        for i in (0..p_shape.len().saturating_sub(1)).rev() {
-            row_major[i] = &row_major[i + 1] * &p_shape[i + 1];
-        }
-        let p_nonone: Vec<usize> = (0..p_shape.len())
-            .filter(|&i| !is_one(&p_shape[i]))
-            .collect();
-        let (mut k, mut new_dim) = (0, vec![]);
-        for j in 0..dims.len() {
-            if strides[j].is_zero() || is_one(&dims[j]) {
-                new_dim.push(true);
-                continue;
-            }
-            let pi = *p_nonone.get(k)?;
-            if dims[j] != p_shape[pi] || strides[j] != row_major[pi] {
-                return None;
-            }
-            new_dim.push(false);
-            k += 1;
-        }
-        (k == p_nonone.len()).then(|| Broadcast {
+        let new_dim = luminal::patterns::broadcast_of(v, p_shape)?;
+        Some(Broadcast {
             p_shape: p_shape.to_vec(),
-            v_dims: dims,
+            v_dims: v.dims(),
             new_dim,
         })
     }

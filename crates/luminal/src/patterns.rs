@@ -1,0 +1,389 @@
+//! Primop patterns that backends recognise and compute with one kernel: attention as
+//! `luminal_nn` builds it (the matrix product's operands are `hl_ops::product_operands`).
+//! One matcher for every backend (the CPU's `attention` rule, the CUDA plan's flash
+//! attention), so what counts as attention is decided once.
+
+use crate::graph::{Edge, GraphData, NodeId};
+use crate::op::{BinaryOp, ConstValue, Op, ReduceOp, UnaryOp};
+use crate::{DType, Expression, ShapeTracker};
+use std::collections::{HashMap, HashSet};
+
+fn is_one(d: &Expression) -> bool {
+    d.as_constant() == Some(1)
+}
+
+/// Whether `e` reads its producer one to one (contiguous, every element once).
+pub fn flat_identity_edge(g: &GraphData, e: &Edge) -> bool {
+    e.view.is_contiguous()
+        && e.view.n_elements() == g.node(e.node).shape.iter().product::<Expression>()
+}
+
+/// Whether view `v` reads a producer of shape `p_shape` only broadcast (the `keepdim` +
+/// expand pattern of softmax and norms): its dims are the producer's non-1 dims in order,
+/// row-major, plus stride-0 (or size-1) new dims. Returns which of `v`'s dims are new.
+pub fn broadcast_of(v: &ShapeTracker, p_shape: &[Expression]) -> Option<Vec<bool>> {
+    if v.is_masked() || !v.offset().is_zero() {
+        return None;
+    }
+    let (dims, strides) = (v.dims(), v.strides());
+    let mut row_major = vec![Expression::one(); p_shape.len()];
+    for i in (0..p_shape.len().saturating_sub(1)).rev() {
+        row_major[i] = &row_major[i + 1] * &p_shape[i + 1];
+    }
+    let p_nonone: Vec<usize> = (0..p_shape.len())
+        .filter(|&i| !is_one(&p_shape[i]))
+        .collect();
+    let (mut k, mut new_dim) = (0, vec![]);
+    for j in 0..dims.len() {
+        if strides[j].is_zero() || is_one(&dims[j]) {
+            new_dim.push(true);
+            continue;
+        }
+        let pi = *p_nonone.get(k)?;
+        if dims[j] != p_shape[pi] || strides[j] != row_major[pi] {
+            return None;
+        }
+        new_dim.push(false);
+        k += 1;
+    }
+    (k == p_nonone.len()).then_some(new_dim)
+}
+
+/// What a backend's attention kernel accepts besides the pattern itself.
+pub struct AttentionRules<'a> {
+    /// Storage types the kernel reads keys and values from when they arrive through a
+    /// private widening cast to f32 (an f16 or quantized KV cache); f32 is always accepted.
+    pub kv_storage: &'a dyn Fn(DType) -> bool,
+    /// The bias must have unit stride along the keys (or one key).
+    pub bias_unit_keys: bool,
+}
+
+/// A recognised `softmax(q·kᵀ·scale (+ bias))·v`:
+///
+/// ```text
+/// out = Sum_t( P[.., s, ·, t] * V[.., ·, d, t] )         P·V
+/// P   = E * Recip(Sum_t(E))[.., s, ·]                    softmax
+/// E   = Exp2((X + Max_t(X)[.., s, ·] * -1) * log2 e)
+/// X   = Sum_d(Q[.., s, ·, d] * K[.., ·, t, d]) * scale (+ bias[.., s, t])
+/// ```
+#[derive(Clone, Debug)]
+pub struct AttentionMatch {
+    /// The final reduction (contiguous `[batch.., s, d]`).
+    pub out: NodeId,
+    /// The pattern's other nodes, each read only inside the pattern and not an output.
+    pub inner: Vec<NodeId>,
+    /// `q` over `[batch.., s, t, d]` (stride 0 along `t`, unit stride along `d`).
+    pub q: Edge,
+    /// `k` over `[batch.., s, t, d]` (stride 0 along `s`, unit stride along `d`), before its
+    /// widening cast when there is one (`k_cast`).
+    pub k: Edge,
+    /// `v` over `[batch.., s, d, t]` (stride 0 along `s`, unit stride along `d`), before its
+    /// widening cast when there is one (`v_cast`).
+    pub v: Edge,
+    pub k_cast: Option<NodeId>,
+    pub v_cast: Option<NodeId>,
+    /// The additive bias over `[batch.., s, t]` (an f32 node, read unmasked).
+    pub bias: Option<Edge>,
+    pub scale: f32,
+    pub batch_dims: usize,
+}
+
+impl AttentionMatch {
+    /// The attention whose output is `id`, if any. `uses[n]`: how many edges read node `n`
+    /// among the nodes being compiled.
+    pub fn find(
+        g: &GraphData,
+        uses: &HashMap<NodeId, usize>,
+        id: NodeId,
+        rules: &AttentionRules<'_>,
+    ) -> Option<AttentionMatch> {
+        Matcher { g, uses, rules }.attention(id)
+    }
+}
+
+struct Matcher<'a> {
+    g: &'a GraphData,
+    uses: &'a HashMap<NodeId, usize>,
+    rules: &'a AttentionRules<'a>,
+}
+
+impl Matcher<'_> {
+    fn f32_node(&self, id: NodeId, op: Op) -> bool {
+        let n = self.g.node(id);
+        n.op == op && n.dtype == DType::F32
+    }
+
+    /// The value of an f32 constant read through an unmasked view.
+    fn const_value(&self, e: &Edge) -> Option<f32> {
+        let n = self.g.node(e.node);
+        match n.op {
+            Op::Constant {
+                value: ConstValue::Float(v),
+            } if n.dtype == DType::F32 && !e.view.is_masked() => Some(v as f32),
+            _ => None,
+        }
+    }
+
+    /// The two inputs of binary `id`, in the order `first` accepts (either order).
+    fn operands(&self, id: NodeId, first: impl Fn(&Edge) -> bool) -> Option<(&Edge, &Edge)> {
+        let ins = &self.g.node(id).inputs;
+        if ins.len() != 2 {
+            return None;
+        }
+        if first(&ins[0]) {
+            Some((&ins[0], &ins[1]))
+        } else if first(&ins[1]) {
+            Some((&ins[1], &ins[0]))
+        } else {
+            None
+        }
+    }
+
+    /// `e` reads its producer (a row reduction) broadcast along the last of `full`'s dims and
+    /// one to one along the others.
+    fn row_broadcast(&self, e: &Edge, full: &[Expression]) -> bool {
+        let p = self.g.node(e.node);
+        let Some(new_dim) = broadcast_of(&e.view, &p.shape) else {
+            return false;
+        };
+        let last = full.len() - 1;
+        e.view.dims() == full
+            && (0..last).all(|j| !new_dim[j] || is_one(&full[j]))
+            && (new_dim[last] || is_one(&full[last]))
+    }
+
+    /// Reduce `op` over the last axis of a node read through the identity.
+    fn last_axis_reduce(&self, id: NodeId, op: ReduceOp) -> Option<NodeId> {
+        let n = self.g.node(id);
+        match n.op {
+            Op::Reduce { op: o, axis }
+                if o == op
+                    && n.dtype == DType::F32
+                    && axis + 1 == n.inputs[0].view.rank()
+                    && flat_identity_edge(self.g, &n.inputs[0]) =>
+            {
+                Some(n.inputs[0].node)
+            }
+            _ => None,
+        }
+    }
+
+    /// k or v as the kernel reads it: an f32 node through `e`'s view, or the storage of a
+    /// private widening cast read one to one (an f16 or quantized KV cache). Returns the
+    /// edge and the cast node, if any.
+    fn kv_source(&self, e: &Edge) -> Option<(Edge, Option<NodeId>)> {
+        let n = self.g.node(e.node);
+        match n.op {
+            _ if n.dtype != DType::F32 => None,
+            Op::Cast(DType::F32)
+                if (self.rules.kv_storage)(self.g.node(n.inputs[0].node).dtype)
+                    && flat_identity_edge(self.g, e)
+                    && !self.g.outputs.contains(&e.node)
+                    && self.uses.get(&e.node) == Some(&1) =>
+            {
+                Some((n.inputs[0].clone(), Some(e.node)))
+            }
+            Op::Cast(_) => None,
+            _ => Some((e.clone(), None)),
+        }
+    }
+
+    fn attention(&self, id: NodeId) -> Option<AttentionMatch> {
+        let g = self.g;
+        let mul = |n: NodeId| self.f32_node(n, Op::Binary(BinaryOp::Mul));
+        let add = |n: NodeId| self.f32_node(n, Op::Binary(BinaryOp::Add));
+        // out = Sum_t(P * V)
+        let pv = self.last_axis_reduce(id, ReduceOp::Sum)?;
+        if !mul(pv) {
+            return None;
+        }
+        let dims = g.node(id).inputs[0].view.dims(); // [batch.., s, d, t]
+        let r = dims.len();
+        if r < 3 {
+            return None;
+        }
+        let nb = r - 3;
+        let mut st: Vec<Expression> = dims[..nb + 1].to_vec();
+        st.push(dims[r - 1].clone()); // [batch.., s, t]
+        let (pe, ve) = self.operands(pv, |e| {
+            mul(e.node) && g.node(e.node).shape == st && e.view.strides()[r - 2].is_zero()
+        })?;
+        // P read as itself with d inserted (stride 0).
+        let p_view = {
+            let mut v = ShapeTracker::new(st.clone());
+            v.expand(r - 2, dims[r - 2].clone());
+            v
+        };
+        let same_view = |a: &ShapeTracker, b: &ShapeTracker| {
+            !a.is_masked()
+                && a.dims() == b.dims()
+                && a.strides() == b.strides()
+                && a.offset() == b.offset()
+        };
+        let unit_d = |v: &ShapeTracker, at: usize| v.strides()[at].as_constant() == Some(1);
+        let (ve, v_cast) = self.kv_source(ve)?;
+        if !same_view(&pe.view, &p_view)
+            || ve.view.is_masked()
+            || !ve.view.strides()[r - 3].is_zero()
+            || !unit_d(&ve.view, r - 2)
+        {
+            return None;
+        }
+        let p = pe.node;
+        // P = E * Recip(Sum_t(E))
+        let (ee, re) = self.operands(p, |e| {
+            self.f32_node(e.node, Op::Unary(UnaryOp::Exp2)) && flat_identity_edge(g, e)
+        })?;
+        let e_node = ee.node;
+        let recip = g.node(re.node);
+        if !self.f32_node(re.node, Op::Unary(UnaryOp::Recip)) || !self.row_broadcast(re, &st) {
+            return None;
+        }
+        let sum_e = recip.inputs[0].node;
+        let mut keep = st[..nb + 1].to_vec();
+        keep.push(Expression::one());
+        if !self.row_broadcast(&recip.inputs[0], &recip.shape)
+            || recip.shape != keep
+            || self.last_axis_reduce(sum_e, ReduceOp::Sum) != Some(e_node)
+        {
+            return None;
+        }
+        // E = Exp2((X + Max_t(X) * -1) * log2 e)
+        let a44 = &g.node(e_node).inputs[0];
+        if !mul(a44.node) || !flat_identity_edge(g, a44) {
+            return None;
+        }
+        let (ae, ce) = self.operands(a44.node, |e| add(e.node) && flat_identity_edge(g, e))?;
+        if self.const_value(ce) != Some(std::f32::consts::LOG2_E) {
+            return None;
+        }
+        let a42 = ae.node;
+        // X is the operand the other (`Max_t(X) * -1`, row-broadcast) reduces: an Add when
+        // there is a bias, the scaling Mul when not.
+        let a42_ins = &g.node(a42).inputs;
+        if a42_ins.len() != 2 {
+            return None;
+        }
+        let (xe, ne) = [(&a42_ins[0], &a42_ins[1]), (&a42_ins[1], &a42_ins[0])]
+            .into_iter()
+            .find(|(xe, ne)| {
+                (add(xe.node) || mul(xe.node))
+                    && flat_identity_edge(g, xe)
+                    && mul(ne.node)
+                    && self.row_broadcast(ne, &st)
+                    && self
+                        .operands(ne.node, |e| self.const_value(e).is_none())
+                        .is_some_and(|(me, _)| {
+                            self.last_axis_reduce(me.node, ReduceOp::Max) == Some(xe.node)
+                        })
+            })?;
+        let x = xe.node;
+        let neg = ne.node;
+        let (me, minus) = self.operands(neg, |e| self.const_value(e).is_none())?;
+        if self.const_value(minus) != Some(-1.0)
+            || !self.row_broadcast(me, &g.node(neg).shape)
+            || g.node(neg).shape != keep
+            || self.last_axis_reduce(me.node, ReduceOp::Max) != Some(x)
+        {
+            return None;
+        }
+        let max_x = me.node;
+        // X = S * scale + bias, or X = S * scale
+        let scaled = |e: &Edge| {
+            mul(e.node)
+                && flat_identity_edge(g, e)
+                && self
+                    .operands(e.node, |c| self.const_value(c).is_some())
+                    .is_some()
+        };
+        let (s_node, bias) = if add(x) {
+            let (se, be) = self.operands(x, scaled)?;
+            (se.node, Some(be.clone()))
+        } else if mul(x) {
+            (x, None)
+        } else {
+            return None;
+        };
+        if let Some(be) = &bias {
+            // Any f32 node read unmasked over [batch.., s, t]; batch / query strides free.
+            let bv = &be.view;
+            if g.node(be.node).dtype != DType::F32
+                || bv.is_masked()
+                || bv.dims() != st
+                || (self.rules.bias_unit_keys
+                    && !(bv.strides()[nb + 1].as_constant() == Some(1) || is_one(&st[nb + 1])))
+            {
+                return None;
+            }
+        }
+        let (re2, sce) = self.operands(s_node, |e| {
+            flat_identity_edge(g, e) && self.const_value(e).is_none()
+        })?;
+        let scale = self.const_value(sce)?;
+        let qk = self.last_axis_reduce(re2.node, ReduceOp::Sum)?;
+        let sum_qk = re2.node;
+        if !mul(qk) {
+            return None;
+        }
+        let qk_dims = g.node(sum_qk).inputs[0].view.dims(); // [batch.., s, t, d]
+        if qk_dims.len() != r || qk_dims[..r - 1] != st[..] || qk_dims[r - 1] != dims[r - 2] {
+            return None;
+        }
+        let (qe, ke) = self.operands(qk, |e| e.view.strides()[r - 2].is_zero())?;
+        if g.node(qe.node).dtype != DType::F32 {
+            return None;
+        }
+        let (ke, k_cast) = self.kv_source(ke)?;
+        for (e, zero) in [(qe, r - 2), (&ke, r - 3)] {
+            if e.view.is_masked() || !e.view.strides()[zero].is_zero() || !unit_d(&e.view, r - 1) {
+                return None;
+            }
+        }
+        // Every node of the pattern is private to it: its reads all come from inside.
+        let mut inner = vec![
+            pv, p, e_node, re.node, sum_e, a44.node, a42, neg, max_x, x, sum_qk, qk,
+        ];
+        if s_node != x {
+            inner.push(s_node);
+        }
+        inner.extend(k_cast.into_iter().chain(v_cast));
+        let mut reads: HashMap<NodeId, usize> = HashMap::new();
+        for n in inner.iter().chain([&id]) {
+            for e in &g.node(*n).inputs {
+                *reads.entry(e.node).or_default() += 1;
+            }
+        }
+        if inner
+            .iter()
+            .any(|n| g.outputs.contains(n) || self.uses.get(n) != reads.get(n))
+        {
+            return None;
+        }
+        // The operands are not inside the pattern (a degenerate graph could make them so).
+        let inner_set: HashSet<NodeId> = inner.iter().copied().collect();
+        if [
+            Some(qe.node),
+            Some(ke.node),
+            Some(ve.node),
+            bias.as_ref().map(|b| b.node),
+        ]
+        .into_iter()
+        .flatten()
+        .any(|n| inner_set.contains(&n) || n == id)
+        {
+            return None;
+        }
+        Some(AttentionMatch {
+            out: id,
+            inner,
+            q: qe.clone(),
+            k: ke,
+            v: ve,
+            k_cast,
+            v_cast,
+            bias,
+            scale,
+            batch_dims: nb,
+        })
+    }
+}
