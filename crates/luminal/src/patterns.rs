@@ -89,6 +89,14 @@ pub struct AttentionMatch {
 }
 
 impl AttentionMatch {
+    /// The nodes whose buffers a fused kernel reads: q, k, v (before their casts) and the
+    /// bias.
+    pub fn operands(&self) -> Vec<NodeId> {
+        let mut v = vec![self.q.node, self.k.node, self.v.node];
+        v.extend(self.bias.as_ref().map(|b| b.node));
+        v
+    }
+
     /// The attention whose output is `id`, if any. `uses[n]`: how many edges read node `n`
     /// among the nodes being compiled.
     pub fn find(

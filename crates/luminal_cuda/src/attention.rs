@@ -46,33 +46,8 @@ pub const BK: i64 = 32;
 /// Threads per block (both kernels).
 pub const THREADS: u32 = 256;
 
-/// A recognised attention.
-#[derive(Clone, Debug)]
-pub struct AttnPattern {
-    /// The final reduction (`out`, contiguous `[batch.., s, d]`).
-    pub out: NodeId,
-    /// The pattern's other nodes: neither launched nor given buffers when the call resolves.
-    pub inner: Vec<NodeId>,
-    /// `q` over `[batch.., s, t, d]` (stride 0 along `t`).
-    pub q: Edge,
-    /// `k` (before any widening cast) over `[batch.., s, t, d]` (stride 0 along `s`).
-    pub k: Edge,
-    /// `v` (before any widening cast) over `[batch.., s, d, t]` (stride 0 along `s`).
-    pub v: Edge,
-    /// The additive bias over `[batch.., s, t]`.
-    pub bias: Option<Edge>,
-    pub scale: f32,
-    pub batch_dims: usize,
-}
-
-impl AttnPattern {
-    /// The nodes whose buffers the call reads (they must not be fused into their readers).
-    pub fn operands(&self) -> Vec<NodeId> {
-        let mut v = vec![self.q.node, self.k.node, self.v.node];
-        v.extend(self.bias.as_ref().map(|b| b.node));
-        v
-    }
-}
+/// A recognised attention (the core's matcher; batch dims at most [`MAX_BATCH_DIMS`]).
+pub type AttnPattern = AttentionMatch;
 
 /// One attention call at bound dims. Every field is an `i64` (`#[repr(C)]`): the plan writes it
 /// into a table in device memory before each run and the GPU kernels read it there as
@@ -149,17 +124,7 @@ pub fn find(graph: &GraphData, order: &[NodeId]) -> Vec<AttnPattern> {
     let mut out = vec![];
     for &id in order {
         let found = AttentionMatch::find(graph, &uses, id, &rules)
-            .filter(|m| m.batch_dims <= MAX_BATCH_DIMS)
-            .map(|m| AttnPattern {
-                out: m.out,
-                inner: m.inner,
-                q: m.q,
-                k: m.k,
-                v: m.v,
-                bias: m.bias,
-                scale: m.scale,
-                batch_dims: m.batch_dims,
-            });
+            .filter(|m| m.batch_dims <= MAX_BATCH_DIMS);
         if let Some(p) = found {
             if p.inner.iter().chain([&p.out]).any(|n| taken.contains(n)) {
                 continue;

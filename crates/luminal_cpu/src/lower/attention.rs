@@ -25,21 +25,10 @@ use crate::kernel::BufId;
 use crate::kernels::attention::{AttentionBias, AttentionKernel};
 use crate::kernels::fused::{Instr, Leaf, Program};
 use crate::view::{LaunchExpr, ResolvedView, ViewExprs};
-use luminal::graph::{Edge, NodeId};
+use luminal::graph::NodeId;
 use luminal::op::Op;
 use luminal::patterns::{AttentionMatch, AttentionRules};
 use luminal::{DType, Result, ShapeTracker};
-
-/// What the pattern binds.
-pub(super) struct Match {
-    q: Edge,
-    k: Edge,
-    v: Edge,
-    /// The additive bias, read over `[batch.., s, t]`; none when the scores are only scaled.
-    bias: Option<Edge>,
-    scale: f32,
-    batch_dims: usize,
-}
 
 /// Storage the kernel reads keys and values from besides f32: f16, and the block types a
 /// tensor can be cast to (a quantized KV cache), decoded a block of rows at a time.
@@ -50,20 +39,12 @@ fn kv_storage(dt: DType) -> bool {
 impl Lowering<'_> {
     /// The attention whose output is `id` ([`luminal::patterns::AttentionMatch`], the
     /// matcher every backend shares), as this kernel takes it.
-    pub(super) fn match_attention(&self, id: NodeId) -> Option<Match> {
+    pub(super) fn match_attention(&self, id: NodeId) -> Option<AttentionMatch> {
         let rules = AttentionRules {
             kv_storage: &kv_storage,
             bias_unit_keys: true,
         };
-        let m = AttentionMatch::find(self.g, &self.uses, id, &rules)?;
-        Some(Match {
-            q: m.q,
-            k: m.k,
-            v: m.v,
-            bias: m.bias,
-            scale: m.scale,
-            batch_dims: m.batch_dims,
-        })
+        AttentionMatch::find(self.g, &self.uses, id, &rules)
     }
 
     /// The fused attention kernel (see the module docs).
