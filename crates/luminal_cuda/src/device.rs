@@ -311,21 +311,7 @@ impl CudaExecutor {
         {
             return Ok(f.clone());
         }
-        let opts = nvrtc::CompileOptions {
-            options: vec![format!("--gpu-architecture={}", self.backend.arch)],
-            ..Default::default()
-        };
-        let ptx = nvrtc::compile_ptx_with_opts(attn::CUDA_SOURCE, opts).map_err(|e| {
-            let log = match &e {
-                nvrtc::CompileError::CompileError { log, .. } => log.to_string_lossy().into(),
-                other => format!("{other:?}"),
-            };
-            LuminalError::from(CudaError::Nvrtc {
-                kernel: "attention".into(),
-                arch: self.backend.arch.clone(),
-                log,
-            })
-        })?;
+        let ptx = nvrtc_compile(attn::CUDA_SOURCE, &self.backend.arch, || "attention".into())?;
         let module = self
             .backend
             .ctx
@@ -362,22 +348,7 @@ impl CudaExecutor {
     /// kernels; one call per kernel spent most of a compile re-parsing the prelude).
     fn compile_module(&self, kernels: &[&Kernel]) -> Result<Vec<CudaFunction>> {
         let src = codegen::cuda_source(kernels.iter().copied());
-        let opts = nvrtc::CompileOptions {
-            options: vec![format!("--gpu-architecture={}", self.backend.arch)],
-            ..Default::default()
-        };
-        let ptx = nvrtc::compile_ptx_with_opts(&src, opts).map_err(|e| {
-            let log = match &e {
-                nvrtc::CompileError::CompileError { log, .. } => log.to_string_lossy().into(),
-                other => format!("{other:?}"),
-            };
-            let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
-            LuminalError::from(CudaError::Nvrtc {
-                kernel: names.join(", "),
-                arch: self.backend.arch.clone(),
-                log,
-            })
-        })?;
+        let ptx = nvrtc_compile(&src, &self.backend.arch, || kernel_names(kernels))?;
         let module = self
             .backend
             .ctx
@@ -721,24 +692,7 @@ pub fn nvrtc_source_ptx(src: &str, arch: &str) -> Result<String> {
     if !nvrtc_available() {
         return Err(CudaError::NvrtcNotFound.into());
     }
-    let opts = nvrtc::CompileOptions {
-        options: vec![format!("--gpu-architecture={arch}")],
-        ..Default::default()
-    };
-    nvrtc::compile_ptx_with_opts(src, opts)
-        .map(|p| p.to_src())
-        .map_err(|e| {
-            let log = match &e {
-                nvrtc::CompileError::CompileError { log, .. } => log.to_string_lossy().into(),
-                other => format!("{other:?}"),
-            };
-            CudaError::Nvrtc {
-                kernel: "source".into(),
-                arch: arch.into(),
-                log,
-            }
-            .into()
-        })
+    nvrtc_compile(src, arch, || "source".into()).map(|p| p.to_src())
 }
 
 /// Compiles `kernels` (one module, as a plan's are) with NVRTC for `arch` (`compute_90`) and
@@ -749,22 +703,33 @@ pub fn nvrtc_ptx(kernels: &[&Kernel], arch: &str) -> Result<String> {
         return Err(CudaError::NvrtcNotFound.into());
     }
     let src = codegen::cuda_source(kernels.iter().copied());
+    nvrtc_compile(&src, arch, || kernel_names(kernels)).map(|p| p.to_src())
+}
+
+/// NVRTC's PTX of `src` for `arch` (`compute_90`); a failure is a typed error naming `what`
+/// (the kernels) with NVRTC's log.
+fn nvrtc_compile(src: &str, arch: &str, what: impl FnOnce() -> String) -> Result<nvrtc::Ptx> {
     let opts = nvrtc::CompileOptions {
         options: vec![format!("--gpu-architecture={arch}")],
         ..Default::default()
     };
-    nvrtc::compile_ptx_with_opts(&src, opts)
-        .map(|p| p.to_src())
-        .map_err(|e| {
-            let log = match &e {
-                nvrtc::CompileError::CompileError { log, .. } => log.to_string_lossy().into(),
-                other => format!("{other:?}"),
-            };
-            let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
-            LuminalError::from(CudaError::Nvrtc {
-                kernel: names.join(", "),
-                arch: arch.to_string(),
-                log,
-            })
+    nvrtc::compile_ptx_with_opts(src, opts).map_err(|e| {
+        let log = match &e {
+            nvrtc::CompileError::CompileError { log, .. } => log.to_string_lossy().into(),
+            other => format!("{other:?}"),
+        };
+        LuminalError::from(CudaError::Nvrtc {
+            kernel: what(),
+            arch: arch.to_string(),
+            log,
         })
+    })
+}
+
+fn kernel_names(kernels: &[&Kernel]) -> String {
+    kernels
+        .iter()
+        .map(|k| k.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -139,6 +139,32 @@ pub struct GemmCall {
     pub c_type: GemmType,
 }
 
+impl GemmCall {
+    /// Every field, as integers (a run's signature).
+    pub fn words(&self) -> [i64; 18] {
+        [
+            self.trans_a as i64,
+            self.trans_b as i64,
+            self.m as i64,
+            self.n as i64,
+            self.k as i64,
+            self.lda as i64,
+            self.ldb as i64,
+            self.ldc as i64,
+            self.stride_a,
+            self.stride_b,
+            self.stride_c,
+            self.batch as i64,
+            self.offset_a,
+            self.offset_b,
+            self.offset_c,
+            self.a_type as i64,
+            self.b_type as i64,
+            self.c_type as i64,
+        ]
+    }
+}
+
 /// The products of `order` (live nodes, topological) that can go to cuBLAS. `round`: an f32
 /// operand may be rounded to the half type of the other (a half weight) so that cuBLAS reads
 /// the weight in place.

@@ -15,21 +15,7 @@ fn check<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(
     bindings: &[&[(&str, usize)]],
     expect_gemm: Option<bool>,
 ) {
-    let tol = TOL.with(|t| t.get());
-    check_tol(name, backend, build, bindings, expect_gemm, tol, None)
-}
-
-thread_local! {
-    /// The relative tolerance of [`all`]'s checks (f32 products: 1e-4).
-    static TOL: std::cell::Cell<f32> = const { std::cell::Cell::new(1e-4) };
-}
-
-/// [`all`] on a backend multiplying f32 on TF32 tensor cores (10-bit mantissas: sums of up to
-/// 20 products of values in [-2, 2) are off by up to ~1e-2).
-pub fn all_tf32<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(backend: impl Fn() -> B) {
-    TOL.with(|t| t.set(2e-2));
-    all(backend, true);
-    TOL.with(|t| t.set(1e-4));
+    check_tol(name, backend, build, bindings, expect_gemm, 1e-4, None)
 }
 
 /// [`check`] with relative tolerance `tol`; half inputs get the data rounded to their type.
@@ -99,8 +85,23 @@ fn check_tol<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(
 
 /// Every case; `gemm`: whether the backend runs products through gemm.
 pub fn all<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(backend: impl Fn() -> B, gemm: bool) {
+    all_tol(backend, gemm, 1e-4)
+}
+
+/// [`all`] on a backend multiplying f32 on TF32 tensor cores (10-bit mantissas: sums of up to
+/// 20 products of values in [-2, 2) are off by up to ~1e-2).
+pub fn all_tf32<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(backend: impl Fn() -> B) {
+    all_tol(backend, true, 2e-2)
+}
+
+/// [`all`] with relative tolerance `tol`.
+fn all_tol<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(
+    backend: impl Fn() -> B,
+    gemm: bool,
+    tol: f32,
+) {
     let on = Some(gemm);
-    check(
+    check_tol(
         "odd 2-D",
         backend(),
         |cx| {
@@ -110,8 +111,10 @@ pub fn all<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(backend: impl Fn()
         },
         &[&[]],
         on,
+        tol,
+        None,
     );
-    check(
+    check_tol(
         "transposed operands",
         backend(),
         |cx| {
@@ -122,8 +125,10 @@ pub fn all<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(backend: impl Fn()
         },
         &[&[]],
         on,
+        tol,
+        None,
     );
-    check(
+    check_tol(
         "batched, broadcast weight",
         backend(),
         |cx| {
@@ -133,8 +138,10 @@ pub fn all<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(backend: impl Fn()
         },
         &[&[]],
         on,
+        tol,
+        None,
     );
-    check(
+    check_tol(
         "two batch dims",
         backend(),
         |cx| {
@@ -144,8 +151,10 @@ pub fn all<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(backend: impl Fn()
         },
         &[&[]],
         on,
+        tol,
+        None,
     );
-    check(
+    check_tol(
         "attention over a dynamic cache window",
         backend(),
         |cx| {
@@ -165,8 +174,10 @@ pub fn all<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(backend: impl Fn()
             &[("s", 5), ("p", 0)],
         ],
         on,
+        tol,
+        None,
     );
-    check(
+    check_tol(
         "vector times matrix, matrix times vector",
         backend(),
         |cx| {
@@ -180,8 +191,10 @@ pub fn all<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(backend: impl Fn()
         },
         &[&[]],
         on,
+        tol,
+        None,
     );
-    check(
+    check_tol(
         "sliced operand (offset, row stride past K)",
         backend(),
         |cx| {
@@ -192,8 +205,10 @@ pub fn all<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(backend: impl Fn()
         },
         &[&[]],
         on,
+        tol,
+        None,
     );
-    check(
+    check_tol(
         "padded operand (masked: the kernels)",
         backend(),
         |cx| {
@@ -204,6 +219,8 @@ pub fn all<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(backend: impl Fn()
         },
         &[&[]],
         Some(false),
+        tol,
+        None,
     );
 }
 

@@ -416,17 +416,7 @@ mod tests {
             eprintln!("skipping: no AMX-BF16 here");
             return;
         }
-        let vals = |n: usize, seed: u32| -> Vec<f32> {
-            let mut s = seed.wrapping_mul(2654435761) | 1;
-            (0..n)
-                .map(|_| {
-                    s ^= s << 13;
-                    s ^= s >> 17;
-                    s ^= s << 5;
-                    (s % 20011) as f32 / 5000.0 - 2.0
-                })
-                .collect()
-        };
+        let vals = crate::kernels::matmul::testing::vals;
         for &(m, n, k) in &[(32, 32, 32), (37, 45, 70), (64, 100, 384), (129, 33, 1000)] {
             let (a, b) = (vals(m * k, 1), vals(k * n, 2));
             // B transposed in memory too: element (r, c) at c·k + r.

@@ -1,0 +1,251 @@
+//! Compiling a graph into a plan: the products, attentions, fused nodes, in-place state
+//! writes and static steps found, the kernels generated and compiled once.
+
+use super::{Executor, PlanRuntime, Step};
+use crate::attention;
+use crate::codegen::{self, Kernel};
+use crate::gemm::{self, Side};
+use luminal::graph::{GraphData, NodeId};
+use luminal::op::Op;
+use luminal::passes::live_order;
+use luminal::{DType, LuminalError, Result};
+use std::collections::{HashMap, HashSet};
+
+impl<E: Executor> PlanRuntime<E> {
+    /// Generates the kernels of `graph`'s live nodes, elementwise producers fused into their
+    /// consumers, and compiles the distinct ones.
+    pub fn new(graph: GraphData, exec: E) -> Result<Self> {
+        Self::with_fusion(graph, exec, codegen::Fusion::On)
+    }
+
+    /// As [`PlanRuntime::new`] with fusion `mode` ([`codegen::Fusion::Off`]: every node its
+    /// own kernel and buffer).
+    pub fn with_fusion(graph: GraphData, mut exec: E, mode: codegen::Fusion) -> Result<Self> {
+        let (order, needed_dims) = live_order(&graph);
+        // Storing into a block-quantized type (a q8_0 KV cache) has no kernels here yet: a
+        // typed error naming the op, instead of elementwise code writing a block buffer.
+        if let Some(&id) = order.iter().find(|&&id| {
+            let n = graph.node(id);
+            n.dtype.is_quantized() && !matches!(n.op, luminal::op::Op::Input { .. })
+        }) {
+            let n = graph.node(id);
+            return Err(LuminalError::Backend(format!(
+                "the CUDA backend cannot store into {} yet ({} of shape {:?}: a quantized KV \
+                 cache); use an f16 or f32 cache",
+                n.dtype,
+                n.op.name(),
+                n.shape
+            )));
+        }
+        let patterns = if exec.gemm_available() {
+            gemm::find(&graph, &order, exec.gemm_rounds_activations())
+        } else {
+            vec![]
+        };
+        // The products cuBLAS may compute keep their kernels and operand buffers (a bypassed
+        // cast's input too: the cast is a barrier, so its input is not fused into it).
+        let barriers: HashSet<NodeId> = patterns
+            .iter()
+            .flat_map(|p| [p.mul, p.reduce].into_iter().chain(p.casts.iter().copied()))
+            .collect();
+        let attns = if exec.attention_available()
+            && std::env::var("LUMINAL_CUDA_ATTENTION").map_or(true, |v| v != "0")
+        {
+            attention::find(&graph, &order)
+        } else {
+            vec![]
+        };
+        if !attns.is_empty() {
+            exec.prepare_attention()?;
+        }
+        let mut fused = codegen::fused_nodes(&graph, &order, &barriers, mode);
+        // The attention kernel reads its operands' buffers.
+        for p in &attns {
+            for n in p.operands() {
+                fused.remove(&n);
+            }
+        }
+        let attn_out: HashMap<NodeId, usize> =
+            attns.iter().enumerate().map(|(i, p)| (p.out, i)).collect();
+        let attn_inner: HashMap<NodeId, usize> = attns
+            .iter()
+            .enumerate()
+            .flat_map(|(i, p)| p.inner.iter().map(move |&n| (n, i)))
+            .collect();
+        let in_place = codegen::write_in_place(&graph, &order);
+        let generated = codegen::generate_all(&graph, &order, &fused, &in_place)
+            .map_err(LuminalError::Backend)?;
+        let by_reduce: HashMap<NodeId, usize> = patterns
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.reduce, i))
+            .collect();
+        let by_mul: HashMap<NodeId, usize> = patterns
+            .iter()
+            .enumerate()
+            .flat_map(|(i, p)| {
+                std::iter::once((p.mul, i)).chain(p.casts.iter().map(move |&c| (c, i)))
+            })
+            .collect();
+        let mut kernels: Vec<Kernel> = vec![];
+        let mut by_source: HashMap<String, usize> = HashMap::new();
+        let mut steps = vec![];
+        let mut dims_len = 0;
+        let mut inputs_needed = vec![];
+        for (id, k) in generated {
+            let Some((k, inputs)) = k else {
+                inputs_needed.push(id);
+                continue;
+            };
+            let function = *by_source.entry(k.source.clone()).or_insert_with(|| {
+                kernels.push(k.clone());
+                kernels.len() - 1
+            });
+            steps.push(Step {
+                node: id,
+                function,
+                error_flag: k.error_flag,
+                dims: k.dims,
+                inputs,
+                gemm: by_reduce.get(&id).copied(),
+                feeds: by_mul.get(&id).copied(),
+                attn_out: attn_out.get(&id).copied(),
+                attn_inner: attn_inner.get(&id).copied(),
+                in_place: in_place.contains(&id),
+                dims_at: dims_len,
+                static_deps: None,
+                cooperative: k.cooperative,
+            });
+            // A kernel with dims: their values, then its thread count.
+            dims_len += steps.last().map_or(0, |s: &Step| {
+                if s.dims.is_empty() {
+                    0
+                } else {
+                    s.dims.len() + 1
+                }
+            });
+        }
+        // Static steps: what each node's value depends on, if only on non-state inputs.
+        let keep_static = exec.keeps_static_results()
+            && std::env::var("LUMINAL_CUDA_STATIC").map_or(true, |v| v != "0");
+        let states: HashSet<NodeId> = order
+            .iter()
+            .filter_map(|&id| match graph.node(id).op {
+                Op::WriteSlice { .. } => Some(graph.node(id).inputs[0].node),
+                _ => None,
+            })
+            .collect();
+        let step_dims: HashMap<NodeId, bool> = steps
+            .iter()
+            .map(|s: &Step| (s.node, !s.dims.is_empty()))
+            .collect();
+        let mut deps: HashMap<NodeId, Option<Vec<NodeId>>> = HashMap::new();
+        for &id in &order {
+            let node = graph.node(id);
+            let d = match node.op {
+                Op::Input { .. } => (!states.contains(&id)).then(|| vec![id]),
+                Op::WriteSlice { .. } => None,
+                _ if step_dims.get(&id).copied().unwrap_or(false)
+                    || node.shape.iter().any(|e| e.as_constant().is_none()) =>
+                {
+                    None
+                }
+                _ => {
+                    let mut all: Vec<NodeId> = vec![];
+                    let mut ok = true;
+                    for e in &node.inputs {
+                        match deps.get(&e.node).cloned().flatten() {
+                            Some(v) => all.extend(v),
+                            None => ok = false,
+                        }
+                    }
+                    all.sort();
+                    all.dedup();
+                    ok.then_some(all)
+                }
+            };
+            deps.insert(id, d);
+        }
+        for step in &mut steps {
+            if keep_static {
+                step.static_deps = deps.get(&step.node).cloned().flatten();
+            }
+        }
+        let mut round_fn = HashMap::new();
+        for t in patterns.iter().filter_map(|p| p.round.map(|r| r.1)) {
+            round_fn.entry(t).or_insert_with(|| {
+                kernels.push(codegen::round_kernel(t.dtype()));
+                kernels.len() - 1
+            });
+        }
+        // Products over a quantized weight: the kernel dequantizing the weight into its f16
+        // copy (the weight's cast, to f16).
+        let mut dequant_fn = HashMap::new();
+        for (i, p) in patterns.iter().enumerate() {
+            let Some(side) = p.dequant else { continue };
+            let cast = graph.node(p.casts[0]);
+            let w = match side {
+                Side::A => p.a.node,
+                Side::B => p.b.node,
+            };
+            let node = luminal::graph::Node {
+                op: Op::Cast(DType::F16),
+                inputs: cast.inputs.clone(),
+                dtype: DType::F16,
+                shape: cast.shape.clone(),
+            };
+            let k = codegen::generate(&node, &[graph.node(w).dtype])
+                .map_err(LuminalError::Backend)?
+                .expect("a cast has a kernel");
+            let f = *by_source.entry(k.source.clone()).or_insert_with(|| {
+                kernels.push(k);
+                kernels.len() - 1
+            });
+            dequant_fn.insert(i, f);
+        }
+        let functions = exec.compile(&kernels.iter().collect::<Vec<_>>())?;
+        let nsteps = steps.len();
+        let graphs = exec.graphs_available()
+            && std::env::var("LUMINAL_CUDA_GRAPHS").map_or(true, |v| v != "0");
+        Ok(PlanRuntime {
+            graph,
+            exec,
+            functions,
+            steps,
+            inputs_needed,
+            needed_dims,
+            buffers: HashMap::new(),
+            error_buffer: None,
+            dims: HashMap::new(),
+            kernels,
+            calls: vec![None; patterns.len()],
+            patterns,
+            attn_calls: vec![None; attns.len()],
+            attns,
+            scratch: HashMap::new(),
+            round_fn,
+            dequant_fn,
+            dequant_at: HashMap::new(),
+            attn_scratch: None,
+            attn_table: None,
+            attn_host: vec![],
+            fused: fused.len(),
+            launches: 0,
+            ran: false,
+            generation: 0,
+            set_at: HashMap::new(),
+            computed_at: vec![0; nsteps],
+            pending_static: vec![],
+            pending_dequant: vec![],
+            dims_table: None,
+            dims_host: vec![0; dims_len],
+            graphs,
+            last_signature: vec![],
+            captured: None,
+            replays: 0,
+            captures: 0,
+            stats: std::env::var("LUMINAL_CUDA_STATS")
+                .map_or(0, |v| v.parse().unwrap_or(if v.is_empty() { 0 } else { 1 })),
+        })
+    }
+}

@@ -1,0 +1,463 @@
+//! The compiled plan and its runtime, generic over where the kernels run ([`Executor`]): the
+//! GPU ([`crate::device::CudaExecutor`]) or the host emulator ([`crate::host`]). Everything
+//! but the device calls (buffer sizes, launch shapes, dim bindings, state updates, error
+//! checks) is this one code, so the emulator's tests cover it.
+//!
+//! - [`compile`](PlanRuntime::new): the graph's products, attentions and fused nodes found,
+//!   kernels generated and compiled;
+//! - `prepare`: a run's buffers sized and its launches listed;
+//! - `launch`: the listed launches compared with the last run's, issued or replayed;
+//! - this module: the runtime's state and the `Runtime` interface.
+
+mod bytes;
+mod compile;
+mod executor;
+mod launch;
+mod prepare;
+
+pub use executor::Executor;
+pub use prepare::threads_per_output;
+
+use crate::attention::{self, AttnCall, AttnPattern};
+use crate::codegen::Kernel;
+use crate::gemm::{self, GemmCall, GemmType, Pattern};
+use bytes::{bytes_of, from_bytes, size_of, to_bytes, values_in};
+use luminal::graph::{GraphData, NodeId, TensorRef};
+use luminal::op::Op;
+use luminal::{Expression, HostData, LuminalError, Result, Runtime};
+use std::collections::{BTreeSet, HashMap};
+
+/// One kernel launch of the plan.
+struct Step {
+    node: NodeId,
+    /// Index into the plan's functions.
+    function: usize,
+    error_flag: bool,
+    dims: Vec<String>,
+    /// The nodes whose buffers the kernel reads, in parameter order (after the output).
+    inputs: Vec<NodeId>,
+    /// The product this reduction computes, through cuBLAS when it resolves ([`gemm`]).
+    gemm: Option<usize>,
+    /// The product this `Mul` (or bypassed cast) feeds: skipped when that product goes to
+    /// cuBLAS.
+    feeds: Option<usize>,
+    /// The attention this node computes (its output) when the call resolves.
+    attn_out: Option<usize>,
+    /// The attention this node is inside of: skipped (no buffer) when the call resolves.
+    attn_inner: Option<usize>,
+    /// A `WriteSlice` into its destination input's buffer ([`codegen::write_in_place`]).
+    in_place: bool,
+    /// Where this kernel's dims start in the dims table.
+    dims_at: usize,
+    /// For a step whose value depends only on inputs that are not state (weights), on no
+    /// dim, through no state write: those inputs. Its result is kept and the step skipped
+    /// while none of them has been set again (a weight's dequantizing cast runs once).
+    static_deps: Option<Vec<NodeId>>,
+    /// A reduction taking its threads per output at launch ([`Kernel::cooperative`]).
+    cooperative: bool,
+}
+
+struct Buffer<B> {
+    buf: B,
+    /// Bytes the buffer holds (its capacity).
+    capacity: usize,
+    /// Bytes of the current value.
+    len: usize,
+}
+
+/// A compiled graph on an [`Executor`]: inputs uploaded once and kept, one buffer per
+/// computed node (grown when the dims grow), kernels launched in order.
+pub struct PlanRuntime<E: Executor> {
+    graph: GraphData,
+    exec: E,
+    functions: Vec<E::Function>,
+    steps: Vec<Step>,
+    /// Live inputs (checked at run).
+    inputs_needed: Vec<NodeId>,
+    needed_dims: BTreeSet<String>,
+    buffers: HashMap<NodeId, Buffer<E::Buffer>>,
+    error_buffer: Option<E::Buffer>,
+    dims: HashMap<String, i64>,
+    /// The distinct kernels (sources) of the plan, for inspection.
+    kernels: Vec<Kernel>,
+    /// Products that may go to cuBLAS, and their calls at this run's dims (`None`: kernels).
+    patterns: Vec<Pattern>,
+    calls: Vec<Option<Vec<GemmCall>>>,
+    /// Attentions recognised at compile time, and their calls at this run's dims (`None`:
+    /// the primop kernels).
+    attns: Vec<AttnPattern>,
+    attn_calls: Vec<Option<AttnCall>>,
+    /// Products' own buffers: an f32 operand rounded to a half type (`BufRef::Scratch`), a
+    /// quantized weight's f16 copy (`BufRef::Dequant`).
+    scratch: HashMap<launch::BufRef, Buffer<E::Buffer>>,
+    /// The rounding kernels (f32 → f16, f32 → bf16) in `functions`, where a product needs them.
+    round_fn: HashMap<GemmType, usize>,
+    /// Per product over a quantized weight ([`gemm::Pattern::dequant`]): the kernel writing
+    /// its f16 copy (into `scratch[BufRef::Dequant(pattern)]`), and when it last ran.
+    dequant_fn: HashMap<usize, usize>,
+    dequant_at: HashMap<usize, u64>,
+    /// Split-KV partial results of the attention calls ([`Executor::attention_scratch`]).
+    attn_scratch: Option<Buffer<E::Buffer>>,
+    /// The attention calls of a run in device memory (one slot per pattern), written before
+    /// the run's launches, and its host copy.
+    attn_table: Option<Buffer<E::Buffer>>,
+    attn_host: Vec<i64>,
+    /// Nodes computed inside their consumer's kernel ([`codegen::fused_nodes`]).
+    fused: usize,
+    /// Kernel launches and cuBLAS calls of the last run.
+    launches: usize,
+    /// Whether a run has completed (an in-place write's result is then its state's buffer).
+    ran: bool,
+    /// A counter of `set_data` calls: when each input was last set, and when each static
+    /// step last computed its result (0: never).
+    generation: u64,
+    set_at: HashMap<NodeId, u64>,
+    computed_at: Vec<u64>,
+    /// Static steps launched by the run being prepared (marked computed once it is issued),
+    /// and the products whose weight copy it writes.
+    pending_static: Vec<usize>,
+    pending_dequant: Vec<usize>,
+    /// The dims of every kernel, in device memory (written before each run; kernels read
+    /// their dims here, so a replayed graph sees this run's values), and its host copy.
+    dims_table: Option<Buffer<E::Buffer>>,
+    dims_host: Vec<i64>,
+    /// Runs are captured into a graph and replayed ([`Executor::graphs_available`] and not
+    /// `LUMINAL_CUDA_GRAPHS=0`).
+    graphs: bool,
+    /// The last run's launches (buffer addresses, grids, scalars, products): a run with the
+    /// same signature as the one before is captured, and replayed while it stays the same.
+    last_signature: Vec<u64>,
+    captured: Option<(Vec<u64>, E::Graph)>,
+    /// Runs replayed from a graph, and graphs captured, since the runtime was made.
+    replays: usize,
+    captures: usize,
+    /// `LUMINAL_CUDA_STATS` (0 when unset): 1 prints a run's launches when they change, 2
+    /// also each run's host time preparing, enqueueing and waiting for the device (whether a
+    /// run is bound by the host's launches or the GPU), 3 also each launch by kernel name and
+    /// why a run was not replayed.
+    stats: u8,
+}
+
+impl<E: Executor> PlanRuntime<E> {
+    /// How many products ran through [`Executor::gemm`] in the last run.
+    pub fn gemm_products(&self) -> usize {
+        self.calls.iter().filter(|c| c.is_some()).count()
+    }
+
+    /// How many attentions ran through [`Executor::attention`] in the last run.
+    pub fn attention_calls(&self) -> usize {
+        self.attn_calls.iter().filter(|c| c.is_some()).count()
+    }
+
+    /// Attentions recognised at compile time (run fused when their views resolve).
+    pub fn attention_patterns(&self) -> usize {
+        self.attns.len()
+    }
+
+    /// How many products of the last run cuBLAS computed from f16/bf16 operand buffers (half
+    /// inputs, bypassed widening casts, rounded activations).
+    pub fn half_products(&self) -> usize {
+        self.calls
+            .iter()
+            .zip(&self.patterns)
+            .filter(|(c, p)| c.is_some() && p.a_type != GemmType::F32)
+            .count()
+    }
+
+    /// `WriteSlice`s that write into their state input's buffer in place (a KV cache's
+    /// appends: no copy of the whole cache per run).
+    pub fn writes_in_place(&self) -> usize {
+        self.steps.iter().filter(|s| s.in_place).count()
+    }
+
+    /// Products recognised at compile time (run through cuBLAS when their layouts resolve).
+    pub fn gemm_patterns(&self) -> usize {
+        self.patterns.len()
+    }
+
+    /// Nodes computed inside their consumer's kernel (no buffer, no launch of their own).
+    pub fn fused_nodes(&self) -> usize {
+        self.fused
+    }
+
+    /// Kernel launches (cuBLAS calls included) of the last run.
+    pub fn launches(&self) -> usize {
+        self.launches
+    }
+
+    /// The distinct generated kernels of the plan.
+    pub fn kernels(&self) -> &[Kernel] {
+        &self.kernels
+    }
+
+    /// The executor (device handles).
+    pub fn executor(&self) -> &E {
+        &self.exec
+    }
+
+    fn eval(&self, e: &Expression) -> Result<i64> {
+        luminal::shape::eval_bound(e, &self.dims)
+    }
+
+    fn numel(&self, shape: &[Expression]) -> Result<usize> {
+        luminal::shape::numel_bound(shape, &self.dims)
+    }
+
+    /// Every input the plan reads is set, with the length its shape has at the bound dims.
+    fn check_inputs(&self) -> Result<()> {
+        for &id in &self.inputs_needed {
+            let node = self.graph.node(id);
+            let name = match &node.op {
+                Op::Input { name } => name.clone(),
+                _ => unreachable!("only inputs have no kernel"),
+            };
+            let have = self
+                .buffers
+                .get(&id)
+                .ok_or_else(|| LuminalError::MissingInput(name.clone()))?
+                .len;
+            let n = self.numel(&node.shape)?;
+            if bytes_of(node.dtype, n) != Some(have) {
+                return Err(LuminalError::WrongLength {
+                    tensor: name,
+                    expected: n,
+                    got: values_in(node.dtype, have),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The out-of-range index a gather reported in the error buffer, if any, as a typed error.
+    fn gather_error(&self) -> Result<()> {
+        let err = self
+            .exec
+            .download(self.error_buffer.as_ref().expect("allocated by run"), 8)?;
+        if err[0..4] != [0; 4] {
+            let index = i32::from_le_bytes([err[4], err[5], err[6], err[7]]) as i64;
+            // The table's rows, for the message (first gather's).
+            let size = self
+                .steps
+                .iter()
+                .find(|s| s.error_flag)
+                .map(|s| self.graph.node(s.node).inputs[0].view.dims()[0].clone())
+                .map_or(Ok(0), |e| self.eval(&e))?;
+            return Err(LuminalError::IndexOutOfRange {
+                op: "Gather".into(),
+                index,
+                size,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl<E: Executor> Runtime for PlanRuntime<E> {
+    fn set_data(&mut self, tensor: impl Into<TensorRef>, data: HostData) -> Result<()> {
+        let node = self.graph.check_input(tensor, &data, &self.dims)?;
+        self.generation += 1;
+        self.set_at.insert(node, self.generation);
+        let bytes = to_bytes(data)?;
+        let len = bytes.len();
+        // A state that an in-place write holds after a failed run comes back first.
+        self.return_state();
+        // New values of the same size or smaller (a decode step's token) go into the buffer
+        // the input already has: no allocation, and the device pointers stay the same.
+        if let Some(b) = self.buffers.get_mut(&node) {
+            if b.capacity >= len && len > 0 {
+                self.exec.write(&mut b.buf, &bytes)?;
+                b.len = len;
+                return Ok(());
+            }
+        }
+        let buf = self.exec.upload(&bytes)?;
+        self.buffers.insert(
+            node,
+            Buffer {
+                buf,
+                capacity: len,
+                len,
+            },
+        );
+        Ok(())
+    }
+
+    fn set_dim(&mut self, name: &str, value: usize) {
+        self.dims.insert(name.to_string(), value as i64);
+    }
+
+    fn run(&mut self) -> Result<()> {
+        // A run that failed after an in-place write took its state's buffer: give it back.
+        self.return_state();
+        if let Some(d) = self
+            .needed_dims
+            .iter()
+            .find(|d| !self.dims.contains_key(*d))
+        {
+            return Err(LuminalError::UnboundDim(d.clone()));
+        }
+        self.check_inputs()?;
+        let dims = &self.dims;
+        self.calls = self
+            .patterns
+            .iter()
+            .map(|p| gemm::resolve(p, &|e| e.eval_with(&|n| dims.get(n).copied()).ok()))
+            .collect();
+        let graph = &self.graph;
+        self.attn_calls = self
+            .attns
+            .iter()
+            .map(|p| {
+                attention::resolve(p, &|n| graph.node(n).dtype, &|e| {
+                    e.eval_with(&|n| dims.get(n).copied()).ok()
+                })
+            })
+            .collect();
+        let gathers = self.steps.iter().any(|s| s.error_flag);
+        if gathers {
+            match self.error_buffer.as_mut() {
+                Some(b) => self.exec.write(b, &[0u8; 8])?,
+                None => self.error_buffer = Some(self.exec.upload(&[0u8; 8])?),
+            }
+        }
+        // This run's dims, where the kernels read them.
+        for step in &self.steps {
+            for (i, d) in step.dims.iter().enumerate() {
+                self.dims_host[step.dims_at + i] = *self
+                    .dims
+                    .get(d)
+                    .ok_or_else(|| LuminalError::UnboundDim(d.clone()))?;
+            }
+        }
+        let before = self.launches;
+        let t0 = std::time::Instant::now();
+        let mut launches = Vec::with_capacity(self.steps.len());
+        self.pending_static.clear();
+        self.pending_dequant.clear();
+        for s in 0..self.steps.len() {
+            self.prepare_step(s, &mut launches)?;
+        }
+        self.launches = launches.len();
+        let prepared = t0.elapsed();
+        let replays_before = self.replays;
+        self.execute(&launches)?;
+        let at = self.generation.max(1);
+        for s in std::mem::take(&mut self.pending_static) {
+            self.computed_at[s] = at;
+        }
+        for p in std::mem::take(&mut self.pending_dequant) {
+            self.dequant_at.insert(p, at);
+        }
+        if self.stats >= 1 && self.launches != before {
+            eprintln!(
+                "luminal_cuda: {} launches per run ({} kernels, {} nodes fused, {} of {} \
+                 attentions fused)",
+                self.launches,
+                self.kernels.len(),
+                self.fused,
+                self.attention_calls(),
+                self.attns.len()
+            );
+        }
+        // State written by `WriteSlice`s: the destination inputs take the updated tensors after
+        // the run (their other readers in this run saw the values from before it).
+        self.return_state();
+        self.ran = true;
+        for step in &self.steps {
+            let node = self.graph.node(step.node);
+            if let Op::WriteSlice { .. } = node.op {
+                if step.in_place {
+                    continue;
+                }
+                let dest = node.inputs[0].node;
+                let mut d = self.buffers.remove(&dest).expect("inputs checked above");
+                let src = &self.buffers[&step.node];
+                if d.capacity < src.len {
+                    d.buf = self.exec.alloc(src.len)?;
+                    d.capacity = src.len;
+                }
+                self.exec.copy(&src.buf, &mut d.buf, src.len)?;
+                d.len = src.len;
+                self.buffers.insert(dest, d);
+            }
+        }
+        let enqueued = t0.elapsed();
+        self.exec.synchronize()?;
+        if self.stats >= 2 {
+            eprintln!(
+                "luminal_cuda: run of {} launches ({}): {:.1} µs preparing, {:.1} µs enqueueing, {:.1} µs waiting for the device",
+                self.launches,
+                if self.replays > replays_before { "replayed" } else { "launched" },
+                prepared.as_secs_f64() * 1e6,
+                (enqueued - prepared).as_secs_f64() * 1e6,
+                (t0.elapsed() - enqueued).as_secs_f64() * 1e6
+            );
+        }
+        if gathers {
+            self.gather_error()?;
+        }
+        Ok(())
+    }
+
+    fn get_data(&self, tensor: impl Into<TensorRef>) -> Result<HostData> {
+        let entry = self.graph.check_output(tensor)?;
+        // An in-place write's result is its state input's buffer after the run.
+        let node = match self
+            .steps
+            .iter()
+            .find(|s| s.in_place && s.node == entry.node)
+        {
+            Some(s) if self.ran && !self.buffers.contains_key(&s.node) => {
+                self.graph.node(s.node).inputs[0].node
+            }
+            _ => entry.node,
+        };
+        let buf = self
+            .buffers
+            .get(&node)
+            .ok_or_else(|| LuminalError::NotComputed(entry.label.clone()))?;
+        let bytes = self.exec.download(&buf.buf, buf.len)?;
+        Ok(from_bytes(entry.dtype, &bytes))
+    }
+
+    fn graph_data(&self) -> &GraphData {
+        &self.graph
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::threads_per_output;
+
+    #[test]
+    fn threads_per_output_follow_the_row() {
+        // Short or strided rows: one thread per output.
+        assert_eq!(threads_per_output(4096, 16, 1), 1);
+        assert_eq!(threads_per_output(1, 4096, 8), 1);
+        // A warp for medium rows, more lanes for long ones, fewer when outputs are many.
+        assert_eq!(threads_per_output(1 << 16, 64, 1), 32);
+        assert_eq!(threads_per_output(4096, 8192, 1), 512);
+        assert_eq!(threads_per_output(1 << 16, 8192, 1), 32);
+        // Few outputs: up to a block of 512 threads, at least 4 elements a lane.
+        assert_eq!(threads_per_output(1, 4096, 1), 512);
+        assert_eq!(threads_per_output(3, 5000, 1), 512);
+        assert_eq!(threads_per_output(7, 1000, 1), 128);
+        // The cases of tests/emulator_reduce.rs.
+        assert_eq!(threads_per_output(5, 1023, 1), 128);
+        assert_eq!(threads_per_output(1101, 600, 1), 64);
+        assert_eq!(threads_per_output(37, 100, 1), 32);
+        assert_eq!(threads_per_output(4, 33, 1), 1);
+        for (n, len) in [
+            (1, 64),
+            (5, 100_000),
+            (1 << 20, 1 << 20),
+            (usize::MAX, 1 << 30),
+        ] {
+            let t = threads_per_output(n, len, 1);
+            assert!(
+                t.is_power_of_two() && (32..=512).contains(&t),
+                "{n} {len}: {t}"
+            );
+        }
+    }
+}

@@ -1,0 +1,335 @@
+//! Preparing a run: each step's output buffer sized, its launches listed (kernels, cuBLAS
+//! products with their rounded or dequantized operands, fused attention), in-place state
+//! writes and static steps taken care of.
+
+use super::launch::{BufRef, Launch};
+use super::{size_of, Buffer, Executor, PlanRuntime};
+use crate::codegen::{self, BLOCK};
+use crate::gemm::Side;
+use luminal::graph::NodeId;
+use luminal::op::Op;
+use luminal::{LuminalError, Result};
+
+/// Threads per output of a reduction over `len` elements (each output's row) with `inner`
+/// values after the reduced axis, for `outputs` outputs, on a GPU: 1 (one thread loops over
+/// the row) when the row is short or strided (`inner > 1`: consecutive threads then read
+/// consecutive addresses already); else a power of two from 32 (a warp) to
+/// [`codegen::MAX_THREADS_PER_OUTPUT`] (a block), about 16 elements a lane, fewer lanes when
+/// there are many outputs (at most 2^21 threads: the grid fills the GPU anyway), more (down
+/// to 4 elements a lane) when there are few (a decode step's one row: more loads in flight).
+pub fn threads_per_output(outputs: usize, len: usize, inner: usize) -> u32 {
+    let max = codegen::MAX_THREADS_PER_OUTPUT as usize;
+    if inner != 1 || len < 64 {
+        return 1;
+    }
+    let pow2_floor = |x: usize| if x == 0 { 1 } else { 1 << x.ilog2() };
+    let mut t = pow2_floor(len / 16).clamp(32, max);
+    while t > 32 && outputs.saturating_mul(t) > 1 << 21 {
+        t /= 2;
+    }
+    while t < max && t * 8 <= len && outputs.saturating_mul(t) < 1 << 16 {
+        t *= 2;
+    }
+    t as u32
+}
+
+impl<E: Executor> PlanRuntime<E> {
+    /// Sizes step `s`'s output buffer (allocating or growing it) and appends its launches.
+    pub(super) fn prepare_step(&mut self, s: usize, out: &mut Vec<Launch>) -> Result<()> {
+        let step = &self.steps[s];
+        if step
+            .attn_inner
+            .is_some_and(|p| self.attn_calls[p].is_some())
+        {
+            // Inside an attention computed by one call from its operands.
+            return Ok(());
+        }
+        if step.feeds.is_some_and(|p| self.calls[p].is_some()) {
+            // Read only by its product, which cuBLAS computes from the operands.
+            return Ok(());
+        }
+        if let Some(deps) = &step.static_deps {
+            let newest = deps
+                .iter()
+                .map(|d| self.set_at.get(d).copied().unwrap_or(0))
+                .max();
+            let at = self.computed_at[s];
+            if at > 0 && newest.is_none_or(|g| g <= at) && self.buffers.contains_key(&step.node) {
+                // Computed from the same inputs before: kept.
+                return Ok(());
+            }
+            self.pending_static.push(s);
+        }
+        let node = self.graph.node(step.node);
+        let n = self.numel(&node.shape)?;
+        let bytes = n * size_of(node.dtype);
+        if let Op::WriteSlice { axis, start } = &node.op {
+            let len = self.eval(&node.inputs[1].view.dims()[*axis])?;
+            let size = self.eval(&node.shape[*axis])?;
+            let start = self.eval(start)?;
+            if start < 0 || start + len > size {
+                return Err(LuminalError::IndexOutOfRange {
+                    op: "WriteSlice".into(),
+                    index: start + len - 1,
+                    size,
+                });
+            }
+        }
+        let id = step.node;
+        // Threads of the launch: one per output element, or per written element in place.
+        let mut threads = n;
+        if step.in_place {
+            // The destination input's buffer becomes the node's for this run (moved back
+            // after it); the kernel writes only the slice.
+            let dest = node.inputs[0].node;
+            let mut b = self
+                .buffers
+                .remove(&dest)
+                .ok_or_else(|| LuminalError::Backend(format!("state {} has no buffer", dest.0)))?;
+            b.len = bytes;
+            self.buffers.insert(id, b);
+            threads = self.numel(&node.inputs[1].view.dims())?;
+        }
+        // The output buffer, grown when the dims grew (kept otherwise); a buffer that grows
+        // again at least doubles, so a dim that grows by one each run (a decode step's cache
+        // window) reallocates O(log n) times, not every run.
+        let grow = self.buffers.get(&id).is_none_or(|b| b.capacity < bytes);
+        if grow {
+            let old = self.buffers.get(&id).map_or(0, |b| b.capacity);
+            let capacity = if old > 0 {
+                bytes.max(2 * old)
+            } else {
+                bytes.max(4)
+            };
+            let buf = self.exec.alloc(capacity)?;
+            self.buffers.insert(
+                id,
+                Buffer {
+                    buf,
+                    capacity,
+                    len: bytes,
+                },
+            );
+        }
+        self.buffers.get_mut(&id).expect("allocated above").len = bytes;
+        if threads == 0 {
+            return Ok(());
+        }
+        if let Some(mut call) = step.attn_out.and_then(|p| self.attn_calls[p]) {
+            let slot = step.attn_out.expect("checked");
+            self.exec.plan_attention(&mut call);
+            let words = call.words();
+            if self.attn_host.len() < (slot + 1) * words.len() {
+                self.attn_host.resize((slot + 1) * words.len(), 0);
+            }
+            self.attn_host[slot * words.len()..(slot + 1) * words.len()].copy_from_slice(words);
+            let p = &self.attns[slot];
+            let (q, k, v) = (p.q.node, p.k.node, p.v.node);
+            let bias = p.bias.as_ref().map(|b| BufRef::Node(b.node));
+            for n in [q, k, v].into_iter().chain(p.bias.as_ref().map(|b| b.node)) {
+                if !self.buffers.contains_key(&n) {
+                    return Err(LuminalError::Backend(format!("node {} has no buffer", n.0)));
+                }
+            }
+            let bytes = self.exec.attention_scratch(&call);
+            if self
+                .attn_scratch
+                .as_ref()
+                .is_none_or(|b| b.capacity < bytes)
+            {
+                let capacity = bytes.max(4);
+                let buf = self.exec.alloc(capacity)?;
+                self.attn_scratch = Some(Buffer {
+                    buf,
+                    capacity,
+                    len: capacity,
+                });
+            }
+            out.push(Launch::Attention {
+                slot,
+                call: Box::new(call),
+                out: BufRef::Node(id),
+                q: BufRef::Node(q),
+                k: BufRef::Node(k),
+                v: BufRef::Node(v),
+                bias,
+            });
+            return Ok(());
+        }
+        if let Some(pi) = step.gemm.filter(|&p| self.calls[p].is_some()) {
+            return self.prepare_gemm(id, pi, out);
+        }
+        if step.error_flag && self.error_buffer.is_none() {
+            self.error_buffer = Some(self.exec.alloc(8)?);
+        }
+        // Threads per output: several on a GPU for long contiguous rows.
+        let per_output = match &node.op {
+            Op::Reduce { axis, .. } if step.cooperative && self.exec.cooperative_reductions() => {
+                let dims = node.inputs[0].view.dims();
+                let len = usize::try_from(self.eval(&dims[*axis])?).unwrap_or(0);
+                threads_per_output(threads, len, self.numel(&dims[axis + 1..])?)
+            }
+            _ => 1,
+        };
+        let mut scalars = vec![];
+        // A kernel with dims reads its thread count from the dims table, and its grid covers
+        // the next power of two: the launch stays the same while the count grows within it
+        // (a decode step's mask over the keys), so a captured graph keeps replaying.
+        let mut launched = threads;
+        if step.dims.is_empty() {
+            scalars.push(threads as i64);
+        } else {
+            self.dims_host[step.dims_at + step.dims.len()] = threads as i64;
+            launched = threads.next_power_of_two();
+        }
+        if step.cooperative {
+            scalars.push(per_output as i64);
+        }
+        if !step.dims.is_empty() {
+            scalars.push(step.dims_at as i64);
+        }
+        let mut buffers = vec![BufRef::Node(id)];
+        buffers.extend(step.inputs.iter().map(|&i| BufRef::Node(i)));
+        if step.error_flag {
+            buffers.push(BufRef::Error);
+        }
+        if !step.dims.is_empty() {
+            buffers.push(BufRef::Dims);
+        }
+        let block = BLOCK.max(per_output);
+        let grid = u32::try_from((launched * per_output as usize).div_ceil(block as usize))
+            .map_err(|_| {
+                LuminalError::Backend(format!("{threads} elements is too many for one launch"))
+            })?;
+        out.push(Launch::Kernel {
+            function: step.function,
+            grid,
+            block,
+            buffers,
+            scalars,
+        });
+        Ok(())
+    }
+    /// Moves the buffers that in-place `WriteSlice`s took for a run back to their state
+    /// inputs (which then hold the updated tensors).
+    pub(super) fn return_state(&mut self) {
+        for step in self.steps.iter().filter(|s| s.in_place) {
+            if let Some(b) = self.buffers.remove(&step.node) {
+                let dest = self.graph.node(step.node).inputs[0].node;
+                self.buffers.insert(dest, b);
+            }
+        }
+    }
+
+    /// Product `pi` into `id`'s buffer through [`Executor::gemm`], after rounding its f32
+    /// operand to the half type where the pattern asks.
+    pub(super) fn prepare_gemm(
+        &mut self,
+        id: NodeId,
+        pi: usize,
+        out: &mut Vec<Launch>,
+    ) -> Result<()> {
+        let p = &self.patterns[pi];
+        if let Some(side) = p.dequant {
+            // The weight's f16 copy, written when the weight was set since it last was.
+            let w = match side {
+                Side::A => p.a.node,
+                Side::B => p.b.node,
+            };
+            let node = self.graph.node(w);
+            let n = self.numel(&node.shape)?;
+            let set = self.set_at.get(&w).copied().unwrap_or(0);
+            let key = BufRef::Dequant(pi);
+            let fresh = self.scratch.contains_key(&key)
+                && self
+                    .dequant_at
+                    .get(&pi)
+                    .is_some_and(|&at| at >= set && at > 0);
+            if !fresh {
+                if !self.scratch.contains_key(&key) {
+                    let buf = self.exec.alloc(2 * n)?;
+                    self.scratch.insert(
+                        key,
+                        Buffer {
+                            buf,
+                            capacity: 2 * n,
+                            len: 2 * n,
+                        },
+                    );
+                }
+                let grid = u32::try_from(n.div_ceil(BLOCK as usize)).map_err(|_| {
+                    LuminalError::Backend(format!("{n} elements is too many for one launch"))
+                })?;
+                out.push(Launch::Kernel {
+                    function: self.dequant_fn[&pi],
+                    grid: grid.max(1),
+                    block: BLOCK,
+                    buffers: vec![key, BufRef::Node(w)],
+                    scalars: vec![n as i64],
+                });
+                self.pending_dequant.push(pi);
+            }
+        }
+        let p = &self.patterns[pi];
+        if let Some((side, t)) = p.round {
+            let src = match side {
+                Side::A => p.a.node,
+                Side::B => p.b.node,
+            };
+            let n = self
+                .buffers
+                .get(&src)
+                .ok_or_else(|| LuminalError::Backend(format!("node {} has no buffer", src.0)))?
+                .len
+                / 4;
+            let bytes = n * t.size();
+            if self
+                .scratch
+                .get(&BufRef::Scratch(pi))
+                .is_none_or(|b| b.capacity < bytes)
+            {
+                let capacity = bytes.max(4);
+                let buf = self.exec.alloc(capacity)?;
+                self.scratch.insert(
+                    BufRef::Scratch(pi),
+                    Buffer {
+                        buf,
+                        capacity,
+                        len: bytes,
+                    },
+                );
+            }
+            let grid = u32::try_from(n.div_ceil(BLOCK as usize)).map_err(|_| {
+                LuminalError::Backend(format!("{n} elements is too many for one launch"))
+            })?;
+            out.push(Launch::Kernel {
+                function: self.round_fn[&t],
+                grid: grid.max(1),
+                block: BLOCK,
+                buffers: vec![BufRef::Scratch(pi), BufRef::Node(src)],
+                scalars: vec![n as i64],
+            });
+        }
+        let p = &self.patterns[pi];
+        let operand = |side: Side, e: &luminal::graph::Edge| {
+            if p.round.is_some_and(|r| r.0 == side) {
+                BufRef::Scratch(pi)
+            } else if p.dequant == Some(side) {
+                BufRef::Dequant(pi)
+            } else {
+                BufRef::Node(e.node)
+            }
+        };
+        // cuBLAS's A is our `b`, its B our `a`.
+        let (a, b) = (operand(Side::B, &p.b), operand(Side::A, &p.a));
+        for call in self.calls[pi].as_ref().expect("resolved") {
+            out.push(Launch::Gemm {
+                call: *call,
+                c: BufRef::Node(id),
+                a,
+                b,
+            });
+        }
+        Ok(())
+    }
+}
