@@ -68,6 +68,27 @@ pub use kernels::matmul::gemm_f32::Tiles as MatmulTiles;
 pub use kernels::matmul::Split as MatmulSplit;
 pub use simd::{detected_isa, set_max_isa, Isa};
 
+/// Whether wide int8 products (prefill with block-quantized weights) run on AMX-INT8 tiles
+/// here: the CPU and OS allow it, `LUMINAL_AMX` is not `0` and [`set_amx_int8`] did not
+/// turn it off. Those products quantize activations per block of 32 (the AVX-512 VNNI and
+/// AVX2 kernels: per 16).
+pub fn amx_int8() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return kernels::quant::amx_int8_active();
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// Turns the AMX int8 products off (`Some(false)`) or back on where the hardware has them
+/// (`Some(true)`); `None` returns to `LUMINAL_AMX`. Process-wide: for tests and benchmarks
+/// comparing paths.
+pub fn set_amx_int8(on: Option<bool>) {
+    #[cfg(target_arch = "x86_64")]
+    kernels::matmul::amx::set_amx_int8(on);
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = on;
+}
+
 use luminal::{Backend, CompileOptions, GraphData, Result};
 
 /// The CPU backend. `threads: None` uses every available core.

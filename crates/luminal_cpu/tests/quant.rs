@@ -21,7 +21,7 @@
 
 use luminal::prelude::*;
 use luminal::quant::decode;
-use luminal_cpu::{detected_isa, set_max_isa, CpuBackend, Isa, QuantDots};
+use luminal_cpu::{amx_int8, detected_isa, set_amx_int8, set_max_isa, CpuBackend, Isa, QuantDots};
 
 /// Every quantized dtype, and the half types (the weight formats read in place).
 fn formats() -> Vec<DType> {
@@ -90,7 +90,7 @@ fn check_matmul<B: Backend>(
     k: usize,
     seed: u64,
     what: &str,
-    int8: bool,
+    ablock: Option<usize>,
 ) {
     let mut rng = Rng(seed);
     let wb = random_blocks(dtype, n * k, &mut rng);
@@ -109,8 +109,10 @@ fn check_matmul<B: Backend>(
     .unwrap();
     rt.run().unwrap();
     let got: Vec<f32> = rt.get(y).unwrap();
-    let int8 = int8 && dtype.is_quantized();
-    let (xq, xd) = int8_activations(&x, k);
+    let ablock = ablock.filter(|_| dtype.is_quantized());
+    let int8 = ablock.is_some();
+    let ab = ablock.unwrap_or(16);
+    let (xq, xd) = int8_activations(&x, k, ab);
     for i in 0..m {
         for j in 0..n {
             let (mut want, mut mag, mut want_q, mut mag_q, mut rounding) =
@@ -123,7 +125,7 @@ fn check_matmul<B: Backend>(
                 let pq = xq[i * k + kk] as f64 * wv;
                 want_q += pq;
                 mag_q += pq.abs();
-                rounding += wv.abs() * xd[(i * k + kk) / 16] / 2.0;
+                rounding += wv.abs() * xd[(i * k + kk) / ab] / 2.0;
             }
             let g = got[i * n + j] as f64;
             if int8 {
@@ -145,12 +147,12 @@ fn check_matmul<B: Backend>(
     }
 }
 
-/// `x` (rows of `k`) quantized per group of 16 as ggml's Q8_0 does per block of 32,
-/// dequantized again; and each group's scale.
-fn int8_activations(x: &[f32], k: usize) -> (Vec<f32>, Vec<f64>) {
+/// `x` (rows of `k`) quantized per group of `ablock` (16, or 32 as ggml's Q8_0) as ggml's
+/// Q8_0 does per block of 32, dequantized again; and each group's scale.
+fn int8_activations(x: &[f32], k: usize, ablock: usize) -> (Vec<f32>, Vec<f64>) {
     assert!(k % 32 == 0);
     let (mut xq, mut scales) = (vec![], vec![]);
-    for blk in x.chunks(16) {
+    for blk in x.chunks(ablock) {
         let amax = blk.iter().fold(0f32, |m, v| m.max(v.abs()));
         let d = amax / 127.0;
         let id = if d > 0.0 { 1.0 / d } else { 0.0 };
@@ -185,15 +187,39 @@ fn shapes(dtype: DType) -> Vec<(usize, usize, usize)> {
 /// Held by the tests that depend on the instruction-set cap (a process-wide setting).
 static ISA_CAP: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Whether wide products with `dtype` weights take int8 activations at `isa`: AVX-512
+/// The activation block of wide products with `dtype` weights at `isa` (with the current
+/// AMX setting), if they take int8 activations: 32 on AMX-INT8 tiles; 16 with AVX-512
 /// VNNI, or AVX2 (the register tiles) for every block format but Q2_K.
-fn wide_int8(isa: Isa, dtype: DType) -> bool {
+fn wide_int8(isa: Isa, dtype: DType) -> Option<usize> {
     #[cfg(target_arch = "x86_64")]
     let vnni = std::arch::is_x86_feature_detected!("avx512vnni");
     #[cfg(not(target_arch = "x86_64"))]
     let vnni = false;
     let tiles = dtype.is_quantized() && dtype != DType::Q2_K;
-    (isa == Isa::Avx512 && vnni) || (isa >= Isa::Avx2 && tiles)
+    if !dtype.is_quantized() {
+        return None;
+    }
+    if isa == Isa::Avx512 && vnni && amx_int8() {
+        return Some(32);
+    }
+    ((isa == Isa::Avx512 && vnni) || (isa >= Isa::Avx2 && tiles)).then_some(16)
+}
+
+/// The instruction-set levels the host has, each with AMX off, and AVX-512 also with AMX
+/// on where the host has AMX-INT8 (the AVX-512 VNNI kernels and the AMX tiles both).
+fn levels_with_amx(mut levels: Vec<Isa>) -> Vec<(Isa, bool)> {
+    set_amx_int8(Some(true));
+    set_max_isa(detected_isa());
+    let amx = amx_int8();
+    set_amx_int8(None);
+    if levels.is_empty() {
+        levels.push(detected_isa());
+    }
+    let mut out: Vec<(Isa, bool)> = levels.iter().map(|&l| (l, false)).collect();
+    if amx && levels.contains(&Isa::Avx512) {
+        out.push((Isa::Avx512, true));
+    }
+    out
 }
 
 #[test]
@@ -207,13 +233,15 @@ fn weight_matmuls_match_dequantize_then_matmul_at_every_isa() {
         levels.push(Isa::Avx512);
     }
     assert_eq!(formats().len(), 12, "10 block types + f16 + bf16");
-    for (isa, int8) in levels.into_iter().flat_map(|l| [(l, true), (l, false)]) {
+    let configs = levels_with_amx(levels);
+    for ((isa, amx), int8) in configs.into_iter().flat_map(|l| [(l, true), (l, false)]) {
         assert_eq!(set_max_isa(isa), isa);
+        set_amx_int8(Some(amx));
         for (f, dtype) in formats().into_iter().enumerate() {
             for (s, &(m, n, k)) in shapes(dtype).iter().enumerate() {
                 for threads in [1, 2] {
                     let seed = 1 + (f * 100 + s) as u64;
-                    let what = format!("{isa:?} int8={int8} threads={threads}");
+                    let what = format!("{isa:?} amx={amx} int8={int8} threads={threads}");
                     // The default keeps f32 activations here: the product is the output.
                     let dots = if int8 {
                         QuantDots::Int8
@@ -228,12 +256,19 @@ fn weight_matmuls_match_dequantize_then_matmul_at_every_isa() {
                         k,
                         seed,
                         &what,
-                        int8 && (m <= 8 || wide_int8(isa, dtype)),
+                        if !int8 {
+                            None
+                        } else if m <= 8 {
+                            Some(16)
+                        } else {
+                            wide_int8(isa, dtype)
+                        },
                     );
                 }
             }
         }
     }
+    set_amx_int8(None);
     set_max_isa(Isa::Avx512);
 }
 
@@ -267,7 +302,8 @@ fn wide_graph_outputs_are_refined() {
         rt.set_data(wt, data).unwrap();
         rt.run().unwrap();
         let got: Vec<f32> = rt.get(y).unwrap();
-        let (_, xd) = int8_activations(&x, k);
+        let ab = wide_int8(detected_isa(), dtype).unwrap_or(16);
+        let (_, xd) = int8_activations(&x, k, ab);
         let mut total = 0;
         for i in 0..m {
             let mut refined = 0;
@@ -279,7 +315,7 @@ fn wide_graph_outputs_are_refined() {
                     let p = x[i * k + kk] as f64 * w[j * k + kk] as f64;
                     want += p;
                     mag += p.abs();
-                    rounding += (w[j * k + kk] as f64).abs() * xd[(i * k + kk) / 16] / 2.0;
+                    rounding += (w[j * k + kk] as f64).abs() * xd[(i * k + kk) / ab] / 2.0;
                 }
                 if want > best.0 {
                     best = (want, j);
@@ -296,7 +332,7 @@ fn wide_graph_outputs_are_refined() {
             assert_eq!(argmax, Some(best.1), "{dtype} row {i} argmax");
             total += refined;
         }
-        if wide_int8(detected_isa(), dtype) {
+        if wide_int8(detected_isa(), dtype).is_some() {
             // The rest carries the int8 rounding (the product did take the int8 path).
             assert!(total < m * n / 2, "{dtype}: {total} of {} exact", m * n);
         } else {
@@ -337,7 +373,7 @@ fn reference_runtime_dequantizes() {
             bs,
             7 + f as u64,
             "reference",
-            false,
+            None,
         );
     }
 }
@@ -454,15 +490,17 @@ fn wide_products_of_every_row_count() {
     if detected_isa() > Isa::Avx2 {
         levels.push(Isa::Avx2);
     }
-    for isa in levels {
+    for (isa, amx) in levels_with_amx(levels) {
         assert_eq!(set_max_isa(isa), isa);
+        set_amx_int8(Some(amx));
         for m in 9..=17 {
             for (dtype, k) in [(DType::Q8_0, 384), (DType::Q4_1, 576), (DType::Q5_0, 32)] {
                 let backend = CpuBackend::with_threads(2).quant_dots(QuantDots::Int8);
-                let what = format!("{isa:?} rows");
+                let what = format!("{isa:?} amx={amx} rows");
                 check_matmul(backend, dtype, m, 40, k, 3, &what, wide_int8(isa, dtype));
             }
         }
     }
+    set_amx_int8(None);
     set_max_isa(detected_isa());
 }

@@ -43,15 +43,66 @@ pub(crate) fn available() -> bool {
 /// bits 17 and 18) and grants it to this process.
 pub(crate) fn hardware() -> bool {
     static OK: OnceLock<bool> = OnceLock::new();
+    // CPUID leaf 7 EDX bit 22: AMX-BF16.
+    *OK.get_or_init(|| cpuid7_edx() >> 22 & 1 == 1 && tiles_granted())
+}
+
+/// Whether AMX-INT8 can be used here (CPUID leaf 7 EDX bit 25, and the tile state as
+/// [`hardware`]).
+pub(crate) fn int8_hardware() -> bool {
+    static OK: OnceLock<bool> = OnceLock::new();
+    *OK.get_or_init(|| cpuid7_edx() >> 25 & 1 == 1 && tiles_granted())
+}
+
+/// Tests and benchmarks: `Some(false)` turns every AMX path off, `Some(true)` lets the
+/// int8 products use it again, `None` returns to `LUMINAL_AMX` (see [`int8_available`]).
+static INT8_OVERRIDE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Overrides `LUMINAL_AMX` for the int8 products (process-wide; for tests and benchmarks
+/// comparing paths).
+pub fn set_amx_int8(on: Option<bool>) {
+    let v = match on {
+        None => 0,
+        Some(false) => 1,
+        Some(true) => 2,
+    };
+    INT8_OVERRIDE.store(v, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether wide int8 products (prefill with block-quantized weights) run on AMX-INT8
+/// tiles: the CPU and OS allow it ([`int8_hardware`]) and `LUMINAL_AMX` is not `0`. On by
+/// default (unlike the f32 kernel): 3× the AVX-512 VNNI kernel's rate here.
+pub(crate) fn int8_available() -> bool {
+    static ENV: OnceLock<bool> = OnceLock::new();
+    let asked = match INT8_OVERRIDE.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => *ENV.get_or_init(|| std::env::var("LUMINAL_AMX").map_or(true, |v| v != "0")),
+    };
+    asked && int8_hardware()
+}
+
+/// CPUID leaf 7, sub-leaf 0, EDX (0 where leaf 7 does not exist).
+fn cpuid7_edx() -> u32 {
+    use std::arch::x86_64::__cpuid_count;
+    if __cpuid_count(0, 0).eax < 7 {
+        return 0;
+    }
+    __cpuid_count(7, 0).edx
+}
+
+/// Whether the OS enables the tile state (XCR0 bits 17 and 18) and grants it to this
+/// process (asked once).
+fn tiles_granted() -> bool {
+    static OK: OnceLock<bool> = OnceLock::new();
     *OK.get_or_init(|| {
-        // SAFETY: CPUID leaf 7 and (where OSXSAVE is set) XGETBV are available on every
+        // SAFETY: CPUID leaf 1 and (where OSXSAVE is set) XGETBV are available on every
         // x86_64 CPU that reports them; the syscall only requests a permission.
         unsafe {
             use std::arch::x86_64::{__cpuid_count, _xgetbv};
-            let l7 = __cpuid_count(7, 0);
-            let (tile, bf16) = (l7.edx >> 24 & 1 == 1, l7.edx >> 22 & 1 == 1);
+            let tile = cpuid7_edx() >> 24 & 1 == 1;
             let osxsave = __cpuid_count(1, 0).ecx >> 27 & 1 == 1;
-            if !(tile && bf16 && osxsave) {
+            if !(tile && osxsave) {
                 return false;
             }
             if _xgetbv(0) >> 17 & 3 != 3 {

@@ -172,6 +172,10 @@ pub(super) fn int8_matmul(
     let rb = w.row_bytes();
     let rows = |i: usize| &a[a_off + i * a_row..a_off + i * a_row + k];
     if m > MAX_ROWS {
+        #[cfg(target_arch = "x86_64")]
+        if super::amx_int8::takes(path) && super::amx_int8::wide(w, rows, out, m, parallel) {
+            return;
+        }
         if span_dot::wide_int8(path) {
             return wide(path, w, rows, out, m, parallel);
         }

@@ -42,6 +42,8 @@ macro_rules! for_rows {
     };
 }
 
+#[cfg(target_arch = "x86_64")]
+mod amx_int8;
 mod dot;
 mod int8;
 mod int8_matmul;
@@ -193,6 +195,12 @@ const TILE_BYTES: usize = 512 << 10;
 
 /// Bytes of weight rows an int8 product with many activation rows keeps hot while every
 /// activation row passes over them (see `int8_matmul.rs`).
+/// Whether wide int8 products take the AMX tiles now (`amx_int8.rs`).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn amx_int8_active() -> bool {
+    amx_int8::takes(int8::DotPath::current())
+}
+
 const PANEL_BYTES: usize = 64 << 10;
 
 /// Prefetches `bytes[at .. at + len]` (see [`crate::simd::prefetch_raw`]).
