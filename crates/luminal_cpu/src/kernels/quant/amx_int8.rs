@@ -272,10 +272,13 @@ unsafe fn fill_panel(p: &mut Panel, w: WeightRef, j0: usize, s: usize) {
     let tiles = p.tiles.as_mut_slice().as_mut_ptr() as *mut u32;
     let src = p.u.as_ptr() as *const u32;
     let kw = k / 4;
+    let idx: [[__m512i; 2]; 4] = std::array::from_fn(|r| {
+        std::array::from_fn(|h| _mm512_loadu_si512(TRANSPOSE[r][h].as_ptr() as *const _))
+    });
     for w0 in (0..kw).step_by(16) {
         let rows: [__m512i; 16] =
             std::array::from_fn(|c| _mm512_loadu_si512(src.add(c * kw + w0) as *const _));
-        let cols = transpose16(rows);
+        let cols = transpose16(rows, &idx);
         for (r, v) in cols.iter().enumerate() {
             if w0 + r < kw {
                 _mm512_storeu_si512(tiles.add((w0 + r) * 16) as *mut _, *v);
@@ -284,43 +287,49 @@ unsafe fn fill_panel(p: &mut Panel, w: WeightRef, j0: usize, s: usize) {
     }
 }
 
-/// The 16 × 16 transpose of 32-bit words (`out[r]` lane `c` = `rows[c]` lane `r`).
+/// The permutations of [`transpose16`]: per round (distances 8, 4, 2, 1), the lanes of the
+/// lower row's and the upper row's result.
+const fn transpose_indices() -> [[[i32; 16]; 2]; 4] {
+    let mut out = [[[0i32; 16]; 2]; 4];
+    let mut round = 0;
+    while round < 4 {
+        let d = 8 >> round;
+        let mut l = 0;
+        while l < 16 {
+            let (blk, o) = (l / (2 * d), l % (2 * d));
+            // Lower row: its own first `d` lanes of each block, then the other row's first.
+            // Upper row: the lower row's last `d` lanes, then its own last.
+            if o < d {
+                out[round][0][l] = (blk * 2 * d + o) as i32;
+                out[round][1][l] = (blk * 2 * d + o + d) as i32;
+            } else {
+                out[round][0][l] = 16 + (blk * 2 * d + o - d) as i32;
+                out[round][1][l] = 16 + (blk * 2 * d + o) as i32;
+            }
+            l += 1;
+        }
+        round += 1;
+    }
+    out
+}
+
+static TRANSPOSE: [[[i32; 16]; 2]; 4] = transpose_indices();
+
+/// The 16 × 16 transpose of 32-bit words (`out[r]` lane `c` = `rows[c]` lane `r`): four
+/// rounds of exchanges between rows `d` apart (`d` = 8, 4, 2, 1) of blocks of `d` lanes.
 ///
 /// # Safety
 /// AVX-512 F.
 #[inline(always)]
-unsafe fn transpose16(rows: [__m512i; 16]) -> [__m512i; 16] {
-    // Four rounds of pairwise exchanges at distances 8, 4, 2, 1 (rows) swapping blocks of
-    // 8, 4, 2, 1 lanes: after them row r lane c holds the input's row c lane r.
+unsafe fn transpose16(rows: [__m512i; 16], idx: &[[__m512i; 2]; 4]) -> [__m512i; 16] {
     let mut v = rows;
-    for d in [8usize, 4, 2, 1] {
-        // Lanes of `lo`'s result: for lane l in a 2d block, l < d takes lo[l], else hi[l - d];
-        // `hi`'s result: l < d takes lo[l + d], else hi[l].
-        let lo_idx: [i32; 16] = std::array::from_fn(|l| {
-            let (blk, o) = (l / (2 * d), l % (2 * d));
-            if o < d {
-                (blk * 2 * d + o) as i32
-            } else {
-                16 + (blk * 2 * d + o - d) as i32
-            }
-        });
-        let hi_idx: [i32; 16] = std::array::from_fn(|l| {
-            let (blk, o) = (l / (2 * d), l % (2 * d));
-            if o < d {
-                (blk * 2 * d + o + d) as i32
-            } else {
-                16 + (blk * 2 * d + o) as i32
-            }
-        });
-        let (li, hi) = (
-            _mm512_loadu_si512(lo_idx.as_ptr() as *const _),
-            _mm512_loadu_si512(hi_idx.as_ptr() as *const _),
-        );
+    for (round, [li, hi]) in idx.iter().enumerate() {
+        let d = 8 >> round;
         for r in 0..16 {
             if r % (2 * d) < d {
                 let (a, b) = (v[r], v[r + d]);
-                v[r] = _mm512_permutex2var_epi32(a, li, b);
-                v[r + d] = _mm512_permutex2var_epi32(a, hi, b);
+                v[r] = _mm512_permutex2var_epi32(a, *li, b);
+                v[r + d] = _mm512_permutex2var_epi32(a, *hi, b);
             }
         }
     }
@@ -344,7 +353,9 @@ unsafe fn block<const S: usize, const BIAS: bool>(
 ) -> [__m512; 16] {
     #[repr(C, align(64))]
     struct Sums([[i32; 256]; 2]);
-    let mut sums = Sums([[0; 256]; 2]);
+    let mut sums = std::mem::MaybeUninit::<Sums>::uninit();
+    // SAFETY: plain integers, each written by a tile store before it is read.
+    let sums = sums.assume_init_mut();
     let ns = k / S;
     let (nb, tiles) = (k / ABLOCK, p.tiles.as_slice().as_ptr());
     let (dw, bw) = (p.dw.as_slice().as_ptr(), p.bw.as_slice().as_ptr());
@@ -367,20 +378,8 @@ unsafe fn block<const S: usize, const BIAS: bool>(
         };
     }
     let mut acc = [_mm512_setzero_ps(); 16];
-    product!("0", "4", "6", 0);
-    for t in 0..ns {
-        let buf = sums.0[t & 1].as_mut_ptr();
-        if t & 1 == 0 {
-            asm!("tilestored [{0} + {1}*1], tmm0", in(reg) buf, in(reg) 64usize, options(nostack));
-            if t + 1 < ns {
-                product!("1", "5", "7", t + 1);
-            }
-        } else {
-            asm!("tilestored [{0} + {1}*1], tmm1", in(reg) buf, in(reg) 64usize, options(nostack));
-            if t + 1 < ns {
-                product!("0", "4", "6", t + 1);
-            }
-        }
+    // Step t's sums (in `buf`) scaled into the accumulators.
+    let scale = |acc: &mut [__m512; 16], buf: *const i32, t: usize| {
         let w = _mm512_load_ps(dw.add(16 * t));
         let b = if BIAS {
             _mm512_load_ps(bw.add(16 * t))
@@ -396,6 +395,29 @@ unsafe fn block<const S: usize, const BIAS: bool>(
                 *acc = _mm512_fmadd_ps(b, _mm512_set1_ps(*sx.add(r * ns + t)), *acc);
             }
         }
+    };
+    let (b0, b1) = (sums.0[0].as_mut_ptr(), sums.0[1].as_mut_ptr());
+    product!("0", "4", "6", 0);
+    let mut t = 0;
+    // Two steps a round: tile 0 holds the even steps, tile 1 the odd ones; each step's
+    // successor is issued before its sums are scaled. (Three steps ahead in four tiles,
+    // stored a step before their scaling, measured no faster.)
+    while t < ns {
+        asm!("tilestored [{0} + {1}*1], tmm0", in(reg) b0, in(reg) 64usize, options(nostack));
+        if t + 1 < ns {
+            product!("1", "5", "7", t + 1);
+        }
+        scale(&mut acc, b0, t);
+        t += 1;
+        if t == ns {
+            break;
+        }
+        asm!("tilestored [{0} + {1}*1], tmm1", in(reg) b1, in(reg) 64usize, options(nostack));
+        if t + 1 < ns {
+            product!("0", "4", "6", t + 1);
+        }
+        scale(&mut acc, b1, t);
+        t += 1;
     }
     acc
 }
@@ -467,4 +489,70 @@ pub(crate) fn wide<'x>(
         });
         true
     })
+}
+
+/// Where a wide AMX product's time goes (a measurement that asserts nothing, so ignored by
+/// default): `cargo test --release -p luminal_cpu --lib amx_int8_parts -- --ignored
+/// --nocapture`.
+#[cfg(test)]
+mod timing {
+    use super::*;
+
+    #[test]
+    #[ignore]
+    fn amx_int8_parts() {
+        if !takes(DotPath::current()) {
+            eprintln!("skipping: no AMX-INT8 here");
+            return;
+        }
+        for (dtype, m, n, k) in [
+            (DType::Q4_0, 128, 1536, 576),
+            (DType::Q4_0, 128, 576, 1536),
+            (DType::Q8_0, 128, 1536, 576),
+            (DType::Q4_K, 128, 1536, 768),
+            (DType::Q6_K, 128, 1536, 768),
+        ] {
+            let bytes = crate::kernels::quant::timing::timing_weight(dtype, n, k);
+            let w = WeightRef {
+                dtype,
+                bytes: &bytes,
+                n,
+                k,
+            };
+            let x: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
+            let mut out = vec![0f32; m * n];
+            let best = |f: &mut dyn FnMut()| {
+                let mut b = f64::MAX;
+                for _ in 0..10 {
+                    let t = std::time::Instant::now();
+                    f();
+                    b = b.min(t.elapsed().as_secs_f64());
+                }
+                b
+            };
+            let rows = |i: usize| &x[i * k..(i + 1) * k];
+            let op = OutPtr(out.as_mut_ptr());
+            let total = best(&mut || assert!(wide(w, rows, op, m, false)));
+            let s = step(dtype);
+            let mut acts = Acts::default();
+            let quant = best(&mut || assert!(acts.quantize(k, s, m, rows, false)));
+            let mut p = Panel::default();
+            let fill = best(&mut || unsafe {
+                for jp in 0..n / 16 {
+                    fill_panel(&mut p, w, jp * 16, s);
+                }
+            });
+            let macs = (m * n * k) as f64;
+            println!(
+                "{dtype} M={m} N={n} K={k}: total {:.1} us ({:.3} ns/64 MAC/row, {:.0} GOPS), quantize {:.1} us, panel fill {:.1} us ({:.2} ns per 64 weights), blocks ~{:.1} us",
+                total * 1e6,
+                total * 1e9 / (macs / 64.0),
+                2.0 * macs / total / 1e9,
+                quant * 1e6,
+                fill * 1e6,
+                fill * 1e9 / ((n * k) as f64 / 64.0),
+                (total - quant - fill) * 1e6
+            );
+        }
+    }
 }
