@@ -9,6 +9,9 @@
 //!   `kquant_dot.rs`, SIMD paths) unpack a weight row in registers once per chunk of up to
 //!   four activation rows (`dot_rows`), instead of once per row; the other formats (and the
 //!   portable path) unpack each weight row into scratch (`unpack.rs`) for `int8::dot`;
+//! - **wide on AMX** (`M > 8`, prefill, where the CPU has AMX-INT8 and `LUMINAL_AMX` is not
+//!   `0`): `amx_int8.rs`, activations quantized per block of 32, tile products per 16 or 32
+//!   values of K scaled with AVX-512 (~3× the VNNI span kernel below);
 //! - **wide** (`M > 8`, prefill, AVX-512 VNNI): activations quantized in the span layout
 //!   (`span_acts.rs`, in parallel), blocks of weight rows unpacked into a panel in the same
 //!   layout, then `span_dot::dot_rows` for chunks of up to 16 activation rows; the results
