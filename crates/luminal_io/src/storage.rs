@@ -9,7 +9,8 @@
 //! 1B model's decode speed on the KVM host of `benches/README.md` (Llama-3.2-1B-shaped
 //! Q4_K_M, one thread: 10.8 tok/s mapped, 14.8 in 2 MiB pages). So on Linux, where
 //! transparent huge pages can be asked for (`/sys/kernel/mm/transparent_hugepage/enabled`
-//! is `always` or `madvise`), a file of at least [`HUGE_MIN`] bytes is read into anonymous
+//! is `always` or `madvise`), a file of at least [`HUGE_MIN`] bytes that a model loads
+//! (`GgufFile::load`, `SafetensorsModel::load`; `open` keeps mapping) is read into anonymous
 //! memory advised `MADV_HUGEPAGE` instead of being mapped: the same resident size (the
 //! whole file), one copy from the page cache at load. `LUMINAL_MMAP=1` keeps the plain
 //! file mapping (as llama.cpp's default `--mmap`).
@@ -44,6 +45,16 @@ fn huge_pages_wanted() -> bool {
 impl Storage {
     /// Memory-maps `path` read-only.
     pub(crate) fn map(path: &Path) -> Result<Storage> {
+        Storage::open(path, false)
+    }
+
+    /// The bytes of `path` for running a model: read into huge pages where that is wanted
+    /// (see the module docs), else memory-mapped.
+    pub(crate) fn load(path: &Path) -> Result<Storage> {
+        Storage::open(path, true)
+    }
+
+    fn open(path: &Path, huge: bool) -> Result<Storage> {
         let file = File::open(path).map_err(|source| os_error(path, source))?;
         let len = file
             .metadata()
@@ -57,7 +68,7 @@ impl Storage {
         // another process truncating or rewriting the file while it is mapped (which would make
         // reads fault or change under us); every mmap-based model loader (llama.cpp, candle,
         // safetensors) accepts this, and model files are not edited while a model runs.
-        if len >= HUGE_MIN && huge_pages_wanted() {
+        if huge && len >= HUGE_MIN && huge_pages_wanted() {
             return Storage::read_huge(path, file, len);
         }
         let map = unsafe { memmap2::MmapOptions::new().map(&file) }

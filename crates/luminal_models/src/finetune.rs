@@ -57,7 +57,7 @@ impl<'g> LlamaFinetune<'g> {
         seq: usize,
         train_last: usize,
     ) -> Result<(LlamaFinetune<'g>, Tokenizer)> {
-        let file = GgufFile::open(path)?;
+        let file = GgufFile::load(path)?;
         let has_output = file.tensor_info("output.weight").is_ok();
         let has_rope_freqs = file.tensor_info(ROPE_FREQS).is_ok();
         let config = LlamaConfig::from_gguf(file.metadata(), has_output, has_rope_freqs)?;

@@ -252,7 +252,7 @@ impl<R: Runtime> LlamaModel<R> {
         progress: impl FnMut(usize, usize),
     ) -> Result<(LlamaModel<R>, Tokenizer)> {
         let start = Instant::now();
-        let file = GgufFile::open(path)?;
+        let file = GgufFile::load(path)?;
         let has_output = file.tensor_info("output.weight").is_ok();
         // Llama 3.1+ GGUFs carry their RoPE scaling as per-frequency factors.
         let has_rope_freqs = file.tensor_info(ROPE_FREQS).is_ok();
@@ -275,7 +275,7 @@ impl<R: Runtime> LlamaModel<R> {
         let text = std::fs::read_to_string(&cfg_path)
             .map_err(|e| ModelError::Config(format!("cannot read {}: {e}", cfg_path.display())))?;
         let config = LlamaConfig::from_hf_json(&text)?;
-        let st = SafetensorsModel::open(dir)?;
+        let st = SafetensorsModel::load(dir)?;
         let tokenizer = Tokenizer::from_hf_dir(dir)?;
         let model = Self::build(
             config,

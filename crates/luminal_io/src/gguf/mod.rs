@@ -108,8 +108,18 @@ impl GgufFile {
     /// All tensor ranges are checked against the file size here, so a truncated download fails
     /// now, naming the first tensor that does not fit.
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
-        let path = path.as_ref();
-        let storage = Storage::map(path)?;
+        Self::open_with(path.as_ref(), Storage::map)
+    }
+
+    /// Opens the GGUF file at `path` to run its model: as [`GgufFile::open`], but a large
+    /// file is read into memory backed by 2 MiB pages where the OS offers them (decode
+    /// streams every weight each token; see `storage.rs`; `LUMINAL_MMAP=1` maps instead).
+    pub fn load(path: impl AsRef<Path>) -> Result<GgufFile> {
+        Self::open_with(path.as_ref(), Storage::load)
+    }
+
+    fn open_with(path: &Path, read: fn(&Path) -> Result<Storage>) -> Result<GgufFile> {
+        let storage = read(path)?;
         let mut file = Self::from_storage(storage).map_err(|e| e.in_file(path))?;
         file.path = Some(path.to_path_buf());
         Ok(file)

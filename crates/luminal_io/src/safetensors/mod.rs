@@ -76,8 +76,21 @@ pub struct SafetensorsFile {
 impl SafetensorsFile {
     /// Memory-maps and validates the safetensors file at `path`.
     pub fn open(path: impl AsRef<Path>) -> Result<SafetensorsFile> {
-        let path = path.as_ref();
-        let storage = Storage::map(path)?;
+        Self::open_with(path.as_ref(), Storage::map)
+    }
+
+    /// Opens the file at `path` to run its model: as [`SafetensorsFile::open`], but a large
+    /// file is read into memory backed by 2 MiB pages where the OS offers them (see
+    /// `storage.rs`; `LUMINAL_MMAP=1` maps instead).
+    pub fn load(path: impl AsRef<Path>) -> Result<SafetensorsFile> {
+        Self::open_with(path.as_ref(), Storage::load)
+    }
+
+    pub(crate) fn open_with(
+        path: &Path,
+        read: fn(&Path) -> Result<Storage>,
+    ) -> Result<SafetensorsFile> {
+        let storage = read(path)?;
         let mut file = Self::from_storage(storage).map_err(|e| e.in_file(path))?;
         file.path = Some(path.to_path_buf());
         Ok(file)

@@ -5,7 +5,7 @@ use std::path::{Component, Path, PathBuf};
 
 use super::{check_shape, SafetensorInfo, SafetensorsFile};
 use crate::error::{IoError, Result};
-use crate::storage::os_error;
+use crate::storage::{os_error, Storage};
 
 /// Name of the index of a sharded Hugging Face checkpoint.
 pub const INDEX_FILE_NAME: &str = "model.safetensors.index.json";
@@ -27,18 +27,29 @@ impl SafetensorsModel {
     /// Opens a model from a directory (its `model.safetensors.index.json`, else its
     /// `model.safetensors`), an index file (`*.json`), or a single `.safetensors` file.
     pub fn open(path: impl AsRef<Path>) -> Result<SafetensorsModel> {
-        let path = path.as_ref();
+        Self::open_with(path.as_ref(), Storage::map)
+    }
+
+    /// Opens a model to run it: as [`SafetensorsModel::open`], but large files are read into
+    /// memory backed by 2 MiB pages where the OS offers them (see `storage.rs`;
+    /// `LUMINAL_MMAP=1` maps instead).
+    pub fn load(path: impl AsRef<Path>) -> Result<SafetensorsModel> {
+        Self::open_with(path.as_ref(), Storage::load)
+    }
+
+    fn open_with(path: &Path, read: fn(&Path) -> Result<Storage>) -> Result<SafetensorsModel> {
         if path.is_dir() {
             let index = path.join(INDEX_FILE_NAME);
             if index.is_file() {
-                return Self::open_index(&index);
+                return Self::open_index_with(&index, read);
             }
-            return Self::from_file(SafetensorsFile::open(path.join(SINGLE_FILE_NAME))?);
+            let file = SafetensorsFile::open_with(&path.join(SINGLE_FILE_NAME), read)?;
+            return Self::from_file(file);
         }
         if path.extension().is_some_and(|ext| ext == "json") {
-            return Self::open_index(path);
+            return Self::open_index_with(path, read);
         }
-        Self::from_file(SafetensorsFile::open(path)?)
+        Self::from_file(SafetensorsFile::open_with(path, read)?)
     }
 
     /// Wraps a single file.
@@ -56,14 +67,28 @@ impl SafetensorsModel {
     /// Opens a sharded model from its index: `{"metadata": …, "weight_map": {tensor: file}}`,
     /// file names relative to the index's directory.
     pub fn open_index(index_path: impl AsRef<Path>) -> Result<SafetensorsModel> {
-        let index_path = index_path.as_ref();
+        Self::open_index_with(index_path.as_ref(), Storage::map)
+    }
+
+    fn open_index_with(
+        index_path: &Path,
+        read: fn(&Path) -> Result<Storage>,
+    ) -> Result<SafetensorsModel> {
         let text = std::fs::read_to_string(index_path).map_err(|e| os_error(index_path, e))?;
         let dir = index_path.parent().unwrap_or(Path::new("."));
-        Self::from_index_json(&text, dir).map_err(|e| e.in_file(index_path))
+        Self::from_index_json_with(&text, dir, read).map_err(|e| e.in_file(index_path))
     }
 
     /// Builds a sharded model from index JSON text, resolving shard files in `dir`.
     pub fn from_index_json(text: &str, dir: &Path) -> Result<SafetensorsModel> {
+        Self::from_index_json_with(text, dir, Storage::map)
+    }
+
+    fn from_index_json_with(
+        text: &str,
+        dir: &Path,
+        read: fn(&Path) -> Result<Storage>,
+    ) -> Result<SafetensorsModel> {
         let bad = |reason: String| IoError::BadIndex { reason };
         let json: serde_json::Value =
             serde_json::from_str(text).map_err(|e| bad(format!("not JSON: {e}")))?;
@@ -90,7 +115,7 @@ impl SafetensorsModel {
 
         let mut shards = Vec::with_capacity(shard_files.len());
         for file in &shard_files {
-            shards.push(SafetensorsFile::open(dir.join(file))?);
+            shards.push(SafetensorsFile::open_with(&dir.join(file), read)?);
         }
         let mut names: Vec<String> = shard_of.keys().cloned().collect();
         names.sort();

@@ -240,7 +240,7 @@ impl<R: Runtime> BertModel<R> {
             })?;
         let sentence = SentenceConfig::from_dir(dir)?;
         let tokenizer = Tokenizer::from_hf_dir(dir)?;
-        let weights = SafetensorsModel::open(dir)?;
+        let weights = SafetensorsModel::load(dir)?;
         let model = Self::build(config, sentence, &weights, backend, start)?;
         Ok((model, tokenizer))
     }

@@ -348,7 +348,7 @@ impl<R: Runtime> WhisperModel<R> {
         let config = WhisperConfig::from_value(&crate::bert::read_json(&cfg_path)?)?;
         let generation = GenerationConfig::from_dir(dir)?;
         let tokenizer = Tokenizer::from_hf_dir(dir)?;
-        let st = SafetensorsModel::open(dir)?;
+        let st = SafetensorsModel::load(dir)?;
         let model = Self::build(config, generation, &st, backend)?;
         Ok((model, tokenizer))
     }
