@@ -12,6 +12,39 @@ use luminal::{ByteData, DType, HostData};
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
+/// Buffers of at least this many bytes are asked to live in 2 MiB pages.
+const HUGE_BYTES: usize = 4 << 20;
+
+/// `v.resize(n, zero)`, where a buffer of [`HUGE_BYTES`] or more is allocated anew and
+/// advised `MADV_HUGEPAGE` before its first write (Linux; a hint the kernel may ignore):
+/// kernels stream activations of tens of MiB (prefill, BERT batches), and with 4 KiB pages
+/// each 4 KiB costs a page walk.
+fn grow<T: Copy>(v: &mut Vec<T>, n: usize, zero: T) {
+    let bytes = n * std::mem::size_of::<T>();
+    if bytes < HUGE_BYTES || v.capacity() >= n || !cfg!(target_os = "linux") {
+        v.resize(n, zero);
+        return;
+    }
+    let mut fresh: Vec<T> = Vec::with_capacity(n);
+    #[cfg(target_os = "linux")]
+    {
+        // The whole 2 MiB pages inside the allocation.
+        let start = fresh.as_ptr() as usize;
+        let (lo, hi) = (
+            start.next_multiple_of(2 << 20),
+            (start + bytes) & !((2 << 20) - 1),
+        );
+        if hi > lo {
+            // SAFETY: madvise only changes how the kernel backs this range, which lies inside
+            // the allocation just made (not yet written).
+            unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE) };
+        }
+    }
+    fresh.extend_from_slice(v);
+    fresh.resize(n, zero);
+    *v = fresh;
+}
+
 #[derive(Clone, Debug)]
 pub enum Storage {
     F32(Vec<f32>),
@@ -163,10 +196,10 @@ impl Storage {
 
     pub fn ensure_len(&mut self, n: usize) {
         match self {
-            Storage::F32(v) if v.len() < n => v.resize(n, 0.0),
-            Storage::F16(v) if v.len() < n => v.resize(n, f16::ZERO),
-            Storage::BF16(v) if v.len() < n => v.resize(n, bf16::ZERO),
-            Storage::F64(v) if v.len() < n => v.resize(n, 0.0),
+            Storage::F32(v) if v.len() < n => grow(v, n, 0.0),
+            Storage::F16(v) if v.len() < n => grow(v, n, f16::ZERO),
+            Storage::BF16(v) if v.len() < n => grow(v, n, bf16::ZERO),
+            Storage::F64(v) if v.len() < n => grow(v, n, 0.0),
             _ => {}
         }
     }
@@ -517,5 +550,26 @@ impl Elem for bf16 {
             let w = _mm256_cvtepu16_epi32(_mm_loadu_si128(p as *const __m128i));
             _mm256_castsi256_ps(_mm256_slli_epi32::<16>(w))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn growing_past_the_huge_page_size_keeps_the_contents() {
+        let mut s = Storage::F32((0..1000).map(|i| i as f32).collect());
+        let n = 3 * HUGE_BYTES / 4 + 17;
+        s.ensure_len(n);
+        let Storage::F32(v) = &s else { unreachable!() };
+        assert_eq!(v.len(), n);
+        assert!((0..1000).all(|i| v[i] == i as f32));
+        assert!(v[1000..].iter().all(|&x| x == 0.0));
+        // Growing within the capacity does not reallocate.
+        let p = v.as_ptr();
+        s.ensure_len(n);
+        let Storage::F32(v) = &s else { unreachable!() };
+        assert_eq!(v.as_ptr(), p);
     }
 }
