@@ -242,6 +242,49 @@ unsafe fn dot_vnni<const F: u8, const R: usize>(row: &[u8], x: QRows) -> [f32; R
         });
         b += 4;
     }
+    // Two blocks left (K = 576: 18 blocks): one more 64-value step on the upper half of the
+    // same lanes, instead of the AVX2 tail below.
+    if b + 2 <= nb {
+        let blk = wp.add(b * bb);
+        let d = _mm_cvtph_ps(_mm_setr_epi16(
+            bits16(blk),
+            bits16(blk.add(bb)),
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+        ));
+        let d2 = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d), twice);
+        let bw = match F {
+            1 | 3 => _mm_cvtph_ps(_mm_setr_epi16(
+                bits16(blk.add(2)),
+                bits16(blk.add(bb + 2)),
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+            )),
+            _ => d,
+        };
+        let (w0, n0) = unsigned(pair(blk));
+        for_rows!(R, |r| {
+            // Four groups' scales (two blocks); only two block sums remain in the row.
+            let dg = _mm_loadu_ps(x.dg_at(r).add(2 * b));
+            let c = _mm512_castps128_ps512(_mm_mul_ps(_mm256_castps256_ps128(d2), dg));
+            if F != 4 {
+                let sb = _mm_maskz_loadu_ps(0b11, x.sb_at(r).add(b));
+                bacc[r] = _mm_fmadd_ps(bw, sb, bacc[r]);
+            }
+            let p0 = product(w0, n0, x.q_at(r).add(32 * b));
+            let a = &mut acc[r];
+            a[0] = _mm512_fmadd_ps(p0, _mm512_permutexvar_ps(lanes01, c), a[0]);
+        });
+        b += 2;
+    }
     // Q4_0 / Q5_0: the bias is −8d / −16d.
     let bscale = _mm_set1_ps(match F {
         0 => -8.0,
