@@ -54,8 +54,8 @@ pub(crate) fn int8_hardware() -> bool {
     *OK.get_or_init(|| cpuid7_edx() >> 25 & 1 == 1 && tiles_granted())
 }
 
-/// Tests and benchmarks: `Some(false)` turns every AMX path off, `Some(true)` lets the
-/// int8 products use it again, `None` returns to `LUMINAL_AMX` (see [`int8_available`]).
+/// [`set_amx_int8`]'s setting: 0 follows `LUMINAL_AMX`, 1 keeps the int8 products off
+/// AMX, 2 lets them use it (the f32 kernel is not affected).
 static INT8_OVERRIDE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
 /// Overrides `LUMINAL_AMX` for the int8 products (process-wide; for tests and benchmarks

@@ -1,16 +1,17 @@
 //! Wide products (prefill, `M > 8`) with block-quantized weights on AMX-INT8 tiles
 //! (Sapphire Rapids and later), for every format the int8 path unpacks.
 //!
-//! `tdpbssd` multiplies a 16 × 64-byte tile of signed bytes by a 16 × 64-byte one
-//! (pair... quad-interleaved: row `p` holds the four bytes `k = 4p .. 4p + 4` of each of 16
-//! columns) into a 16 × 16 tile of int32 sums. Block-quantized weights carry one scale per
+//! `tdpbssd` multiplies a tile of 16 rows of signed bytes (activations) by a tile of
+//! weights in the quad-interleaved layout (row `p` holds the four bytes `k = 4p .. 4p + 4`
+//! of each of 16 columns) into a 16 × 16 tile of int32 sums. Block-quantized weights carry one scale per
 //! 16 or 32 values, so the kernel runs one tile product per *step* of `S` values of K
 //! (`S` = 32 where the format's scale and bias hold over 32 values, 16 for Q2_K, Q3_K, Q6_K),
 //! stores the 16 × 16 sums and scales them into 16 f32 accumulator vectors with AVX-512:
 //! `acc[r] += P[r] · (dw · da[r]) (+ bw · sx[r])`. Two tiles alternate, so the next step's
 //! tile product runs while this step's sums are scaled. On the 2-vCPU Xeon host of
-//! `benches/README.md` this runs at ~0.18 ns per 64 multiply-adds per row, against ~0.61
-//! for the AVX-512 VNNI span kernel (`span_dot.rs`).
+//! `benches/README.md` a whole product (quantization and weight panels included) runs at
+//! ~0.30 ns per 64 multiply-adds per activation row, one thread, against ~1.07 on the
+//! AVX-512 VNNI span path (`span_dot.rs`; `timing::amx_int8_parts` below).
 //!
 //! Operands:
 //! - activations quantized per block of 32 (`amax / 127`, as llama.cpp's `Q8_0`
@@ -107,8 +108,8 @@ unsafe fn quantize_row(x: &[f32], q: &mut [i8], da: &mut [f32], sx: &mut [f32], 
         let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
         let d = amax / 127.0;
         let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-        let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v0, v1) != 0
-            || _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v1, v0) != 0;
+        // Unordered when either lane is NaN (`max` above may have dropped a NaN).
+        let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v0, v1) != 0;
         if !id.is_finite() || !amax.is_finite() || nan {
             return false;
         }
@@ -255,10 +256,8 @@ unsafe fn fill_panel(p: &mut Panel, w: WeightRef, j0: usize, s: usize) {
         if !(legacy_dot::has_fused_dot(w.dtype) && legacy_dot::unpack_row(w.dtype, row, u, a, b)) {
             unpack::unpack(w.dtype, row, u, a, b);
         }
-        match off {
-            Some(0) => {}
-            Some(o) => u.iter_mut().for_each(|v| *v = v.wrapping_sub(o)),
-            None => {}
+        if let Some(o) = off.filter(|&o| o > 0) {
+            u.iter_mut().for_each(|v| *v = v.wrapping_sub(o));
         }
         debug_assert!((0..g).all(|x| a[x] == a[x / per * per] && b[x] == b[x / per * per]));
         debug_assert!(off.is_none_or(|o| (0..g).all(|x| b[x] == -(o as f32) * a[x])));
@@ -351,11 +350,13 @@ unsafe fn block<const S: usize, const BIAS: bool>(
     k: usize,
     p: &Panel,
 ) -> [__m512; 16] {
+    // Two 16 × 16 int32 buffers for the stored sums, each written by a tile store before
+    // it is read (so left uninitialised, and only reached through raw pointers).
     #[repr(C, align(64))]
     struct Sums([[i32; 256]; 2]);
     let mut sums = std::mem::MaybeUninit::<Sums>::uninit();
-    // SAFETY: plain integers, each written by a tile store before it is read.
-    let sums = sums.assume_init_mut();
+    let b0 = sums.as_mut_ptr() as *mut i32;
+    let b1 = b0.add(256);
     let ns = k / S;
     let (nb, tiles) = (k / ABLOCK, p.tiles.as_slice().as_ptr());
     let (dw, bw) = (p.dw.as_slice().as_ptr(), p.bw.as_slice().as_ptr());
@@ -396,7 +397,6 @@ unsafe fn block<const S: usize, const BIAS: bool>(
             }
         }
     };
-    let (b0, b1) = (sums.0[0].as_mut_ptr(), sums.0[1].as_mut_ptr());
     product!("0", "4", "6", 0);
     let mut t = 0;
     // Two steps a round: tile 0 holds the even steps, tile 1 the odd ones; each step's

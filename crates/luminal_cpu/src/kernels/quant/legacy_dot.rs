@@ -197,34 +197,28 @@ unsafe fn dot_vnni<const F: u8, const R: usize>(row: &[u8], x: QRows) -> [f32; R
     let second = if R == 1 { 1 } else { 0 };
     let mut acc = [[_mm512_setzero_ps(); 2]; R];
     let mut bacc = [_mm_setzero_ps(); R];
+    // The f16 fields at byte `at` of `count ≤ 4` blocks from `blk` (the rest zero), and the
+    // factor of `sb` in the bias: d (Q4_0 / Q5_0), the minimum (Q4_1 / Q5_1).
+    let halves = |blk: *const u8, at: usize, count: usize| {
+        let h = |i: usize| {
+            if i < count {
+                bits16(blk.add(i * bb + at))
+            } else {
+                0
+            }
+        };
+        _mm_cvtph_ps(_mm_setr_epi16(h(0), h(1), h(2), h(3), 0, 0, 0, 0))
+    };
+    let bias_factor = |blk: *const u8, count: usize, d: __m128| match F {
+        1 | 3 => halves(blk, 2, count),
+        _ => d,
+    };
     let mut b = 0;
     while b + 4 <= nb {
         let blk = wp.add(b * bb);
-        let d = _mm_cvtph_ps(_mm_setr_epi16(
-            bits16(blk),
-            bits16(blk.add(bb)),
-            bits16(blk.add(2 * bb)),
-            bits16(blk.add(3 * bb)),
-            0,
-            0,
-            0,
-            0,
-        ));
+        let d = halves(blk, 0, 4);
         let d2 = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d), twice);
-        // The factor of `sb` in the bias: d (Q4_0 / Q5_0), the minimum (Q4_1 / Q5_1).
-        let bw = match F {
-            1 | 3 => _mm_cvtph_ps(_mm_setr_epi16(
-                bits16(blk.add(2)),
-                bits16(blk.add(bb + 2)),
-                bits16(blk.add(2 * bb + 2)),
-                bits16(blk.add(3 * bb + 2)),
-                0,
-                0,
-                0,
-                0,
-            )),
-            _ => d,
-        };
+        let bw = bias_factor(blk, 4, d);
         let (w0, n0) = unsigned(pair(blk));
         let (w1, n1) = unsigned(pair(blk.add(2 * bb)));
         for_rows!(R, |r| {
@@ -246,35 +240,15 @@ unsafe fn dot_vnni<const F: u8, const R: usize>(row: &[u8], x: QRows) -> [f32; R
     // same lanes, instead of the AVX2 tail below.
     if b + 2 <= nb {
         let blk = wp.add(b * bb);
-        let d = _mm_cvtph_ps(_mm_setr_epi16(
-            bits16(blk),
-            bits16(blk.add(bb)),
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-        ));
-        let d2 = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d), twice);
-        let bw = match F {
-            1 | 3 => _mm_cvtph_ps(_mm_setr_epi16(
-                bits16(blk.add(2)),
-                bits16(blk.add(bb + 2)),
-                0,
-                0,
-                0,
-                0,
-                0,
-                0,
-            )),
-            _ => d,
-        };
+        let d = halves(blk, 0, 2);
+        // d0 d0 d1 d1: one scale per group of 16.
+        let d2 = _mm_unpacklo_ps(d, d);
+        let bw = bias_factor(blk, 2, d);
         let (w0, n0) = unsigned(pair(blk));
         for_rows!(R, |r| {
             // Four groups' scales (two blocks); only two block sums remain in the row.
             let dg = _mm_loadu_ps(x.dg_at(r).add(2 * b));
-            let c = _mm512_castps128_ps512(_mm_mul_ps(_mm256_castps256_ps128(d2), dg));
+            let c = _mm512_castps128_ps512(_mm_mul_ps(d2, dg));
             if F != 4 {
                 let sb = _mm_maskz_loadu_ps(0b11, x.sb_at(r).add(b));
                 bacc[r] = _mm_fmadd_ps(bw, sb, bacc[r]);

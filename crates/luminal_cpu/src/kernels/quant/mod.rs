@@ -193,14 +193,14 @@ fn with_unpacked<R>(k: usize, f: impl FnOnce(&mut [u8], &mut [f32], &mut [f32]) 
 /// activation panel).
 const TILE_BYTES: usize = 512 << 10;
 
-/// Bytes of weight rows an int8 product with many activation rows keeps hot while every
-/// activation row passes over them (see `int8_matmul.rs`).
 /// Whether wide int8 products take the AMX tiles now (`amx_int8.rs`).
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn amx_int8_active() -> bool {
     amx_int8::takes(int8::DotPath::current())
 }
 
+/// Bytes of weight rows an int8 product with many activation rows keeps hot while every
+/// activation row passes over them (see `int8_matmul.rs`).
 const PANEL_BYTES: usize = 64 << 10;
 
 /// Prefetches `bytes[at .. at + len]` (see [`crate::simd::prefetch_raw`]).
