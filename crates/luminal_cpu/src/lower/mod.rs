@@ -311,8 +311,16 @@ impl Lowering<'_> {
                 None => return Ok(None),
             }
         }
+        // The same buffer through the same view already read by this program (a value used
+        // several times, e.g. x in the GELU backward): load it once.
+        let buf = BufId::of(e.node);
+        if let Some(i) = prog.instrs.iter().position(|ins| {
+            matches!(*ins, Instr::Load(l) if prog.leaves[l].buf == buf && prog.leaves[l].exprs.view == view)
+        }) {
+            return Ok(Some(i));
+        }
         prog.leaves.push(Leaf {
-            buf: BufId::of(e.node),
+            buf,
             exprs: ViewExprs::new(&view, self.names)?,
             view: ResolvedView::default(),
         });
@@ -492,13 +500,32 @@ impl Lowering<'_> {
         self.root.set(None);
         r?.expect("a root has no pending broadcast");
         let dims = e.view.dims();
-        let inner: Expression = dims[axis + 1..].iter().product();
-        let name = Self::name_of(&prog, &format!("{}({axis})", op.name()));
+        let mut name = Self::name_of(&prog, &format!("{}({axis})", op.name()));
+        let mut inner: Expression = dims[axis + 1..].iter().product();
+        let mut column = false;
+        if let Some(j) = column_position(&prog, &dims, axis) {
+            // Reduce across rows instead of along strided ones: the reduced axis moves in
+            // front of the contiguous output dims (their order, hence the output layout,
+            // is unchanged), and the kernel adds whole rows of contiguous loads.
+            let mut perm: Vec<usize> = (0..j).collect();
+            perm.push(axis);
+            perm.extend(j..axis);
+            perm.extend(axis + 1..dims.len());
+            for leaf in &mut prog.leaves {
+                let mut v = leaf.exprs.view.clone();
+                v.permute(&perm);
+                leaf.exprs = ViewExprs::new(&v, self.names)?;
+            }
+            inner = dims[j..axis].iter().chain(&dims[axis + 1..]).product();
+            column = true;
+            name = Self::name_of(&prog, &format!("{}({axis}, across rows)", op.name()));
+        }
         let k = ReduceKernel {
             op,
             prog,
             len: self.names.compile(&dims[axis])?,
             inner: self.names.compile(&inner)?,
+            column,
         };
         Ok(Some((name, Box::new(k))))
     }
@@ -671,6 +698,48 @@ const RULES: &[(&str, Rule)] = &[
 /// (`kernels/fused/rows.rs`), concatenations found inside elementwise kernels
 /// (`kernels/movement`).
 const PASSES: &[&str] = &["shared", "rows", "concat"];
+
+/// Where a reduction over the last axis `axis` should move that axis so that it sums whole
+/// contiguous rows instead of strided ones (a bias or norm-weight gradient: a column sum of
+/// a row-major `[tokens, features]` buffer, read as `[features, tokens]`): the first of the
+/// trailing output dims that the program's first leaf reads row-major with unit stride, or
+/// `None` when the axis is not last, is read with unit stride, or the leaves do not all
+/// cover the full rank with constant strides.
+fn column_position(prog: &Program, dims: &[Expression], axis: usize) -> Option<usize> {
+    let r = dims.len();
+    if r < 2 || axis + 1 != r || prog.leaves.is_empty() {
+        return None;
+    }
+    if prog
+        .instrs
+        .iter()
+        .any(|i| matches!(i, Instr::RowReg(_) | Instr::RowScalar(_)))
+    {
+        return None;
+    }
+    let consts = |v: &luminal::ShapeTracker| -> Option<(Vec<i64>, Vec<i64>)> {
+        let d: Option<Vec<i64>> = v.dims().iter().map(|e| e.as_constant()).collect();
+        let s: Option<Vec<i64>> = v.strides().iter().map(|e| e.as_constant()).collect();
+        Some((d?, s?))
+    };
+    for leaf in &prog.leaves {
+        if leaf.exprs.view.rank() != r {
+            return None;
+        }
+    }
+    let (d, s) = consts(&prog.leaves[0].exprs.view)?;
+    // The reduced axis is long and strided, the last output dim contiguous.
+    if d[axis] < 8 || s[axis] == 1 || s[axis] == 0 || s[r - 2] != 1 {
+        return None;
+    }
+    let mut j = r - 2;
+    while j > 0 && d[j - 1] != 1 && s[j - 1] == s[j] * d[j] {
+        j -= 1;
+    }
+    // Rows long enough for vector adds.
+    let row: i64 = d[j..axis].iter().product();
+    (row >= 16).then_some(j)
+}
 
 /// Fusable nodes with several consumers whose every read is an identity edge from inside
 /// the same fused root: they are computed once inside that root's program instead of as a

@@ -22,6 +22,9 @@ pub struct ReduceKernel {
     /// Reduced length and inner size (outer = numel / inner).
     pub len: CompiledExpression,
     pub inner: CompiledExpression,
+    /// The reduced axis was moved in front of contiguous output dims (see
+    /// `lower::column_position`): not a row reduction, so never merged into a row kernel.
+    pub column: bool,
 }
 
 impl Program {
@@ -105,6 +108,6 @@ impl CpuKernel for ReduceKernel {
         elems * (self.prog.flops_per_element() + 1)
     }
     fn fused(&self) -> Option<Fused<'_>> {
-        Some(Fused::Reduce(self.op, &self.prog))
+        (!self.column).then_some(Fused::Reduce(self.op, &self.prog))
     }
 }

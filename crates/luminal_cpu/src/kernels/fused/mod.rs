@@ -851,6 +851,30 @@ pub fn run_reduce(op: ReduceOp, prog: &Program, bufs: &[Storage], out: &mut [f32
                 })
             })
         });
+    } else if s.inner >= 64 && s.outer < 2 * crate::exec::par::threads() {
+        // Few long output rows (a column sum over a row-major buffer): tasks split the
+        // columns, each adding whole contiguous pieces of rows.
+        // Pieces of at least 256 columns (each evaluation amortises its dispatch); rows
+        // narrower than two such pieces are not split.
+        let threads = crate::exec::par::threads();
+        let chunk = if s.inner >= 512 {
+            n_out.div_ceil(2 * threads).max(256).next_multiple_of(16)
+        } else {
+            s.inner
+        };
+        crate::exec::par::for_each_chunk(out, chunk, |t, c| {
+            prog.with_regs(|mut regs| {
+                simd::run(ReduceColumnsTask {
+                    op,
+                    prog,
+                    bufs,
+                    q0: t * chunk,
+                    out: c,
+                    s,
+                    regs: &mut regs,
+                })
+            })
+        });
     } else {
         let row = s.inner; // outputs per outer index
         let chunk = task_len(s.outer, s.len * s.inner) * row;
@@ -938,6 +962,77 @@ fn reduce_rows<const F: bool, const MAX: bool>(
             }
         }
         z += n;
+    }
+}
+
+/// Reduces a middle axis over any range of outputs `q0 .. q0 + out.len()`, one piece of an
+/// output row at a time: for each of the `len` reduced positions, the matching contiguous
+/// piece of the program's values is evaluated and combined into the piece.
+struct ReduceColumnsTask<'a, 'r, 's> {
+    op: ReduceOp,
+    prog: &'a Program,
+    bufs: &'a [Storage],
+    q0: usize,
+    out: &'a mut [f32],
+    s: ReduceShape,
+    regs: &'r mut Regs<'s>,
+}
+
+impl Task for ReduceColumnsTask<'_, '_, '_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<const F: bool>(self) {
+        let ReduceColumnsTask {
+            op,
+            prog,
+            bufs,
+            q0,
+            out,
+            s,
+            regs,
+        } = self;
+        out.fill(reduce_identity(op));
+        let mut tmp = [0f32; BLOCK];
+        let mut q = 0;
+        while q < out.len() {
+            let (o, c0) = ((q0 + q) / s.inner, (q0 + q) % s.inner);
+            let w = (s.inner - c0).min(out.len() - q);
+            let piece = &mut out[q..q + w];
+            if w == s.inner && s.inner <= BLOCK {
+                // Whole rows: evaluate as many consecutive rows as a block holds at once.
+                let per = BLOCK / s.inner;
+                let mut l = 0;
+                while l < s.len {
+                    let rows = per.min(s.len - l);
+                    let n = rows * s.inner;
+                    let z = (o * s.len + l) * s.inner;
+                    let vals = match prog.eval(bufs, RowEnv::NONE, z, n, regs, &mut tmp) {
+                        Some(v) => v,
+                        None => &tmp[..n],
+                    };
+                    for r in vals.chunks_exact(s.inner) {
+                        simd::combine(op, piece, r);
+                    }
+                    l += rows;
+                }
+                q += w;
+                continue;
+            }
+            for l in 0..s.len {
+                let z = (o * s.len + l) * s.inner + c0;
+                let mut p = 0;
+                while p < w {
+                    let n = BLOCK.min(w - p);
+                    let vals = match prog.eval(bufs, RowEnv::NONE, z + p, n, regs, &mut tmp) {
+                        Some(v) => v,
+                        None => &tmp[..n],
+                    };
+                    simd::combine(op, &mut piece[p..p + n], vals);
+                    p += n;
+                }
+            }
+            q += w;
+        }
     }
 }
 

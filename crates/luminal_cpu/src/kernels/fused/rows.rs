@@ -56,11 +56,68 @@ pub struct RowKernel {
     /// Row length `C`.
     pub len: CompiledExpression,
     n_row_regs: usize,
+    /// The stages for short rows, run over several rows at once (see [`Batched`]).
+    batched: Batched,
     /// Scratch already reserved on every pool thread: (row floats, program instrs).
     reserved: (usize, usize),
     /// Rows and row length of the last run (for the profile).
     last_shape: (usize, usize),
 }
+
+/// The stages rewritten to run over a batch of short rows at once (a row of attention
+/// scores is 64 floats; one evaluation per row and stage made the per-call dispatch the
+/// cost). Each reduce stage's per-row results are expanded into a register of the batch's
+/// length (the value repeated along its row), read where the per-row version reads the
+/// scalar; row registers follow those. Same operations per element, same per-row
+/// summation: results are identical to the row-at-a-time stages.
+#[derive(Debug)]
+struct Batched {
+    progs: Vec<Program>,
+    /// The expanded register of each reduce stage.
+    scalar_reg: Vec<Option<usize>>,
+    /// Registers: expanded scalars first, then the row registers.
+    n_regs: usize,
+    n_scalars: usize,
+}
+
+impl Batched {
+    fn new(stages: &[RowStage], n_row_regs: usize) -> Batched {
+        let mut scalar_reg = vec![None; stages.len()];
+        let mut n_scalars = 0;
+        for (s, st) in stages.iter().enumerate() {
+            if let StageKind::Scalar(_) = st.kind {
+                scalar_reg[s] = Some(n_scalars);
+                n_scalars += 1;
+            }
+        }
+        let progs = stages
+            .iter()
+            .map(|st| {
+                let mut p = st.prog.clone();
+                for ins in &mut p.instrs {
+                    match *ins {
+                        Instr::RowScalar(k) => {
+                            *ins = Instr::RowReg(scalar_reg[k].expect("a scalar stage"))
+                        }
+                        Instr::RowReg(r) => *ins = Instr::RowReg(n_scalars + r),
+                        _ => {}
+                    }
+                }
+                p.root = None;
+                p
+            })
+            .collect();
+        Batched {
+            progs,
+            scalar_reg,
+            n_regs: n_scalars + n_row_regs,
+            n_scalars,
+        }
+    }
+}
+
+/// Rows at most this long run in batches ([`Batched`]).
+const BATCH_ROW: usize = BLOCK / 2;
 
 /// How a kernel walks rows: `rows` rows of `len` along the last axis.
 struct RowShape {
@@ -304,6 +361,7 @@ fn build(members: Vec<Kernel>, len: &Expression, names: &DimNames) -> Result<Ker
         out: root.out,
         numel: root.numel.clone(),
         kind: Box::new(RowKernel {
+            batched: Batched::new(&stages, n_row_regs),
             stages,
             len: names.compile(len)?,
             n_row_regs,
@@ -349,8 +407,15 @@ impl RowKernel {
     }
 
     pub fn prepare(&mut self, dims: &DimValues, bufs: &[Storage]) -> Result<()> {
-        for p in self.programs_mut() {
-            p.prepare(dims, bufs)?;
+        let c = eval(&self.len, dims)?.max(0) as usize;
+        if c <= BATCH_ROW {
+            for p in &mut self.batched.progs {
+                p.prepare(dims, bufs)?;
+            }
+        } else {
+            for p in self.programs_mut() {
+                p.prepare(dims, bufs)?;
+            }
         }
         Ok(())
     }
@@ -387,8 +452,14 @@ impl RowKernel {
         }
         // Scratch on every pool thread, grown only when the dims grow (so later runs with
         // the same dims allocate nothing, whichever threads pick up the rows).
+        let batch = c <= BATCH_ROW;
+        let row_floats = if batch {
+            self.batched.n_regs * BLOCK
+        } else {
+            self.n_row_regs * c
+        };
         let need = (
-            self.n_row_regs * c,
+            row_floats,
             self.programs().map(|p| p.instrs.len()).max().unwrap_or(0),
         );
         if need.0 > self.reserved.0 || need.1 > self.reserved.1 {
@@ -404,8 +475,10 @@ impl RowKernel {
             });
             self.reserved = grow;
         }
+        let progs: &[Program] = if batch { &self.batched.progs } else { &[] };
         let (slots, regs) = self
             .programs()
+            .chain(progs)
             .map(|p| p.scratch_shape())
             .fold((0, 0), |a, b| (a.0.max(b.0), a.1.max(b.1)));
         let chunk = task_len(rows, c * self.stages.len());
@@ -419,20 +492,33 @@ impl RowKernel {
         crate::exec::par::for_each_chunk(&mut out[..rows * per_row], chunk * per_row, |t, o| {
             ROW_SCRATCH.with(|rs| {
                 let mut rs = rs.borrow_mut();
-                if rs.len() < this.n_row_regs * c {
-                    rs.resize(this.n_row_regs * c, 0.0);
+                if rs.len() < row_floats {
+                    rs.resize(row_floats, 0.0);
                 }
                 crate::kernels::fused::with_scratch(slots, regs, |mut regs| {
-                    simd::run(RowTask {
-                        k: this,
-                        bufs,
-                        o0: t * chunk,
-                        c,
-                        out: o,
-                        stream,
-                        regs: &mut regs,
-                        row_regs: &mut rs[..this.n_row_regs * c],
-                    })
+                    if batch {
+                        simd::run(BatchTask {
+                            k: this,
+                            bufs,
+                            o0: t * chunk,
+                            c,
+                            out: o,
+                            stream,
+                            regs: &mut regs,
+                            row_regs: &mut rs[..row_floats],
+                        })
+                    } else {
+                        simd::run(RowTask {
+                            k: this,
+                            bufs,
+                            o0: t * chunk,
+                            c,
+                            out: o,
+                            stream,
+                            regs: &mut regs,
+                            row_regs: &mut rs[..row_floats],
+                        })
+                    }
                 })
             })
         });
@@ -557,12 +643,121 @@ impl Task for RowTask<'_, '_, '_> {
     }
 }
 
+/// [`RowTask`] over batches of short rows (see [`Batched`]).
+struct BatchTask<'a, 'r, 's> {
+    k: &'a RowKernel,
+    bufs: &'a [Storage],
+    o0: usize,
+    c: usize,
+    out: &'a mut [f32],
+    stream: bool,
+    regs: &'r mut crate::kernels::fused::Regs<'s>,
+    row_regs: &'r mut [f32],
+}
+
+impl Task for BatchTask<'_, '_, '_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<const F: bool>(self) {
+        let BatchTask {
+            k,
+            bufs,
+            o0,
+            c,
+            out,
+            stream,
+            regs,
+            row_regs,
+        } = self;
+        let b = &k.batched;
+        let reducing = matches!(k.stages.last().unwrap().kind, StageKind::OutReduce(_));
+        let rows = if reducing { out.len() } else { out.len() / c };
+        let per_batch = (BLOCK / c).max(1);
+        let mut tmp = [0f32; BLOCK];
+        // Per-row results of a reduce stage.
+        let mut results = [0f32; BLOCK];
+        let mut r0 = 0;
+        while r0 < rows {
+            let nb = per_batch.min(rows - r0);
+            let len = nb * c;
+            let base = (o0 + r0) * c;
+            let ns = k.stages.len();
+            for (s, (st, prog)) in k.stages.iter().zip(&b.progs).enumerate() {
+                let (a, e) = (s * len / ns, (s + 1) * len / ns);
+                b.progs[0].prefetch(bufs, base + len + a, e - a);
+                match st.kind {
+                    StageKind::Scalar(op) | StageKind::OutReduce(op) => {
+                        let env = RowEnv {
+                            scalars: &[],
+                            regs: row_regs,
+                            len,
+                            base,
+                        };
+                        let v = match prog.eval(bufs, env, base, len, regs, &mut tmp) {
+                            Some(v) => v,
+                            None => &tmp[..len],
+                        };
+                        for (j, row) in v.chunks_exact(c).enumerate() {
+                            results[j] = crate::with_reduce!(op, |MAX| {
+                                let mut acc = Acc::<MAX>::new();
+                                acc.add_slice(row);
+                                acc.finish()
+                            });
+                        }
+                        match b.scalar_reg[s] {
+                            None => out[r0..r0 + nb].copy_from_slice(&results[..nb]),
+                            Some(i) => {
+                                let reg = &mut row_regs[i * len..(i + 1) * len];
+                                for (piece, &x) in reg.chunks_exact_mut(c).zip(&results[..nb]) {
+                                    piece.fill(x);
+                                }
+                            }
+                        }
+                    }
+                    StageKind::Row(i) => {
+                        let (prev, cur) = row_regs.split_at_mut((b.n_scalars + i) * len);
+                        let env = RowEnv {
+                            scalars: &[],
+                            regs: prev,
+                            len,
+                            base,
+                        };
+                        let dst = &mut cur[..len];
+                        if let Some(v) = prog.eval(bufs, env, base, len, regs, dst) {
+                            dst.copy_from_slice(v);
+                        }
+                    }
+                    StageKind::Out => {
+                        let env = RowEnv {
+                            scalars: &[],
+                            regs: row_regs,
+                            len,
+                            base,
+                        };
+                        let dst = &mut out[r0 * c..r0 * c + len];
+                        if stream {
+                            prog.eval_streamed(bufs, env, base, regs, &mut tmp, dst);
+                        } else if let Some(v) = prog.eval(bufs, env, base, len, regs, dst) {
+                            dst.copy_from_slice(v);
+                        }
+                    }
+                }
+            }
+            r0 += nb;
+        }
+        if stream {
+            simd::store_fence();
+        }
+    }
+}
+
 impl CpuKernel for RowKernel {
     fn reads(&self) -> Vec<BufId> {
         self.programs().flat_map(|p| p.reads()).collect()
     }
     fn remap(&mut self, map: &dyn Fn(BufId) -> BufId) {
-        self.programs_mut().for_each(|p| p.remap(map))
+        self.programs_mut().for_each(|p| p.remap(map));
+        self.batched.progs.iter_mut().for_each(|p| p.remap(map));
     }
     fn scratch(&self) -> Scratch {
         Scratch {

@@ -1,0 +1,167 @@
+//! Reductions whose layout the CPU backend changes: sums across rows of a row-major buffer
+//! (a bias gradient: `[tokens, features]` summed over tokens, read through a transposed
+//! view) run as column sums, and row kernels over short rows run a batch of rows per
+//! evaluation. Both are compared with the reference runtime on random data, on 1 and 2
+//! threads, with odd sizes (partial batches and column pieces), broadcasts and masks, and
+//! the kernel names show which path ran.
+
+use luminal::prelude::*;
+use luminal_cpu::{CpuBackend, CpuRuntime};
+
+fn random(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// Runs on the reference and the CPU backend (1 and 2 threads) and compares every output
+/// within `tol · (1 + |ref|)`; returns the CPU kernel names.
+fn check(
+    cx: &Graph,
+    inputs: &[(GraphTensor, Vec<f32>)],
+    dims: &[(&str, usize)],
+    outs: &[GraphTensor],
+    tol: f32,
+) -> Vec<String> {
+    let mut re = cx
+        .compile(ReferenceBackend, CompileOptions::default())
+        .unwrap();
+    for (t, d) in inputs {
+        re.set_data(*t, HostData::F32(d.clone())).unwrap();
+    }
+    for (n, v) in dims {
+        re.set_dim(n, *v);
+    }
+    re.run().unwrap();
+    let mut names = vec![];
+    for threads in [1, 2] {
+        let mut rt: CpuRuntime = cx
+            .compile(CpuBackend::with_threads(threads), CompileOptions::default())
+            .unwrap();
+        for (t, d) in inputs {
+            rt.set_data(*t, HostData::F32(d.clone())).unwrap();
+        }
+        for (n, v) in dims {
+            rt.set_dim(n, *v);
+        }
+        rt.run().unwrap();
+        for &o in outs {
+            let (HostData::F32(a), HostData::F32(b)) =
+                (rt.get_data(o).unwrap(), re.get_data(o).unwrap())
+            else {
+                panic!("f32 outputs expected");
+            };
+            assert_eq!(a.len(), b.len());
+            for (i, (p, q)) in a.iter().zip(&b).enumerate() {
+                assert!(
+                    (p - q).abs() <= tol * (1.0 + q.abs()),
+                    "{threads} threads, element {i}: {p} vs {q}"
+                );
+            }
+        }
+        names = rt.kernel_names();
+    }
+    names
+}
+
+#[test]
+fn column_sums_of_row_major_buffers() {
+    // (tokens, features): narrow rows (one task), wide rows (split in column pieces),
+    // an odd width, and a dynamic token count.
+    for &(t, f) in &[(1024usize, 64usize), (300, 1536), (257, 77), (33, 16)] {
+        let cx = Graph::new();
+        let x = cx.tensor("x", (t, f));
+        let y = cx.tensor("y", (t, f));
+        // As autograd builds a bias gradient (the summed axis moved last by a transpose),
+        // and summed over axis 0 directly.
+        let bias_grad = x.permute([1, 0]).sum(1).output();
+        let direct = x.sum(0).output();
+        // A norm-weight gradient: a product summed over tokens; and a max across rows.
+        let weight_grad = (x * y).permute([1, 0]).sum(1).output();
+        let col_max = x.permute([1, 0]).max(1).output();
+        let names = check(
+            &cx,
+            &[(x, random(t * f, 1)), (y, random(t * f, 2))],
+            &[],
+            &[bias_grad, direct, weight_grad, col_max],
+            1e-5 * t as f32,
+        );
+        assert!(
+            names.iter().any(|n| n.contains("across rows")),
+            "({t}, {f}): no column reduction in {names:?}"
+        );
+    }
+    // Summed over the middle axis of a batch: [b, t, f] -> [b, f], and over two leading
+    // axes at once through a transposed view.
+    let cx = Graph::new();
+    let x = cx.tensor("x", (3, 200, 96));
+    let a = x.sum(1).output();
+    let b = x.permute([2, 0, 1]).sum(2).output();
+    let c = x.permute([0, 2, 1]).sum(2).output();
+    check(&cx, &[(x, random(3 * 200 * 96, 3))], &[], &[a, b, c], 1e-3);
+    // Dynamic rows.
+    let cx = Graph::new();
+    let x = cx.tensor("x", ("t", 128));
+    let s = x.permute([1, 0]).sum(1).output();
+    check(&cx, &[(x, random(515 * 128, 4))], &[("t", 515)], &[s], 1e-3);
+}
+
+#[test]
+fn row_kernels_over_short_rows_in_batches() {
+    // Row lengths from 1 to a full block, row counts that leave a partial last batch.
+    for &(rows, c) in &[
+        (1000usize, 64usize),
+        (37, 10),
+        (4097, 1),
+        (65, 3),
+        (9, 2048),
+        (5, 4096),
+    ] {
+        let cx = Graph::new();
+        let x = cx.tensor("x", (rows, c));
+        let g = cx.tensor("g", (rows, c));
+        let w = cx.tensor("w", c);
+        let sm = x.softmax(1);
+        // The softmax backward (two reduce stages and row registers) and a layer norm with
+        // a broadcast weight.
+        let back = (sm * (g - (g * sm).sum(1).expand(1, c))).output();
+        let ln = (x.layer_norm(1, 1e-5) * w.expand(0, rows)).output();
+        let lse = x.exp().sum(1).log().output();
+        let names = check(
+            &cx,
+            &[
+                (x, random(rows * c, 5)),
+                (g, random(rows * c, 6)),
+                (w, random(c, 7)),
+            ],
+            &[],
+            &[back, ln, lse],
+            1e-4,
+        );
+        if c > 1 {
+            assert!(
+                names.iter().any(|n| n.starts_with("rows[")),
+                "({rows}, {c}): no row kernel in {names:?}"
+            );
+        }
+    }
+    // Causal-masked attention scores [b, h, q, k] with dynamic length.
+    let cx = Graph::new();
+    let s = cx.tensor("s", (2, 3, "n", "n"));
+    let p = s.softmax(3).output();
+    check(
+        &cx,
+        &[(s, random(2 * 3 * 50 * 50, 8))],
+        &[("n", 50)],
+        &[p],
+        1e-4,
+    );
+}
