@@ -308,9 +308,23 @@ unsafe fn pack_b<const NR: usize>(
                 row[cols..].fill(0.0);
             }
         } else {
-            // Column-contiguous (a transposed weight): read each column along K.
+            // Column-contiguous (a transposed weight): read each column along K, four
+            // columns × four K steps at a time through a 4×4 transpose where the columns
+            // are contiguous along K.
+            let quads = if b.rs == 1 { cols / 4 } else { 0 };
+            let k4 = kc / 4 * 4;
+            for q in 0..quads {
+                let src = b.ptr.offset(pc as isize + (jc + jr + 4 * q) as isize * b.cs);
+                for kk in (0..k4).step_by(4) {
+                    transpose4(src.add(kk), b.cs, panel.as_mut_ptr().add(kk * NR + 4 * q), NR);
+                }
+            }
             for j in 0..NR {
-                if j < cols {
+                if j < 4 * quads {
+                    for kk in k4..kc {
+                        panel[kk * NR + j] = b.at(pc + kk, jc + jr + j);
+                    }
+                } else if j < cols {
                     for kk in 0..kc {
                         panel[kk * NR + j] = b.at(pc + kk, jc + jr + j);
                     }
@@ -336,6 +350,32 @@ unsafe fn pack_a<const MR: usize>(
     for (p, ir) in (0..mc).step_by(MR).enumerate() {
         let rows = MR.min(mc - ir);
         let panel = &mut out[p * MR * kc..(p + 1) * MR * kc];
+        if rows == MR && a.rs == 1 {
+            // Column-major A (a transposed activation, as in a weight gradient `Xᵀ·dY`):
+            // the panel's rows at one K step are contiguous.
+            for kk in 0..kc {
+                let src = a.ptr.offset((ic + ir) as isize + (pc + kk) as isize * a.cs);
+                panel[kk * MR..(kk + 1) * MR].copy_from_slice(std::slice::from_raw_parts(src, MR));
+            }
+            continue;
+        }
+        if rows == MR && a.cs == 1 && MR % 4 == 0 {
+            // Row-major A: 4×4 transposes of four rows × four K steps, the rest of K
+            // element by element.
+            let k4 = kc / 4 * 4;
+            for g in 0..MR / 4 {
+                let src = a.ptr.offset((ic + ir + 4 * g) as isize * a.rs + pc as isize);
+                for kk in (0..k4).step_by(4) {
+                    transpose4(src.add(kk), a.rs, panel.as_mut_ptr().add(kk * MR + 4 * g), MR);
+                }
+            }
+            for i in 0..MR {
+                for kk in k4..kc {
+                    panel[kk * MR + i] = a.at(ic + ir + i, pc + kk);
+                }
+            }
+            continue;
+        }
         for i in 0..MR {
             if i < rows {
                 let r = ic + ir + i;
@@ -357,6 +397,39 @@ unsafe fn pack_a<const MR: usize>(
                     panel[kk * MR + i] = 0.0;
                 }
             }
+        }
+    }
+}
+
+/// Writes the transpose of the 4×4 block whose row `r` is the four floats at
+/// `src + r·src_stride` to the four rows `dst + c·dst_stride`.
+///
+/// # Safety
+/// The four source rows (4 floats each) must be readable and the four destination rows
+/// writable.
+#[inline(always)]
+unsafe fn transpose4(src: *const f32, src_stride: isize, dst: *mut f32, dst_stride: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::*;
+        // SSE is part of x86-64: no feature detection needed.
+        let r0 = _mm_loadu_ps(src);
+        let r1 = _mm_loadu_ps(src.offset(src_stride));
+        let r2 = _mm_loadu_ps(src.offset(2 * src_stride));
+        let r3 = _mm_loadu_ps(src.offset(3 * src_stride));
+        let t0 = _mm_unpacklo_ps(r0, r1);
+        let t1 = _mm_unpacklo_ps(r2, r3);
+        let t2 = _mm_unpackhi_ps(r0, r1);
+        let t3 = _mm_unpackhi_ps(r2, r3);
+        _mm_storeu_ps(dst, _mm_movelh_ps(t0, t1));
+        _mm_storeu_ps(dst.add(dst_stride), _mm_movehl_ps(t1, t0));
+        _mm_storeu_ps(dst.add(2 * dst_stride), _mm_movelh_ps(t2, t3));
+        _mm_storeu_ps(dst.add(3 * dst_stride), _mm_movehl_ps(t3, t2));
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    for r in 0..4 {
+        for c in 0..4 {
+            *dst.add(c * dst_stride + r) = *src.offset(r as isize * src_stride + c as isize);
         }
     }
 }
