@@ -42,23 +42,52 @@ pub fn chain<const F: bool>(
     out: &mut [f32],
     stream: bool,
 ) {
-    chain_with::<F>(a, ops, out, stream, crate::simd::half::fast())
+    chain_with::<F>(a, ops, out, stream, tile_level())
 }
 
-/// [`chain`], with the AVX2 tile loop (`avx2`: the CPU must have AVX2, FMA and F16C) or the
-/// portable one.
+/// Which tile loop [`chain`] runs: 2 for AVX-512 (the ISA level allows it), 1 for AVX2
+/// (the CPU has AVX2, FMA and F16C), 0 for the portable loop.
+#[inline(always)]
+pub(crate) fn tile_level() -> u8 {
+    if !crate::simd::half::fast() {
+        0
+    } else if isa() == Isa::Avx512 {
+        2
+    } else {
+        1
+    }
+}
+
+/// [`chain`], with the AVX-512 tile loop (`level` 2: the CPU must have AVX-512F), the AVX2
+/// one (`level` 1: AVX2, FMA and F16C) or the portable one (0).
 #[inline(always)]
 pub(crate) fn chain_with<const F: bool>(
     a: &[f32],
     ops: &[(ChainOp, Operand<'_>)],
     out: &mut [f32],
     stream: bool,
-    avx2: bool,
+    level: u8,
 ) {
     let n = out.len();
     let mut i = 0;
+    let avx2 = level >= 1;
     #[cfg(target_arch = "x86_64")]
-    if avx2 {
+    if level >= 2 {
+        debug_assert!(
+            detected_isa() >= Isa::Avx512,
+            "AVX-512 tiles on a CPU without it"
+        );
+        // Streamed tiles start at a 64-byte boundary.
+        let head = if stream {
+            out.as_ptr().align_offset(64).min(n)
+        } else {
+            0
+        };
+        chain_in_out::<F>(a, ops, 0, &mut out[..head]);
+        // SAFETY: level 2 is passed only when the ISA level (never above the detected one)
+        // is AVX-512.
+        i = unsafe { chain_tiles_avx512::<F>(a, ops, head, out, stream) };
+    } else if avx2 {
         debug_assert!(
             detected_isa() >= Isa::Avx2 && std::arch::is_x86_feature_detected!("f16c"),
             "AVX2 tiles on a CPU without AVX2 / F16C"
@@ -480,6 +509,204 @@ pub(crate) unsafe fn chain_tiles_avx2<const F: bool>(
             }
         }
         i += AVX_TILE;
+    }
+    i
+}
+
+/// [`exp2`] of sixteen lanes, operation for operation as [`exp2_avx2`] (the same results,
+/// bit for bit).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn exp2_avx512<const F: bool>(
+    x: std::arch::x86_64::__m512,
+) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    let fma = |a, b, c| {
+        if F {
+            _mm512_fmadd_ps(a, b, c)
+        } else {
+            _mm512_add_ps(_mm512_mul_ps(a, b), c)
+        }
+    };
+    // Lanes below -150 compute 2^0 and are zeroed at the end, as the scalar code does.
+    let keep = !_mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_set1_ps(-150.0));
+    let x = _mm512_maskz_mov_ps(keep, x);
+    // `max(c, x)` / `min(c, x)` return `x` when it is NaN, as the scalar clamps do.
+    let x = _mm512_max_ps(_mm512_set1_ps(-151.0), x);
+    let x = _mm512_min_ps(_mm512_set1_ps(129.0), x);
+    let magic = _mm512_set1_ps(ROUND_MAGIC);
+    let t = _mm512_add_ps(x, magic);
+    let n = _mm512_sub_ps(t, magic);
+    let r = _mm512_sub_ps(x, n);
+    let ni = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(0x4B40_0000));
+    let mut p = _mm512_set1_ps(1.535_336_2e-4);
+    p = fma(p, r, _mm512_set1_ps(1.339_887_4e-3));
+    p = fma(p, r, _mm512_set1_ps(9.618_437e-3));
+    p = fma(p, r, _mm512_set1_ps(5.550_332_5e-2));
+    p = fma(p, r, _mm512_set1_ps(2.402_264_8e-1));
+    p = fma(p, r, _mm512_set1_ps(6.931_472e-1));
+    p = fma(p, r, _mm512_set1_ps(1.0));
+    let n1 = _mm512_srai_epi32::<1>(ni);
+    let n2 = _mm512_sub_epi32(ni, n1);
+    let bias = _mm512_set1_epi32(127);
+    let s1 = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(n1, bias)));
+    let s2 = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(n2, bias)));
+    _mm512_maskz_mov_ps(keep, _mm512_mul_ps(_mm512_mul_ps(p, s1), s2))
+}
+
+/// Elements of a chain's running value held at once by [`chain_tiles_avx512`]: eight of the
+/// thirty-two AVX-512 registers.
+#[cfg(target_arch = "x86_64")]
+pub(crate) const AVX512_TILE: usize = 128;
+
+/// [`chain_tiles_avx2`] with sixteen-lane registers: twice the elements per op dispatch,
+/// half the instructions. Every op is the same IEEE operation per lane, so results are the
+/// same bit for bit.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub(crate) unsafe fn chain_tiles_avx512<const F: bool>(
+    a: &[f32],
+    ops: &[(ChainOp, Operand<'_>)],
+    mut i: usize,
+    out: &mut [f32],
+    stream: bool,
+) -> usize {
+    use std::arch::x86_64::*;
+    const R: usize = AVX512_TILE / 16;
+    let n = out.len();
+    let (tile_ops, n_tile_ops) = tile_ops(ops);
+    let tile_ops = &tile_ops[..n_tile_ops];
+    // Every vector operand covers the chain's elements (checked once, not per tile).
+    assert!(a.len() >= n);
+    for op in tile_ops {
+        match *op {
+            TileOp::AddV(v) | TileOp::MulV(v) | TileOp::MulSAddV(_, v) => assert!(v.len() >= n),
+            TileOp::MulVAddV(u, v) => assert!(u.len() >= n && v.len() >= n),
+            _ => {}
+        }
+    }
+    while i + AVX512_TILE <= n {
+        // SAFETY (all loads and stores below): `i + AVX512_TILE <= n` and every slice read
+        // holds at least `n` elements (asserted above); stores go to
+        // `out[i .. i + AVX512_TILE]`, which is 64-byte aligned when streaming (`chain_with`'s
+        // head).
+        let ld = |p: &[f32], k: usize| unsafe { _mm512_loadu_ps(p.as_ptr().add(i + 16 * k)) };
+        let mut acc: [__m512; R] = std::array::from_fn(|k| ld(a, k));
+        for &op in tile_ops {
+            match op {
+                TileOp::AddV(v) => {
+                    for (k, x) in acc.iter_mut().enumerate() {
+                        *x = _mm512_add_ps(*x, ld(v, k));
+                    }
+                }
+                TileOp::MulV(v) => {
+                    for (k, x) in acc.iter_mut().enumerate() {
+                        *x = _mm512_mul_ps(*x, ld(v, k));
+                    }
+                }
+                TileOp::AddS(s) => {
+                    let s = _mm512_set1_ps(s);
+                    for x in acc.iter_mut() {
+                        *x = _mm512_add_ps(*x, s);
+                    }
+                }
+                TileOp::MulS(s) => {
+                    let s = _mm512_set1_ps(s);
+                    for x in acc.iter_mut() {
+                        *x = _mm512_mul_ps(*x, s);
+                    }
+                }
+                TileOp::MaxS(s) => {
+                    // `max_one`: x where x > s or x is NaN, else s.
+                    let s = _mm512_set1_ps(s);
+                    for x in acc.iter_mut() {
+                        let keep = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(*x, s)
+                            | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(*x, *x);
+                        *x = _mm512_mask_blend_ps(keep, s, *x);
+                    }
+                }
+                // Separate mul and add instructions, never an FMA: each op rounds.
+                TileOp::MulSAddS(m, c) => {
+                    let (m, c) = (_mm512_set1_ps(m), _mm512_set1_ps(c));
+                    for x in acc.iter_mut() {
+                        *x = _mm512_add_ps(_mm512_mul_ps(*x, m), c);
+                    }
+                }
+                TileOp::MulSAddV(m, v) => {
+                    let m = _mm512_set1_ps(m);
+                    for (k, x) in acc.iter_mut().enumerate() {
+                        *x = _mm512_add_ps(_mm512_mul_ps(*x, m), ld(v, k));
+                    }
+                }
+                TileOp::MulVAddV(u, v) => {
+                    for (k, x) in acc.iter_mut().enumerate() {
+                        *x = _mm512_add_ps(_mm512_mul_ps(*x, ld(u, k)), ld(v, k));
+                    }
+                }
+                TileOp::Exp2 => {
+                    for x in acc.iter_mut() {
+                        *x = exp2_avx512::<F>(*x);
+                    }
+                }
+                TileOp::Recip => {
+                    let one = _mm512_set1_ps(1.0);
+                    for x in acc.iter_mut() {
+                        *x = _mm512_div_ps(one, *x);
+                    }
+                }
+                TileOp::Sqrt => {
+                    for x in acc.iter_mut() {
+                        *x = _mm512_sqrt_ps(*x);
+                    }
+                }
+                TileOp::RoundF16 => {
+                    for x in acc.iter_mut() {
+                        let h = _mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(*x);
+                        *x = _mm512_cvtph_ps(h);
+                    }
+                }
+                TileOp::RoundBF16 => {
+                    // As the AVX2 tiles: add 0x7FFF plus the kept lowest bit, clear the low
+                    // half; a NaN keeps its upper bits, quieted.
+                    let one = _mm512_set1_epi32(1);
+                    let bias = _mm512_set1_epi32(0x7FFF);
+                    let high = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
+                    let quiet = _mm512_set1_epi32(0x0040_0000);
+                    for x in acc.iter_mut() {
+                        let b = _mm512_castps_si512(*x);
+                        let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(b), one);
+                        let r = _mm512_add_epi32(b, _mm512_add_epi32(bias, lsb));
+                        let r = _mm512_and_si512(r, high);
+                        let nan = _mm512_and_si512(_mm512_or_si512(b, quiet), high);
+                        let is_nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(*x, *x);
+                        *x = _mm512_mask_blend_ps(
+                            is_nan,
+                            _mm512_castsi512_ps(r),
+                            _mm512_castsi512_ps(nan),
+                        );
+                    }
+                }
+                TileOp::Other(op, b) => {
+                    let mut t = [0f32; AVX512_TILE];
+                    for (k, x) in acc.iter().enumerate() {
+                        _mm512_storeu_ps(t.as_mut_ptr().add(16 * k), *x);
+                    }
+                    chain_in_place::<F>(op, b, i, &mut t);
+                    for (k, x) in acc.iter_mut().enumerate() {
+                        *x = _mm512_loadu_ps(t.as_ptr().add(16 * k));
+                    }
+                }
+            }
+        }
+        let o = out.as_mut_ptr().add(i);
+        for (k, x) in acc.iter().enumerate() {
+            if stream {
+                _mm512_stream_ps(o.add(16 * k), *x);
+            } else {
+                _mm512_storeu_ps(o.add(16 * k), *x);
+            }
+        }
+        i += AVX512_TILE;
     }
     i
 }

@@ -181,10 +181,10 @@ fn chains_match_op_by_op() {
         ChainOp::Round(HalfKind::F16),
         ChainOp::Round(HalfKind::BF16),
     ];
-    let avx2_options: &[bool] = if crate::simd::half::fast() {
-        &[false, true]
-    } else {
-        &[false]
+    let levels: &[u8] = match (crate::simd::half::fast(), detected_isa() == Isa::Avx512) {
+        (true, true) => &[0, 1, 2],
+        (true, false) => &[0, 1],
+        _ => &[0],
     };
     for case in 0..600 {
         // The first cases: one op on every special value (each in every position of a
@@ -260,18 +260,18 @@ fn chains_match_op_by_op() {
                 })
             })
             .collect();
-        for &avx2 in avx2_options {
-            for stream in [false, avx2] {
+        for &level in levels {
+            for stream in [false, level > 0] {
                 let skew = rand(8);
                 let mut buf = vec![f32::NAN; n + 8];
                 let out = &mut buf[skew..skew + n];
-                chain_with::<true>(&a, &ops, out, stream, avx2);
+                chain_with::<true>(&a, &ops, out, stream, level);
                 store_fence();
                 for i in 0..n {
                     let (got, w) = (out[i], want[i]);
                     assert!(
                         got.to_bits() == w.to_bits() || (got.is_nan() && w.is_nan()),
-                        "case {case} (n {n}, avx2 {avx2}, stream {stream}, skew {skew}): \
+                        "case {case} (n {n}, level {level}, stream {stream}, skew {skew}): \
                          element {i} = {got:e}, want {w:e}; ops {:?}",
                         spec.iter().map(|s| s.0).collect::<Vec<_>>()
                     );
