@@ -77,6 +77,9 @@ pub struct ViewExprs {
     /// Validity at the window's low corner: captures the view's index-independent factor.
     valid: LaunchExpr,
     masked: bool,
+    /// Every expression is a constant: the resolved view is the same at every launch (so
+    /// its gather table is built once).
+    fixed: bool,
     /// The symbolic view itself (fusion passes match patterns on it).
     pub view: ShapeTracker,
 }
@@ -96,6 +99,9 @@ pub struct ResolvedView {
     pub contiguous: bool,
     /// Unmasked row-major: element z reads buffer element `offset + z`.
     pub linear: bool,
+    /// Offsets of the view's trailing elements, for views that [`ResolvedView::load`]
+    /// would otherwise walk a few elements at a time (built once for fixed views).
+    pub table: Option<std::sync::Arc<GatherTable>>,
 }
 
 impl ViewExprs {
@@ -103,7 +109,14 @@ impl ViewExprs {
         let c = |e: &Expression| LaunchExpr::new(e, names);
         let mask = view.mask();
         let lo_exprs: Vec<Expression> = mask.iter().map(|(l, _)| l.max(0)).collect();
+        let constant = |e: &Expression| e.as_constant().is_some();
+        let fixed = view.dims().iter().all(constant)
+            && view.strides().iter().all(constant)
+            && constant(&view.offset())
+            && mask.iter().all(|(l, h)| constant(l) && constant(h))
+            && constant(&view.valid_expression_nd(&lo_exprs));
         Ok(ViewExprs {
+            fixed,
             dims: view.dims().iter().map(c).collect::<Result<_>>()?,
             strides: view.strides().iter().map(c).collect::<Result<_>>()?,
             offset: c(&view.offset())?,
@@ -146,7 +159,157 @@ impl ViewExprs {
         }
         out.linear = !self.masked && row_major;
         out.contiguous = out.linear && out.offset == 0;
+        if !self.fixed {
+            out.table = None;
+        } else if out.table.is_none() && !out.linear && out.any_valid {
+            out.table = GatherTable::of(out).map(std::sync::Arc::new);
+        }
         Ok(())
+    }
+}
+
+/// Logical elements per gather table at most (16 KB of offsets).
+const TABLE_MAX: i64 = 4096;
+
+/// A view's trailing dims flattened into a table of buffer offsets: element `j` of each
+/// outer index reads `base + offs[j]` (or padding where `offs[j]` is `i32::MIN`), so a
+/// block loads with one gather per element whatever the view's shape (a convolution's
+/// window copies and gradient pieces: runs of 2–3 elements, masks in the middle dims), and
+/// the outer dims are walked once per table length.
+#[derive(Debug)]
+pub struct GatherTable {
+    offs: Vec<i32>,
+    offset: i64,
+    /// The outer dims (row-major), their strides and valid windows.
+    outer: Vec<(i64, i64, i64, i64)>,
+}
+
+impl GatherTable {
+    /// The table of a resolved view whose rows are short or strided (long contiguous rows
+    /// already load as copies), when its offsets fit in `i32`.
+    fn of(v: &ResolvedView) -> Option<GatherTable> {
+        let f = Flat::of(v)?;
+        let last = f.r - 1;
+        let (d, st) = (f.dims[last], f.strides[last]);
+        if d >= 32 && (st == 1 || st == 0) && !f.masked {
+            return None;
+        }
+        if d >= 32 && st == 1 {
+            // Long contiguous rows with a mask: the row copy handles them.
+            return None;
+        }
+        // The longest run of trailing dims that fits the table.
+        let mut s = f.r;
+        let mut len = 1i64;
+        while s > 0 && len * f.dims[s - 1] <= TABLE_MAX {
+            len *= f.dims[s - 1];
+            s -= 1;
+        }
+        if s == f.r || len < 16 {
+            return None;
+        }
+        let mut offs = Vec::with_capacity(len as usize);
+        let mut idx = [0i64; MAX_FLAT_RANK];
+        for _ in 0..len {
+            let mut off = 0i64;
+            let mut ok = true;
+            for i in s..f.r {
+                off += idx[i] * f.strides[i];
+                ok &= idx[i] >= f.lo[i] && idx[i] < f.hi[i];
+            }
+            if ok {
+                offs.push(i32::try_from(off).ok().filter(|&o| o != i32::MIN)?);
+            } else {
+                offs.push(i32::MIN);
+            }
+            let mut i = f.r;
+            while i > s {
+                i -= 1;
+                idx[i] += 1;
+                if idx[i] < f.dims[i] {
+                    break;
+                }
+                idx[i] = 0;
+            }
+        }
+        Some(GatherTable {
+            offs,
+            offset: f.offset,
+            outer: (0..s)
+                .map(|i| (f.dims[i], f.strides[i], f.lo[i], f.hi[i]))
+                .collect(),
+        })
+    }
+
+    /// Loads logical elements `z0 .. z0 + out.len()` of the view from `v`.
+    fn load(&self, v: &[f32], z0: usize, out: &mut [f32]) {
+        let p = self.offs.len();
+        let mut z = z0;
+        let mut pos = 0;
+        while pos < out.len() {
+            let (q, j0) = (z / p, z % p);
+            let take = (p - j0).min(out.len() - pos);
+            let dst = &mut out[pos..pos + take];
+            // Base and validity of outer index `q`.
+            let (mut base, mut ok, mut rem) = (self.offset, true, q as i64);
+            for &(d, st, lo, hi) in self.outer.iter().rev() {
+                let c = rem % d;
+                rem /= d;
+                base += c * st;
+                ok &= c >= lo && c < hi;
+            }
+            if ok {
+                gather(v, base, &self.offs[j0..j0 + take], dst);
+            } else {
+                dst.fill(0.0);
+            }
+            pos += take;
+            z += take;
+        }
+    }
+}
+
+/// `out[j] = v[base + offs[j]]`, or 0 where `offs[j]` is `i32::MIN`. Every index read
+/// lies in `v` (the view was bounds-checked).
+fn gather(v: &[f32], base: i64, offs: &[i32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::isa() == crate::simd::Isa::Avx512 {
+        // SAFETY: AVX-512 is allowed (the ISA level never exceeds the detected one); the
+        // indices read were bounds-checked with the view.
+        unsafe { gather_avx512(v, base, offs, out) };
+        return;
+    }
+    for (o, &off) in out.iter_mut().zip(offs) {
+        *o = if off == i32::MIN {
+            0.0
+        } else {
+            v[(base + off as i64) as usize]
+        };
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn gather_avx512(v: &[f32], base: i64, offs: &[i32], out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let n = out.len();
+    let ptr = v.as_ptr().offset(base as isize);
+    let invalid = _mm512_set1_epi32(i32::MIN);
+    let mut j = 0;
+    while j + 16 <= n {
+        let idx = _mm512_loadu_si512(offs.as_ptr().add(j) as *const _);
+        let m = _mm512_cmpneq_epi32_mask(idx, invalid);
+        let x = _mm512_mask_i32gather_ps::<4>(_mm512_setzero_ps(), m, idx, ptr);
+        _mm512_storeu_ps(out.as_mut_ptr().add(j), x);
+        j += 16;
+    }
+    for k in j..n {
+        let off = offs[k];
+        out[k] = if off == i32::MIN {
+            0.0
+        } else {
+            v[(base + off as i64) as usize]
+        };
     }
 }
 
@@ -248,6 +411,10 @@ impl ResolvedView {
         }
         if self.dims.is_empty() {
             out[0] = buf.get_f32(self.offset as usize);
+            return;
+        }
+        if let (Some(t), BufRef::F32(v)) = (&self.table, buf) {
+            t.load(v, z0, out);
             return;
         }
         match Flat::of(self) {
@@ -567,6 +734,7 @@ mod tests {
             (seed % m.max(1) as u64) as i64
         };
         let buf: Vec<f32> = (0..200_000).map(|i| i as f32 + 0.5).collect();
+        let mut tables = 0;
         for case in 0..3000 {
             let r = 1 + next(if case % 3 == 0 { 6 } else { 4 }) as usize;
             let dims: Vec<i64> = (0..r)
@@ -617,6 +785,7 @@ mod tests {
                 masked,
                 contiguous: false,
                 linear: false,
+                table: None,
             };
             let n: usize = dims.iter().product::<i64>() as usize;
             let want: Vec<f32> = (0..n).map(|z| v.load_one(BufRef::F32(&buf), z)).collect();
@@ -628,7 +797,27 @@ mod tests {
                 z += len;
             }
             assert_eq!(got, want, "case {case}: {v:?}");
+            // The same view through its gather table, where it gets one.
+            if v.any_valid {
+                let mut vt = v.clone();
+                vt.table = GatherTable::of(&vt).map(std::sync::Arc::new);
+                if vt.table.is_some() {
+                    tables += 1;
+                    let mut got = vec![f32::NAN; n];
+                    let mut z = 0;
+                    while z < n {
+                        let len = (1 + next(n as i64) as usize).min(n - z);
+                        vt.load(BufRef::F32(&buf), z, &mut got[z..z + len]);
+                        z += len;
+                    }
+                    assert_eq!(got, want, "case {case} (gather table): {v:?}");
+                }
+            }
         }
+        assert!(
+            tables > 300,
+            "only {tables} random views got a gather table"
+        );
         // Padding before the buffer's start: a [7, 3, 1] view whose first two rows are
         // padding (offset -6) merges into one masked dim, and a block of padding only must
         // not touch the buffer.
@@ -642,6 +831,7 @@ mod tests {
             masked: true,
             contiguous: false,
             linear: false,
+            table: None,
         };
         for z0 in 0..21 {
             for n in 1..=21 - z0 {
