@@ -165,3 +165,26 @@ fn row_kernels_over_short_rows_in_batches() {
         1e-4,
     );
 }
+
+#[test]
+fn reductions_over_short_rows() {
+    // Rows of 1 to 9 elements (the short-row fold and the accumulator path on either side
+    // of its limit), read directly and through a transpose, summed and maxed, with a row
+    // count that does not fill the last block.
+    for len in 1..=9usize {
+        let rows = 5003;
+        let cx = Graph::new();
+        let x = cx.tensor("x", (rows, len));
+        let xt = cx.tensor("xt", (len, rows));
+        let s = x.sum(1).output();
+        let m = x.max(1).output();
+        let st = xt.permute([1, 0]).sum(1).output();
+        check(
+            &cx,
+            &[(x, random(rows * len, 9)), (xt, random(rows * len, 10))],
+            &[],
+            &[s, m, st],
+            1e-5,
+        );
+    }
+}
