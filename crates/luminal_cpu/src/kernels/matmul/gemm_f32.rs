@@ -314,9 +314,16 @@ unsafe fn pack_b<const NR: usize>(
             let quads = if b.rs == 1 { cols / 4 } else { 0 };
             let k4 = kc / 4 * 4;
             for q in 0..quads {
-                let src = b.ptr.offset(pc as isize + (jc + jr + 4 * q) as isize * b.cs);
+                let src = b
+                    .ptr
+                    .offset(pc as isize + (jc + jr + 4 * q) as isize * b.cs);
                 for kk in (0..k4).step_by(4) {
-                    transpose4(src.add(kk), b.cs, panel.as_mut_ptr().add(kk * NR + 4 * q), NR);
+                    transpose4(
+                        src.add(kk),
+                        b.cs,
+                        panel.as_mut_ptr().add(kk * NR + 4 * q),
+                        NR,
+                    );
                 }
             }
             for j in 0..NR {
@@ -364,9 +371,16 @@ unsafe fn pack_a<const MR: usize>(
             // element by element.
             let k4 = kc / 4 * 4;
             for g in 0..MR / 4 {
-                let src = a.ptr.offset((ic + ir + 4 * g) as isize * a.rs + pc as isize);
+                let src = a
+                    .ptr
+                    .offset((ic + ir + 4 * g) as isize * a.rs + pc as isize);
                 for kk in (0..k4).step_by(4) {
-                    transpose4(src.add(kk), a.rs, panel.as_mut_ptr().add(kk * MR + 4 * g), MR);
+                    transpose4(
+                        src.add(kk),
+                        a.rs,
+                        panel.as_mut_ptr().add(kk * MR + 4 * g),
+                        MR,
+                    );
                 }
             }
             for i in 0..MR {
