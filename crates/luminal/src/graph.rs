@@ -7,7 +7,7 @@ use crate::error::{LuminalError, Result};
 use crate::op::Op;
 use crate::shape::{Expression, ShapeTracker};
 use std::cell::{Ref, RefCell, RefMut};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -59,6 +59,9 @@ pub struct GraphData {
     /// elimination never merges them with the forward nodes they copy (that would keep the
     /// activations the checkpoint exists to drop).
     pub recompute: HashMap<NodeId, u32>,
+    /// Nodes made by [`GraphTensor::detach`](crate::GraphTensor::detach): autograd treats
+    /// them as constants (no gradient flows through them).
+    pub no_grad: HashSet<NodeId>,
 }
 
 impl GraphData {
@@ -91,6 +94,7 @@ impl GraphData {
     pub fn remove_node(&mut self, id: NodeId) {
         self.nodes[id.0 as usize] = None;
         self.recompute.remove(&id);
+        self.no_grad.remove(&id);
     }
 
     /// Points every use of `old` (edges, user handles, outputs) at `new`, which must have the

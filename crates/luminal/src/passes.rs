@@ -174,7 +174,7 @@ fn constant_node(graph: &mut GraphData, like: NodeId, value: f64) -> NodeId {
 }
 
 /// Algebraic identities: x+0, x·1, x·0 (→ 0, like fast-math), 1/(1/x), log2(exp2 x),
-/// exp2(log2 x) for x known ≥ 0, and double negation (x·−1)·−1.
+/// exp2(log2 x) for x known ≥ 0, double negation (x·−1)·−1, and a copy of a whole node.
 #[derive(Default, Clone, Copy, Debug)]
 pub struct ArithmeticSimplify;
 
@@ -239,6 +239,11 @@ impl Pass for ArithmeticSimplify {
                             replacement = Some(y.node);
                         }
                     }
+                }
+                // A copy of a whole node (`detach` makes them; autograd has used them by
+                // the time a graph is compiled) is the node itself.
+                Op::Contiguous if is_identity(graph, &node.inputs[0], &shape) => {
+                    replacement = Some(node.inputs[0].node);
                 }
                 _ => {}
             }

@@ -98,10 +98,12 @@ impl<'g> Autograd<'g> {
                 from_param[p.0 as usize] = true;
             }
             for &id in &order {
-                if d.node(id)
-                    .inputs
-                    .iter()
-                    .any(|e| from_param[e.node.0 as usize])
+                // A detached node is a constant to autograd.
+                if !d.no_grad.contains(&id)
+                    && d.node(id)
+                        .inputs
+                        .iter()
+                        .any(|e| from_param[e.node.0 as usize])
                 {
                     from_param[id.0 as usize] = true;
                 }

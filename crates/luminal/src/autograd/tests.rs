@@ -223,6 +223,31 @@ fn non_differentiable_ops_give_no_gradient() {
 }
 
 #[test]
+fn detached_values_pass_no_gradient() {
+    // d/dx sum(x · detach(x)²) = detach(x)² = x², not 3x²; the detached copy disappears
+    // when the graph is compiled (softmax uses one for the max it subtracts).
+    let cx = Graph::new();
+    let x = cx.tensor("x", 3);
+    let d = x.detach();
+    let loss = (x * d * d).sum(0);
+    let g = gradients(&[x], loss)[0].output();
+    let mut rt = cx
+        .compile(ReferenceBackend, CompileOptions::default())
+        .unwrap();
+    let xv = [0.5f32, -2.0, 3.0];
+    rt.set(x, &xv).unwrap();
+    rt.run().unwrap();
+    let want: Vec<f32> = xv.iter().map(|v| v * v).collect();
+    assert_eq!(rt.get::<f32>(g).unwrap(), want);
+    assert!(
+        !rt.graph()
+            .node_ids()
+            .any(|id| rt.graph().node(id).op == crate::op::Op::Contiguous),
+        "the detached copy was not removed"
+    );
+}
+
+#[test]
 fn unused_parameter_gets_zeros() {
     let cx = Graph::new();
     let x = cx.tensor("x", 2);

@@ -96,6 +96,32 @@ impl<'g> GraphTensor<'g> {
     }
 
     /// Materialises the view into a fresh row-major buffer (a no-op when it already is one).
+    /// The same values, with no gradient: autograd treats the result as a constant
+    /// (PyTorch's `detach`). A copy node of its own (backends fuse it away), so other uses of
+    /// `self` keep their gradients.
+    ///
+    /// ```
+    /// use luminal::prelude::*;
+    /// use luminal::autograd::Autograd;
+    /// let cx = Graph::new();
+    /// let x = cx.tensor("x", 3);
+    /// // d/dx of x * detach(x) is detach(x) (= x), not 2x.
+    /// let loss = (x * x.detach()).sum(0);
+    /// let dx = Autograd::new(&[x], loss).grad(x).output();
+    /// # let _ = dx;
+    /// ```
+    pub fn detach(self) -> GraphTensor<'g> {
+        let t = self.graph.add_op(
+            Op::Contiguous,
+            vec![self.edge()],
+            self.dtype(),
+            self.shape(),
+        );
+        let id = t.node();
+        self.graph.data_mut().no_grad.insert(id);
+        t
+    }
+
     pub fn contiguous(self) -> GraphTensor<'g> {
         let e = self.entry();
         let node_shape = self.graph.data().node(e.node).shape.clone();

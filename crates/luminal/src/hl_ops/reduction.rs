@@ -127,16 +127,21 @@ impl<'g> GraphTensor<'g> {
         -((-candidates).reduce_primop(ReduceOp::Max, axis))
     }
 
-    /// Softmax along `axis` (max-subtracted for stability).
+    /// Softmax along `axis` (max-subtracted for stability). The subtracted max is
+    /// detached: softmax does not change when a constant is subtracted from a row, so its
+    /// gradient through the max is exactly zero (autograd would otherwise build that zero
+    /// the long way, through the max's tie mask).
     pub fn softmax(self, axis: impl IntoAxis) -> GraphTensor<'g> {
         let axis = normalize_axis(axis.into_axis(), self.rank(), "softmax", &self.shape());
-        let e = (self - self.max_keepdim(axis)).exp();
+        let m = self.max(axis).detach().unsqueeze(axis);
+        let e = (self - m).exp();
         e / e.sum_keepdim(axis)
     }
     /// log(softmax(x)) computed stably.
     pub fn log_softmax(self, axis: impl IntoAxis) -> GraphTensor<'g> {
         let axis = normalize_axis(axis.into_axis(), self.rank(), "log_softmax", &self.shape());
-        let shifted = self - self.max_keepdim(axis);
+        // Detached max, as in `softmax`: the result does not depend on it.
+        let shifted = self - self.max(axis).detach().unsqueeze(axis);
         shifted - shifted.exp().sum_keepdim(axis).log()
     }
     /// (x − mean) / sqrt(var + eps) over `axes` (population variance, no affine).
