@@ -250,6 +250,11 @@ unsafe fn blocked<const MR: usize, const NR: usize>(
                             let first = pc == 0 && !accumulate;
                             if rows == MR && cols == NR {
                                 micro(kernel, kc, ap, bp, dst, c_rs, first);
+                            } else if cfg!(target_arch = "x86_64")
+                                && matches!(kernel, Kernel::Avx512)
+                            {
+                                #[cfg(target_arch = "x86_64")]
+                                x86::edge_avx512(kc, ap, bp, dst, c_rs, first, rows, cols);
                             } else {
                                 // Edge tile: computed whole into `tile`, its valid part
                                 // written out.
@@ -508,6 +513,88 @@ mod x86 {
         _mm512_fmadd_ps,
         _mm512_add_ps
     );
+    /// An edge tile of the 12 × 32 AVX-512 kernel: its first `R` rows and `cols` (≤ 32)
+    /// columns computed and stored directly (masked), with one B vector when `W = 1`
+    /// (`cols ≤ 16`). Each element is the same FMA sequence as in [`micro_avx512`], so
+    /// results do not depend on where tiles fall. Before, an edge tile was computed whole
+    /// into a scratch tile and copied out: a 16-wide product (attention's `P·V` with
+    /// 16-wide heads) did twice the work.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn micro_avx512_edge<const R: usize, const W: usize>(
+        kc: usize,
+        ap: *const f32,
+        bp: *const f32,
+        c: *mut f32,
+        c_rs: usize,
+        overwrite: bool,
+        cols: usize,
+    ) {
+        let mut acc = [[_mm512_setzero_ps(); W]; R];
+        let mut a = ap;
+        let mut b = bp;
+        for _ in 0..kc {
+            let bv: [__m512; W] = std::array::from_fn(|w| _mm512_loadu_ps(b.add(16 * w)));
+            for (i, row) in acc.iter_mut().enumerate() {
+                let ai = _mm512_set1_ps(*a.add(i));
+                for (x, &bw) in row.iter_mut().zip(&bv) {
+                    *x = _mm512_fmadd_ps(ai, bw, *x);
+                }
+            }
+            a = a.add(12);
+            b = b.add(32);
+        }
+        let mask = |c: usize| -> __mmask16 {
+            if c >= 16 {
+                0xFFFF
+            } else {
+                (1u16 << c) - 1
+            }
+        };
+        let masks = [mask(cols), mask(cols.saturating_sub(16))];
+        for (i, row) in acc.iter().enumerate() {
+            let d = c.add(i * c_rs);
+            for (w, &x) in row.iter().enumerate() {
+                let m = masks[w];
+                let v = if overwrite {
+                    x
+                } else {
+                    _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, d.add(16 * w)))
+                };
+                _mm512_mask_storeu_ps(d.add(16 * w), m, v);
+            }
+        }
+    }
+
+    /// [`micro_avx512_edge`] for `rows` (1 to 12) rows.
+    ///
+    /// # Safety
+    /// As the kernel: AVX-512 present, the packed panels hold `kc` steps, and C's first
+    /// `rows` rows × `cols` columns are writable.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn edge_avx512(
+        kc: usize,
+        ap: *const f32,
+        bp: *const f32,
+        c: *mut f32,
+        c_rs: usize,
+        overwrite: bool,
+        rows: usize,
+        cols: usize,
+    ) {
+        macro_rules! by_rows {
+            ($($r:literal),*) => {
+                match (rows, cols <= 16) {
+                    $(
+                        ($r, true) => micro_avx512_edge::<$r, 1>(kc, ap, bp, c, c_rs, overwrite, cols),
+                        ($r, false) => micro_avx512_edge::<$r, 2>(kc, ap, bp, c, c_rs, overwrite, cols),
+                    )*
+                    _ => unreachable!("an edge tile of {rows} rows"),
+                }
+            };
+        }
+        by_rows!(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
+    }
+
     // 6 × 16: 12 accumulators, 2 B vectors and a broadcast in the 16 ymm registers.
     microkernel!(
         micro_avx2,
@@ -714,6 +801,61 @@ mod scaling {
                     2.0 * (m * n * k) as f64 / best / 1e9
                 );
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod small {
+    use super::*;
+
+    /// One thread, the attention products of a small training step (64 queries, 16-wide
+    /// heads): `cargo test --release -p luminal_cpu --lib gemm_small -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn gemm_small() {
+        // (m, n, k, A row stride, A col stride, B row stride, B col stride)
+        let cases: &[(usize, usize, usize, isize, isize, isize, isize, &str)] = &[
+            (64, 64, 16, 192, 1, 1, 192, "scores q·kᵀ"),
+            (64, 16, 64, 64, 1, 192, 1, "probs·v"),
+            (64, 64, 64, 64, 1, 64, 1, "64³ row-major"),
+        ];
+        for &(m, n, k, ars, acs, brs, bcs, what) in cases {
+            let a: Vec<f32> = (0..64 * 192).map(|i| (i % 17) as f32 * 0.1).collect();
+            let b: Vec<f32> = (0..64 * 192).map(|i| (i % 13) as f32 * 0.1).collect();
+            let mut c = vec![0f32; m * n];
+            let reps = 20000;
+            let mut best = f64::MAX;
+            for _ in 0..5 {
+                let t = std::time::Instant::now();
+                for _ in 0..reps {
+                    unsafe {
+                        sgemm(
+                            m,
+                            n,
+                            k,
+                            Mat {
+                                ptr: a.as_ptr(),
+                                rs: ars,
+                                cs: acs,
+                            },
+                            Mat {
+                                ptr: b.as_ptr(),
+                                rs: brs,
+                                cs: bcs,
+                            },
+                            c.as_mut_ptr(),
+                            n,
+                        )
+                    };
+                }
+                best = best.min(t.elapsed().as_secs_f64() / reps as f64);
+            }
+            println!(
+                "{what} {m}x{n}x{k}: {:.2} us, {:.1} GFLOP/s",
+                best * 1e6,
+                2.0 * (m * n * k) as f64 / best / 1e9
+            );
         }
     }
 }
