@@ -82,14 +82,20 @@ impl<'g> GraphTensor<'g> {
         let y = 1.0 - poly * (-(ax * ax)).exp();
         y * self.sign()
     }
-    /// GELU, exact form: x · Φ(x) = 0.5·x·(1 + erf(x/√2)).
+    /// GELU, exact form: x · Φ(x) = 0.5·x·(1 + erf(x/√2)). Like PyTorch's, its backward
+    /// pass recomputes it from `x` (a [`Graph::checkpoint`](crate::Graph::checkpoint)
+    /// segment) instead of keeping its intermediates: the gradient kernel reads `x` alone.
     pub fn gelu(self) -> GraphTensor<'g> {
-        self * 0.5 * ((self * std::f32::consts::FRAC_1_SQRT_2).erf() + 1.0)
+        self.graph
+            .checkpoint(|| self * 0.5 * ((self * std::f32::consts::FRAC_1_SQRT_2).erf() + 1.0))
     }
-    /// GELU, tanh approximation: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+    /// GELU, tanh approximation: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), recomputed by
+    /// the backward pass like [`GraphTensor::gelu`].
     pub fn gelu_tanh(self) -> GraphTensor<'g> {
-        let inner = (self + self * self * self * 0.044715) * (2.0 / PI).sqrt();
-        self * 0.5 * (inner.tanh() + 1.0)
+        self.graph.checkpoint(|| {
+            let inner = (self + self * self * self * 0.044715) * (2.0 / PI).sqrt();
+            self * 0.5 * (inner.tanh() + 1.0)
+        })
     }
     /// Rounds toward −inf (floats only).
     pub fn floor(self) -> GraphTensor<'g> {
