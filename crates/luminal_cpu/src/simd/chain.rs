@@ -87,6 +87,10 @@ pub(crate) fn chain_with<const F: bool>(
         // SAFETY: level 2 is passed only when the ISA level (never above the detected one)
         // is AVX-512.
         i = unsafe { chain_tiles_avx512::<F>(a, ops, head, out, stream) };
+        // What is left of a 128-element tile in 64-element AVX2 tiles (a decode step's
+        // 576-wide rows: 4 + 1 tiles instead of a 64-element portable tail).
+        // SAFETY: AVX-512 implies AVX2 and FMA; F16C was checked by `tile_level`.
+        i = unsafe { chain_tiles_avx2::<F>(a, ops, i, out, stream) };
     } else if avx2 {
         debug_assert!(
             detected_isa() >= Isa::Avx2 && std::arch::is_x86_feature_detected!("f16c"),
