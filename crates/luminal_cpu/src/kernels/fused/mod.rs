@@ -781,6 +781,20 @@ pub fn run_epilogue(prog: &Program, bufs: &[Storage], data: &mut [f32]) {
     })
 }
 
+/// [`run_epilogue`] over one piece of the data (logical elements `z0 ..`), on the calling
+/// thread.
+pub fn epilogue_chunk(prog: &Program, bufs: &[Storage], z0: usize, data: &mut [f32]) {
+    prog.with_regs(|mut regs| {
+        simd::run(EpilogueTask {
+            prog,
+            bufs,
+            z0,
+            data,
+            regs: &mut regs,
+        })
+    })
+}
+
 struct EpilogueTask<'a, 'o, 'r, 's> {
     prog: &'a Program,
     bufs: &'a [Storage],

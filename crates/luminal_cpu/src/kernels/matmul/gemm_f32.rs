@@ -19,6 +19,9 @@ use std::cell::RefCell;
 
 const NC: usize = 1024;
 
+/// Most elements of a row-major A read in place by the AVX-512 kernels (see `blocked`).
+const DIRECT_A_MAX: usize = 64 * 64;
+
 /// The cache blocking of a product: `kc`-deep slices of K, `mc`-row blocks of A (the packed
 /// A block, `mc × kc` floats, is meant to stay in L2). A schedule choice of the search
 /// (`tiles=KCxMC`, see `search.rs`); results depend on `kc` (the summation order over K), not
@@ -232,11 +235,43 @@ unsafe fn blocked<const MR: usize, const NR: usize>(
             pa.resize(mc_max.next_multiple_of(MR) * kc_max, 0.0);
         }
         let mut tile = [0f32; 12 * 32];
+        // A read in place (no packing) when it is row-major and small: its rows then stay
+        // in L1 across the column panels, and packing would cost as much as the product
+        // (the attention products of a training step: 64 × 16 and 64 × 64 per head).
+        #[cfg(target_arch = "x86_64")]
+        let direct_a =
+            is_avx512(kernel) && a.cs == 1 && a.rs > 0 && m * k <= DIRECT_A_MAX && n <= 2 * NR;
         for jc in (0..n).step_by(NC) {
             let nc = NC.min(n - jc);
             for pc in (0..k).step_by(kc_max) {
                 let kc = kc_max.min(k - pc);
                 pack_b::<NR>(b, pc, kc, jc, nc, pb);
+                #[cfg(target_arch = "x86_64")]
+                if direct_a {
+                    // Small row-major A: the kernels read it in place.
+                    for jr in (0..nc).step_by(NR) {
+                        let cols = NR.min(nc - jr);
+                        let bp = pb.as_ptr().add(jr * kc);
+                        for ir in (0..m).step_by(MR) {
+                            let rows = MR.min(m - ir);
+                            let ap = a.ptr.offset(ir as isize * a.rs + pc as isize);
+                            let dst = c.add(ir * c_rs + jc + jr);
+                            let first = pc == 0 && !accumulate;
+                            x86::direct_avx512(
+                                kc,
+                                ap,
+                                a.rs as usize,
+                                bp,
+                                dst,
+                                c_rs,
+                                first,
+                                rows,
+                                cols,
+                            );
+                        }
+                    }
+                    continue;
+                }
                 for ic in (0..m).step_by(mc_max) {
                     let mc = mc_max.min(m - ic);
                     pack_a::<MR>(a, ic, mc, pc, kc, pa);
@@ -250,9 +285,7 @@ unsafe fn blocked<const MR: usize, const NR: usize>(
                             let first = pc == 0 && !accumulate;
                             if rows == MR && cols == NR {
                                 micro(kernel, kc, ap, bp, dst, c_rs, first);
-                            } else if cfg!(target_arch = "x86_64")
-                                && matches!(kernel, Kernel::Avx512)
-                            {
+                            } else if is_avx512(kernel) {
                                 #[cfg(target_arch = "x86_64")]
                                 x86::edge_avx512(kc, ap, bp, dst, c_rs, first, rows, cols);
                             } else {
@@ -273,6 +306,15 @@ unsafe fn blocked<const MR: usize, const NR: usize>(
             }
         }
     })
+}
+
+/// Whether `kernel` is the AVX-512 one (never elsewhere than x86-64).
+#[inline(always)]
+fn is_avx512(kernel: Kernel) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return matches!(kernel, Kernel::Avx512);
+    #[cfg(not(target_arch = "x86_64"))]
+    match kernel {}
 }
 
 #[inline(always)]
@@ -563,6 +605,86 @@ mod x86 {
                 _mm512_mask_storeu_ps(d.add(16 * w), m, v);
             }
         }
+    }
+
+    /// [`micro_avx512_edge`] reading A in place, row-major (`A[i][k]` at `a + i·a_rs + k`)
+    /// instead of from a packed panel: for products small enough that packing A costs
+    /// as much as using it. Same FMA sequence per element.
+    #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn micro_avx512_direct<const R: usize, const W: usize>(
+        kc: usize,
+        a: *const f32,
+        a_rs: usize,
+        bp: *const f32,
+        c: *mut f32,
+        c_rs: usize,
+        overwrite: bool,
+        cols: usize,
+    ) {
+        let mut acc = [[_mm512_setzero_ps(); W]; R];
+        let mut b = bp;
+        for k in 0..kc {
+            let bv: [__m512; W] = std::array::from_fn(|w| _mm512_loadu_ps(b.add(16 * w)));
+            for (i, row) in acc.iter_mut().enumerate() {
+                let ai = _mm512_set1_ps(*a.add(i * a_rs + k));
+                for (x, &bw) in row.iter_mut().zip(&bv) {
+                    *x = _mm512_fmadd_ps(ai, bw, *x);
+                }
+            }
+            b = b.add(32);
+        }
+        let mask = |c: usize| -> __mmask16 {
+            if c >= 16 {
+                0xFFFF
+            } else {
+                (1u16 << c) - 1
+            }
+        };
+        let masks = [mask(cols), mask(cols.saturating_sub(16))];
+        for (i, row) in acc.iter().enumerate() {
+            let d = c.add(i * c_rs);
+            for (w, &x) in row.iter().enumerate() {
+                let m = masks[w];
+                let v = if overwrite {
+                    x
+                } else {
+                    _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, d.add(16 * w)))
+                };
+                _mm512_mask_storeu_ps(d.add(16 * w), m, v);
+            }
+        }
+    }
+
+    /// [`micro_avx512_direct`] for `rows` (1 to 12) rows.
+    ///
+    /// # Safety
+    /// As the kernel: AVX-512 present, A's `rows` rows hold `kc` values from `a`, the
+    /// packed B panel `kc` steps, and C's first `rows` rows × `cols` columns are writable.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn direct_avx512(
+        kc: usize,
+        a: *const f32,
+        a_rs: usize,
+        bp: *const f32,
+        c: *mut f32,
+        c_rs: usize,
+        overwrite: bool,
+        rows: usize,
+        cols: usize,
+    ) {
+        macro_rules! by_rows {
+            ($($r:literal),*) => {
+                match (rows, cols <= 16) {
+                    $(
+                        ($r, true) => micro_avx512_direct::<$r, 1>(kc, a, a_rs, bp, c, c_rs, overwrite, cols),
+                        ($r, false) => micro_avx512_direct::<$r, 2>(kc, a, a_rs, bp, c, c_rs, overwrite, cols),
+                    )*
+                    _ => unreachable!("a tile of {rows} rows"),
+                }
+            };
+        }
+        by_rows!(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
     }
 
     /// [`micro_avx512_edge`] for `rows` (1 to 12) rows.

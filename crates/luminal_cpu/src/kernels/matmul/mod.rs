@@ -143,8 +143,9 @@ impl MatmulKernel {
         }
         match (&bufs[self.a], &bufs[self.b], out) {
             (Storage::F32(a), Storage::F32(b), Storage::F32(dst)) => {
-                self.run_f32(a, b, (0, 0), dst)?;
-                if let Some(e) = &self.epilogue {
+                let epi = self.epilogue.as_ref().map(|e| (e, bufs));
+                let done = self.run_f32_then(a, b, (0, 0), dst, epi)?;
+                if let (Some(e), false) = (&self.epilogue, done) {
                     let (batch, m, n, _) = self.shape();
                     run_epilogue(e, bufs, &mut dst[..batch * m * n]);
                 }
@@ -158,15 +159,31 @@ impl MatmulKernel {
     /// The product over f32 data: `a` and `b` hold the operands' buffers from element
     /// `shift.0` / `shift.1` on (the views' offsets are taken relative to those).
     pub fn run_f32(&self, a: &[f32], b: &[f32], shift: (i64, i64), dst: &mut [f32]) -> Result<()> {
+        self.run_f32_then(a, b, shift, dst, None).map(|_| ())
+    }
+
+    /// [`MatmulKernel::run_f32`], running `epilogue` (the program and the buffers it reads)
+    /// over each product's output right after it, in the same task, where the products run
+    /// as many small independent tasks (the output is still in cache: a batch of attention
+    /// score products with their scale and mask). Returns whether it ran the epilogue; when
+    /// not, the caller runs it over the whole output.
+    pub fn run_f32_then(
+        &self,
+        a: &[f32],
+        b: &[f32],
+        shift: (i64, i64),
+        dst: &mut [f32],
+        epilogue: Option<(&Program, &[Storage])>,
+    ) -> Result<bool> {
         let (a_offset, b_offset) = (self.a_view.offset - shift.0, self.b_view.offset - shift.1);
         let (batch, m, n, k) = self.shape();
         let dst = &mut dst[..batch * m * n];
         if dst.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
         if k == 0 {
             dst.fill(0.0);
-            return Ok(());
+            return Ok(false);
         }
         let r = self.a_view.dims.len();
         let (sa, sb) = (&self.a_view.strides, &self.b_view.strides);
@@ -232,7 +249,7 @@ impl MatmulKernel {
         if m == 1 && self.threads > 1 && sa[r - 1] == 1 && sb[r - 2] == 1 && sb[r - 1] >= 0 && n > 1
         {
             self.matvec_axpy(a, b, dst, batch, n, k, &offsets);
-            return Ok(());
+            return Ok(false);
         }
         if m <= crate::kernels::matmul::skinny_f32::MAX_ROWS
             && sa[r - 1] == 1
@@ -258,11 +275,18 @@ impl MatmulKernel {
                     parallel,
                 );
             }
-            return Ok(());
+            return Ok(false);
         }
         if batch >= self.threads && flops_per < (1 << 21) && self.threads > 1 {
-            // Many small matrices: one gemm per task, each single-threaded.
-            crate::exec::par::for_each_chunk(dst, m * n, call);
+            // Many small matrices: one gemm per task, each single-threaded (and the
+            // epilogue over its output while it is in cache).
+            crate::exec::par::for_each_chunk(dst, m * n, |i, d| {
+                call(i, d);
+                if let Some((e, bufs)) = epilogue {
+                    crate::kernels::fused::epilogue_chunk(e, bufs, i * m * n, d);
+                }
+            });
+            return Ok(epilogue.is_some());
         } else if flops_per >= (1 << 16) && crate::exec::par::threads() > 1 {
             // One product at a time, split into one block per thread: along N in
             // multiples of 16 columns when it is wide enough and at least M, else along M
@@ -296,7 +320,7 @@ impl MatmulKernel {
                 call(i, d);
             }
         }
-        Ok(())
+        Ok(false)
     }
 }
 
