@@ -191,11 +191,9 @@ impl GatherTable {
         let f = Flat::of(v)?;
         let last = f.r - 1;
         let (d, st) = (f.dims[last], f.strides[last]);
-        if d >= 32 && (st == 1 || st == 0) && !f.masked {
-            return None;
-        }
-        if d >= 32 && st == 1 {
-            // Long contiguous rows with a mask: the row copy handles them.
+        // Long contiguous rows (masked or not) load as row copies, long unmasked broadcast
+        // rows as fills.
+        if d >= 32 && (st == 1 || st == 0 && !f.masked) {
             return None;
         }
         // The longest run of trailing dims that fits the table.

@@ -3,26 +3,12 @@
 //! sizes, non-f32 dtypes and the typed errors.
 
 use luminal::prelude::*;
+use luminal::testing::uniform as random;
 use luminal_cpu::{CpuBackend, CpuRuntime};
 
 fn cpu(cx: &Graph, threads: usize) -> CpuRuntime {
     cx.compile(CpuBackend::with_threads(threads), CompileOptions::default())
         .unwrap()
-}
-
-/// Deterministic pseudo-random values in [-1, 1).
-fn random(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
 }
 
 /// Runs the graph on the CPU backend (1 and 2 threads) and the reference with the same

@@ -6,21 +6,8 @@
 //! the kernel names show which path ran.
 
 use luminal::prelude::*;
+use luminal::testing::uniform as random;
 use luminal_cpu::{CpuBackend, CpuRuntime};
-
-fn random(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
 
 /// Runs on the reference and the CPU backend (1 and 2 threads) and compares every output
 /// within `tol · (1 + |ref|)`; returns the CPU kernel names.

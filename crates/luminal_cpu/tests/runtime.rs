@@ -1,6 +1,7 @@
 //! Fusion (kernel counts), dynamic dims, profiles and the typed errors of `CpuRuntime`.
 
 use luminal::prelude::*;
+use luminal::testing::uniform as noise;
 use luminal_cpu::{CpuBackend, CpuRuntime};
 
 fn compile(cx: &Graph) -> CpuRuntime {
@@ -166,21 +167,6 @@ fn mlp_block_is_gemms_plus_fused_epilogues() {
         ],
         y,
     );
-}
-
-/// Inputs in [-1, 1) from a fixed LCG (negative values exercise relu/maximum).
-fn noise(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
 }
 
 #[test]

@@ -680,3 +680,19 @@ macro_rules! op_suite {
         }
     };
 }
+
+/// `n` values in [-1, 1) from a fixed 64-bit LCG seeded with `seed`: inputs for backend
+/// tests that compare against the reference runtime (the same sequence in every test file).
+pub fn uniform(n: usize, seed: u64) -> Vec<f32> {
+    let step = |s: u64| {
+        s.wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407)
+    };
+    let mut s = step(seed);
+    (0..n)
+        .map(|_| {
+            s = step(s);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}

@@ -703,8 +703,8 @@ const PASSES: &[&str] = &["shared", "rows", "concat"];
 /// contiguous rows instead of strided ones (a bias or norm-weight gradient: a column sum of
 /// a row-major `[tokens, features]` buffer, read as `[features, tokens]`): the first of the
 /// trailing output dims that the program's first leaf reads row-major with unit stride, or
-/// `None` when the axis is not last, is read with unit stride, or the leaves do not all
-/// cover the full rank with constant strides.
+/// `None` when the axis is not last or is read with unit stride, a leaf does not cover the
+/// full rank, or the first leaf's dims and strides are not constants.
 fn column_position(prog: &Program, dims: &[Expression], axis: usize) -> Option<usize> {
     let r = dims.len();
     if r < 2 || axis + 1 != r || prog.leaves.is_empty() {
@@ -714,20 +714,21 @@ fn column_position(prog: &Program, dims: &[Expression], axis: usize) -> Option<u
         .instrs
         .iter()
         .any(|i| matches!(i, Instr::RowReg(_) | Instr::RowScalar(_)))
+        || prog.leaves.iter().any(|l| l.exprs.view.rank() != r)
     {
         return None;
     }
-    let consts = |v: &luminal::ShapeTracker| -> Option<(Vec<i64>, Vec<i64>)> {
-        let d: Option<Vec<i64>> = v.dims().iter().map(|e| e.as_constant()).collect();
-        let s: Option<Vec<i64>> = v.strides().iter().map(|e| e.as_constant()).collect();
-        Some((d?, s?))
-    };
-    for leaf in &prog.leaves {
-        if leaf.exprs.view.rank() != r {
-            return None;
-        }
-    }
-    let (d, s) = consts(&prog.leaves[0].exprs.view)?;
+    let first = &prog.leaves[0].exprs.view;
+    let d: Vec<i64> = first
+        .dims()
+        .iter()
+        .map(|e| e.as_constant())
+        .collect::<Option<_>>()?;
+    let s: Vec<i64> = first
+        .strides()
+        .iter()
+        .map(|e| e.as_constant())
+        .collect::<Option<_>>()?;
     // The reduced axis is long and strided, the last output dim contiguous.
     if d[axis] < 8 || s[axis] == 1 || s[axis] == 0 || s[r - 2] != 1 {
         return None;

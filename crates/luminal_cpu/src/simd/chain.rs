@@ -72,40 +72,50 @@ pub(crate) fn chain_with<const F: bool>(
     let mut i = 0;
     let avx2 = level >= 1;
     #[cfg(target_arch = "x86_64")]
-    if level >= 2 {
-        debug_assert!(
-            detected_isa() >= Isa::Avx512,
-            "AVX-512 tiles on a CPU without it"
-        );
-        // Streamed tiles start at a 64-byte boundary.
-        let head = if stream {
-            out.as_ptr().align_offset(64).min(n)
-        } else {
-            0
-        };
-        chain_in_out::<F>(a, ops, 0, &mut out[..head]);
-        // SAFETY: level 2 is passed only when the ISA level (never above the detected one)
-        // is AVX-512.
-        i = unsafe { chain_tiles_avx512::<F>(a, ops, head, out, stream) };
-        // What is left of a 128-element tile in 64-element AVX2 tiles (a decode step's
-        // 576-wide rows: 4 + 1 tiles instead of a 64-element portable tail).
-        // SAFETY: AVX-512 implies AVX2 and FMA; F16C was checked by `tile_level`.
-        i = unsafe { chain_tiles_avx2::<F>(a, ops, i, out, stream) };
-    } else if avx2 {
+    if avx2 {
         debug_assert!(
             detected_isa() >= Isa::Avx2 && std::arch::is_x86_feature_detected!("f16c"),
             "AVX2 tiles on a CPU without AVX2 / F16C"
         );
-        // Streamed tiles start at a 16-byte boundary (heap buffers already do).
+        debug_assert!(
+            level < 2 || detected_isa() >= Isa::Avx512,
+            "AVX-512 tiles on a CPU without it"
+        );
+        // Streamed tiles start at a vector boundary (64 bytes for AVX-512; heap buffers
+        // already have the 16 of AVX2).
         let head = if stream {
-            out.as_ptr().align_offset(16).min(n)
+            out.as_ptr()
+                .align_offset(if level >= 2 { 64 } else { 16 })
+                .min(n)
         } else {
             0
         };
         chain_in_out::<F>(a, ops, 0, &mut out[..head]);
-        // SAFETY: the caller passes `avx2` only when AVX2, FMA and F16C were detected on this
-        // CPU (`chain`: `halfvec::fast()`; the tests check the same).
-        i = unsafe { chain_tiles_avx2::<F>(a, ops, head, out, stream) };
+        let (tiles, n_tiles) = tile_ops(ops);
+        let tiles = &tiles[..n_tiles];
+        // Every vector operand covers the chain's elements (checked once, not per tile).
+        assert!(a.len() >= n);
+        for op in tiles {
+            match *op {
+                TileOp::AddV(v) | TileOp::MulV(v) | TileOp::MulSAddV(_, v) => {
+                    assert!(v.len() >= n)
+                }
+                TileOp::MulVAddV(u, v) => assert!(u.len() >= n && v.len() >= n),
+                _ => {}
+            }
+        }
+        i = head;
+        if level >= 2 {
+            // SAFETY: level 2 is passed only when the ISA level (never above the detected
+            // one) is AVX-512; the operands were checked above.
+            i = unsafe { chain_tiles_avx512::<F>(a, tiles, i, out, stream) };
+        }
+        // The whole chain on AVX2, or what is left of a 128-element AVX-512 tile (a decode
+        // step's 576-wide rows: 4 + 1 tiles instead of a 64-element portable tail).
+        // SAFETY: the caller passes level 1 or 2 only when AVX2, FMA and F16C were
+        // detected on this CPU (`tile_level`; the tests check the same); the operands
+        // were checked above.
+        i = unsafe { chain_tiles_avx2::<F>(a, tiles, i, out, stream) };
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = avx2;
@@ -365,31 +375,24 @@ pub(crate) const AVX_TILE: usize = 64;
 /// The whole tiles of [`chain`] from element `i` on, with the running value in AVX
 /// registers (the compiler's vectorisation of the portable loop keeps it in memory).
 /// Returns where the tiles ended.
+///
+/// # Safety
+/// AVX2, FMA and F16C present; `a` and every vector operand of `tile_ops` hold at least
+/// `out.len()` elements (`chain_with` checks them once).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn chain_tiles_avx2<const F: bool>(
     a: &[f32],
-    ops: &[(ChainOp, Operand<'_>)],
+    tile_ops: &[TileOp<'_>],
     mut i: usize,
     out: &mut [f32],
     stream: bool,
 ) -> usize {
     use std::arch::x86_64::*;
     let n = out.len();
-    let (tile_ops, n_tile_ops) = tile_ops(ops);
-    let tile_ops = &tile_ops[..n_tile_ops];
-    // Every vector operand covers the chain's elements (checked once, not per tile).
-    assert!(a.len() >= n);
-    for op in tile_ops {
-        match *op {
-            TileOp::AddV(v) | TileOp::MulV(v) | TileOp::MulSAddV(_, v) => assert!(v.len() >= n),
-            TileOp::MulVAddV(u, v) => assert!(u.len() >= n && v.len() >= n),
-            _ => {}
-        }
-    }
     while i + AVX_TILE <= n {
         // SAFETY (all loads and stores below): `i + AVX_TILE <= n` and every slice read holds
-        // at least `n` elements (asserted above); stores go to `out[i .. i + AVX_TILE]`, which
+        // at least `n` elements (the safety contract); stores go to `out[i .. i + AVX_TILE]`, which
         // is 16-byte aligned when streaming (`chain`'s head).
         let ld = |p: &[f32], k: usize| unsafe { _mm256_loadu_ps(p.as_ptr().add(i + 8 * k)) };
         let mut acc: [__m256; AVX_TILE / 8] = std::array::from_fn(|k| ld(a, k));
@@ -566,11 +569,14 @@ pub(crate) const AVX512_TILE: usize = 128;
 /// [`chain_tiles_avx2`] with sixteen-lane registers: twice the elements per op dispatch,
 /// half the instructions. Every op is the same IEEE operation per lane, so results are the
 /// same bit for bit.
+///
+/// # Safety
+/// AVX-512F present, and the operands as for [`chain_tiles_avx2`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 pub(crate) unsafe fn chain_tiles_avx512<const F: bool>(
     a: &[f32],
-    ops: &[(ChainOp, Operand<'_>)],
+    tile_ops: &[TileOp<'_>],
     mut i: usize,
     out: &mut [f32],
     stream: bool,
@@ -578,20 +584,9 @@ pub(crate) unsafe fn chain_tiles_avx512<const F: bool>(
     use std::arch::x86_64::*;
     const R: usize = AVX512_TILE / 16;
     let n = out.len();
-    let (tile_ops, n_tile_ops) = tile_ops(ops);
-    let tile_ops = &tile_ops[..n_tile_ops];
-    // Every vector operand covers the chain's elements (checked once, not per tile).
-    assert!(a.len() >= n);
-    for op in tile_ops {
-        match *op {
-            TileOp::AddV(v) | TileOp::MulV(v) | TileOp::MulSAddV(_, v) => assert!(v.len() >= n),
-            TileOp::MulVAddV(u, v) => assert!(u.len() >= n && v.len() >= n),
-            _ => {}
-        }
-    }
     while i + AVX512_TILE <= n {
         // SAFETY (all loads and stores below): `i + AVX512_TILE <= n` and every slice read
-        // holds at least `n` elements (asserted above); stores go to
+        // holds at least `n` elements (the safety contract); stores go to
         // `out[i .. i + AVX512_TILE]`, which is 64-byte aligned when streaming (`chain_with`'s
         // head).
         let ld = |p: &[f32], k: usize| unsafe { _mm512_loadu_ps(p.as_ptr().add(i + 16 * k)) };

@@ -868,36 +868,19 @@ pub fn run_reduce(op: ReduceOp, prog: &Program, bufs: &[Storage], out: &mut [f32
                 })
             })
         });
-    } else if s.inner >= 64 && s.outer < 2 * crate::exec::par::threads() {
-        // Few long output rows (a column sum over a row-major buffer): tasks split the
-        // columns, each adding whole contiguous pieces of rows.
-        // Pieces of at least 256 columns (each evaluation amortises its dispatch); rows
-        // narrower than two such pieces are not split.
+    } else {
         let threads = crate::exec::par::threads();
-        let chunk = if s.inner >= 512 {
+        let chunk = if s.inner >= 512 && s.outer < 2 * threads {
+            // Few long output rows (a column sum over a row-major buffer): tasks split the
+            // columns, in pieces of at least 256 (each evaluation amortises its dispatch).
             n_out.div_ceil(2 * threads).max(256).next_multiple_of(16)
         } else {
-            s.inner
+            // Whole outer rows per task.
+            task_len(s.outer, s.len * s.inner) * s.inner
         };
         crate::exec::par::for_each_chunk(out, chunk, |t, c| {
             prog.with_regs(|mut regs| {
-                simd::run(ReduceColumnsTask {
-                    op,
-                    prog,
-                    bufs,
-                    q0: t * chunk,
-                    out: c,
-                    s,
-                    regs: &mut regs,
-                })
-            })
-        });
-    } else {
-        let row = s.inner; // outputs per outer index
-        let chunk = task_len(s.outer, s.len * s.inner) * row;
-        crate::exec::par::for_each_chunk(out, chunk, |t, c| {
-            prog.with_regs(|mut regs| {
-                simd::run(ReduceStridedTask {
+                simd::run(ReduceMiddleTask {
                     op,
                     prog,
                     bufs,
@@ -1013,10 +996,12 @@ fn reduce_rows<const F: bool, const MAX: bool>(
     }
 }
 
-/// Reduces a middle axis over any range of outputs `q0 .. q0 + out.len()`, one piece of an
-/// output row at a time: for each of the `len` reduced positions, the matching contiguous
-/// piece of the program's values is evaluated and combined into the piece.
-struct ReduceColumnsTask<'a, 'r, 's> {
+/// Reduces a middle axis: outputs `q0 .. q0 + out.len()`. Runs of whole outer rows are
+/// one contiguous sweep over the program's values (each block's pieces combined into
+/// their outputs); a piece of a row (a task that splits a long row by columns) adds, for
+/// each of the `len` reduced positions, the matching contiguous piece of the values. Either
+/// way each output combines its values in order of the reduced position.
+struct ReduceMiddleTask<'a, 'r, 's> {
     op: ReduceOp,
     prog: &'a Program,
     bufs: &'a [Storage],
@@ -1026,11 +1011,11 @@ struct ReduceColumnsTask<'a, 'r, 's> {
     regs: &'r mut Regs<'s>,
 }
 
-impl Task for ReduceColumnsTask<'_, '_, '_> {
+impl Task for ReduceMiddleTask<'_, '_, '_> {
     type Output = ();
     #[inline(always)]
     fn run<const F: bool>(self) {
-        let ReduceColumnsTask {
+        let ReduceMiddleTask {
             op,
             prog,
             bufs,
@@ -1044,28 +1029,37 @@ impl Task for ReduceColumnsTask<'_, '_, '_> {
         let mut q = 0;
         while q < out.len() {
             let (o, c0) = ((q0 + q) / s.inner, (q0 + q) % s.inner);
-            let w = (s.inner - c0).min(out.len() - q);
-            let piece = &mut out[q..q + w];
-            if w == s.inner && s.inner <= BLOCK {
-                // Whole rows: evaluate as many consecutive rows as a block holds at once.
-                let per = BLOCK / s.inner;
-                let mut l = 0;
-                while l < s.len {
-                    let rows = per.min(s.len - l);
-                    let n = rows * s.inner;
-                    let z = (o * s.len + l) * s.inner;
+            let whole_rows = if c0 == 0 {
+                (out.len() - q) / s.inner
+            } else {
+                0
+            };
+            if whole_rows > 0 {
+                let piece = &mut out[q..q + whole_rows * s.inner];
+                let (z_start, z_end) = (o * s.len * s.inner, (o + whole_rows) * s.len * s.inner);
+                let mut z = z_start;
+                while z < z_end {
+                    let n = BLOCK.min(z_end - z);
                     let vals = match prog.eval(bufs, RowEnv::NONE, z, n, regs, &mut tmp) {
                         Some(v) => v,
                         None => &tmp[..n],
                     };
-                    for r in vals.chunks_exact(s.inner) {
-                        simd::combine(op, piece, r);
+                    let mut p = 0;
+                    while p < n {
+                        let zz = z + p;
+                        let (outer, inner) = (zz / (s.len * s.inner), zz % s.inner);
+                        let take = (s.inner - inner).min(n - p);
+                        let base = (outer - o) * s.inner + inner;
+                        simd::combine(op, &mut piece[base..base + take], &vals[p..p + take]);
+                        p += take;
                     }
-                    l += rows;
+                    z += n;
                 }
-                q += w;
+                q += whole_rows * s.inner;
                 continue;
             }
+            let w = (s.inner - c0).min(out.len() - q);
+            let piece = &mut out[q..q + w];
             for l in 0..s.len {
                 let z = (o * s.len + l) * s.inner + c0;
                 let mut p = 0;
@@ -1080,58 +1074,6 @@ impl Task for ReduceColumnsTask<'_, '_, '_> {
                 }
             }
             q += w;
-        }
-    }
-}
-
-/// Reduces a middle axis: outputs `q0 .. q0 + out.len()` (whole outer rows).
-struct ReduceStridedTask<'a, 'r, 's> {
-    op: ReduceOp,
-    prog: &'a Program,
-    bufs: &'a [Storage],
-    q0: usize,
-    out: &'a mut [f32],
-    s: ReduceShape,
-    regs: &'r mut Regs<'s>,
-}
-
-impl Task for ReduceStridedTask<'_, '_, '_> {
-    type Output = ();
-    #[inline(always)]
-    fn run<const F: bool>(self) {
-        let ReduceStridedTask {
-            op,
-            prog,
-            bufs,
-            q0,
-            out,
-            s,
-            regs,
-        } = self;
-        out.fill(reduce_identity(op));
-        {
-            let p0 = q0 / s.inner;
-            let rows = out.len() / s.inner;
-            let (z_start, z_end) = (p0 * s.len * s.inner, (p0 + rows) * s.len * s.inner);
-            let mut z = z_start;
-            let mut tmp = [0f32; BLOCK];
-            while z < z_end {
-                let n = BLOCK.min(z_end - z);
-                let vals = match prog.eval(bufs, RowEnv::NONE, z, n, regs, &mut tmp) {
-                    Some(v) => v,
-                    None => &tmp[..n],
-                };
-                let mut p = 0;
-                while p < n {
-                    let zz = z + p;
-                    let (outer, inner) = (zz / (s.len * s.inner), zz % s.inner);
-                    let take = (s.inner - inner).min(n - p);
-                    let base = (outer - p0) * s.inner + inner;
-                    simd::combine(op, &mut out[base..base + take], &vals[p..p + take]);
-                    p += take;
-                }
-                z += n;
-            }
         }
     }
 }

@@ -475,12 +475,16 @@ impl RowKernel {
             });
             self.reserved = grow;
         }
-        let progs: &[Program] = if batch { &self.batched.progs } else { &[] };
-        let (slots, regs) = self
-            .programs()
-            .chain(progs)
-            .map(|p| p.scratch_shape())
-            .fold((0, 0), |a, b| (a.0.max(b.0), a.1.max(b.1)));
+        // Scratch of the programs that run (the others are not compiled).
+        let widest = |a: (usize, usize), p: &Program| {
+            let b = p.scratch_shape();
+            (a.0.max(b.0), a.1.max(b.1))
+        };
+        let (slots, regs) = if batch {
+            self.batched.progs.iter().fold((0, 0), widest)
+        } else {
+            self.programs().fold((0, 0), widest)
+        };
         let chunk = task_len(rows, c * self.stages.len());
         let per_row = if matches!(last, StageKind::OutReduce(_)) {
             1
@@ -496,29 +500,17 @@ impl RowKernel {
                     rs.resize(row_floats, 0.0);
                 }
                 crate::kernels::fused::with_scratch(slots, regs, |mut regs| {
-                    if batch {
-                        simd::run(BatchTask {
-                            k: this,
-                            bufs,
-                            o0: t * chunk,
-                            c,
-                            out: o,
-                            stream,
-                            regs: &mut regs,
-                            row_regs: &mut rs[..row_floats],
-                        })
-                    } else {
-                        simd::run(RowTask {
-                            k: this,
-                            bufs,
-                            o0: t * chunk,
-                            c,
-                            out: o,
-                            stream,
-                            regs: &mut regs,
-                            row_regs: &mut rs[..row_floats],
-                        })
-                    }
+                    simd::run(RowTask {
+                        k: this,
+                        bufs,
+                        o0: t * chunk,
+                        c,
+                        out: o,
+                        stream,
+                        batch,
+                        regs: &mut regs,
+                        row_regs: &mut rs[..row_floats],
+                    })
                 })
             })
         });
@@ -534,6 +526,8 @@ struct RowTask<'a, 'r, 's> {
     out: &'a mut [f32],
     /// Write output rows with non-temporal stores.
     stream: bool,
+    /// Run batches of rows through the [`Batched`] stages (rows of at most `BATCH_ROW`).
+    batch: bool,
     regs: &'r mut crate::kernels::fused::Regs<'s>,
     row_regs: &'r mut [f32],
 }
@@ -542,6 +536,61 @@ impl Task for RowTask<'_, '_, '_> {
     type Output = ();
     #[inline(always)]
     fn run<const F: bool>(self) {
+        let stream = self.stream;
+        if self.batch {
+            self.batches();
+        } else {
+            self.rows();
+        }
+        if stream {
+            simd::store_fence();
+        }
+    }
+}
+
+/// Evaluates `prog` over logical elements `base .. base + dst.len()` into `dst`, a block at
+/// a time.
+#[inline(always)]
+fn eval_into(
+    prog: &Program,
+    bufs: &[Storage],
+    env: RowEnv<'_>,
+    base: usize,
+    regs: &mut crate::kernels::fused::Regs<'_>,
+    dst: &mut [f32],
+) {
+    for (j, piece) in dst.chunks_mut(BLOCK).enumerate() {
+        let n = piece.len();
+        if let Some(v) = prog.eval(bufs, env, base + j * BLOCK, n, regs, piece) {
+            piece.copy_from_slice(v);
+        }
+    }
+}
+
+/// [`eval_into`] for an output row: with non-temporal stores when `stream`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn eval_out(
+    prog: &Program,
+    bufs: &[Storage],
+    env: RowEnv<'_>,
+    base: usize,
+    regs: &mut crate::kernels::fused::Regs<'_>,
+    tmp: &mut [f32; BLOCK],
+    dst: &mut [f32],
+    stream: bool,
+) {
+    if !stream {
+        return eval_into(prog, bufs, env, base, regs, dst);
+    }
+    for (j, piece) in dst.chunks_mut(BLOCK).enumerate() {
+        prog.eval_streamed(bufs, env, base + j * BLOCK, regs, tmp, piece);
+    }
+}
+
+impl RowTask<'_, '_, '_> {
+    /// One row at a time, every stage in turn.
+    fn rows(self) {
         let RowTask {
             k,
             bufs,
@@ -551,6 +600,7 @@ impl Task for RowTask<'_, '_, '_> {
             stream,
             regs,
             row_regs,
+            ..
         } = self;
         let reducing = matches!(k.stages.last().unwrap().kind, StageKind::OutReduce(_));
         let rows = if reducing { out.len() } else { out.len() / c };
@@ -603,15 +653,7 @@ impl Task for RowTask<'_, '_, '_> {
                             len: c,
                             base,
                         };
-                        let mut c0 = 0;
-                        while c0 < c {
-                            let n = BLOCK.min(c - c0);
-                            let dst = &mut cur[c0..c0 + n];
-                            if let Some(v) = st.prog.eval(bufs, env, base + c0, n, regs, dst) {
-                                dst.copy_from_slice(v);
-                            }
-                            c0 += n;
-                        }
+                        eval_into(&st.prog, bufs, env, base, regs, &mut cur[..c]);
                     }
                     StageKind::Out => {
                         let env = RowEnv {
@@ -620,46 +662,18 @@ impl Task for RowTask<'_, '_, '_> {
                             len: c,
                             base,
                         };
-                        let mut c0 = 0;
-                        while c0 < c {
-                            let n = BLOCK.min(c - c0);
-                            let dst = &mut out[r * c + c0..r * c + c0 + n];
-                            if stream {
-                                st.prog
-                                    .eval_streamed(bufs, env, base + c0, regs, &mut tmp, dst);
-                            } else if let Some(v) = st.prog.eval(bufs, env, base + c0, n, regs, dst)
-                            {
-                                dst.copy_from_slice(v);
-                            }
-                            c0 += n;
-                        }
+                        let dst = &mut out[r * c..(r + 1) * c];
+                        eval_out(&st.prog, bufs, env, base, regs, &mut tmp, dst, stream);
                     }
                 }
             }
         }
-        if stream {
-            simd::store_fence();
-        }
     }
-}
 
-/// [`RowTask`] over batches of short rows (see [`Batched`]).
-struct BatchTask<'a, 'r, 's> {
-    k: &'a RowKernel,
-    bufs: &'a [Storage],
-    o0: usize,
-    c: usize,
-    out: &'a mut [f32],
-    stream: bool,
-    regs: &'r mut crate::kernels::fused::Regs<'s>,
-    row_regs: &'r mut [f32],
-}
-
-impl Task for BatchTask<'_, '_, '_> {
-    type Output = ();
-    #[inline(always)]
-    fn run<const F: bool>(self) {
-        let BatchTask {
+    /// Batches of short rows through the [`Batched`] stages: each stage evaluates a whole
+    /// batch at once.
+    fn batches(self) {
+        let RowTask {
             k,
             bufs,
             o0,
@@ -668,6 +682,7 @@ impl Task for BatchTask<'_, '_, '_> {
             stream,
             regs,
             row_regs,
+            ..
         } = self;
         let b = &k.batched;
         let reducing = matches!(k.stages.last().unwrap().kind, StageKind::OutReduce(_));
@@ -722,10 +737,7 @@ impl Task for BatchTask<'_, '_, '_> {
                             len,
                             base,
                         };
-                        let dst = &mut cur[..len];
-                        if let Some(v) = prog.eval(bufs, env, base, len, regs, dst) {
-                            dst.copy_from_slice(v);
-                        }
+                        eval_into(prog, bufs, env, base, regs, &mut cur[..len]);
                     }
                     StageKind::Out => {
                         let env = RowEnv {
@@ -735,18 +747,11 @@ impl Task for BatchTask<'_, '_, '_> {
                             base,
                         };
                         let dst = &mut out[r0 * c..r0 * c + len];
-                        if stream {
-                            prog.eval_streamed(bufs, env, base, regs, &mut tmp, dst);
-                        } else if let Some(v) = prog.eval(bufs, env, base, len, regs, dst) {
-                            dst.copy_from_slice(v);
-                        }
+                        eval_out(prog, bufs, env, base, regs, &mut tmp, dst, stream);
                     }
                 }
             }
             r0 += nb;
-        }
-        if stream {
-            simd::store_fence();
         }
     }
 }

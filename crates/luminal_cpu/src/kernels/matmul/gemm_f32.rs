@@ -257,10 +257,10 @@ unsafe fn blocked<const MR: usize, const NR: usize>(
                             let ap = a.ptr.offset(ir as isize * a.rs + pc as isize);
                             let dst = c.add(ir * c_rs + jc + jr);
                             let first = pc == 0 && !accumulate;
-                            x86::direct_avx512(
+                            x86::cut_avx512(
                                 kc,
                                 ap,
-                                a.rs as usize,
+                                Some(a.rs as usize),
                                 bp,
                                 dst,
                                 c_rs,
@@ -287,7 +287,7 @@ unsafe fn blocked<const MR: usize, const NR: usize>(
                                 micro(kernel, kc, ap, bp, dst, c_rs, first);
                             } else if is_avx512(kernel) {
                                 #[cfg(target_arch = "x86_64")]
-                                x86::edge_avx512(kc, ap, bp, dst, c_rs, first, rows, cols);
+                                x86::cut_avx512(kc, ap, None, bp, dst, c_rs, first, rows, cols);
                             } else {
                                 // Edge tile: computed whole into `tile`, its valid part
                                 // written out.
@@ -555,34 +555,40 @@ mod x86 {
         _mm512_fmadd_ps,
         _mm512_add_ps
     );
-    /// An edge tile of the 12 × 32 AVX-512 kernel: its first `R` rows and `cols` (≤ 32)
-    /// columns computed and stored directly (masked), with one B vector when `W = 1`
-    /// (`cols ≤ 16`). Each element is the same FMA sequence as in [`micro_avx512`], so
-    /// results do not depend on where tiles fall. Before, an edge tile was computed whole
-    /// into a scratch tile and copied out: a 16-wide product (attention's `P·V` with
-    /// 16-wide heads) did twice the work.
+    /// A tile of the 12 × 32 AVX-512 kernel cut to its first `R` rows and `cols` (≤ 32)
+    /// columns, computed and stored directly (masked), with one B vector when `W = 1`
+    /// (`cols ≤ 16`). A comes from a packed panel (`PACKED`: `A[i][k]` at `a + 12·k + i`)
+    /// or is read in place, row-major (`A[i][k]` at `a + i·a_rs + k`: products small
+    /// enough that packing A costs as much as using it). Each element is the same FMA
+    /// sequence as in [`micro_avx512`], so results do not depend on where tiles fall or
+    /// whether A was packed. (An edge tile used to be computed whole into a scratch tile
+    /// and copied out: a 16-wide product, attention's `P·V` with 16-wide heads, did twice
+    /// the work.)
     #[target_feature(enable = "avx512f")]
-    pub unsafe fn micro_avx512_edge<const R: usize, const W: usize>(
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn micro_avx512_cut<const R: usize, const W: usize, const PACKED: bool>(
         kc: usize,
-        ap: *const f32,
+        a: *const f32,
+        a_rs: usize,
         bp: *const f32,
         c: *mut f32,
         c_rs: usize,
         overwrite: bool,
         cols: usize,
     ) {
+        let (a_row, a_step) = if PACKED { (1, 12) } else { (a_rs, 1) };
         let mut acc = [[_mm512_setzero_ps(); W]; R];
-        let mut a = ap;
+        let mut a = a;
         let mut b = bp;
         for _ in 0..kc {
             let bv: [__m512; W] = std::array::from_fn(|w| _mm512_loadu_ps(b.add(16 * w)));
             for (i, row) in acc.iter_mut().enumerate() {
-                let ai = _mm512_set1_ps(*a.add(i));
+                let ai = _mm512_set1_ps(*a.add(i * a_row));
                 for (x, &bw) in row.iter_mut().zip(&bv) {
                     *x = _mm512_fmadd_ps(ai, bw, *x);
                 }
             }
-            a = a.add(12);
+            a = a.add(a_step);
             b = b.add(32);
         }
         let mask = |c: usize| -> __mmask16 {
@@ -607,65 +613,17 @@ mod x86 {
         }
     }
 
-    /// [`micro_avx512_edge`] reading A in place, row-major (`A[i][k]` at `a + i·a_rs + k`)
-    /// instead of from a packed panel: for products small enough that packing A costs
-    /// as much as using it. Same FMA sequence per element.
-    #[target_feature(enable = "avx512f")]
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn micro_avx512_direct<const R: usize, const W: usize>(
-        kc: usize,
-        a: *const f32,
-        a_rs: usize,
-        bp: *const f32,
-        c: *mut f32,
-        c_rs: usize,
-        overwrite: bool,
-        cols: usize,
-    ) {
-        let mut acc = [[_mm512_setzero_ps(); W]; R];
-        let mut b = bp;
-        for k in 0..kc {
-            let bv: [__m512; W] = std::array::from_fn(|w| _mm512_loadu_ps(b.add(16 * w)));
-            for (i, row) in acc.iter_mut().enumerate() {
-                let ai = _mm512_set1_ps(*a.add(i * a_rs + k));
-                for (x, &bw) in row.iter_mut().zip(&bv) {
-                    *x = _mm512_fmadd_ps(ai, bw, *x);
-                }
-            }
-            b = b.add(32);
-        }
-        let mask = |c: usize| -> __mmask16 {
-            if c >= 16 {
-                0xFFFF
-            } else {
-                (1u16 << c) - 1
-            }
-        };
-        let masks = [mask(cols), mask(cols.saturating_sub(16))];
-        for (i, row) in acc.iter().enumerate() {
-            let d = c.add(i * c_rs);
-            for (w, &x) in row.iter().enumerate() {
-                let m = masks[w];
-                let v = if overwrite {
-                    x
-                } else {
-                    _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, d.add(16 * w)))
-                };
-                _mm512_mask_storeu_ps(d.add(16 * w), m, v);
-            }
-        }
-    }
-
-    /// [`micro_avx512_direct`] for `rows` (1 to 12) rows.
+    /// [`micro_avx512_cut`] for `rows` (1 to 12) rows; `a_rs` is A's row stride when A is
+    /// read in place (`None`: a packed panel).
     ///
     /// # Safety
-    /// As the kernel: AVX-512 present, A's `rows` rows hold `kc` values from `a`, the
-    /// packed B panel `kc` steps, and C's first `rows` rows × `cols` columns are writable.
+    /// As the kernel: AVX-512 present, A (panel or rows) and the packed B panel hold `kc`
+    /// steps, and C's first `rows` rows × `cols` columns are writable.
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn direct_avx512(
+    pub unsafe fn cut_avx512(
         kc: usize,
         a: *const f32,
-        a_rs: usize,
+        a_rs: Option<usize>,
         bp: *const f32,
         c: *mut f32,
         c_rs: usize,
@@ -675,42 +633,14 @@ mod x86 {
     ) {
         macro_rules! by_rows {
             ($($r:literal),*) => {
-                match (rows, cols <= 16) {
+                match (rows, cols <= 16, a_rs) {
                     $(
-                        ($r, true) => micro_avx512_direct::<$r, 1>(kc, a, a_rs, bp, c, c_rs, overwrite, cols),
-                        ($r, false) => micro_avx512_direct::<$r, 2>(kc, a, a_rs, bp, c, c_rs, overwrite, cols),
+                        ($r, true, None) => micro_avx512_cut::<$r, 1, true>(kc, a, 0, bp, c, c_rs, overwrite, cols),
+                        ($r, false, None) => micro_avx512_cut::<$r, 2, true>(kc, a, 0, bp, c, c_rs, overwrite, cols),
+                        ($r, true, Some(rs)) => micro_avx512_cut::<$r, 1, false>(kc, a, rs, bp, c, c_rs, overwrite, cols),
+                        ($r, false, Some(rs)) => micro_avx512_cut::<$r, 2, false>(kc, a, rs, bp, c, c_rs, overwrite, cols),
                     )*
                     _ => unreachable!("a tile of {rows} rows"),
-                }
-            };
-        }
-        by_rows!(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
-    }
-
-    /// [`micro_avx512_edge`] for `rows` (1 to 12) rows.
-    ///
-    /// # Safety
-    /// As the kernel: AVX-512 present, the packed panels hold `kc` steps, and C's first
-    /// `rows` rows × `cols` columns are writable.
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn edge_avx512(
-        kc: usize,
-        ap: *const f32,
-        bp: *const f32,
-        c: *mut f32,
-        c_rs: usize,
-        overwrite: bool,
-        rows: usize,
-        cols: usize,
-    ) {
-        macro_rules! by_rows {
-            ($($r:literal),*) => {
-                match (rows, cols <= 16) {
-                    $(
-                        ($r, true) => micro_avx512_edge::<$r, 1>(kc, ap, bp, c, c_rs, overwrite, cols),
-                        ($r, false) => micro_avx512_edge::<$r, 2>(kc, ap, bp, c, c_rs, overwrite, cols),
-                    )*
-                    _ => unreachable!("an edge tile of {rows} rows"),
                 }
             };
         }
