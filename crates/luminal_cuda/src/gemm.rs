@@ -165,6 +165,16 @@ impl GemmCall {
     }
 }
 
+/// The most activation rows (cuBLAS's `n`) a call may have to run as a
+/// [`crate::codegen::skinny_kernel`].
+pub const SKINNY_ROWS: i32 = 4;
+
+/// Whether `call` fits the skinny kernel: one batch, at most [`SKINNY_ROWS`] activation rows,
+/// the weight (cuBLAS's `A`) read transposed (`K` contiguous) and the activations not.
+pub fn skinny(call: &GemmCall) -> bool {
+    call.batch == 1 && call.n <= SKINNY_ROWS && call.trans_a && !call.trans_b
+}
+
 /// The products of `order` (live nodes, topological) that can go to cuBLAS. `round`: an f32
 /// operand may be rounded to the half type of the other (a half weight) so that cuBLAS reads
 /// the weight in place.
@@ -177,17 +187,20 @@ pub fn find(graph: &GraphData, order: &[NodeId], round: bool) -> Vec<Pattern> {
         }
     }
     let private = |id: NodeId| uses.get(&id) == Some(&1) && !graph.outputs.contains(&id);
-    // A widening cast from a half type, read only by the product, of a buffer read as a
-    // whole: the operand cuBLAS may read in place (the edge re-pointed at the cast's input).
-    let bypass = |e: &Edge| -> Option<(Edge, GemmType)> {
+    // A widening cast from a half type, read only by the product or of a weight input (a
+    // tied embedding, also gathered), of a buffer read as a whole: the operand cuBLAS may read
+    // in place (the edge re-pointed at the cast's input; a cast with other readers still
+    // runs for them, so it is not among the bypassed `casts`).
+    let bypass = |e: &Edge| -> Option<(Edge, GemmType, Option<NodeId>)> {
         let cast = graph.node(e.node);
         if !matches!(cast.op, Op::Cast(DType::F32)) || cast.dtype != DType::F32 {
             return None;
         }
         let input = &cast.inputs[0];
         let t = GemmType::of(graph.node(input.node).dtype)?;
+        let weight = matches!(graph.node(input.node).op, Op::Input { .. });
         (t != GemmType::F32
-            && private(e.node)
+            && (private(e.node) || weight)
             && input.view.is_contiguous()
             && input.view.dims() == cast.shape)
             .then(|| {
@@ -197,6 +210,7 @@ pub fn find(graph: &GraphData, order: &[NodeId], round: bool) -> Vec<Pattern> {
                         view: e.view.clone(),
                     },
                     t,
+                    private(e.node).then_some(e.node),
                 )
             })
     };
@@ -270,19 +284,19 @@ pub fn find(graph: &GraphData, order: &[NodeId], round: bool) -> Vec<Pattern> {
         };
         if c_type == GemmType::F32 {
             match (bypass(a), bypass(b)) {
-                (Some((ea, t)), Some((eb, u))) if t == u => {
+                (Some((ea, t, ca)), Some((eb, u, cb))) if t == u => {
                     (p.a, p.b, p.a_type, p.b_type) = (ea, eb, t, t);
-                    p.casts = vec![a.node, b.node];
+                    p.casts = ca.into_iter().chain(cb).collect();
                 }
-                (Some((ea, t)), None) if round => {
+                (Some((ea, t, ca)), None) if round => {
                     (p.a, p.a_type, p.b_type) = (ea, t, t);
                     p.round = Some((Side::B, t));
-                    p.casts = vec![a.node];
+                    p.casts = ca.into_iter().collect();
                 }
-                (None, Some((eb, t))) if round => {
+                (None, Some((eb, t, cb))) if round => {
                     (p.b, p.a_type, p.b_type) = (eb, t, t);
                     p.round = Some((Side::A, t));
-                    p.casts = vec![b.node];
+                    p.casts = cb.into_iter().collect();
                 }
                 (None, None) if round => {
                     let t = GemmType::F16;

@@ -274,6 +274,14 @@ static double lum_shfl_d(double v, int o) {
     _Pragma("omp barrier")
     return lum_shfl_slots_d[t ^ (unsigned)o];
 }
+static float lum_shfl_slots_f[1024];
+static float lum_shfl_f(float v, int o) {
+    const unsigned t = threadIdx.x;
+    _Pragma("omp barrier")
+    lum_shfl_slots_f[t] = v;
+    _Pragma("omp barrier")
+    return lum_shfl_slots_f[t ^ (unsigned)o];
+}
 static long long lum_shfl_ll(long long v, int o) {
     const unsigned t = threadIdx.x;
     _Pragma("omp barrier")
@@ -281,7 +289,7 @@ static long long lum_shfl_ll(long long v, int o) {
     _Pragma("omp barrier")
     return lum_shfl_slots_ll[t ^ (unsigned)o];
 }
-#define __shfl_xor_sync(mask, v, o) _Generic((v), double: lum_shfl_d, default: lum_shfl_ll)((v), (o))
+#define __shfl_xor_sync(mask, v, o) _Generic((v), double: lum_shfl_d, float: lum_shfl_f, default: lum_shfl_ll)((v), (o))
 "#;
 
 fn cache() -> &'static Mutex<HashMap<String, HostFunction>> {
@@ -298,6 +306,10 @@ fn launcher_source(k: &Kernel, cooperative: bool) -> String {
         args.push(format!("({t}*)lum_bufs[{i}]"));
     }
     let mut next = k.buffer_types.len();
+    if let Some(n) = k.scalars {
+        // A hand-written kernel: its own scalars after the buffers.
+        args.extend((0..n).map(|i| format!("lum_scalars[{i}]")));
+    }
     if k.error_flag {
         args.push(format!("(int*)lum_bufs[{next}]"));
         next += 1;
@@ -312,10 +324,10 @@ fn launcher_source(k: &Kernel, cooperative: bool) -> String {
         args.push(format!("lum_scalars[{s}]"));
         s += 1;
     };
-    if k.dims.is_empty() {
+    if k.scalars.is_none() && k.dims.is_empty() {
         scalar(&mut args);
     }
-    if k.cooperative {
+    if k.scalars.is_none() && k.cooperative {
         scalar(&mut args);
     }
     if !k.dims.is_empty() {

@@ -160,6 +160,7 @@ fn model_kernels_compile_with_nvrtc() {
     for file in [
         "tiny-llama.gguf",
         "tiny-llama.f16.gguf",
+        "tiny-llama.bf16.gguf",
         "tiny-llama.q8_0.gguf",
     ] {
         let (model, _) =

@@ -43,6 +43,9 @@ pub struct Kernel {
     /// `lum_n · lum_t` threads in blocks of `max(lum_t, BLOCK)`: under NVRTC `lum_t` lanes fold
     /// each output's row; the host emulator's branch ignores `lum_t` (it is 1 there).
     pub cooperative: bool,
+    /// A hand-written kernel's own scalar parameters (`long long`s after the buffers; no
+    /// error buffer, dims table or thread count): their number ([`skinny_kernel`]).
+    pub scalars: Option<usize>,
 }
 
 /// The full source NVRTC compiles for `kernels` (one module).
@@ -302,23 +305,52 @@ pub fn fused_nodes(
             u.2 |= broadcasts(&e.view);
         }
     }
-    order
-        .iter()
-        .copied()
-        .filter(|id| {
-            let node = graph.node(*id);
-            elementwise(&node.op)
-                && !graph.outputs.contains(id)
-                && !barriers.contains(id)
-                && c_type(node.dtype).is_ok()
-                && uses.get(id).is_some_and(|&(n, barrier, broadcast)| {
-                    // Constants and iotas read nothing: recomputed in each of their readers.
-                    let leaf = matches!(node.op, Op::Constant { .. } | Op::Iota { .. });
-                    !barrier && (leaf || (n == 1 && (!broadcast || mode == Fusion::Broadcast)))
-                })
-        })
-        .collect()
+    // Per node: the operations one element of it costs when computed in its reader (its own
+    // and its fused producers'; a buffer or constant read counts one), or `None` when that
+    // includes a transcendental (`Sin`, `Exp2`, `Log2`: RoPE tables, exponentials).
+    let mut cost: HashMap<NodeId, Option<usize>> = HashMap::new();
+    let mut fused = HashSet::new();
+    for &id in order {
+        let node = graph.node(id);
+        let own = match node.op {
+            Op::Unary(UnaryOp::Sin | UnaryOp::Exp2 | UnaryOp::Log2) => None,
+            _ => Some(1),
+        };
+        let c = own.and_then(|own| {
+            node.inputs.iter().try_fold(own, |acc, e| {
+                Some(
+                    acc + if fused.contains(&e.node) {
+                        cost[&e.node]?
+                    } else {
+                        1
+                    },
+                )
+            })
+        });
+        cost.insert(id, c);
+        let leaf = matches!(node.op, Op::Constant { .. } | Op::Iota { .. });
+        let fuse = elementwise(&node.op)
+            && !graph.outputs.contains(&id)
+            && !barriers.contains(&id)
+            && c_type(node.dtype).is_ok()
+            && uses.get(&id).is_some_and(|&(n, barrier, broadcast)| {
+                // Constants and iotas read nothing: recomputed in each of their readers. A
+                // node read through a broadcast is recomputed for every element that reads
+                // it: only when that is a few cheap operations (a row's normalisation factor,
+                // `1/sqrt(Σx²/n + ε)`), or in the broadcast mode.
+                let cheap = c.is_some_and(|c| c <= MAX_BROADCAST_COST);
+                !barrier && (leaf || (n == 1 && (!broadcast || cheap || mode == Fusion::Broadcast)))
+            });
+        if fuse {
+            fused.insert(id);
+        }
+    }
+    fused
 }
+
+/// The most operations per element a node read through a broadcast may cost to be fused in
+/// [`Fusion::On`] (see [`fused_nodes`]).
+pub const MAX_BROADCAST_COST: usize = 8;
 
 /// Writes one kernel: the root node's code, with fused producers computed in place.
 struct Gen<'a> {
@@ -736,6 +768,7 @@ fn generate_node(
             error_flag,
             dims: g.dims.names(),
             cooperative,
+            scalars: None,
         },
         g.params.iter().map(|p| p.0).collect(),
     )))
@@ -791,8 +824,152 @@ pub fn round_kernel(dtype: DType) -> Kernel {
         error_flag: false,
         dims: vec![],
         cooperative: false,
+        scalars: None,
     }
 }
+
+/// Warps (output columns) per block of a [`skinny_kernel`] launch.
+pub const SKINNY_WARPS: u32 = 8;
+
+/// A product with few activation rows (a decode step's linear layers): cuBLAS's column-major
+/// `C = op(A)·B` with `A` read transposed (`A[i, k]` at `oa + i·lda + k`: a `[N, K]` weight,
+/// `K` contiguous) and `B` not (`B[k, j]` at `ob + j·ldb + k`: `M` activation rows), `C[i, j]`
+/// at `oc + i + j·ldc` — what [`crate::gemm::GemmCall`] describes. One warp per output column
+/// `i` (a weight row): its lanes stream the row in 16-byte pieces (8 elements) where every
+/// offset and stride allows it, else element by element, multiply with each of the `M ≤ 8`
+/// activation rows (read from cache; f32 activations rounded to `round` first, as cuBLAS
+/// reads them rounded into a scratch buffer, so no rounding launch), accumulate in f32 and
+/// combine the lanes by `__shfl_xor_sync`. Types: `w`, `x` (the buffers' f32/f16/bf16), `c`.
+/// Parameters: `out, w, x`, then the scalars `N, M, K, lda, ldb, ldc, oa, ob, oc`; grid
+/// `ceil(N / SKINNY_WARPS)` blocks of `32·SKINNY_WARPS` threads. The host emulator's branch
+/// computes each column with one thread, in the same order of products per lane.
+pub fn skinny_kernel(w: DType, x: DType, round: Option<DType>, c: DType) -> Kernel {
+    let ty = |d: DType| c_type(d).expect("a float type");
+    let (wt, xt, ct) = (ty(w), ty(x), ty(c));
+    // One element as f32: halves through the PTX conversions on a GPU (the prelude's
+    // bit-exact software ones in C).
+    let widen = |d: DType, v: &str| match d {
+        DType::F16 => format!("lum_sk_h2f({v})"),
+        DType::BF16 => format!("lum_bf16_to_f32({v})"),
+        _ => v.to_string(),
+    };
+    let rounded = |v: String| match round {
+        Some(DType::F16) => format!("lum_sk_round_f16({v})"),
+        Some(DType::BF16) => format!("lum_sk_round_bf16({v})"),
+        _ => v,
+    };
+    let (wn, xn) = (w.name(), x.name());
+    let wv = widen(w, "wr[lum_e]");
+    let xv = rounded(widen(x, "xr[lum_e]"));
+    let xq = rounded("lum_x[lum_q]".to_string());
+    let store_c = store(c, Val::Float, "lum_acc[lum_j]");
+    let text = format!(
+        r#"{SKINNY_HELPERS}LUM_EXTERN_C __global__ void KERNEL({ct}* __restrict__ out, const {wt}* __restrict__ w, const {xt}* __restrict__ x, long long lum_rows, long long lum_m, long long lum_k, long long lum_lda, long long lum_ldb, long long lum_ldc, long long lum_oa, long long lum_ob, long long lum_oc) {{
+    const long long lum_g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long lum_row = lum_g >> 5;
+    const int lum_lane = (int)(lum_g & 31);
+    const int lum_live = lum_row < lum_rows;
+    float lum_acc[8] = {{0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}};
+#ifdef __CUDACC_RTC__
+    const {wt}* wr = w + lum_oa + (lum_live ? lum_row : 0) * lum_lda;
+    const long long lum_end = lum_live ? lum_k : 0;
+    if (((lum_k | lum_lda | lum_ldb | lum_oa | lum_ob) & 7) == 0) {{
+        /* Lane l: elements [8c, 8c + 8) for c = l, l + 32, ... (16 bytes of halves a load). */
+#pragma unroll 4
+        for (long long lum_k0 = 8 * lum_lane; lum_k0 < lum_end; lum_k0 += 256) {{
+            float lum_w[8], lum_x[8];
+            lum_sk_load8_{wn}(wr + lum_k0, lum_w);
+#pragma unroll
+            for (int lum_j = 0; lum_j < 8; ++lum_j) {{
+                if (lum_j < lum_m) {{
+                    lum_sk_load8_{xn}(x + lum_ob + lum_j * lum_ldb + lum_k0, lum_x);
+#pragma unroll
+                    for (int lum_q = 0; lum_q < 8; ++lum_q) lum_acc[lum_j] += lum_w[lum_q] * {xq};
+                }}
+            }}
+        }}
+    }} else {{
+        for (long long lum_e = lum_lane; lum_e < lum_end; lum_e += 32) {{
+            const float lum_wv = {wv};
+#pragma unroll
+            for (int lum_j = 0; lum_j < 8; ++lum_j) {{
+                if (lum_j < lum_m) {{
+                    const {xt}* xr = x + lum_ob + lum_j * lum_ldb;
+                    lum_acc[lum_j] += lum_wv * {xv};
+                }}
+            }}
+        }}
+    }}
+    /* Every lane takes part in the butterflies (no early return). */
+#pragma unroll
+    for (int lum_j = 0; lum_j < 8; ++lum_j) {{
+        if (lum_j < lum_m) {{
+            for (int lum_o = 16; lum_o > 0; lum_o >>= 1) lum_acc[lum_j] += __shfl_xor_sync(0xffffffffu, lum_acc[lum_j], lum_o);
+            if (lum_live && lum_lane == 0) out[lum_oc + lum_row + lum_j * lum_ldc] = {store_c};
+        }}
+    }}
+#else
+    /* One thread per column, summing in order. */
+    if (!lum_live || lum_lane != 0) return;
+    const {wt}* wr = w + lum_oa + lum_row * lum_lda;
+    for (int lum_j = 0; lum_j < 8 && lum_j < lum_m; ++lum_j) {{
+        const {xt}* xr = x + lum_ob + lum_j * lum_ldb;
+        for (long long lum_e = 0; lum_e < lum_k; ++lum_e) lum_acc[lum_j] += {wv} * {xv};
+        out[lum_oc + lum_row + lum_j * lum_ldc] = {store_c};
+    }}
+#endif
+}}
+"#
+    );
+    let name = format!(
+        "lum_skinny_{}_{}_{}_{:016x}",
+        w.name(),
+        x.name(),
+        c.name(),
+        fnv1a(&text)
+    );
+    Kernel {
+        source: text.replace("KERNEL", &name),
+        name,
+        buffer_types: vec![ct, wt, xt],
+        error_flag: false,
+        dims: vec![],
+        cooperative: true,
+        scalars: Some(9),
+    }
+}
+
+/// Conversions and 8-element loads of [`skinny_kernel`] (once per module): on a GPU the PTX
+/// `cvt` instructions and 16-byte vector loads, in C the prelude's conversions element by
+/// element (same values: both round to nearest even).
+const SKINNY_HELPERS: &str = r#"#ifndef LUM_SKINNY_HELPERS
+#define LUM_SKINNY_HELPERS
+#ifdef __CUDA_ARCH__
+LUM_DEV float lum_sk_h2f(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+LUM_DEV float lum_sk_round_f16(float v) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v)); return lum_sk_h2f(h); }
+LUM_DEV float lum_sk_round_bf16(float v) { unsigned short h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v)); return lum_bf16_to_f32(h); }
+LUM_DEV void lum_sk_load8_f16(const unsigned short* p, float* o) {
+    const uint4 v = *(const uint4*)p; const unsigned u[4] = {v.x, v.y, v.z, v.w};
+    for (int i = 0; i < 4; ++i) { o[2 * i] = lum_sk_h2f((unsigned short)(u[i] & 0xffffu)); o[2 * i + 1] = lum_sk_h2f((unsigned short)(u[i] >> 16)); }
+}
+LUM_DEV void lum_sk_load8_bf16(const unsigned short* p, float* o) {
+    const uint4 v = *(const uint4*)p; const unsigned u[4] = {v.x, v.y, v.z, v.w};
+    for (int i = 0; i < 4; ++i) { o[2 * i] = lum_u2f(u[i] << 16); o[2 * i + 1] = lum_u2f(u[i] & 0xffff0000u); }
+}
+LUM_DEV void lum_sk_load8_f32(const float* p, float* o) {
+    const float4 a = *(const float4*)p, b = *(const float4*)(p + 4);
+    o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w; o[4] = b.x; o[5] = b.y; o[6] = b.z; o[7] = b.w;
+}
+#else
+LUM_DEV float lum_sk_h2f(unsigned short h) { return lum_f16_to_f32(h); }
+LUM_DEV float lum_sk_round_f16(float v) { return lum_f16_to_f32(lum_f32_to_f16(v)); }
+LUM_DEV float lum_sk_round_bf16(float v) { return lum_bf16_to_f32(lum_f32_to_bf16(v)); }
+LUM_DEV void lum_sk_load8_f16(const unsigned short* p, float* o) { for (int i = 0; i < 8; ++i) o[i] = lum_f16_to_f32(p[i]); }
+LUM_DEV void lum_sk_load8_bf16(const unsigned short* p, float* o) { for (int i = 0; i < 8; ++i) o[i] = lum_bf16_to_f32(p[i]); }
+LUM_DEV void lum_sk_load8_f32(const float* p, float* o) { for (int i = 0; i < 8; ++i) o[i] = p[i]; }
+#endif
+#endif
+"#;
 
 /// The most threads one output of a reduction gets (its block's size; the kernels are
 /// compiled with `__launch_bounds__` of this many threads, so a launch never asks for more

@@ -4,7 +4,7 @@
 use super::{Executor, PlanRuntime, Step};
 use crate::attention;
 use crate::codegen::{self, Kernel};
-use crate::gemm::{self, Side};
+use crate::gemm::{self, GemmType, Side};
 use luminal::graph::{GraphData, NodeId};
 use luminal::op::Op;
 use luminal::passes::live_order;
@@ -115,6 +115,12 @@ impl<E: Executor> PlanRuntime<E> {
                 dims_at: dims_len,
                 static_deps: None,
                 cooperative: k.cooperative,
+                numel: graph
+                    .node(id)
+                    .shape
+                    .iter()
+                    .map(|d| d.as_constant().map(|v| v.max(0) as usize))
+                    .product(),
             });
             // A kernel with dims: their values, then its thread count.
             dims_len += steps.last().map_or(0, |s: &Step| {
@@ -203,7 +209,57 @@ impl<E: Executor> PlanRuntime<E> {
             });
             dequant_fn.insert(i, f);
         }
+        // Products with few activation rows (decode): one warp per weight row
+        // ([`codegen::skinny_kernel`]), the f32 activations rounded in registers.
+        let skinny_on = std::env::var("LUMINAL_CUDA_SKINNY").map_or(true, |v| v != "0");
+        let mut skinny_fn = vec![None; patterns.len()];
+        for (i, p) in patterns.iter().enumerate() {
+            let x = match p.round {
+                Some((Side::A, t)) => Some((GemmType::F32, Some(t))),
+                Some((Side::B, _)) => None,
+                None => Some((p.a_type, None)),
+            };
+            let Some((x, round)) = x.filter(|_| skinny_on && p.dequant != Some(Side::A)) else {
+                continue;
+            };
+            let k = codegen::skinny_kernel(
+                p.b_type.dtype(),
+                x.dtype(),
+                round.map(|t| t.dtype()),
+                p.c_type.dtype(),
+            );
+            skinny_fn[i] = Some(*by_source.entry(k.source.clone()).or_insert_with(|| {
+                kernels.push(k);
+                kernels.len() - 1
+            }));
+        }
         let functions = exec.compile(&kernels.iter().collect::<Vec<_>>())?;
+        let mut dim_names: Vec<String> = vec![];
+        let mut dim_slots = vec![];
+        for step in &steps {
+            for (i, d) in step.dims.iter().enumerate() {
+                let at = dim_names.iter().position(|n| n == d).unwrap_or_else(|| {
+                    dim_names.push(d.clone());
+                    dim_names.len() - 1
+                });
+                dim_slots.push((step.dims_at + i, at));
+            }
+        }
+        let gemm_vars: Vec<Vec<String>> = patterns
+            .iter()
+            .map(|p| {
+                let mut vars = std::collections::BTreeSet::new();
+                for e in [&p.a, &p.b] {
+                    for x in e.view.strides().iter().chain([&e.view.offset()]) {
+                        vars.extend(x.variables());
+                    }
+                }
+                for x in &p.dims {
+                    vars.extend(x.variables());
+                }
+                vars.into_iter().collect()
+            })
+            .collect();
         let nsteps = steps.len();
         let graphs = exec.graphs_available()
             && std::env::var("LUMINAL_CUDA_GRAPHS").map_or(true, |v| v != "0");
@@ -219,11 +275,17 @@ impl<E: Executor> PlanRuntime<E> {
             dims: HashMap::new(),
             kernels,
             calls: vec![None; patterns.len()],
+            gemm_keys: vec![None; patterns.len()],
+            gemm_vars,
+            dim_names,
+            dim_slots,
             patterns,
             attn_calls: vec![None; attns.len()],
             attns,
             scratch: HashMap::new(),
             round_fn,
+            skinny_fn,
+            skinny: 0,
             dequant_fn,
             dequant_at: HashMap::new(),
             attn_scratch: None,

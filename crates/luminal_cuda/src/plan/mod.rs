@@ -55,6 +55,8 @@ struct Step {
     static_deps: Option<Vec<NodeId>>,
     /// A reduction taking its threads per output at launch ([`Kernel::cooperative`]).
     cooperative: bool,
+    /// The output's element count when its shape has no dims (not evaluated every run).
+    numel: Option<usize>,
 }
 
 struct Buffer<B> {
@@ -78,6 +80,16 @@ pub struct PlanRuntime<E: Executor> {
     buffers: HashMap<NodeId, Buffer<E::Buffer>>,
     error_buffer: Option<E::Buffer>,
     dims: HashMap<String, i64>,
+    /// The dims the kernels read, once each, and for every slot of `dims_host` holding a
+    /// dim's value, that slot and the dim's index in `dim_names` (filled each run without
+    /// looking up each kernel's dims by name).
+    dim_names: Vec<String>,
+    dim_slots: Vec<(usize, usize)>,
+    /// The dims each product's operands and shape depend on, and their values when its
+    /// calls were last resolved (unchanged values keep the calls: a decode step's linear
+    /// layers are not resolved again).
+    gemm_vars: Vec<Vec<String>>,
+    gemm_keys: Vec<Option<Vec<Option<i64>>>>,
     /// The distinct kernels (sources) of the plan, for inspection.
     kernels: Vec<Kernel>,
     /// Products that may go to cuBLAS, and their calls at this run's dims (`None`: kernels).
@@ -92,6 +104,11 @@ pub struct PlanRuntime<E: Executor> {
     scratch: HashMap<launch::BufRef, Buffer<E::Buffer>>,
     /// The rounding kernels (f32 → f16, f32 → bf16) in `functions`, where a product needs them.
     round_fn: HashMap<GemmType, usize>,
+    /// Per product, the [`crate::codegen::skinny_kernel`] in `functions` that computes its calls
+    /// with few activation rows ([`gemm::skinny`]) instead of cuBLAS, and how many launches
+    /// of the last run were such products.
+    skinny_fn: Vec<Option<usize>>,
+    skinny: usize,
     /// Per product over a quantized weight ([`gemm::Pattern::dequant`]): the kernel writing
     /// its f16 copy (into `scratch[BufRef::Dequant(pattern)]`), and when it last ran.
     dequant_fn: HashMap<usize, usize>,
@@ -147,6 +164,12 @@ impl<E: Executor> PlanRuntime<E> {
     /// How many attentions ran through [`Executor::attention`] in the last run.
     pub fn attention_calls(&self) -> usize {
         self.attn_calls.iter().filter(|c| c.is_some()).count()
+    }
+
+    /// Products of the last run computed by the skinny kernel ([`gemm::skinny`]: a decode
+    /// step's linear layers) rather than cuBLAS.
+    pub fn skinny_products(&self) -> usize {
+        self.skinny
     }
 
     /// Attentions recognised at compile time (run fused when their views resolve).
@@ -287,6 +310,9 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
     }
 
     fn run(&mut self) -> Result<()> {
+        // Host time preparing the run (checks, products and attentions resolved, dims,
+        // launches listed), for `LUMINAL_CUDA_STATS=2`.
+        let t0 = std::time::Instant::now();
         // A run that failed after an in-place write took its state's buffer: give it back.
         self.return_state();
         if let Some(d) = self
@@ -298,11 +324,16 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
         }
         self.check_inputs()?;
         let dims = &self.dims;
-        self.calls = self
-            .patterns
-            .iter()
-            .map(|p| gemm::resolve(p, &|e| e.eval_with(&|n| dims.get(n).copied()).ok()))
-            .collect();
+        for (pi, p) in self.patterns.iter().enumerate() {
+            let key: Vec<Option<i64>> = self.gemm_vars[pi]
+                .iter()
+                .map(|v| dims.get(v).copied())
+                .collect();
+            if self.gemm_keys[pi].as_ref() != Some(&key) {
+                self.calls[pi] = gemm::resolve(p, &|e| e.eval_with(&|n| dims.get(n).copied()).ok());
+                self.gemm_keys[pi] = Some(key);
+            }
+        }
         let graph = &self.graph;
         self.attn_calls = self
             .attns
@@ -321,19 +352,24 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
             }
         }
         // This run's dims, where the kernels read them.
-        for step in &self.steps {
-            for (i, d) in step.dims.iter().enumerate() {
-                self.dims_host[step.dims_at + i] = *self
-                    .dims
+        let values = self
+            .dim_names
+            .iter()
+            .map(|d| {
+                self.dims
                     .get(d)
-                    .ok_or_else(|| LuminalError::UnboundDim(d.clone()))?;
-            }
+                    .copied()
+                    .ok_or_else(|| LuminalError::UnboundDim(d.clone()))
+            })
+            .collect::<Result<Vec<i64>>>()?;
+        for &(slot, d) in &self.dim_slots {
+            self.dims_host[slot] = values[d];
         }
         let before = self.launches;
-        let t0 = std::time::Instant::now();
         let mut launches = Vec::with_capacity(self.steps.len());
         self.pending_static.clear();
         self.pending_dequant.clear();
+        self.skinny = 0;
         for s in 0..self.steps.len() {
             self.prepare_step(s, &mut launches)?;
         }

@@ -5,7 +5,7 @@
 use super::launch::{BufRef, Launch};
 use super::{size_of, Buffer, Executor, PlanRuntime};
 use crate::codegen::{self, BLOCK};
-use crate::gemm::Side;
+use crate::gemm::{self, Side};
 use luminal::graph::NodeId;
 use luminal::op::Op;
 use luminal::{LuminalError, Result};
@@ -61,7 +61,10 @@ impl<E: Executor> PlanRuntime<E> {
             self.pending_static.push(s);
         }
         let node = self.graph.node(step.node);
-        let n = self.numel(&node.shape)?;
+        let n = match step.numel {
+            Some(n) => n,
+            None => self.numel(&node.shape)?,
+        };
         let bytes = n * size_of(node.dtype);
         if let Op::WriteSlice { axis, start } = &node.op {
             let len = self.eval(&node.inputs[1].view.dims()[*axis])?;
@@ -269,6 +272,42 @@ impl<E: Executor> PlanRuntime<E> {
                 });
                 self.pending_dequant.push(pi);
             }
+        }
+        let calls = self.calls[pi].as_ref().expect("resolved");
+        if let Some(f) = self.skinny_fn[pi].filter(|_| calls.iter().all(gemm::skinny)) {
+            // Few activation rows: one warp per weight row, the f32 activations (the rounding
+            // kernel's input) rounded in registers.
+            let p = &self.patterns[pi];
+            // `a` holds the activations (the f32 source of a rounded operand; a product whose
+            // `a` is the weight or is dequantized has no skinny kernel).
+            let x = BufRef::Node(p.a.node);
+            let w = if p.dequant == Some(Side::B) {
+                BufRef::Dequant(pi)
+            } else {
+                BufRef::Node(p.b.node)
+            };
+            for c in calls {
+                let rows = c.m as u32;
+                out.push(Launch::Kernel {
+                    function: f,
+                    grid: rows.div_ceil(codegen::SKINNY_WARPS).max(1),
+                    block: 32 * codegen::SKINNY_WARPS,
+                    buffers: vec![BufRef::Node(id), w, x],
+                    scalars: vec![
+                        c.m as i64,
+                        c.n as i64,
+                        c.k as i64,
+                        c.lda as i64,
+                        c.ldb as i64,
+                        c.ldc as i64,
+                        c.offset_a,
+                        c.offset_b,
+                        c.offset_c,
+                    ],
+                });
+                self.skinny += 1;
+            }
+            return Ok(());
         }
         let p = &self.patterns[pi];
         if let Some((side, t)) = p.round {

@@ -349,3 +349,103 @@ pub fn time_product<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(
         2.0 * (m * k * n) as f64 / best / 1e9
     )
 }
+
+/// Linear layers with few activation rows (a decode step's): `x [m, K] · Wᵀ` for a `[N, K]`
+/// weight in f32, f16 or bf16 (f32 activations, rounded to the weight's half type), a pure
+/// f16 product, a sliced activation (offset, row stride past K), K a multiple of 8 (16-byte
+/// loads on a GPU) or not; for `m ≤ gemm::SKINNY_ROWS` the plan must run them as skinny
+/// kernels (`skinny`: whether the backend has them), else through gemm. The reference gets the
+/// activations already rounded to the weight's type, so both sides multiply the same values
+/// and differ only in the order of the f32 sums.
+pub fn skinny<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(
+    backend: impl Fn() -> B,
+    skinny: bool,
+) {
+    let round = |v: &[f32], dt: DType| -> Vec<f32> {
+        v.iter()
+            .map(|&x| match dt {
+                DType::F16 => f16::from_f32(x).to_f32(),
+                DType::BF16 => bf16::from_f32(x).to_f32(),
+                _ => x,
+            })
+            .collect()
+    };
+    for dt in [DType::F32, DType::F16, DType::BF16] {
+        for (m, k, n, pad) in [
+            (1, 64, 9, 0),
+            (1, 200, 33, 0),
+            (2, 13, 5, 0),
+            (3, 24, 40, 8),
+            (4, 576, 17, 0),
+            (1, 21, 3, 3),
+            (5, 64, 9, 0),
+        ] {
+            let name = format!("{dt} weight, m {m}, K {k}, N {n}, pad {pad}");
+            let cx = Graph::new();
+            let x_full = cx.tensor("x", (m, k + pad));
+            let w = cx.input("w", (n, k), dt);
+            let x = x_full.slice(1, pad, k + pad);
+            let y = x.matmul(w.cast(DType::F32).permute([1, 0])).output();
+            let mut reference = cx
+                .compile(ReferenceBackend, CompileOptions::default())
+                .unwrap();
+            let mut rt = cx.compile(backend(), CompileOptions::default()).unwrap();
+            let xv = data(m * (k + pad), 3 + m as u32);
+            let wv = round(&data(n * k, 7 + k as u32), dt);
+            let wh = match dt {
+                DType::F16 => HostData::F16(wv.iter().map(|&v| f16::from_f32(v)).collect()),
+                DType::BF16 => HostData::BF16(wv.iter().map(|&v| bf16::from_f32(v)).collect()),
+                _ => HostData::F32(wv.clone()),
+            };
+            rt.set_data(x_full, HostData::F32(xv.clone())).unwrap();
+            rt.set_data(w, wh.clone()).unwrap();
+            reference
+                .set_data(x_full, HostData::F32(round(&xv, dt)))
+                .unwrap();
+            reference.set_data(w, wh).unwrap();
+            reference.run().unwrap();
+            rt.run().unwrap();
+            let (want, got) = (reference.get_f32(y).unwrap(), rt.get_f32(y).unwrap());
+            assert_eq!(want.len(), got.len(), "{name}");
+            for (i, (a, b)) in want.iter().zip(&got).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-5 * k as f32 * (1.0 + a.abs()),
+                    "{name} element {i}: want {a}, got {b}"
+                );
+            }
+            let expect = skinny && m <= luminal_cuda::gemm::SKINNY_ROWS as usize;
+            assert_eq!(rt.skinny_products() > 0, expect, "{name}: skinny products");
+            assert!(rt.gemm_products() > 0, "{name}: no product went to gemm");
+        }
+    }
+    // f16 activations and weight, f16 result.
+    for m in [1, 3] {
+        let cx = Graph::new();
+        let x = cx.input("x", (1, m, 40), DType::F16);
+        let w = cx.input("w", (24, 40), DType::F16);
+        let y = x.matmul(w.permute([1, 0])).output();
+        let mut reference = cx
+            .compile(ReferenceBackend, CompileOptions::default())
+            .unwrap();
+        let mut rt = cx.compile(backend(), CompileOptions::default()).unwrap();
+        let half = |n: usize, seed: u32| -> HostData {
+            HostData::F16(data(n, seed).iter().map(|&v| f16::from_f32(v)).collect())
+        };
+        for (t, d) in [(x, half(m * 40, 5)), (w, half(24 * 40, 6))] {
+            rt.set_data(t, d.clone()).unwrap();
+            reference.set_data(t, d).unwrap();
+        }
+        reference.run().unwrap();
+        rt.run().unwrap();
+        let (want, got) = (reference.get_f32(y).unwrap(), rt.get_f32(y).unwrap());
+        for (i, (a, b)) in want.iter().zip(&got).enumerate() {
+            // The reference rounds every product and partial sum to f16; the kernel sums in
+            // f32 and rounds once.
+            assert!(
+                (a - b).abs() <= 2e-2 * (1.0 + a.abs()),
+                "f16 product m {m} element {i}: want {a}, got {b}"
+            );
+        }
+        assert_eq!(rt.skinny_products() > 0, skinny, "f16 product m {m}");
+    }
+}
