@@ -831,18 +831,24 @@ pub fn round_kernel(dtype: DType) -> Kernel {
 /// Warps (output columns) per block of a [`skinny_kernel`] launch.
 pub const SKINNY_WARPS: u32 = 8;
 
-/// A product with few activation rows (a decode step's linear layers): cuBLAS's column-major
-/// `C = op(A)·B` with `A` read transposed (`A[i, k]` at `oa + i·lda + k`: a `[N, K]` weight,
-/// `K` contiguous) and `B` not (`B[k, j]` at `ob + j·ldb + k`: `M` activation rows), `C[i, j]`
-/// at `oc + i + j·ldc` — what [`crate::gemm::GemmCall`] describes. One warp per output column
-/// `i` (a weight row): its lanes stream the row in 16-byte pieces (8 elements) where every
-/// offset and stride allows it, else element by element, multiply with each of the `M ≤ 8`
-/// activation rows (read from cache; f32 activations rounded to `round` first, as cuBLAS
-/// reads them rounded into a scratch buffer, so no rounding launch), accumulate in f32 and
-/// combine the lanes by `__shfl_xor_sync`. Types: `w`, `x` (the buffers' f32/f16/bf16), `c`.
-/// Parameters: `out, w, x`, then the scalars `N, M, K, lda, ldb, ldc, oa, ob, oc`; grid
-/// `ceil(N / SKINNY_WARPS)` blocks of `32·SKINNY_WARPS` threads. The host emulator's branch
-/// computes each column with one thread, in the same order of products per lane.
+/// Products one [`skinny_kernel`] launch computes (over the same activations).
+pub const SKINNY_GROUPS: usize = 3;
+
+/// Products with few activation rows (a decode step's linear layers), up to
+/// [`SKINNY_GROUPS`] of them over the same activations in one launch (a layer's q, k and v
+/// projections; gate and up). Each is cuBLAS's column-major `C = op(A)·B` with `A` read
+/// transposed (`A[i, k]` at `oa + i·lda + k`: a `[N, K]` weight, `K` contiguous) and `B` not
+/// (`B[k, j]` at `ob + j·ldb + k`: `M` activation rows), `C[i, j]` at `oc + i + j·ldc` —
+/// what [`crate::gemm::GemmCall`] describes. One warp per output column `i` (a weight row,
+/// the products' rows one after another): its lanes stream the row in 16-byte pieces (8
+/// elements) where every offset and stride allows it, else element by element, multiply with
+/// each of the `M ≤ 8` activation rows (read from cache; f32 activations rounded to `round`
+/// first, as cuBLAS reads them rounded into a scratch buffer, so no rounding launch),
+/// accumulate in f32 and combine the lanes by `__shfl_xor_sync`. Types: `w`, `x` (the
+/// buffers' f32/f16/bf16), `c`. Parameters: `out0, out1, out2, w0, w1, w2, x`, then the
+/// scalars `M, K, ldb, ob` and per product `N, lda, ldc, oa, oc` (`N = 0` for an unused
+/// slot); grid `ceil(ΣN / SKINNY_WARPS)` blocks of `32·SKINNY_WARPS` threads. The host
+/// emulator's branch computes each column with one thread, summing in order.
 pub fn skinny_kernel(w: DType, x: DType, round: Option<DType>, c: DType) -> Kernel {
     let ty = |d: DType| c_type(d).expect("a float type");
     let (wt, xt, ct) = (ty(w), ty(x), ty(c));
@@ -864,10 +870,21 @@ pub fn skinny_kernel(w: DType, x: DType, round: Option<DType>, c: DType) -> Kern
     let xq = rounded("lum_x[lum_q]".to_string());
     let store_c = store(c, Val::Float, "lum_acc[lum_j]");
     let text = format!(
-        r#"{SKINNY_HELPERS}LUM_EXTERN_C __global__ void KERNEL({ct}* __restrict__ out, const {wt}* __restrict__ w, const {xt}* __restrict__ x, long long lum_rows, long long lum_m, long long lum_k, long long lum_lda, long long lum_ldb, long long lum_ldc, long long lum_oa, long long lum_ob, long long lum_oc) {{
+        r#"{SKINNY_HELPERS}LUM_EXTERN_C __global__ void KERNEL({ct}* out0, {ct}* out1, {ct}* out2, const {wt}* __restrict__ w0, const {wt}* __restrict__ w1, const {wt}* __restrict__ w2, const {xt}* __restrict__ x, long long lum_m, long long lum_k, long long lum_ldb, long long lum_ob, long long lum_rows0, long long lum_lda0, long long lum_ldc0, long long lum_oa0, long long lum_oc0, long long lum_rows1, long long lum_lda1, long long lum_ldc1, long long lum_oa1, long long lum_oc1, long long lum_rows2, long long lum_lda2, long long lum_ldc2, long long lum_oa2, long long lum_oc2) {{
     const long long lum_g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const long long lum_row = lum_g >> 5;
     const int lum_lane = (int)(lum_g & 31);
+    /* The warp's product and row. */
+    long long lum_row = lum_g >> 5, lum_rows = lum_rows0, lum_lda = lum_lda0, lum_ldc = lum_ldc0, lum_oa = lum_oa0, lum_oc = lum_oc0;
+    {ct}* out = out0;
+    const {wt}* w = w0;
+    if (lum_row >= lum_rows0) {{
+        lum_row -= lum_rows0;
+        lum_rows = lum_rows1; lum_lda = lum_lda1; lum_ldc = lum_ldc1; lum_oa = lum_oa1; lum_oc = lum_oc1; out = out1; w = w1;
+        if (lum_row >= lum_rows1) {{
+            lum_row -= lum_rows1;
+            lum_rows = lum_rows2; lum_lda = lum_lda2; lum_ldc = lum_ldc2; lum_oa = lum_oa2; lum_oc = lum_oc2; out = out2; w = w2;
+        }}
+    }}
     const int lum_live = lum_row < lum_rows;
     float lum_acc[8] = {{0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}};
 #ifdef __CUDACC_RTC__
@@ -931,11 +948,11 @@ pub fn skinny_kernel(w: DType, x: DType, round: Option<DType>, c: DType) -> Kern
     Kernel {
         source: text.replace("KERNEL", &name),
         name,
-        buffer_types: vec![ct, wt, xt],
+        buffer_types: vec![ct, ct, ct, wt, wt, wt, xt],
         error_flag: false,
         dims: vec![],
         cooperative: true,
-        scalars: Some(9),
+        scalars: Some(4 + 5 * SKINNY_GROUPS),
     }
 }
 

@@ -94,7 +94,13 @@ impl<E: Executor> PlanRuntime<E> {
         let mut inputs_needed = vec![];
         for (id, k) in generated {
             let Some((k, inputs)) = k else {
-                inputs_needed.push(id);
+                // A constant shape's length is checked by `set_data` (no dims to change it).
+                let fixed = graph
+                    .node(id)
+                    .shape
+                    .iter()
+                    .all(|d| d.as_constant().is_some());
+                inputs_needed.push((id, fixed));
                 continue;
             };
             let function = *by_source.entry(k.source.clone()).or_insert_with(|| {
@@ -284,6 +290,12 @@ impl<E: Executor> PlanRuntime<E> {
             attns,
             scratch: HashMap::new(),
             round_fn,
+            skinny_fns: {
+                let mut f: Vec<usize> = skinny_fn.iter().flatten().copied().collect();
+                f.sort();
+                f.dedup();
+                f
+            },
             skinny_fn,
             skinny: 0,
             dequant_fn,

@@ -74,8 +74,9 @@ pub struct PlanRuntime<E: Executor> {
     exec: E,
     functions: Vec<E::Function>,
     steps: Vec<Step>,
-    /// Live inputs (checked at run).
-    inputs_needed: Vec<NodeId>,
+    /// Live inputs (checked at run), and whether their shape is constant (its length was
+    /// checked when set).
+    inputs_needed: Vec<(NodeId, bool)>,
     needed_dims: BTreeSet<String>,
     buffers: HashMap<NodeId, Buffer<E::Buffer>>,
     error_buffer: Option<E::Buffer>,
@@ -108,6 +109,7 @@ pub struct PlanRuntime<E: Executor> {
     /// with few activation rows ([`gemm::skinny`]) instead of cuBLAS, and how many launches
     /// of the last run were such products.
     skinny_fn: Vec<Option<usize>>,
+    skinny_fns: Vec<usize>,
     skinny: usize,
     /// Per product over a quantized weight ([`gemm::Pattern::dequant`]): the kernel writing
     /// its f16 copy (into `scratch[BufRef::Dequant(pattern)]`), and when it last ran.
@@ -228,17 +230,21 @@ impl<E: Executor> PlanRuntime<E> {
 
     /// Every input the plan reads is set, with the length its shape has at the bound dims.
     fn check_inputs(&self) -> Result<()> {
-        for &id in &self.inputs_needed {
+        for &(id, fixed) in &self.inputs_needed {
             let node = self.graph.node(id);
-            let name = match &node.op {
+            let name = || match &node.op {
                 Op::Input { name } => name.clone(),
                 _ => unreachable!("only inputs have no kernel"),
             };
             let have = self
                 .buffers
                 .get(&id)
-                .ok_or_else(|| LuminalError::MissingInput(name.clone()))?
+                .ok_or_else(|| LuminalError::MissingInput(name()))?
                 .len;
+            if fixed {
+                continue;
+            }
+            let name = name();
             let n = self.numel(&node.shape)?;
             if bytes_of(node.dtype, n) != Some(have) {
                 return Err(LuminalError::WrongLength {
@@ -372,6 +378,9 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
         self.skinny = 0;
         for s in 0..self.steps.len() {
             self.prepare_step(s, &mut launches)?;
+        }
+        if self.skinny > 1 {
+            prepare::merge_skinny(&mut launches, &self.skinny_fns);
         }
         self.launches = launches.len();
         let prepared = t0.elapsed();

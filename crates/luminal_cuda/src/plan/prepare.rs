@@ -33,6 +33,113 @@ pub fn threads_per_output(outputs: usize, len: usize, inner: usize) -> u32 {
     t as u32
 }
 
+/// The blocks of a skinny launch: one warp per weight row of its products.
+fn skinny_grid(scalars: &[i64]) -> u32 {
+    let rows: i64 = (0..codegen::SKINNY_GROUPS)
+        .map(|g| scalars[4 + 5 * g])
+        .sum();
+    (rows as u32).div_ceil(codegen::SKINNY_WARPS).max(1)
+}
+
+/// Merges skinny launches (of `skinny`, the plan's skinny kernels) over the same activations
+/// into one launch of up to [`codegen::SKINNY_GROUPS`] products: a later launch (within a
+/// few) joins an earlier one of the same kernel, activations and `M, K, ldb, ob` when no
+/// launch between them writes its weight, activations or output (a layer's q, k, v
+/// projections around q's RoPE; gate and up). The joined products then run where the
+/// earlier one ran: their operands are ready there (the same activations; weights written
+/// before) and nothing between reads their outputs (each node has its own buffer, read only
+/// after the node).
+pub(super) fn merge_skinny(launches: &mut Vec<Launch>, skinny: &[usize]) {
+    const LOOK_AHEAD: usize = 8;
+    let is_skinny = |l: &Launch| match l {
+        Launch::Kernel { function, .. } => skinny.contains(function),
+        _ => false,
+    };
+    let written = |l: &Launch| -> Vec<BufRef> {
+        match l {
+            Launch::Kernel {
+                function, buffers, ..
+            } if skinny.contains(function) => buffers[..codegen::SKINNY_GROUPS].to_vec(),
+            Launch::Kernel { buffers, .. } => buffers[..1].to_vec(),
+            Launch::Gemm { c, .. } => vec![*c],
+            Launch::Attention { out, .. } => vec![*out],
+        }
+    };
+    let x_at = 2 * codegen::SKINNY_GROUPS;
+    let mut i = 0;
+    while i < launches.len() {
+        if !is_skinny(&launches[i]) {
+            i += 1;
+            continue;
+        }
+        let mut between: Vec<BufRef> = vec![];
+        let mut j = i + 1;
+        while j < launches.len() && j <= i + LOOK_AHEAD {
+            let (
+                Launch::Kernel {
+                    function: fi,
+                    buffers: bi,
+                    scalars: si,
+                    ..
+                },
+                Launch::Kernel {
+                    function: fj,
+                    buffers: bj,
+                    scalars: sj,
+                    ..
+                },
+            ) = (&launches[i], &launches[j])
+            else {
+                between.extend(written(&launches[j]));
+                j += 1;
+                continue;
+            };
+            let used = (0..codegen::SKINNY_GROUPS)
+                .take_while(|g| si[4 + 5 * g] > 0)
+                .count();
+            let joins = fi == fj
+                && is_skinny(&launches[j])
+                && bi[x_at] == bj[x_at]
+                && si[..4] == sj[..4]
+                && sj[9] == 0
+                && used < codegen::SKINNY_GROUPS
+                && [bj[0], bj[codegen::SKINNY_GROUPS], bj[x_at]]
+                    .iter()
+                    .all(|b| !between.contains(b));
+            if !joins {
+                if used == codegen::SKINNY_GROUPS {
+                    break;
+                }
+                between.extend(written(&launches[j]));
+                j += 1;
+                continue;
+            }
+            let Launch::Kernel {
+                buffers: bj,
+                scalars: sj,
+                ..
+            } = launches.remove(j)
+            else {
+                unreachable!("matched above")
+            };
+            let Launch::Kernel {
+                grid,
+                buffers,
+                scalars,
+                ..
+            } = &mut launches[i]
+            else {
+                unreachable!("matched above")
+            };
+            buffers[used] = bj[0];
+            buffers[codegen::SKINNY_GROUPS + used] = bj[codegen::SKINNY_GROUPS];
+            scalars[4 + 5 * used..9 + 5 * used].copy_from_slice(&sj[4..9]);
+            *grid = skinny_grid(scalars);
+        }
+        i += 1;
+    }
+}
+
 impl<E: Executor> PlanRuntime<E> {
     /// Sizes step `s`'s output buffer (allocating or growing it) and appends its launches.
     pub(super) fn prepare_step(&mut self, s: usize, out: &mut Vec<Launch>) -> Result<()> {
@@ -287,23 +394,27 @@ impl<E: Executor> PlanRuntime<E> {
                 BufRef::Node(p.b.node)
             };
             for c in calls {
-                let rows = c.m as u32;
+                let slot = [
+                    c.m as i64,
+                    c.lda as i64,
+                    c.ldc as i64,
+                    c.offset_a,
+                    c.offset_c,
+                ];
+                let mut scalars = vec![c.n as i64, c.k as i64, c.ldb as i64, c.offset_b];
+                scalars.extend(slot);
+                // The other products' slots: no rows.
+                for _ in 1..codegen::SKINNY_GROUPS {
+                    scalars.push(0);
+                    scalars.extend(&slot[1..]);
+                }
+                let c_buf = BufRef::Node(id);
                 out.push(Launch::Kernel {
                     function: f,
-                    grid: rows.div_ceil(codegen::SKINNY_WARPS).max(1),
+                    grid: skinny_grid(&scalars),
                     block: 32 * codegen::SKINNY_WARPS,
-                    buffers: vec![BufRef::Node(id), w, x],
-                    scalars: vec![
-                        c.m as i64,
-                        c.n as i64,
-                        c.k as i64,
-                        c.lda as i64,
-                        c.ldb as i64,
-                        c.ldc as i64,
-                        c.offset_a,
-                        c.offset_b,
-                        c.offset_c,
-                    ],
+                    buffers: vec![c_buf, c_buf, c_buf, w, w, w, x],
+                    scalars,
                 });
                 self.skinny += 1;
             }

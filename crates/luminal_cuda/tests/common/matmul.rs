@@ -418,6 +418,56 @@ pub fn skinny<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(
             assert!(rt.gemm_products() > 0, "{name}: no product went to gemm");
         }
     }
+    // Three products over the same activations (a layer's q, k, v): one launch, with a
+    // fourth (gate after them) starting another.
+    for m in [1, 2] {
+        let cx = Graph::new();
+        let x = cx.tensor("x", (m, 48));
+        let rows = [24, 8, 16, 40];
+        let ws: Vec<_> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| cx.input(&format!("w{i}"), (n, 48), DType::F16))
+            .collect();
+        let ys: Vec<_> = ws
+            .iter()
+            .map(|w| x.matmul(w.cast(DType::F32).permute([1, 0])).output())
+            .collect();
+        let mut reference = cx
+            .compile(ReferenceBackend, CompileOptions::default())
+            .unwrap();
+        let mut rt = cx.compile(backend(), CompileOptions::default()).unwrap();
+        let xv = data(m * 48, 11);
+        rt.set_data(x, HostData::F32(xv.clone())).unwrap();
+        reference
+            .set_data(x, HostData::F32(round(&xv, DType::F16)))
+            .unwrap();
+        for (i, (&w, &n)) in ws.iter().zip(&rows).enumerate() {
+            let d = HostData::F16(
+                data(n * 48, 20 + i as u32)
+                    .iter()
+                    .map(|&v| f16::from_f32(v))
+                    .collect(),
+            );
+            rt.set_data(w, d.clone()).unwrap();
+            reference.set_data(w, d).unwrap();
+        }
+        reference.run().unwrap();
+        rt.run().unwrap();
+        for (o, &y) in ys.iter().enumerate() {
+            let (want, got) = (reference.get_f32(y).unwrap(), rt.get_f32(y).unwrap());
+            for (i, (a, b)) in want.iter().zip(&got).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-4 * (1.0 + a.abs()),
+                    "grouped products m {m} output {o} element {i}: want {a}, got {b}"
+                );
+            }
+        }
+        if skinny {
+            assert_eq!(rt.skinny_products(), 4, "grouped products m {m}");
+            assert_eq!(rt.launches(), 2, "grouped products m {m}: launches");
+        }
+    }
     // f16 activations and weight, f16 result.
     for m in [1, 3] {
         let cx = Graph::new();
