@@ -842,8 +842,9 @@ pub const SKINNY_GROUPS: usize = 3;
 /// what [`crate::gemm::GemmCall`] describes. One warp per output column `i` (a weight row,
 /// the products' rows one after another): its lanes stream the row in 16-byte pieces (8
 /// elements) where every offset and stride allows it, else element by element, multiply with
-/// each of the `M ≤ 8` activation rows (read from cache; f32 activations rounded to `round`
-/// first, as cuBLAS reads them rounded into a scratch buffer, so no rounding launch),
+/// each of the `M ≤ 8` activation rows (staged once per block in shared memory when `M·K ≤
+/// 8192`, else read from cache; f32 activations rounded to `round` first, as cuBLAS reads
+/// them rounded into a scratch buffer, so no rounding launch),
 /// accumulate in f32 and combine the lanes by `__shfl_xor_sync`. Types: `w`, `x` (the
 /// buffers' f32/f16/bf16), `c`. Parameters: `out0, out1, out2, w0, w1, w2, x`, then the
 /// scalars `M, K, ldb, ob` and per product `N, lda, ldc, oa, oc` (`N = 0` for an unused
@@ -888,11 +889,47 @@ pub fn skinny_kernel(w: DType, x: DType, round: Option<DType>, c: DType) -> Kern
     const int lum_live = lum_row < lum_rows;
     float lum_acc[8] = {{0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}};
 #ifdef __CUDACC_RTC__
+    /* The activations, rounded once per block into shared memory when they fit (every
+       thread of the block takes part: no early return before the barrier). */
+    __shared__ float4 lum_xs4[LUM_SK_STAGE / 4];
+    float* lum_xs = (float*)lum_xs4;
+    const int lum_stage = ((lum_k | lum_ldb | lum_ob) & 7) == 0 && lum_m * lum_k <= LUM_SK_STAGE;
+    if (lum_stage) {{
+        for (long long lum_i = threadIdx.x; lum_i < lum_m * lum_k; lum_i += blockDim.x) {{
+            const long long lum_e = lum_i % lum_k;
+            const {xt}* xr = x + lum_ob + (lum_i / lum_k) * lum_ldb;
+            lum_xs[lum_i] = {xv};
+        }}
+        __syncthreads();
+    }}
     const {wt}* wr = w + lum_oa + (lum_live ? lum_row : 0) * lum_lda;
     const long long lum_end = lum_live ? lum_k : 0;
-    if (((lum_k | lum_lda | lum_ldb | lum_oa | lum_ob) & 7) == 0) {{
-        /* Lane l: elements [8c, 8c + 8) for c = l, l + 32, ... (16 bytes of halves a load). */
-#pragma unroll 4
+    if (lum_stage && ((lum_lda | lum_oa) & 7) == 0) {{
+        /* Lane l: elements [8c, 8c + 8) for c = l, l + 32, ... (16 bytes of halves a load),
+           four pieces' loads issued before any is used (64 bytes in flight a lane). */
+        for (long long lum_k0 = 8 * lum_lane; lum_k0 < lum_end; lum_k0 += 1024) {{
+            unsigned lum_r[4][LUM_SK_RAW_{wn}];
+#pragma unroll
+            for (int lum_u = 0; lum_u < 4; ++lum_u)
+                if (lum_k0 + 256 * lum_u < lum_end) lum_sk_raw_{wn}(wr + lum_k0 + 256 * lum_u, lum_r[lum_u]);
+#pragma unroll
+            for (int lum_u = 0; lum_u < 4; ++lum_u) {{
+                if (lum_k0 + 256 * lum_u < lum_end) {{
+                    float lum_w[8], lum_x[8];
+                    lum_sk_cvt_{wn}(lum_r[lum_u], lum_w);
+#pragma unroll
+                    for (int lum_j = 0; lum_j < 8; ++lum_j) {{
+                        if (lum_j < lum_m) {{
+                            lum_sk_load8_f32(lum_xs + lum_j * lum_k + lum_k0 + 256 * lum_u, lum_x);
+#pragma unroll
+                            for (int lum_q = 0; lum_q < 8; ++lum_q) lum_acc[lum_j] += lum_w[lum_q] * lum_x[lum_q];
+                        }}
+                    }}
+                }}
+            }}
+        }}
+    }} else if (((lum_k | lum_lda | lum_ldb | lum_oa | lum_ob) & 7) == 0) {{
+#pragma unroll 2
         for (long long lum_k0 = 8 * lum_lane; lum_k0 < lum_end; lum_k0 += 256) {{
             float lum_w[8], lum_x[8];
             lum_sk_load8_{wn}(wr + lum_k0, lum_w);
@@ -957,34 +994,52 @@ pub fn skinny_kernel(w: DType, x: DType, round: Option<DType>, c: DType) -> Kern
 }
 
 /// Conversions and 8-element loads of [`skinny_kernel`] (once per module): on a GPU the PTX
-/// `cvt` instructions and 16-byte vector loads, in C the prelude's conversions element by
-/// element (same values: both round to nearest even).
+/// `cvt` instructions (rounding, round to nearest even as the prelude's) and 16-byte vector
+/// loads, in C the prelude's conversions element by element; f16 weights widened by integer
+/// operations in both (the H200 run with a `cvt` per weight and per activation element
+/// streamed a 1B model's weights at a third of the bandwidth: conversions, not memory).
 const SKINNY_HELPERS: &str = r#"#ifndef LUM_SKINNY_HELPERS
 #define LUM_SKINNY_HELPERS
+/* Floats of activations a block stages in shared memory (32 KiB). */
+#define LUM_SK_STAGE 8192
+/* The two halves of a word as f32 by integer operations and one exact product by 2^112
+   (normal and subnormal halves exactly, zeros with their sign; infinities and NaNs, which
+   weights do not hold, become large finite values): far cheaper on a GPU than one cvt each. */
+LUM_DEV float lum_sk_lo(unsigned u) { return lum_u2f(lum_f2u(lum_u2f((u & 0x7fffu) << 13) * 0x1p112f) | ((u & 0x8000u) << 16)); }
+LUM_DEV float lum_sk_hi(unsigned u) { return lum_u2f(lum_f2u(lum_u2f((u >> 3) & 0x0fffe000u) * 0x1p112f) | (u & 0x80000000u)); }
 #ifdef __CUDA_ARCH__
 LUM_DEV float lum_sk_h2f(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 LUM_DEV float lum_sk_round_f16(float v) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v)); return lum_sk_h2f(h); }
 LUM_DEV float lum_sk_round_bf16(float v) { unsigned short h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v)); return lum_bf16_to_f32(h); }
-LUM_DEV void lum_sk_load8_f16(const unsigned short* p, float* o) {
-    const uint4 v = *(const uint4*)p; const unsigned u[4] = {v.x, v.y, v.z, v.w};
-    for (int i = 0; i < 4; ++i) { o[2 * i] = lum_sk_h2f((unsigned short)(u[i] & 0xffffu)); o[2 * i + 1] = lum_sk_h2f((unsigned short)(u[i] >> 16)); }
-}
-LUM_DEV void lum_sk_load8_bf16(const unsigned short* p, float* o) {
-    const uint4 v = *(const uint4*)p; const unsigned u[4] = {v.x, v.y, v.z, v.w};
-    for (int i = 0; i < 4; ++i) { o[2 * i] = lum_u2f(u[i] << 16); o[2 * i + 1] = lum_u2f(u[i] & 0xffff0000u); }
-}
+LUM_DEV void lum_sk_words4(const unsigned short* p, unsigned* u) { const uint4 v = *(const uint4*)p; u[0] = v.x; u[1] = v.y; u[2] = v.z; u[3] = v.w; }
 LUM_DEV void lum_sk_load8_f32(const float* p, float* o) {
     const float4 a = *(const float4*)p, b = *(const float4*)(p + 4);
     o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w; o[4] = b.x; o[5] = b.y; o[6] = b.z; o[7] = b.w;
 }
 #else
+typedef struct { float x, y, z, w; } float4;
 LUM_DEV float lum_sk_h2f(unsigned short h) { return lum_f16_to_f32(h); }
 LUM_DEV float lum_sk_round_f16(float v) { return lum_f16_to_f32(lum_f32_to_f16(v)); }
 LUM_DEV float lum_sk_round_bf16(float v) { return lum_bf16_to_f32(lum_f32_to_bf16(v)); }
-LUM_DEV void lum_sk_load8_f16(const unsigned short* p, float* o) { for (int i = 0; i < 8; ++i) o[i] = lum_f16_to_f32(p[i]); }
-LUM_DEV void lum_sk_load8_bf16(const unsigned short* p, float* o) { for (int i = 0; i < 8; ++i) o[i] = lum_bf16_to_f32(p[i]); }
+LUM_DEV void lum_sk_words4(const unsigned short* p, unsigned* u) { memcpy(u, p, 16); }
 LUM_DEV void lum_sk_load8_f32(const float* p, float* o) { for (int i = 0; i < 8; ++i) o[i] = p[i]; }
 #endif
+/* A piece of 8 weights as raw 32-bit words (loaded), then as floats (converted). */
+#define LUM_SK_RAW_f16 4
+#define LUM_SK_RAW_bf16 4
+#define LUM_SK_RAW_f32 8
+LUM_DEV void lum_sk_raw_f16(const unsigned short* p, unsigned* u) { lum_sk_words4(p, u); }
+LUM_DEV void lum_sk_raw_bf16(const unsigned short* p, unsigned* u) { lum_sk_words4(p, u); }
+LUM_DEV void lum_sk_raw_f32(const float* p, unsigned* u) { lum_sk_words4((const unsigned short*)p, u); lum_sk_words4((const unsigned short*)(p + 4), u + 4); }
+LUM_DEV void lum_sk_cvt_f16(const unsigned* u, float* o) {
+    for (int i = 0; i < 4; ++i) { o[2 * i] = lum_sk_lo(u[i]); o[2 * i + 1] = lum_sk_hi(u[i]); }
+}
+LUM_DEV void lum_sk_cvt_bf16(const unsigned* u, float* o) {
+    for (int i = 0; i < 4; ++i) { o[2 * i] = lum_u2f(u[i] << 16); o[2 * i + 1] = lum_u2f(u[i] & 0xffff0000u); }
+}
+LUM_DEV void lum_sk_cvt_f32(const unsigned* u, float* o) { for (int i = 0; i < 8; ++i) o[i] = lum_u2f(u[i]); }
+LUM_DEV void lum_sk_load8_f16(const unsigned short* p, float* o) { unsigned u[4]; lum_sk_raw_f16(p, u); lum_sk_cvt_f16(u, o); }
+LUM_DEV void lum_sk_load8_bf16(const unsigned short* p, float* o) { unsigned u[4]; lum_sk_raw_bf16(p, u); lum_sk_cvt_bf16(u, o); }
 #endif
 "#;
 

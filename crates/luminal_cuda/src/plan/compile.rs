@@ -11,6 +11,10 @@ use luminal::passes::live_order;
 use luminal::{DType, LuminalError, Result};
 use std::collections::{HashMap, HashSet};
 
+/// The most weight elements (N·K) a product may have to run as a skinny kernel by default
+/// (`LUMINAL_CUDA_SKINNY` overrides it).
+pub const SKINNY_MAX_WEIGHTS: u64 = u64::MAX;
+
 impl<E: Executor> PlanRuntime<E> {
     /// Generates the kernels of `graph`'s live nodes, elementwise producers fused into their
     /// consumers, and compiles the distinct ones.
@@ -217,7 +221,15 @@ impl<E: Executor> PlanRuntime<E> {
         }
         // Products with few activation rows (decode): one warp per weight row
         // ([`codegen::skinny_kernel`]), the f32 activations rounded in registers.
-        let skinny_on = std::env::var("LUMINAL_CUDA_SKINNY").map_or(true, |v| v != "0");
+        // `LUMINAL_CUDA_SKINNY`: `0` none, `all`, or the most weight elements (N·K) a skinny
+        // product may have (larger ones go to cuBLAS).
+        let skinny_max = match std::env::var("LUMINAL_CUDA_SKINNY").as_deref() {
+            Ok("0") | Ok("off") => 0,
+            Ok("all") => u64::MAX,
+            Ok(v) => v.parse().unwrap_or(SKINNY_MAX_WEIGHTS),
+            Err(_) => SKINNY_MAX_WEIGHTS,
+        };
+        let skinny_on = skinny_max > 0;
         let mut skinny_fn = vec![None; patterns.len()];
         for (i, p) in patterns.iter().enumerate() {
             let x = match p.round {
@@ -297,6 +309,7 @@ impl<E: Executor> PlanRuntime<E> {
                 f
             },
             skinny_fn,
+            skinny_max,
             skinny: 0,
             dequant_fn,
             dequant_at: HashMap::new(),

@@ -110,6 +110,8 @@ pub struct PlanRuntime<E: Executor> {
     /// of the last run were such products.
     skinny_fn: Vec<Option<usize>>,
     skinny_fns: Vec<usize>,
+    /// The most weight elements of a skinny product (`LUMINAL_CUDA_SKINNY`).
+    skinny_max: u64,
     skinny: usize,
     /// Per product over a quantized weight ([`gemm::Pattern::dequant`]): the kernel writing
     /// its f16 copy (into `scratch[BufRef::Dequant(pattern)]`), and when it last ran.

@@ -5,7 +5,7 @@
 use super::launch::{BufRef, Launch};
 use super::{size_of, Buffer, Executor, PlanRuntime};
 use crate::codegen::{self, BLOCK};
-use crate::gemm::{self, Side};
+use crate::gemm::{self, GemmCall, Side};
 use luminal::graph::NodeId;
 use luminal::op::Op;
 use luminal::{LuminalError, Result};
@@ -381,7 +381,10 @@ impl<E: Executor> PlanRuntime<E> {
             }
         }
         let calls = self.calls[pi].as_ref().expect("resolved");
-        if let Some(f) = self.skinny_fn[pi].filter(|_| calls.iter().all(gemm::skinny)) {
+        let fits = |c: &GemmCall| {
+            gemm::skinny(c) && (c.m.max(0) as u64) * (c.k.max(0) as u64) <= self.skinny_max
+        };
+        if let Some(f) = self.skinny_fn[pi].filter(|_| calls.iter().all(fits)) {
             // Few activation rows: one warp per weight row, the f32 activations (the rounding
             // kernel's input) rounded in registers.
             let p = &self.patterns[pi];

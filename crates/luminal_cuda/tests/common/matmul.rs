@@ -371,16 +371,21 @@ pub fn skinny<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(
             .collect()
     };
     for dt in [DType::F32, DType::F16, DType::BF16] {
-        for (m, k, n, pad) in [
-            (1, 64, 9, 0),
-            (1, 200, 33, 0),
-            (2, 13, 5, 0),
-            (3, 24, 40, 8),
-            (4, 576, 17, 0),
-            (1, 21, 3, 3),
-            (5, 64, 9, 0),
+        // (m, K, N, pad, weight scale): activations staged in shared memory (M·K ≤ 8192),
+        // not staged (8208), unaligned (K 13, 21), f16 subnormal weights (scale 1e-5).
+        for (m, k, n, pad, scale) in [
+            (1, 64, 9, 0, 1.0),
+            (1, 200, 33, 0, 1.0),
+            (2, 13, 5, 0, 1.0),
+            (3, 24, 40, 8, 1.0),
+            (4, 576, 17, 0, 1.0),
+            (1, 21, 3, 3, 1.0),
+            (2, 4104, 5, 0, 1.0),
+            (1, 2056, 7, 0, 1.0),
+            (1, 64, 9, 0, 1e-5),
+            (5, 64, 9, 0, 1.0),
         ] {
-            let name = format!("{dt} weight, m {m}, K {k}, N {n}, pad {pad}");
+            let name = format!("{dt} weight, m {m}, K {k}, N {n}, pad {pad}, scale {scale}");
             let cx = Graph::new();
             let x_full = cx.tensor("x", (m, k + pad));
             let w = cx.input("w", (n, k), dt);
@@ -391,7 +396,11 @@ pub fn skinny<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(
                 .unwrap();
             let mut rt = cx.compile(backend(), CompileOptions::default()).unwrap();
             let xv = data(m * (k + pad), 3 + m as u32);
-            let wv = round(&data(n * k, 7 + k as u32), dt);
+            let wv: Vec<f32> = data(n * k, 7 + k as u32)
+                .iter()
+                .map(|v| v * scale)
+                .collect();
+            let wv = round(&wv, dt);
             let wh = match dt {
                 DType::F16 => HostData::F16(wv.iter().map(|&v| f16::from_f32(v)).collect()),
                 DType::BF16 => HostData::BF16(wv.iter().map(|&v| bf16::from_f32(v)).collect()),
@@ -409,7 +418,7 @@ pub fn skinny<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(
             assert_eq!(want.len(), got.len(), "{name}");
             for (i, (a, b)) in want.iter().zip(&got).enumerate() {
                 assert!(
-                    (a - b).abs() <= 1e-5 * k as f32 * (1.0 + a.abs()),
+                    (a - b).abs() <= 1e-5 * k as f32 * (scale + a.abs()),
                     "{name} element {i}: want {a}, got {b}"
                 );
             }
