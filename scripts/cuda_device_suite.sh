@@ -12,7 +12,8 @@
 #   cargo build --release -p luminal_cli
 #   cargo build --release -p luminal_cuda --examples
 #   bash scripts/cuda_device_suite.sh --prepare         # copies + strips them into .gpu/
-# then run `bash scripts/cuda_device_suite.sh [tests|bench|all]` there with .gpu carried.
+# then run `bash scripts/cuda_device_suite.sh [tests|bench|all|decode]` there with .gpu carried
+# (`decode`: the tests, then decode/prefill only, with and without the skinny products).
 # Logs go to $OUT (the device tool's output folder) or a temporary folder.
 set -u
 if [ "${1:-}" = --prepare ]; then
@@ -50,7 +51,7 @@ gguf_py() {
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$WORK/site" $B/gguf-*.whl && export PYTHONPATH="$WORK/site"
 }
 
-if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
+if [ "$WHAT" = tests ] || [ "$WHAT" = all ] || [ "$WHAT" = decode ]; then
   for t in emulator_matmul:gpu llama:gpu emulator_graphs:gpu emulator_reduce:gpu emulator_attention:gpu op_suite: emulator_fusion:gpu emulator_quant:gpu; do
     b=${t%%:*}; f=${t#*:}
     [ -x .gpu/$b ] || continue
@@ -58,6 +59,28 @@ if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
     timeout 40 .gpu/$b $f --nocapture --test-threads 1 > $OUT/$b.log 2>&1; r=$?
     grep -E "^test |test result|positions|skipping|panicked|error|GFLOP|decode step|gpu|replays" $OUT/$b.log | head -40; took $r
   done
+fi
+
+if [ "$WHAT" = decode ]; then
+  # Decode and prefill only (after decode changes): ours with and without the skinny
+  # products, the 1B shape's transformers eager baseline, the device copy for the roofline.
+  gguf_py
+  S=$WORK/smollm2-shape.F16.gguf
+  G=$WORK/llama1b-shape.F16.gguf
+  step "make SmolLM2- and Llama-3.2-1B-shaped F16 GGUFs"
+  timeout 60 python3 scripts/make_llama1b_gguf.py "$S" --ref $B/smollm2-tokenizer.gguf --shape smollm2 2>&1 | tail -1
+  timeout 90 python3 scripts/make_llama1b_gguf.py "$G" --ref $B/smollm2-tokenizer.gguf --shape llama1b 2>&1 | tail -1; took $?
+  for M in $S $G; do
+    step "luminal bench $(basename $M) --device cuda"
+    timeout 60 $L bench -m $M --device cuda -p 128,512 -n 128 -r 3 2>&1 | grep -E "^\| llama"; took $?
+    step "LUMINAL_CUDA_SKINNY=0 (decode products through cuBLAS after a rounding kernel)"
+    LUMINAL_CUDA_SKINNY=0 timeout 60 $L bench -m $M --device cuda -p 512 -n 128 -r 3 2>&1 | grep -E "^\| llama"; took $?
+    step "launches and host/device time per decode step (LUMINAL_CUDA_STATS=2)"
+    LUMINAL_CUDA_STATS=2 timeout 30 $L generate -m $M --device cuda --prompt "Once upon a time" -n 12 --no-echo 2>&1 | grep -E "luminal_cuda|tok/s" | tail -7
+  done
+  [ -x $B/ops_gbps ] && timeout 40 $B/ops_gbps 4096 8192 30 2>&1 | grep d2d
+  step "transformers eager bf16, random llama1b-shaped"
+  timeout 60 python3 scripts/torch_llama_bench.py llama --shape llama1b --pp 512 --tg 128 --reps 2 --dtype bf16 2>&1 | grep -E "transformers|Error"; took $?
 fi
 
 if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then

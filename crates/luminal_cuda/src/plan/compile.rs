@@ -1,7 +1,7 @@
 //! Compiling a graph into a plan: the products, attentions, fused nodes, in-place state
 //! writes and static steps found, the kernels generated and compiled once.
 
-use super::{Executor, PlanRuntime, Step};
+use super::{Executor, IdMap, PlanRuntime, Step};
 use crate::attention;
 use crate::codegen::{self, Kernel};
 use crate::gemm::{self, GemmType, Side};
@@ -288,7 +288,7 @@ impl<E: Executor> PlanRuntime<E> {
             steps,
             inputs_needed,
             needed_dims,
-            buffers: HashMap::new(),
+            buffers: IdMap::default(),
             error_buffer: None,
             dims: HashMap::new(),
             kernels,
@@ -300,7 +300,7 @@ impl<E: Executor> PlanRuntime<E> {
             patterns,
             attn_calls: vec![None; attns.len()],
             attns,
-            scratch: HashMap::new(),
+            scratch: IdMap::default(),
             round_fn,
             skinny_fns: {
                 let mut f: Vec<usize> = skinny_fn.iter().flatten().copied().collect();
@@ -312,7 +312,7 @@ impl<E: Executor> PlanRuntime<E> {
             skinny_max,
             skinny: 0,
             dequant_fn,
-            dequant_at: HashMap::new(),
+            dequant_at: IdMap::default(),
             attn_scratch: None,
             attn_table: None,
             attn_host: vec![],
@@ -320,7 +320,7 @@ impl<E: Executor> PlanRuntime<E> {
             launches: 0,
             ran: false,
             generation: 0,
-            set_at: HashMap::new(),
+            set_at: IdMap::default(),
             computed_at: vec![0; nsteps],
             pending_static: vec![],
             pending_dequant: vec![],

@@ -1,12 +1,11 @@
 //! A run's launches, listed before any is issued: the buffers they name, the signature that
 //! decides whether a captured graph can replay them, and issuing them on the executor.
 
-use super::{Buffer, Executor, PlanRuntime};
+use super::{Buffer, Executor, IdMap, PlanRuntime};
 use crate::attention::AttnCall;
 use crate::gemm::GemmCall;
 use luminal::graph::NodeId;
 use luminal::{LuminalError, Result};
-use std::collections::HashMap;
 
 /// A buffer a launch reads or writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -22,8 +21,8 @@ pub(super) enum BufRef {
 
 /// The buffer `r` names, among the plan's.
 pub(super) fn buffer_of<'a, B>(
-    buffers: &'a HashMap<NodeId, Buffer<B>>,
-    scratch: &'a HashMap<BufRef, Buffer<B>>,
+    buffers: &'a IdMap<NodeId, Buffer<B>>,
+    scratch: &'a IdMap<BufRef, Buffer<B>>,
     error: &'a Option<B>,
     dims: &'a Option<Buffer<B>>,
     r: BufRef,

@@ -27,6 +27,34 @@ use luminal::op::Op;
 use luminal::{Expression, HostData, LuminalError, Result, Runtime};
 use std::collections::{BTreeSet, HashMap};
 
+/// A hasher for the plan's small integer keys (node ids, buffer references), looked up for
+/// every launch of every run: one multiply per word instead of SipHash.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(n as u64)
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64)
+    }
+}
+
+/// A map keyed by node ids or buffer references ([`IdHasher`]).
+pub(crate) type IdMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<IdHasher>>;
+
 /// One kernel launch of the plan.
 struct Step {
     node: NodeId,
@@ -78,7 +106,7 @@ pub struct PlanRuntime<E: Executor> {
     /// checked when set).
     inputs_needed: Vec<(NodeId, bool)>,
     needed_dims: BTreeSet<String>,
-    buffers: HashMap<NodeId, Buffer<E::Buffer>>,
+    buffers: IdMap<NodeId, Buffer<E::Buffer>>,
     error_buffer: Option<E::Buffer>,
     dims: HashMap<String, i64>,
     /// The dims the kernels read, once each, and for every slot of `dims_host` holding a
@@ -102,7 +130,7 @@ pub struct PlanRuntime<E: Executor> {
     attn_calls: Vec<Option<AttnCall>>,
     /// Products' own buffers: an f32 operand rounded to a half type (`BufRef::Scratch`), a
     /// quantized weight's f16 copy (`BufRef::Dequant`).
-    scratch: HashMap<launch::BufRef, Buffer<E::Buffer>>,
+    scratch: IdMap<launch::BufRef, Buffer<E::Buffer>>,
     /// The rounding kernels (f32 → f16, f32 → bf16) in `functions`, where a product needs them.
     round_fn: HashMap<GemmType, usize>,
     /// Per product, the [`crate::codegen::skinny_kernel`] in `functions` that computes its calls
@@ -116,7 +144,7 @@ pub struct PlanRuntime<E: Executor> {
     /// Per product over a quantized weight ([`gemm::Pattern::dequant`]): the kernel writing
     /// its f16 copy (into `scratch[BufRef::Dequant(pattern)]`), and when it last ran.
     dequant_fn: HashMap<usize, usize>,
-    dequant_at: HashMap<usize, u64>,
+    dequant_at: IdMap<usize, u64>,
     /// Split-KV partial results of the attention calls ([`Executor::attention_scratch`]).
     attn_scratch: Option<Buffer<E::Buffer>>,
     /// The attention calls of a run in device memory (one slot per pattern), written before
@@ -132,7 +160,7 @@ pub struct PlanRuntime<E: Executor> {
     /// A counter of `set_data` calls: when each input was last set, and when each static
     /// step last computed its result (0: never).
     generation: u64,
-    set_at: HashMap<NodeId, u64>,
+    set_at: IdMap<NodeId, u64>,
     computed_at: Vec<u64>,
     /// Static steps launched by the run being prepared (marked computed once it is issued),
     /// and the products whose weight copy it writes.
@@ -333,13 +361,15 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
         self.check_inputs()?;
         let dims = &self.dims;
         for (pi, p) in self.patterns.iter().enumerate() {
-            let key: Vec<Option<i64>> = self.gemm_vars[pi]
-                .iter()
-                .map(|v| dims.get(v).copied())
-                .collect();
-            if self.gemm_keys[pi].as_ref() != Some(&key) {
+            let vars = &self.gemm_vars[pi];
+            let same = self.gemm_keys[pi].as_ref().is_some_and(|k| {
+                k.iter()
+                    .zip(vars)
+                    .all(|(&value, name)| dims.get(name).copied() == value)
+            });
+            if !same {
                 self.calls[pi] = gemm::resolve(p, &|e| e.eval_with(&|n| dims.get(n).copied()).ok());
-                self.gemm_keys[pi] = Some(key);
+                self.gemm_keys[pi] = Some(vars.iter().map(|v| dims.get(v).copied()).collect());
             }
         }
         let graph = &self.graph;

@@ -55,24 +55,24 @@ pub(super) fn merge_skinny(launches: &mut Vec<Launch>, skinny: &[usize]) {
         Launch::Kernel { function, .. } => skinny.contains(function),
         _ => false,
     };
-    let written = |l: &Launch| -> Vec<BufRef> {
-        match l {
-            Launch::Kernel {
-                function, buffers, ..
-            } if skinny.contains(function) => buffers[..codegen::SKINNY_GROUPS].to_vec(),
-            Launch::Kernel { buffers, .. } => buffers[..1].to_vec(),
-            Launch::Gemm { c, .. } => vec![*c],
-            Launch::Attention { out, .. } => vec![*out],
-        }
+    // The buffers a launch writes, added to `to`.
+    let written = |l: &Launch, to: &mut Vec<BufRef>| match l {
+        Launch::Kernel {
+            function, buffers, ..
+        } if skinny.contains(function) => to.extend(&buffers[..codegen::SKINNY_GROUPS]),
+        Launch::Kernel { buffers, .. } => to.push(buffers[0]),
+        Launch::Gemm { c, .. } => to.push(*c),
+        Launch::Attention { out, .. } => to.push(*out),
     };
     let x_at = 2 * codegen::SKINNY_GROUPS;
+    let mut between: Vec<BufRef> = vec![];
     let mut i = 0;
     while i < launches.len() {
         if !is_skinny(&launches[i]) {
             i += 1;
             continue;
         }
-        let mut between: Vec<BufRef> = vec![];
+        between.clear();
         let mut j = i + 1;
         while j < launches.len() && j <= i + LOOK_AHEAD {
             let (
@@ -90,7 +90,7 @@ pub(super) fn merge_skinny(launches: &mut Vec<Launch>, skinny: &[usize]) {
                 },
             ) = (&launches[i], &launches[j])
             else {
-                between.extend(written(&launches[j]));
+                written(&launches[j], &mut between);
                 j += 1;
                 continue;
             };
@@ -110,7 +110,7 @@ pub(super) fn merge_skinny(launches: &mut Vec<Launch>, skinny: &[usize]) {
                 if used == codegen::SKINNY_GROUPS {
                     break;
                 }
-                between.extend(written(&launches[j]));
+                written(&launches[j], &mut between);
                 j += 1;
                 continue;
             }
