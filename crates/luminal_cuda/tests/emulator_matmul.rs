@@ -85,6 +85,14 @@ fn skinny_kernels_compile_with_nvrtc() {
     ]
     .into_iter()
     .map(|(w, x, r, c)| luminal_cuda::codegen::skinny_kernel(w, x, r, c))
+    .chain(
+        [
+            luminal::DType::Q8_0,
+            luminal::DType::Q4_0,
+            luminal::DType::Q4_1,
+        ]
+        .map(|q| luminal_cuda::codegen::skinny_quant_kernel(q, F32).unwrap()),
+    )
     .collect();
     let ptx =
         luminal_cuda::device::nvrtc_ptx(&kernels.iter().collect::<Vec<_>>(), "compute_90").unwrap();
@@ -93,7 +101,9 @@ fn skinny_kernels_compile_with_nvrtc() {
             .split(".entry ")
             .find(|b| b.starts_with(&k.name))
             .unwrap_or_else(|| panic!("{} not in the PTX", k.name));
-        assert!(body.contains(".v4."), "{}: no 16-byte loads", k.name);
+        if !k.name.contains("_q") {
+            assert!(body.contains(".v4."), "{}: no 16-byte loads", k.name);
+        }
     }
     assert!(ptx.contains("cvt.rn.f16.f32") && ptx.contains("cvt.rn.bf16.f32"));
 }

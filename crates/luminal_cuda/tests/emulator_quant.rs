@@ -5,7 +5,7 @@
 //! decoders. `gpu_dequantizing_casts` runs the same checks on a GPU.
 
 use luminal::prelude::*;
-use luminal_cuda::HostEmulatorBackend;
+use luminal_cuda::{HostEmulatorBackend, HostEmulatorCooperative};
 
 mod common;
 use common::quant as quant_cases;
@@ -53,6 +53,42 @@ where
     }
 }
 
+/// Decode-shaped products over each block type: Q8_0/Q4_0/Q4_1 blocks read in place by one
+/// grouped skinny launch, the others through an f16 copy (a dequantizing launch before each
+/// product in the first run, then one grouped launch).
+fn quantized_decode_products<E, B>(backend: impl Fn() -> B)
+where
+    E: luminal_cuda::plan::Executor,
+    B: Backend<Runtime = luminal_cuda::plan::PlanRuntime<E>>,
+{
+    for dt in [
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q4_K,
+        DType::Q6_K,
+    ] {
+        for m in [1, 3] {
+            let (launches, skinny) = quant_cases::quantized_decode(backend(), dt, m);
+            println!("{dt} decode m {m}: launches per run {launches:?}, {skinny} skinny products");
+            assert_eq!(skinny, 3, "{dt} m {m}");
+            let in_place = matches!(dt, DType::Q8_0 | DType::Q4_0 | DType::Q4_1);
+            assert_eq!(launches, [if in_place { 1 } else { 6 }, 1], "{dt} m {m}");
+        }
+    }
+}
+
+#[test]
+fn quantized_decode_products_read_blocks_in_place() {
+    quantized_decode_products(|| HostEmulatorBackend);
+}
+
+#[test]
+fn quantized_decode_products_with_warps_emulated() {
+    // The skinny kernels' GPU branch (block decoding per lane) on OpenMP threads.
+    quantized_decode_products(|| HostEmulatorCooperative);
+}
+
 #[test]
 fn quantized_weights_are_dequantized_once_into_f16() {
     quantized_linear_layers(|| HostEmulatorBackend, true);
@@ -83,6 +119,7 @@ fn gpu_dequantizing_casts() {
             quant_cases::gather_and_matmul(|| b.clone());
             quantized_linear_layers(|| b.clone(), true);
             quantized_linear_layers(|| b.clone().without_half_products(), false);
+            quantized_decode_products(|| b.clone());
         }
         Err(e) => eprintln!("skipping the GPU dequantization checks: {e}"),
     }

@@ -993,6 +993,124 @@ pub fn skinny_kernel(w: DType, x: DType, round: Option<DType>, c: DType) -> Kern
     }
 }
 
+/// [`skinny_kernel`] for a block-quantized weight read in place (Q8_0, Q4_0, Q4_1: a
+/// decode step reads 1.06, 0.56 or 0.63 bytes a weight instead of an f16 copy's 2), with f32
+/// activations rounded to f16 as the f16-copy path rounds them. Rows must be whole blocks
+/// (`K`, `lda` and `oa` multiples of 32; the plan checks). Each lane decodes whole blocks of
+/// its warp's row (block `b` for `b = lane, lane + 32, …`: its scale, and the quants as
+/// 2-byte loads) and adds `d·Σ q·x (+ m·Σ x)`; the parameters are [`skinny_kernel`]'s (the
+/// weights as bytes). The host emulator's branch sums `lum_deq_<type>(w, i)·x` in order (the
+/// core's decoders), so the emulators check the block decoding against them. `None` for
+/// other types.
+pub fn skinny_quant_kernel(q: DType, c: DType) -> Option<Kernel> {
+    let (bytes, decode) = match q {
+        DType::Q8_0 => (
+            34,
+            "lum_d = lum_sk_lo(lum_h[0]); lum_mn = 0.f;
+            for (int lum_i = 0; lum_i < 16; ++lum_i) { const unsigned lum_v = lum_h[1 + lum_i]; lum_q[2 * lum_i] = (float)(signed char)(lum_v & 0xffu); lum_q[2 * lum_i + 1] = (float)(signed char)(lum_v >> 8); }",
+        ),
+        DType::Q4_0 => (
+            18,
+            "lum_d = lum_sk_lo(lum_h[0]); lum_mn = 0.f;
+            for (int lum_i = 0; lum_i < 8; ++lum_i) { const unsigned lum_v = lum_h[1 + lum_i]; lum_q[2 * lum_i] = (float)((int)(lum_v & 15u) - 8); lum_q[2 * lum_i + 1] = (float)((int)((lum_v >> 8) & 15u) - 8); lum_q[2 * lum_i + 16] = (float)((int)((lum_v >> 4) & 15u) - 8); lum_q[2 * lum_i + 17] = (float)((int)(lum_v >> 12) - 8); }",
+        ),
+        DType::Q4_1 => (
+            20,
+            "lum_d = lum_sk_lo(lum_h[0]); lum_mn = lum_sk_lo(lum_h[1]);
+            for (int lum_i = 0; lum_i < 8; ++lum_i) { const unsigned lum_v = lum_h[2 + lum_i]; lum_q[2 * lum_i] = (float)(lum_v & 15u); lum_q[2 * lum_i + 1] = (float)((lum_v >> 8) & 15u); lum_q[2 * lum_i + 16] = (float)((lum_v >> 4) & 15u); lum_q[2 * lum_i + 17] = (float)(lum_v >> 12); }",
+        ),
+        _ => return None,
+    };
+    let ct = c_type(c).ok()?;
+    let qn = q.name();
+    let store_c = store(c, Val::Float, "lum_acc[lum_j]");
+    let text = format!(
+        r#"{SKINNY_HELPERS}LUM_EXTERN_C __global__ void KERNEL({ct}* out0, {ct}* out1, {ct}* out2, const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2, const float* __restrict__ x, long long lum_m, long long lum_k, long long lum_ldb, long long lum_ob, long long lum_rows0, long long lum_lda0, long long lum_ldc0, long long lum_oa0, long long lum_oc0, long long lum_rows1, long long lum_lda1, long long lum_ldc1, long long lum_oa1, long long lum_oc1, long long lum_rows2, long long lum_lda2, long long lum_ldc2, long long lum_oa2, long long lum_oc2) {{
+    const long long lum_g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const int lum_lane = (int)(lum_g & 31);
+    long long lum_row = lum_g >> 5, lum_rows = lum_rows0, lum_lda = lum_lda0, lum_ldc = lum_ldc0, lum_oa = lum_oa0, lum_oc = lum_oc0;
+    {ct}* out = out0;
+    const unsigned char* w = w0;
+    if (lum_row >= lum_rows0) {{
+        lum_row -= lum_rows0;
+        lum_rows = lum_rows1; lum_lda = lum_lda1; lum_ldc = lum_ldc1; lum_oa = lum_oa1; lum_oc = lum_oc1; out = out1; w = w1;
+        if (lum_row >= lum_rows1) {{
+            lum_row -= lum_rows1;
+            lum_rows = lum_rows2; lum_lda = lum_lda2; lum_ldc = lum_ldc2; lum_oa = lum_oa2; lum_oc = lum_oc2; out = out2; w = w2;
+        }}
+    }}
+    const int lum_live = lum_row < lum_rows;
+    float lum_acc[8] = {{0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}};
+#ifdef __CUDACC_RTC__
+    __shared__ float4 lum_xs4[LUM_SK_STAGE / 4];
+    float* lum_xs = (float*)lum_xs4;
+    const int lum_stage = lum_m * lum_k <= LUM_SK_STAGE;
+    if (lum_stage) {{
+        for (long long lum_i = threadIdx.x; lum_i < lum_m * lum_k; lum_i += blockDim.x)
+            lum_xs[lum_i] = lum_sk_round_f16(x[lum_ob + (lum_i / lum_k) * lum_ldb + lum_i % lum_k]);
+        __syncthreads();
+    }}
+    const unsigned char* wr = w + ((lum_oa + (lum_live ? lum_row : 0) * lum_lda) / 32) * {bytes};
+    const long long lum_nb = lum_live ? lum_k / 32 : 0;
+    for (long long lum_b = lum_lane; lum_b < lum_nb; lum_b += 32) {{
+        const unsigned short* lum_h = (const unsigned short*)(wr + lum_b * {bytes});
+        float lum_q[32], lum_d, lum_mn;
+        {{
+            {decode}
+        }}
+#pragma unroll
+        for (int lum_j = 0; lum_j < 8; ++lum_j) {{
+            if (lum_j < lum_m) {{
+                float lum_s = 0.f, lum_sx = 0.f;
+                for (int lum_e = 0; lum_e < 32; ++lum_e) {{
+                    const long long lum_at = lum_b * 32 + lum_e;
+                    const float lum_xv = lum_stage ? lum_xs[lum_j * lum_k + lum_at] : lum_sk_round_f16(x[lum_ob + lum_j * lum_ldb + lum_at]);
+                    lum_s += lum_q[lum_e] * lum_xv;
+                    lum_sx += lum_xv;
+                }}
+                lum_acc[lum_j] += lum_d * lum_s + lum_mn * lum_sx;
+            }}
+        }}
+    }}
+#pragma unroll
+    for (int lum_j = 0; lum_j < 8; ++lum_j) {{
+        if (lum_j < lum_m) {{
+            for (int lum_o = 16; lum_o > 0; lum_o >>= 1) lum_acc[lum_j] += __shfl_xor_sync(0xffffffffu, lum_acc[lum_j], lum_o);
+            if (lum_live && lum_lane == 0) out[lum_oc + lum_row + lum_j * lum_ldc] = {store_c};
+        }}
+    }}
+#else
+    /* One thread per column: the core's decoder per element, summing in order. */
+    if (!lum_live || lum_lane != 0) return;
+    for (int lum_j = 0; lum_j < 8 && lum_j < lum_m; ++lum_j) {{
+        for (long long lum_e = 0; lum_e < lum_k; ++lum_e)
+            lum_acc[lum_j] += lum_deq_{qn}(w, lum_oa + lum_row * lum_lda + lum_e) * lum_sk_round_f16(x[lum_ob + lum_j * lum_ldb + lum_e]);
+        out[lum_oc + lum_row + lum_j * lum_ldc] = {store_c};
+    }}
+#endif
+}}
+"#
+    );
+    let name = format!("lum_skinny_{qn}_{}_{:016x}", c.name(), fnv1a(&text));
+    Some(Kernel {
+        source: text.replace("KERNEL", &name),
+        name,
+        buffer_types: vec![
+            ct,
+            ct,
+            ct,
+            "unsigned char",
+            "unsigned char",
+            "unsigned char",
+            "float",
+        ],
+        error_flag: false,
+        dims: vec![],
+        cooperative: true,
+        scalars: Some(4 + 5 * SKINNY_GROUPS),
+    })
+}
+
 /// Conversions and 8-element loads of [`skinny_kernel`] (once per module): on a GPU the PTX
 /// `cvt` instructions (rounding, round to nearest even as the prelude's) and 16-byte vector
 /// loads, in C the prelude's conversions element by element; f16 weights widened by integer

@@ -251,6 +251,21 @@ impl<E: Executor> PlanRuntime<E> {
                 kernels.len() - 1
             }));
         }
+        // Products over a Q8_0/Q4_0/Q4_1 weight: the skinny kernel reading its blocks.
+        let mut skinny_quant_fn = vec![None; patterns.len()];
+        for (i, p) in patterns.iter().enumerate() {
+            if !skinny_on || p.dequant != Some(Side::B) {
+                continue;
+            }
+            let q = graph.node(p.b.node).dtype;
+            if let Some(k) = codegen::skinny_quant_kernel(q, p.c_type.dtype()) {
+                skinny_quant_fn[i] =
+                    Some(*by_source.entry(k.source.clone()).or_insert_with(|| {
+                        kernels.push(k);
+                        kernels.len() - 1
+                    }));
+            }
+        }
         let functions = exec.compile(&kernels.iter().collect::<Vec<_>>())?;
         let mut dim_names: Vec<String> = vec![];
         let mut dim_slots = vec![];
@@ -303,12 +318,18 @@ impl<E: Executor> PlanRuntime<E> {
             scratch: IdMap::default(),
             round_fn,
             skinny_fns: {
-                let mut f: Vec<usize> = skinny_fn.iter().flatten().copied().collect();
+                let mut f: Vec<usize> = skinny_fn
+                    .iter()
+                    .chain(&skinny_quant_fn)
+                    .flatten()
+                    .copied()
+                    .collect();
                 f.sort();
                 f.dedup();
                 f
             },
             skinny_fn,
+            skinny_quant_fn,
             skinny_max,
             skinny: 0,
             dequant_fn,

@@ -137,6 +137,9 @@ pub struct PlanRuntime<E: Executor> {
     /// with few activation rows ([`gemm::skinny`]) instead of cuBLAS, and how many launches
     /// of the last run were such products.
     skinny_fn: Vec<Option<usize>>,
+    /// Per product over a Q8_0/Q4_0/Q4_1 weight, the [`crate::codegen::skinny_quant_kernel`]
+    /// reading its blocks in place (tried before the f16 copy).
+    skinny_quant_fn: Vec<Option<usize>>,
     skinny_fns: Vec<usize>,
     /// The most weight elements of a skinny product (`LUMINAL_CUDA_SKINNY`).
     skinny_max: u64,

@@ -331,6 +331,50 @@ impl<E: Executor> PlanRuntime<E> {
         }
     }
 
+    /// Whether `call` may run as a skinny kernel ([`gemm::skinny`], at most
+    /// `LUMINAL_CUDA_SKINNY` weight elements).
+    fn skinny_fits(&self, c: &GemmCall) -> bool {
+        gemm::skinny(c) && (c.m.max(0) as u64) * (c.k.max(0) as u64) <= self.skinny_max
+    }
+
+    /// Launches of skinny kernel `f` for product `pi`'s calls into `id`'s buffer, weight `w`,
+    /// activations `x` (one product a launch; [`merge_skinny`] groups them).
+    fn push_skinny(
+        &mut self,
+        f: usize,
+        id: NodeId,
+        w: BufRef,
+        x: BufRef,
+        pi: usize,
+        out: &mut Vec<Launch>,
+    ) {
+        for c in self.calls[pi].as_ref().expect("resolved") {
+            let slot = [
+                c.m as i64,
+                c.lda as i64,
+                c.ldc as i64,
+                c.offset_a,
+                c.offset_c,
+            ];
+            let mut scalars = vec![c.n as i64, c.k as i64, c.ldb as i64, c.offset_b];
+            scalars.extend(slot);
+            // The other products' slots: no rows.
+            for _ in 1..codegen::SKINNY_GROUPS {
+                scalars.push(0);
+                scalars.extend(&slot[1..]);
+            }
+            let c_buf = BufRef::Node(id);
+            out.push(Launch::Kernel {
+                function: f,
+                grid: skinny_grid(&scalars),
+                block: 32 * codegen::SKINNY_WARPS,
+                buffers: vec![c_buf, c_buf, c_buf, w, w, w, x],
+                scalars,
+            });
+            self.skinny += 1;
+        }
+    }
+
     /// Product `pi` into `id`'s buffer through [`Executor::gemm`], after rounding its f32
     /// operand to the half type where the pattern asks.
     pub(super) fn prepare_gemm(
@@ -340,6 +384,17 @@ impl<E: Executor> PlanRuntime<E> {
         out: &mut Vec<Launch>,
     ) -> Result<()> {
         let p = &self.patterns[pi];
+        let calls = self.calls[pi].as_ref().expect("resolved");
+        // A quantized weight read in place by the skinny kernel when its rows are whole
+        // blocks (no f16 copy needed for this run).
+        let whole_blocks = |c: &GemmCall| c.offset_a % 32 == 0 && c.lda % 32 == 0 && c.k % 32 == 0;
+        if let Some(f) = self.skinny_quant_fn[pi]
+            .filter(|_| calls.iter().all(|c| self.skinny_fits(c) && whole_blocks(c)))
+        {
+            let (w, x) = (BufRef::Node(p.b.node), BufRef::Node(p.a.node));
+            self.push_skinny(f, id, w, x, pi, out);
+            return Ok(());
+        }
         if let Some(side) = p.dequant {
             // The weight's f16 copy, written when the weight was set since it last was.
             let w = match side {
@@ -381,46 +436,19 @@ impl<E: Executor> PlanRuntime<E> {
             }
         }
         let calls = self.calls[pi].as_ref().expect("resolved");
-        let fits = |c: &GemmCall| {
-            gemm::skinny(c) && (c.m.max(0) as u64) * (c.k.max(0) as u64) <= self.skinny_max
-        };
-        if let Some(f) = self.skinny_fn[pi].filter(|_| calls.iter().all(fits)) {
+        if let Some(f) = self.skinny_fn[pi].filter(|_| calls.iter().all(|c| self.skinny_fits(c))) {
             // Few activation rows: one warp per weight row, the f32 activations (the rounding
-            // kernel's input) rounded in registers.
+            // kernel's input) rounded in registers. `a` holds the activations (the f32 source
+            // of a rounded operand; a product whose `a` is the weight or is dequantized has
+            // no skinny kernel).
             let p = &self.patterns[pi];
-            // `a` holds the activations (the f32 source of a rounded operand; a product whose
-            // `a` is the weight or is dequantized has no skinny kernel).
             let x = BufRef::Node(p.a.node);
             let w = if p.dequant == Some(Side::B) {
                 BufRef::Dequant(pi)
             } else {
                 BufRef::Node(p.b.node)
             };
-            for c in calls {
-                let slot = [
-                    c.m as i64,
-                    c.lda as i64,
-                    c.ldc as i64,
-                    c.offset_a,
-                    c.offset_c,
-                ];
-                let mut scalars = vec![c.n as i64, c.k as i64, c.ldb as i64, c.offset_b];
-                scalars.extend(slot);
-                // The other products' slots: no rows.
-                for _ in 1..codegen::SKINNY_GROUPS {
-                    scalars.push(0);
-                    scalars.extend(&slot[1..]);
-                }
-                let c_buf = BufRef::Node(id);
-                out.push(Launch::Kernel {
-                    function: f,
-                    grid: skinny_grid(&scalars),
-                    block: 32 * codegen::SKINNY_WARPS,
-                    buffers: vec![c_buf, c_buf, c_buf, w, w, w, x],
-                    scalars,
-                });
-                self.skinny += 1;
-            }
+            self.push_skinny(f, id, w, x, pi, out);
             return Ok(());
         }
         let p = &self.patterns[pi];

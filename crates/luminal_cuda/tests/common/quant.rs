@@ -226,3 +226,60 @@ where
     }
     (launches, half)
 }
+
+/// A decode step's linear layers over a block-quantized weight (`x · Wᵀ`, 1–3 activation
+/// rows, f32 activations): q, k and v projections of the same activations, each against the
+/// reference (exact decoders, unrounded activations: the plan rounds them to f16), twice
+/// with new activations. Returns the launches of both runs and the skinny products: Q8_0,
+/// Q4_0 and Q4_1 weights are read in place by one grouped skinny launch (no dequantizing
+/// launch); other types are dequantized into an f16 copy in the first run (between the
+/// products, which then stay apart), read by one grouped launch in the second.
+pub fn quantized_decode<E, B>(backend: B, dtype: DType, m: usize) -> (Vec<usize>, usize)
+where
+    E: luminal_cuda::plan::Executor,
+    B: Backend<Runtime = luminal_cuda::plan::PlanRuntime<E>>,
+{
+    let k = 2 * dtype.block_size().max(160);
+    let rows = [24, 8, 8];
+    let cx = Graph::new();
+    let x = cx.tensor("x", (m, k));
+    let ws: Vec<_> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| cx.input(&format!("w{i}"), (n, k), dtype))
+        .collect();
+    let ys: Vec<_> = ws
+        .iter()
+        .map(|w| x.matmul(w.cast(DType::F32).permute([1, 0])).output())
+        .collect();
+    let mut reference = cx
+        .compile(ReferenceBackend, CompileOptions::default())
+        .unwrap();
+    let mut rt = cx.compile(backend, CompileOptions::default()).unwrap();
+    for (i, (&w, &n)) in ws.iter().zip(&rows).enumerate() {
+        let wv = random_storage(dtype, n * k, 40 + i as u32);
+        reference.set_data(w, wv.clone()).unwrap();
+        rt.set_data(w, wv).unwrap();
+    }
+    let mut launches = vec![];
+    for run in 0..2u32 {
+        let xv = super::data(m * k, 3 + run);
+        reference.set(x, &xv).unwrap();
+        rt.set(x, &xv).unwrap();
+        reference.run().unwrap();
+        rt.run().unwrap();
+        launches.push(rt.launches());
+        for (o, &y) in ys.iter().enumerate() {
+            let (want, got) = (reference.get_f32(y).unwrap(), rt.get_f32(y).unwrap());
+            let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+            for (i, (a, b)) in want.iter().zip(&got).enumerate() {
+                // Activations rounded to f16 (2^-11 relative) over k products.
+                assert!(
+                (a - b).abs() <= 2e-3 * scale.max(1e-6),
+                "{dtype} decode m {m} run {run} output {o} element {i}: want {a}, got {b} (max |want| {scale})"
+            );
+            }
+        }
+    }
+    (launches, rt.skinny_products())
+}
