@@ -110,6 +110,8 @@ pub struct Pattern {
     /// through the multiply's view): the plan dequantizes it into an f16 copy once per value
     /// the input is set to, and cuBLAS reads that copy (the other operand rounded to f16).
     pub dequant: Option<Side>,
+    /// That weight's cast (whose view the f16 copy's kernel reads the blocks through).
+    pub dequant_cast: Option<NodeId>,
 }
 
 /// One `cublasGemmStridedBatchedEx` call (column-major; offsets in elements of each buffer's
@@ -214,8 +216,9 @@ pub fn find(graph: &GraphData, order: &[NodeId], round: bool) -> Vec<Pattern> {
                 )
             })
     };
-    // A widening cast of a block-quantized weight input (constant shape), read only by the
-    // product through a plain contiguous view: dequantized once into an f16 copy.
+    // A widening cast of a block-quantized weight input (constant shape) through a plain
+    // contiguous view: dequantized once into an f16 copy (a cast with other readers, a tied
+    // embedding's, still runs for them).
     let quantized = |e: &Edge| -> Option<Edge> {
         let cast = graph.node(e.node);
         if !matches!(cast.op, Op::Cast(DType::F32)) || cast.dtype != DType::F32 {
@@ -225,7 +228,6 @@ pub fn find(graph: &GraphData, order: &[NodeId], round: bool) -> Vec<Pattern> {
         let w = graph.node(input.node);
         (matches!(w.op, Op::Input { .. })
             && w.dtype.is_quantized()
-            && private(e.node)
             && input.view.is_contiguous()
             && input.view.dims() == cast.shape
             && cast.shape.iter().all(|d| d.as_constant().is_some()))
@@ -281,6 +283,7 @@ pub fn find(graph: &GraphData, order: &[NodeId], round: bool) -> Vec<Pattern> {
             round: None,
             casts: vec![],
             dequant: None,
+            dequant_cast: None,
         };
         if c_type == GemmType::F32 {
             match (bypass(a), bypass(b)) {
@@ -304,14 +307,16 @@ pub fn find(graph: &GraphData, order: &[NodeId], round: bool) -> Vec<Pattern> {
                         (Some(ea), None) if graph.node(b.node).dtype == DType::F32 => {
                             (p.a, p.a_type, p.b_type) = (ea, t, t);
                             p.round = Some((Side::B, t));
-                            p.casts = vec![a.node];
+                            p.casts = private(a.node).then_some(a.node).into_iter().collect();
                             p.dequant = Some(Side::A);
+                            p.dequant_cast = Some(a.node);
                         }
                         (None, Some(eb)) if graph.node(a.node).dtype == DType::F32 => {
                             (p.b, p.a_type, p.b_type) = (eb, t, t);
                             p.round = Some((Side::A, t));
-                            p.casts = vec![b.node];
+                            p.casts = private(b.node).then_some(b.node).into_iter().collect();
                             p.dequant = Some(Side::B);
+                            p.dequant_cast = Some(b.node);
                         }
                         _ => {}
                     }

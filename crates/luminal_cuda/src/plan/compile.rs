@@ -199,7 +199,7 @@ impl<E: Executor> PlanRuntime<E> {
         let mut dequant_fn = HashMap::new();
         for (i, p) in patterns.iter().enumerate() {
             let Some(side) = p.dequant else { continue };
-            let cast = graph.node(p.casts[0]);
+            let cast = graph.node(p.dequant_cast.expect("set with dequant"));
             let w = match side {
                 Side::A => p.a.node,
                 Side::B => p.b.node,
