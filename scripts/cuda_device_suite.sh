@@ -13,7 +13,8 @@
 #   cargo build --release -p luminal_cuda --examples
 #   bash scripts/cuda_device_suite.sh --prepare         # copies + strips them into .gpu/
 # then run `bash scripts/cuda_device_suite.sh [tests|bench|all|decode]` there with .gpu carried
-# (`decode`: the tests, then decode/prefill only, with and without the skinny products).
+# (`decode`: the product/model tests, decode/prefill with and without the skinny products on
+# F16, Q8_0 and Q4_0 files, then the other tests).
 # Logs go to $OUT (the device tool's output folder) or a temporary folder.
 set -u
 if [ "${1:-}" = --prepare ]; then
@@ -51,7 +52,7 @@ gguf_py() {
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$WORK/site" $B/gguf-*.whl && export PYTHONPATH="$WORK/site"
 }
 
-if [ "$WHAT" = tests ] || [ "$WHAT" = all ] || [ "$WHAT" = decode ]; then
+if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
   for t in emulator_matmul:gpu llama:gpu emulator_graphs:gpu emulator_reduce:gpu emulator_attention:gpu op_suite: emulator_fusion:gpu emulator_quant:gpu; do
     b=${t%%:*}; f=${t#*:}
     [ -x .gpu/$b ] || continue
@@ -62,25 +63,41 @@ if [ "$WHAT" = tests ] || [ "$WHAT" = all ] || [ "$WHAT" = decode ]; then
 fi
 
 if [ "$WHAT" = decode ]; then
-  # Decode and prefill only (after decode changes): ours with and without the skinny
-  # products, the 1B shape's transformers eager baseline, the device copy for the roofline.
+  # Decode and prefill only (after decode changes), the most telling first: the product and
+  # model tests, the 1B shape with and without the skinny products, the SmolLM2 shape in F16,
+  # Q8_0 and Q4_0 (blocks read in place vs the f16 copy through cuBLAS), the device copy for
+  # the roofline, then the remaining GPU tests.
+  gputest() {
+    b=${1%%:*}; f=${1#*:}
+    [ -x .gpu/$b ] || return
+    step ".gpu/$b $f"
+    timeout 60 .gpu/$b $f --nocapture --test-threads 1 > $OUT/$b.log 2>&1; r=$?
+    grep -E "^test |test result|positions|skipping|panicked|error|decode step|decode m|gpu|replays" $OUT/$b.log | head -30; took $r
+  }
+  for t in emulator_matmul:gpu llama:gpu emulator_quant:gpu; do gputest $t; done
   gguf_py
-  S=$WORK/smollm2-shape.F16.gguf
+  bench() {
+    step "luminal bench $(basename $1) --device cuda ($2)"
+    env $2 timeout 60 $L bench -m $1 --device cuda -p 512 -n 128 -r 3 2>&1 | grep -E "^\| llama|rror"; took $?
+  }
   G=$WORK/llama1b-shape.F16.gguf
-  step "make SmolLM2- and Llama-3.2-1B-shaped F16 GGUFs"
-  timeout 60 python3 scripts/make_llama1b_gguf.py "$S" --ref $B/smollm2-tokenizer.gguf --shape smollm2 2>&1 | tail -1
+  step "make the Llama-3.2-1B-shaped F16 GGUF"
   timeout 90 python3 scripts/make_llama1b_gguf.py "$G" --ref $B/smollm2-tokenizer.gguf --shape llama1b 2>&1 | tail -1; took $?
-  for M in $S $G; do
-    step "luminal bench $(basename $M) --device cuda"
-    timeout 60 $L bench -m $M --device cuda -p 128,512 -n 128 -r 3 2>&1 | grep -E "^\| llama"; took $?
-    step "LUMINAL_CUDA_SKINNY=0 (decode products through cuBLAS after a rounding kernel)"
-    LUMINAL_CUDA_SKINNY=0 timeout 60 $L bench -m $M --device cuda -p 512 -n 128 -r 3 2>&1 | grep -E "^\| llama"; took $?
-    step "launches and host/device time per decode step (LUMINAL_CUDA_STATS=2)"
-    LUMINAL_CUDA_STATS=2 timeout 30 $L generate -m $M --device cuda --prompt "Once upon a time" -n 12 --no-echo 2>&1 | grep -E "luminal_cuda|tok/s" | tail -7
-  done
+  bench $G LUMINAL_CUDA_SKINNY=all
+  bench $G LUMINAL_CUDA_SKINNY=0
+  LUMINAL_CUDA_STATS=2 timeout 30 $L generate -m $G --device cuda --prompt "Once upon a time" -n 12 --no-echo 2>&1 | grep -E "luminal_cuda|tok/s" | tail -4
+  rm -f $G
   [ -x $B/ops_gbps ] && timeout 40 $B/ops_gbps 4096 8192 30 2>&1 | grep d2d
-  step "transformers eager bf16, random llama1b-shaped"
-  timeout 60 python3 scripts/torch_llama_bench.py llama --shape llama1b --pp 512 --tg 128 --reps 2 --dtype bf16 2>&1 | grep -E "transformers|Error"; took $?
+  for q in f16 q8_0 q4_0; do
+    S=$WORK/smollm2-shape.$q.gguf
+    step "make the SmolLM2-shaped $q GGUF"
+    timeout 60 python3 scripts/make_llama1b_gguf.py "$S" --ref $B/smollm2-tokenizer.gguf --shape smollm2 --type $q 2>&1 | tail -1; took $?
+    bench $S LUMINAL_CUDA_SKINNY=all
+    bench $S LUMINAL_CUDA_SKINNY=0
+    LUMINAL_CUDA_STATS=2 timeout 30 $L generate -m $S --device cuda --prompt "Once upon a time" -n 12 --no-echo 2>&1 | grep -E "luminal_cuda|tok/s" | tail -3
+    rm -f $S
+  done
+  for t in op_suite: emulator_fusion:gpu emulator_graphs:gpu; do gputest $t; done
 fi
 
 if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then

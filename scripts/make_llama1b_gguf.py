@@ -8,15 +8,16 @@ GGUF, by default SmolLM2-135M's, so the vocab is 49152 rather than Llama 3's 128
 (about 1.07B parameters instead of 1.24B).
 
 Weights: N(0, 0.02²) rounded to F16, norm weights 1.0 (F32). The logits are meaningless; the
-file exists to time prefill/decode at 1B scale. Quantize it with llama-quantize
-(`llama-quantize --allow-requantize IN OUT Q4_0`).
+file exists to time prefill/decode at 1B scale. `--type q8_0|q4_0|q4_1` writes the matrices
+quantized by gguf-py's reference quantizers instead (norms stay F32), or quantize the F16
+file with llama-quantize (`llama-quantize --allow-requantize IN OUT Q4_0`).
 
 `--shape smollm2`: SmolLM2-135M's shape instead (hidden 576, 30 layers, 9 heads, 3 KV heads,
 FFN 1536, RoPE base 100000, tied embeddings; 134.5M parameters, ~270 MB), as the CUDA
 benchmark of benches/README.md generates it on the device machine. `--ref` may be any GGUF
 holding the `tokenizer.*` keys, e.g. one written with `--tokenizer-only` (no tensors, ~2 MB).
 
-Usage: python3 scripts/make_llama1b_gguf.py OUT.gguf [--ref models/SmolLM2-135M-Instruct.Q4_1.gguf] [--seed 0] [--shape llama1b|smollm2] [--tokenizer-only]
+Usage: python3 scripts/make_llama1b_gguf.py OUT.gguf [--ref models/SmolLM2-135M-Instruct.Q4_1.gguf] [--seed 0] [--shape llama1b|smollm2] [--type f16|q8_0|q4_0|q4_1] [--tokenizer-only]
 Needs: pip install numpy gguf  (tested with gguf 0.19.0). Writes ~2.1 GB; needs ~2.5 GB RAM.
 """
 import argparse
@@ -24,7 +25,7 @@ import os
 import sys
 
 import numpy as np
-from gguf import GGUFReader, GGUFValueType, GGUFWriter
+from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, quants
 
 # hidden, layers, heads, KV heads, FFN, RoPE base, name
 SHAPES = {
@@ -57,6 +58,12 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--shape", choices=sorted(SHAPES), default="llama1b")
     ap.add_argument("--tokenizer-only", action="store_true", help="write only the tokenizer keys")
+    ap.add_argument(
+        "--type",
+        choices=["f16", "q8_0", "q4_0", "q4_1"],
+        default="f16",
+        help="the matrices' type (quantized with gguf-py's reference quantizers)",
+    )
     args = ap.parse_args()
     HIDDEN, LAYERS, HEADS, KV_HEADS, FFN, ROPE_BASE, NAME = SHAPES[args.shape]
     HEAD_DIM = HIDDEN // HEADS
@@ -83,29 +90,43 @@ def main():
     w.add_rope_dimension_count(HEAD_DIM)
     w.add_rope_freq_base(ROPE_BASE)
     w.add_layer_norm_rms_eps(1e-5)
-    w.add_file_type(1)  # MOSTLY_F16
+    # ggml file types: MOSTLY_F16, MOSTLY_Q8_0, MOSTLY_Q4_0, MOSTLY_Q4_1.
+    w.add_file_type({"f16": 1, "q8_0": 7, "q4_0": 2, "q4_1": 3}[args.type])
     vocab = copy_tokenizer(ref, w)
     w.add_vocab_size(vocab)
 
     rng = np.random.default_rng(args.seed)
 
+    qtype = {
+        "q8_0": GGMLQuantizationType.Q8_0,
+        "q4_0": GGMLQuantizationType.Q4_0,
+        "q4_1": GGMLQuantizationType.Q4_1,
+    }.get(args.type)
+
     def rand(rows, cols):
         # numpy shape (rows, cols) = ggml ne [cols, rows]: cols is the input dimension.
         return (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float16)
 
+    def add_matrix(name, rows, cols):
+        m = rand(rows, cols)
+        if qtype is None:
+            w.add_tensor(name, m)
+        else:
+            w.add_tensor(name, quants.quantize(m.astype(np.float32), qtype), raw_dtype=qtype)
+
     ones = lambda n: np.ones(n, dtype=np.float32)
-    w.add_tensor("token_embd.weight", rand(vocab, HIDDEN))
+    add_matrix("token_embd.weight", vocab, HIDDEN)
     for i in range(LAYERS):
         p = f"blk.{i}."
         w.add_tensor(p + "attn_norm.weight", ones(HIDDEN))
-        w.add_tensor(p + "attn_q.weight", rand(HIDDEN, HIDDEN))
-        w.add_tensor(p + "attn_k.weight", rand(KV_HEADS * HEAD_DIM, HIDDEN))
-        w.add_tensor(p + "attn_v.weight", rand(KV_HEADS * HEAD_DIM, HIDDEN))
-        w.add_tensor(p + "attn_output.weight", rand(HIDDEN, HIDDEN))
+        add_matrix(p + "attn_q.weight", HIDDEN, HIDDEN)
+        add_matrix(p + "attn_k.weight", KV_HEADS * HEAD_DIM, HIDDEN)
+        add_matrix(p + "attn_v.weight", KV_HEADS * HEAD_DIM, HIDDEN)
+        add_matrix(p + "attn_output.weight", HIDDEN, HIDDEN)
         w.add_tensor(p + "ffn_norm.weight", ones(HIDDEN))
-        w.add_tensor(p + "ffn_gate.weight", rand(FFN, HIDDEN))
-        w.add_tensor(p + "ffn_up.weight", rand(FFN, HIDDEN))
-        w.add_tensor(p + "ffn_down.weight", rand(HIDDEN, FFN))
+        add_matrix(p + "ffn_gate.weight", FFN, HIDDEN)
+        add_matrix(p + "ffn_up.weight", FFN, HIDDEN)
+        add_matrix(p + "ffn_down.weight", HIDDEN, FFN)
     w.add_tensor("output_norm.weight", ones(HIDDEN))
 
     w.write_header_to_file()

@@ -90,6 +90,18 @@
 //!   a loop (`gemm::host_gemm`; [`HostEmulatorKernelsOnly`] keeps the kernels), so the matching
 //!   and the parameters are tested without a GPU (`tests/emulator_matmul.rs`); on an H200 the
 //!   same cases pass through cuBLAS (numbers in `benches/README.md`).
+//! - Skinny products ([`codegen::skinny_kernel`], [`gemm::skinny`]): a product with at most
+//!   [`gemm::SKINNY_ROWS`] activation rows whose weight is read `K`-contiguous (a decode
+//!   step's linear layers and `lm_head`) runs one warp per weight row instead of cuBLAS: f32
+//!   activations rounded to the weight's half type once per block into shared memory (no
+//!   rounding launch), f16 weights widened by integer operations, four 16-byte loads in flight
+//!   a lane, lanes combined by shuffles; up to three products over the same activations (q, k,
+//!   v; gate, up) are one launch. Q8_0, Q4_0 and Q4_1 weights are read as blocks in place
+//!   ([`codegen::skinny_quant_kernel`]; other block types through their f16 copy), so a
+//!   decode step reads 0.56–1.06 bytes a weight. `LUMINAL_CUDA_SKINNY=0` sends these
+//!   products to cuBLAS, a number bounds the weight elements (N·K) of a skinny product.
+//!   Checked on both emulators (the cooperative one runs the GPU branch: vector pieces, block
+//!   decoding, shuffles) and on an H200 (`benches/README.md`).
 //! - [`attention`]: `softmax(q·kᵀ·scale (+ bias))·v` as `luminal_nn`'s attention builds it
 //!   (causal with a KV cache, f16 cache, grouped queries, padding bias or none) is recognised
 //!   at compile time (every inner node private to it) and, when its views resolve at run time,
@@ -163,13 +175,12 @@
 //!   compiles its kernels with NVRTC where the library loads (no device needed).
 //!
 //! ## Not done yet
-//! - On the GPU, decode was host-bound in the last measured run (1097 launches per SmolLM2
-//!   step, ~7 µs each, the GPU idle): the graph replay of decode steps (attention calls and
-//!   thread counts from device tables) is tested on the emulator and compiles with NVRTC, but
-//!   has not yet run on a GPU.
-//! - cuBLASLt epilogues (bias/activation fused into the product); products reading quantized
-//!   blocks in place (today a quantized weight's f16 copy is read: 2 bytes a weight, not the
-//!   0.5–1 of its blocks).
+//! - Decode replays one CUDA graph per step on an H200, but a step is still hundreds of small
+//!   launches (SmolLM2 shape: 492, ~2–3 µs each on the device) plus ~0.2–0.7 ms of host time
+//!   preparing them; a residual add and the next norm, the attention output's copy, RoPE and
+//!   the cache writes are separate kernels.
+//! - cuBLASLt epilogues (bias/activation fused into the product); K-quant blocks read in place
+//!   by the skinny kernel (they go through an f16 copy).
 //! - Fusion covers elementwise producers of one reader; a node read twice (softmax's
 //!   exponentials, a norm's input) is still its own kernel and buffer, and a reduction still
 //!   writes its buffer for its readers (no reduction-into-elementwise epilogues). Attention
