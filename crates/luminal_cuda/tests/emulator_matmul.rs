@@ -107,3 +107,29 @@ fn skinny_kernels_compile_with_nvrtc() {
     }
     assert!(ptx.contains("cvt.rn.f16.f32") && ptx.contains("cvt.rn.bf16.f32"));
 }
+
+#[test]
+fn large_float_weights_go_to_cublas_in_decode() {
+    // Above SKINNY_MAX_WEIGHTS weight elements an f16 weight's product goes to (emulated)
+    // cuBLAS (measured faster there on an H200); a Q8_0 weight of the same size is still read
+    // in place by the skinny kernel (its blocks are half the bytes of the f16 copy).
+    use luminal::prelude::*;
+    let (n, k) = (1025, 1024);
+    assert!((n * k) as u64 > luminal_cuda::plan::SKINNY_MAX_WEIGHTS);
+    for (dtype, skinny) in [(DType::F16, false), (DType::Q8_0, true)] {
+        let cx = Graph::new();
+        let x = cx.tensor("x", (1, k));
+        let w = cx.input("w", (n, k), dtype);
+        let y = x.matmul(w.cast(DType::F32).permute([1, 0])).output();
+        let mut rt = cx
+            .compile(HostEmulatorBackend, CompileOptions::default())
+            .unwrap();
+        let data = common::quant::random_storage(dtype, n * k, 1);
+        rt.set_data(w, data).unwrap();
+        rt.set(x, &vec![1.0; k]).unwrap();
+        rt.run().unwrap();
+        let out = rt.get_f32(y).unwrap();
+        assert_eq!(out.len(), n);
+        assert_eq!(rt.skinny_products() > 0, skinny, "{dtype}");
+    }
+}

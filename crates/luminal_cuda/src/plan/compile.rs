@@ -11,9 +11,12 @@ use luminal::passes::live_order;
 use luminal::{DType, LuminalError, Result};
 use std::collections::{HashMap, HashSet};
 
-/// The most weight elements (N·K) a product may have to run as a skinny kernel by default
-/// (`LUMINAL_CUDA_SKINNY` overrides it).
-pub const SKINNY_MAX_WEIGHTS: u64 = u64::MAX;
+/// The most weight elements (N·K) an f32/f16/bf16 weight may have for its product to run as
+/// a skinny kernel by default (`LUMINAL_CUDA_SKINNY` overrides it; Q8_0/Q4_0/Q4_1 blocks read
+/// in place have no bound). On an H200 (benches/README.md) the skinny kernel beat cuBLAS on a
+/// SmolLM2-shaped F16 model (every product ≤ 0.9M weights but `lm_head`: 403 vs 357 t/s) and
+/// lost on a Llama-3.2-1B-shaped one (≥ 1.05M weights each: 390 vs 456 t/s).
+pub const SKINNY_MAX_WEIGHTS: u64 = 1_000_000;
 
 impl<E: Executor> PlanRuntime<E> {
     /// Generates the kernels of `graph`'s live nodes, elementwise producers fused into their
@@ -221,8 +224,8 @@ impl<E: Executor> PlanRuntime<E> {
         }
         // Products with few activation rows (decode): one warp per weight row
         // ([`codegen::skinny_kernel`]), the f32 activations rounded in registers.
-        // `LUMINAL_CUDA_SKINNY`: `0` none, `all`, or the most weight elements (N·K) a skinny
-        // product may have (larger ones go to cuBLAS).
+        // `LUMINAL_CUDA_SKINNY`: `0` none, `all`, or the most weight elements (N·K) of a
+        // skinny product over a float weight (larger ones go to cuBLAS).
         let skinny_max = match std::env::var("LUMINAL_CUDA_SKINNY").as_deref() {
             Ok("0") | Ok("off") => 0,
             Ok("all") => u64::MAX,

@@ -331,8 +331,9 @@ impl<E: Executor> PlanRuntime<E> {
         }
     }
 
-    /// Whether `call` may run as a skinny kernel ([`gemm::skinny`], at most
-    /// `LUMINAL_CUDA_SKINNY` weight elements).
+    /// Whether `call` may run as a skinny kernel over a float weight ([`gemm::skinny`], at
+    /// most `LUMINAL_CUDA_SKINNY` weight elements, [`super::SKINNY_MAX_WEIGHTS`] by
+    /// default).
     fn skinny_fits(&self, c: &GemmCall) -> bool {
         gemm::skinny(c) && (c.m.max(0) as u64) * (c.k.max(0) as u64) <= self.skinny_max
     }
@@ -387,9 +388,10 @@ impl<E: Executor> PlanRuntime<E> {
         let calls = self.calls[pi].as_ref().expect("resolved");
         // A quantized weight read in place by the skinny kernel when its rows are whole
         // blocks (no f16 copy needed for this run).
+        // (No size bound: the blocks are 2–4x fewer bytes than the copy cuBLAS would read.)
         let whole_blocks = |c: &GemmCall| c.offset_a % 32 == 0 && c.lda % 32 == 0 && c.k % 32 == 0;
         if let Some(f) = self.skinny_quant_fn[pi]
-            .filter(|_| calls.iter().all(|c| self.skinny_fits(c) && whole_blocks(c)))
+            .filter(|_| calls.iter().all(|c| gemm::skinny(c) && whole_blocks(c)))
         {
             let (w, x) = (BufRef::Node(p.b.node), BufRef::Node(p.a.node));
             self.push_skinny(f, id, w, x, pi, out);
