@@ -32,7 +32,7 @@
 //! results. Head dims up to 128 run the tiled kernel (64 or 128 columns of shared memory);
 //! larger ones a simple kernel (a warp a query row).
 
-use luminal::graph::{Edge, GraphData, NodeId};
+use luminal::graph::{GraphData, NodeId};
 use luminal::patterns::{AttentionMatch, AttentionRules};
 use luminal::{DType, Expression};
 use std::collections::{HashMap, HashSet};
@@ -136,28 +136,46 @@ pub fn find(graph: &GraphData, order: &[NodeId]) -> Vec<AttnPattern> {
     out
 }
 
+/// The expressions a call is resolved from (the operands' dims, strides and offsets), built
+/// once per pattern: views build them anew (simplified) on every call of `dims()`,
+/// `strides()`, `offset()`, which a decode step would otherwise pay per attention per step.
+#[derive(Clone, Debug)]
+pub struct AttnExprs {
+    q_dims: Vec<Expression>,
+    strides: [Vec<Expression>; 4],
+    offsets: [Expression; 4],
+}
+
+impl AttnExprs {
+    pub fn of(p: &AttnPattern) -> AttnExprs {
+        let edges = [Some(&p.q), Some(&p.k), Some(&p.v), p.bias.as_ref()];
+        AttnExprs {
+            q_dims: p.q.view.dims(),
+            strides: edges.map(|e| e.map_or(vec![], |e| e.view.strides())),
+            offsets: edges.map(|e| e.map_or(Expression::from(0), |e| e.view.offset())),
+        }
+    }
+}
+
 /// `p`'s call at the current dims (`eval` evaluates an expression; `dtype_of` gives a node's
 /// dtype), or `None` when something does not resolve (the plan then runs the kernels).
 pub fn resolve(
     p: &AttnPattern,
+    x: &AttnExprs,
     dtype_of: &dyn Fn(NodeId) -> DType,
     eval: &dyn Fn(&Expression) -> Option<i64>,
 ) -> Option<AttnCall> {
     let nb = p.batch_dims;
     let r = nb + 3;
-    let dims: Vec<i64> = p.q.view.dims().iter().map(eval).collect::<Option<_>>()?;
+    let dims: Vec<i64> = x.q_dims.iter().map(eval).collect::<Option<_>>()?;
     let (s, t, d) = (dims[nb], dims[nb + 1], dims[nb + 2]);
     if s <= 0 || t <= 0 || d <= 0 || nb > MAX_BATCH_DIMS {
         return None;
     }
-    let strides = |e: &Edge| -> Option<Vec<i64>> {
-        e.view
-            .strides()
-            .iter()
-            .map(eval)
-            .collect::<Option<Vec<_>>>()
+    let strides = |i: usize| -> Option<Vec<i64>> {
+        x.strides[i].iter().map(eval).collect::<Option<Vec<_>>>()
     };
-    let (sq, sk, sv) = (strides(&p.q)?, strides(&p.k)?, strides(&p.v)?);
+    let (sq, sk, sv) = (strides(0)?, strides(1)?, strides(2)?);
     if sq.len() != r || sk.len() != r || sv.len() != r {
         return None;
     }
@@ -174,9 +192,9 @@ pub fn resolve(
         s,
         t,
         d,
-        q_off: eval(&p.q.view.offset())?,
-        k_off: eval(&p.k.view.offset())?,
-        v_off: eval(&p.v.view.offset())?,
+        q_off: eval(&x.offsets[0])?,
+        k_off: eval(&x.offsets[1])?,
+        v_off: eval(&x.offsets[2])?,
         q_s: sq[nb],
         k_t: sk[nb + 1],
         v_t: sv[nb + 2],
@@ -197,12 +215,12 @@ pub fn resolve(
     c.k_b[pad..].copy_from_slice(&sk[..nb]);
     c.v_b[pad..].copy_from_slice(&sv[..nb]);
     if let Some(b) = &p.bias {
-        let sb = strides(b)?;
+        let sb = strides(3)?;
         if sb.len() != nb + 2 || dtype_of(b.node) != DType::F32 {
             return None;
         }
         c.has_bias = 1;
-        c.b_off = eval(&b.view.offset())?;
+        c.b_off = eval(&x.offsets[3])?;
         c.b_s = sb[nb];
         c.b_t = sb[nb + 1];
         c.b_b[pad..].copy_from_slice(&sb[..nb]);

@@ -128,6 +128,11 @@ impl<E: Executor> PlanRuntime<E> {
                 dims_at: dims_len,
                 static_deps: None,
                 cooperative: k.cooperative,
+                src_dims: match graph.node(id).op {
+                    Op::WriteSlice { .. } => Some(graph.node(id).inputs[1].view.dims()),
+                    Op::Reduce { .. } => Some(graph.node(id).inputs[0].view.dims()),
+                    _ => None,
+                },
                 numel: graph
                     .node(id)
                     .shape
@@ -317,6 +322,7 @@ impl<E: Executor> PlanRuntime<E> {
             dim_slots,
             patterns,
             attn_calls: vec![None; attns.len()],
+            attn_exprs: attns.iter().map(attention::AttnExprs::of).collect(),
             attns,
             scratch: IdMap::default(),
             round_fn,

@@ -86,6 +86,9 @@ struct Step {
     cooperative: bool,
     /// The output's element count when its shape has no dims (not evaluated every run).
     numel: Option<usize>,
+    /// The dims of a `WriteSlice`'s source view or a reduction's input view (views build
+    /// their expressions anew on every `dims()`).
+    src_dims: Option<Vec<luminal::Expression>>,
 }
 
 struct Buffer<B> {
@@ -128,6 +131,8 @@ pub struct PlanRuntime<E: Executor> {
     /// Attentions recognised at compile time, and their calls at this run's dims (`None`:
     /// the primop kernels).
     attns: Vec<AttnPattern>,
+    /// Their operands' expressions ([`attention::AttnExprs`]).
+    attn_exprs: Vec<attention::AttnExprs>,
     attn_calls: Vec<Option<AttnCall>>,
     /// Products' own buffers: an f32 operand rounded to a half type (`BufRef::Scratch`), a
     /// quantized weight's f16 copy (`BufRef::Dequant`).
@@ -380,8 +385,9 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
         self.attn_calls = self
             .attns
             .iter()
-            .map(|p| {
-                attention::resolve(p, &|n| graph.node(n).dtype, &|e| {
+            .zip(&self.attn_exprs)
+            .map(|(p, x)| {
+                attention::resolve(p, x, &|n| graph.node(n).dtype, &|e| {
                     e.eval_with(&|n| dims.get(n).copied()).ok()
                 })
             })

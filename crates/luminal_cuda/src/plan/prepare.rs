@@ -66,15 +66,20 @@ pub(super) fn merge_skinny(launches: &mut Vec<Launch>, skinny: &[usize]) {
     };
     let x_at = 2 * codegen::SKINNY_GROUPS;
     let mut between: Vec<BufRef> = vec![];
-    let mut i = 0;
-    while i < launches.len() {
-        if !is_skinny(&launches[i]) {
-            i += 1;
+    // Launches joined into an earlier one (dropped at the end: no shifting per join).
+    let mut gone = vec![false; launches.len()];
+    for i in 0..launches.len() {
+        if gone[i] || !is_skinny(&launches[i]) {
             continue;
         }
         between.clear();
-        let mut j = i + 1;
-        while j < launches.len() && j <= i + LOOK_AHEAD {
+        let (mut j, mut seen) = (i + 1, 0);
+        while j < launches.len() && seen < LOOK_AHEAD {
+            if gone[j] {
+                j += 1;
+                continue;
+            }
+            seen += 1;
             let (
                 Launch::Kernel {
                     function: fi,
@@ -114,14 +119,10 @@ pub(super) fn merge_skinny(launches: &mut Vec<Launch>, skinny: &[usize]) {
                 j += 1;
                 continue;
             }
-            let Launch::Kernel {
-                buffers: bj,
-                scalars: sj,
-                ..
-            } = launches.remove(j)
-            else {
-                unreachable!("matched above")
-            };
+            let (out, w) = (bj[0], bj[codegen::SKINNY_GROUPS]);
+            let mut slot = [0i64; 5];
+            slot.copy_from_slice(&sj[4..9]);
+            gone[j] = true;
             let Launch::Kernel {
                 grid,
                 buffers,
@@ -131,12 +132,19 @@ pub(super) fn merge_skinny(launches: &mut Vec<Launch>, skinny: &[usize]) {
             else {
                 unreachable!("matched above")
             };
-            buffers[used] = bj[0];
-            buffers[codegen::SKINNY_GROUPS + used] = bj[codegen::SKINNY_GROUPS];
-            scalars[4 + 5 * used..9 + 5 * used].copy_from_slice(&sj[4..9]);
+            buffers[used] = out;
+            buffers[codegen::SKINNY_GROUPS + used] = w;
+            scalars[4 + 5 * used..9 + 5 * used].copy_from_slice(&slot);
             *grid = skinny_grid(scalars);
+            j += 1;
         }
-        i += 1;
+    }
+    if gone.iter().any(|&g| g) {
+        let mut at = 0;
+        launches.retain(|_| {
+            at += 1;
+            !gone[at - 1]
+        });
     }
 }
 
@@ -174,7 +182,7 @@ impl<E: Executor> PlanRuntime<E> {
         };
         let bytes = n * size_of(node.dtype);
         if let Op::WriteSlice { axis, start } = &node.op {
-            let len = self.eval(&node.inputs[1].view.dims()[*axis])?;
+            let len = self.eval(&step.src_dims.as_ref().expect("set for writes")[*axis])?;
             let size = self.eval(&node.shape[*axis])?;
             let start = self.eval(start)?;
             if start < 0 || start + len > size {
@@ -198,7 +206,7 @@ impl<E: Executor> PlanRuntime<E> {
                 .ok_or_else(|| LuminalError::Backend(format!("state {} has no buffer", dest.0)))?;
             b.len = bytes;
             self.buffers.insert(id, b);
-            threads = self.numel(&node.inputs[1].view.dims())?;
+            threads = self.numel(step.src_dims.as_ref().expect("set for writes"))?;
         }
         // The output buffer, grown when the dims grew (kept otherwise); a buffer that grows
         // again at least doubles, so a dim that grows by one each run (a decode step's cache
@@ -275,7 +283,7 @@ impl<E: Executor> PlanRuntime<E> {
         // Threads per output: several on a GPU for long contiguous rows.
         let per_output = match &node.op {
             Op::Reduce { axis, .. } if step.cooperative && self.exec.cooperative_reductions() => {
-                let dims = node.inputs[0].view.dims();
+                let dims = step.src_dims.as_ref().expect("set for reductions");
                 let len = usize::try_from(self.eval(&dims[*axis])?).unwrap_or(0);
                 threads_per_output(threads, len, self.numel(&dims[axis + 1..])?)
             }
