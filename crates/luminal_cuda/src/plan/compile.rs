@@ -348,6 +348,8 @@ impl<E: Executor> PlanRuntime<E> {
             attn_host: vec![],
             fused: fused.len(),
             launches: 0,
+            launch_list: vec![],
+            pool: Default::default(),
             ran: false,
             generation: 0,
             set_at: IdMap::default(),

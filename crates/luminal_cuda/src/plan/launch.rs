@@ -65,6 +65,47 @@ pub(super) enum Launch {
     },
 }
 
+/// The buffer and scalar lists of the last run's launches, kept for the next run's (a run
+/// lists hundreds of launches: no allocation each).
+#[derive(Default)]
+pub(super) struct ListPool {
+    buffers: Vec<Vec<BufRef>>,
+    scalars: Vec<Vec<i64>>,
+}
+
+impl ListPool {
+    /// Takes back the lists of `launches`.
+    pub(super) fn recycle(&mut self, launches: &mut Vec<Launch>) {
+        for l in launches.drain(..) {
+            if let Launch::Kernel {
+                mut buffers,
+                mut scalars,
+                ..
+            } = l
+            {
+                buffers.clear();
+                scalars.clear();
+                self.buffers.push(buffers);
+                self.scalars.push(scalars);
+            }
+        }
+    }
+
+    /// An empty buffer list holding `refs`.
+    pub(super) fn buffers(&mut self, refs: &[BufRef]) -> Vec<BufRef> {
+        let mut v = self.buffers.pop().unwrap_or_default();
+        v.extend_from_slice(refs);
+        v
+    }
+
+    /// An empty scalar list holding `values`.
+    pub(super) fn scalars(&mut self, values: &[i64]) -> Vec<i64> {
+        let mut v = self.scalars.pop().unwrap_or_default();
+        v.extend_from_slice(values);
+        v
+    }
+}
+
 impl<E: Executor> PlanRuntime<E> {
     /// The buffer `r` names.
     pub(super) fn buffer(&self, r: BufRef) -> Result<&E::Buffer> {

@@ -164,6 +164,9 @@ pub struct PlanRuntime<E: Executor> {
     fused: usize,
     /// Kernel launches and cuBLAS calls of the last run.
     launches: usize,
+    /// The last run's launches (their lists reused by the next run's, [`launch::ListPool`]).
+    launch_list: Vec<launch::Launch>,
+    pool: launch::ListPool,
     /// Whether a run has completed (an in-place write's result is then its state's buffer).
     ran: bool,
     /// A counter of `set_data` calls: when each input was last set, and when each static
@@ -414,7 +417,8 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
             self.dims_host[slot] = values[d];
         }
         let before = self.launches;
-        let mut launches = Vec::with_capacity(self.steps.len());
+        let mut launches = std::mem::take(&mut self.launch_list);
+        self.pool.recycle(&mut launches);
         self.pending_static.clear();
         self.pending_dequant.clear();
         self.skinny = 0;
@@ -427,7 +431,9 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
         self.launches = launches.len();
         let prepared = t0.elapsed();
         let replays_before = self.replays;
-        self.execute(&launches)?;
+        let executed = self.execute(&launches);
+        self.launch_list = launches;
+        executed?;
         let at = self.generation.max(1);
         for s in std::mem::take(&mut self.pending_static) {
             self.computed_at[s] = at;

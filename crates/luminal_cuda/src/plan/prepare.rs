@@ -289,7 +289,7 @@ impl<E: Executor> PlanRuntime<E> {
             }
             _ => 1,
         };
-        let mut scalars = vec![];
+        let mut scalars = self.pool.scalars(&[]);
         // A kernel with dims reads its thread count from the dims table, and its grid covers
         // the next power of two: the launch stays the same while the count grows within it
         // (a decode step's mask over the keys), so a captured graph keeps replaying.
@@ -306,7 +306,7 @@ impl<E: Executor> PlanRuntime<E> {
         if !step.dims.is_empty() {
             scalars.push(step.dims_at as i64);
         }
-        let mut buffers = vec![BufRef::Node(id)];
+        let mut buffers = self.pool.buffers(&[BufRef::Node(id)]);
         buffers.extend(step.inputs.iter().map(|&i| BufRef::Node(i)));
         if step.error_flag {
             buffers.push(BufRef::Error);
@@ -365,7 +365,9 @@ impl<E: Executor> PlanRuntime<E> {
                 c.offset_a,
                 c.offset_c,
             ];
-            let mut scalars = vec![c.n as i64, c.k as i64, c.ldb as i64, c.offset_b];
+            let mut scalars =
+                self.pool
+                    .scalars(&[c.n as i64, c.k as i64, c.ldb as i64, c.offset_b]);
             scalars.extend(slot);
             // The other products' slots: no rows.
             for _ in 1..codegen::SKINNY_GROUPS {
@@ -377,7 +379,7 @@ impl<E: Executor> PlanRuntime<E> {
                 function: f,
                 grid: skinny_grid(&scalars),
                 block: 32 * codegen::SKINNY_WARPS,
-                buffers: vec![c_buf, c_buf, c_buf, w, w, w, x],
+                buffers: self.pool.buffers(&[c_buf, c_buf, c_buf, w, w, w, x]),
                 scalars,
             });
             self.skinny += 1;
@@ -439,8 +441,8 @@ impl<E: Executor> PlanRuntime<E> {
                     function: self.dequant_fn[&pi],
                     grid: grid.max(1),
                     block: BLOCK,
-                    buffers: vec![key, BufRef::Node(w)],
-                    scalars: vec![n as i64],
+                    buffers: self.pool.buffers(&[key, BufRef::Node(w)]),
+                    scalars: self.pool.scalars(&[n as i64]),
                 });
                 self.pending_dequant.push(pi);
             }
@@ -497,8 +499,8 @@ impl<E: Executor> PlanRuntime<E> {
                 function: self.round_fn[&t],
                 grid: grid.max(1),
                 block: BLOCK,
-                buffers: vec![BufRef::Scratch(pi), BufRef::Node(src)],
-                scalars: vec![n as i64],
+                buffers: self.pool.buffers(&[BufRef::Scratch(pi), BufRef::Node(src)]),
+                scalars: self.pool.scalars(&[n as i64]),
             });
         }
         let p = &self.patterns[pi];
