@@ -24,7 +24,7 @@ if [ "${1:-}" = --prepare ]; then
     [ -n "$f" ] && cp "$f" .gpu/$t && strip .gpu/$t
   done
   cp target/release/luminal .gpu/bench/luminal && strip .gpu/bench/luminal
-  for e in matmul_tflops ops_gbps attention_bench; do
+  for e in matmul_tflops ops_gbps attention_bench matvec_gbps; do
     [ -x target/release/examples/$e ] && cp target/release/examples/$e .gpu/bench/ && strip .gpu/bench/$e
   done
   pwd > .gpu/bench/build_root
@@ -75,6 +75,15 @@ if [ "$WHAT" = decode ]; then
     grep -E "^test |test result|positions|skipping|panicked|error|decode step|decode m|gpu|replays" $OUT/$b.log | head -30; took $r
   }
   for t in emulator_matmul:gpu llama:gpu emulator_quant:gpu; do gputest $t; done
+  if [ -x $B/matvec_gbps ]; then
+    # Decode-shaped products alone: weight GB/s of the skinny kernels against cuBLAS at a
+    # 1B model's FFN shapes (16 layers alternating [8192, 2048] and [2048, 8192]).
+    step "matvec_gbps 2048 8192 16 50, skinny (all) vs cuBLAS (0)"
+    for t in f16 q8_0 q4_0; do
+      for k in all 0; do LUMINAL_CUDA_SKINNY=$k timeout 60 $B/matvec_gbps 2048 8192 16 50 $t 2>&1 | sed "s/^/SKINNY=$k /"; done
+    done
+    took 0
+  fi
   gguf_py
   bench() {
     step "luminal bench $(basename $1) --device cuda ($2)"

@@ -101,7 +101,10 @@
 //!   decode step reads 0.56–1.06 bytes a weight. `LUMINAL_CUDA_SKINNY=0` sends these
 //!   products to cuBLAS, a number bounds the weight elements (N·K) of a skinny product.
 //!   Checked on both emulators (the cooperative one runs the GPU branch: vector pieces, block
-//!   decoding, shuffles) and on an H200 (`benches/README.md`).
+//!   decoding, shuffles) and on an H200 (`benches/README.md`). By default only products over
+//!   float weights of at most [`plan::SKINNY_MAX_WEIGHTS`] elements run skinny (on an H200
+//!   cuBLAS was faster on a 1B model's larger ones); `examples/matvec_gbps.rs` times the two
+//!   paths alone at decode shapes.
 //! - [`attention`]: `softmax(q·kᵀ·scale (+ bias))·v` as `luminal_nn`'s attention builds it
 //!   (causal with a KV cache, f16 cache, grouped queries, padding bias or none) is recognised
 //!   at compile time (every inner node private to it) and, when its views resolve at run time,
