@@ -163,9 +163,19 @@ fn model_kernels_compile_with_nvrtc() {
         "tiny-llama.bf16.gguf",
         "tiny-llama.q8_0.gguf",
     ] {
-        let (model, _) =
+        let (mut model, _) =
             LlamaModel::load(fixture(file), HostEmulatorBackend, &options(), |_, _| {}).unwrap();
+        // A prefill and decode steps first: combined and skinny kernels are made at run time.
+        let p = &prompts(model.vocab_size())[0];
+        model.forward(&p[..5], 1).unwrap();
+        for &tok in &p[5..8] {
+            model.forward(&[tok], 1).unwrap();
+        }
         let kernels: Vec<_> = model.runtime().kernels().iter().collect();
+        assert!(
+            kernels.iter().any(|k| k.name.starts_with("lum_combo")),
+            "{file}: no combined kernel"
+        );
         luminal_cuda::device::nvrtc_ptx(&kernels, "compute_90")
             .unwrap_or_else(|e| panic!("{file}: {e}"));
     }

@@ -167,6 +167,10 @@ pub struct PlanRuntime<E: Executor> {
     /// The last run's launches (their lists reused by the next run's, [`launch::ListPool`]).
     launch_list: Vec<launch::Launch>,
     pool: launch::ListPool,
+    /// Consecutive independent elementwise launches run as one (`LUMINAL_CUDA_COMBINE`, on by
+    /// default), and the combined kernels compiled so far (by their members' functions).
+    combine: bool,
+    combos: HashMap<Vec<usize>, Option<usize>>,
     /// Whether a run has completed (an in-place write's result is then its state's buffer).
     ran: bool,
     /// A counter of `set_data` calls: when each input was last set, and when each static
@@ -178,6 +182,8 @@ pub struct PlanRuntime<E: Executor> {
     /// and the products whose weight copy it writes.
     pending_static: Vec<usize>,
     pending_dequant: Vec<usize>,
+    /// Quantized weights' f16 copies written by the last run.
+    dequantized: usize,
     /// The dims of every kernel, in device memory (written before each run; kernels read
     /// their dims here, so a replayed graph sees this run's values), and its host copy.
     dims_table: Option<Buffer<E::Buffer>>,
@@ -208,6 +214,12 @@ impl<E: Executor> PlanRuntime<E> {
     /// How many attentions ran through [`Executor::attention`] in the last run.
     pub fn attention_calls(&self) -> usize {
         self.attn_calls.iter().filter(|c| c.is_some()).count()
+    }
+
+    /// Quantized weights dequantized into their f16 copies by the last run (each once per
+    /// value the weight is set to, [`gemm::Pattern::dequant`]).
+    pub fn dequantized_copies(&self) -> usize {
+        self.dequantized
     }
 
     /// Products of the last run computed by the skinny kernel ([`gemm::skinny`]: a decode
@@ -428,6 +440,9 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
         if self.skinny > 1 {
             prepare::merge_skinny(&mut launches, &self.skinny_fns);
         }
+        if self.combine {
+            self.combine_launches(&mut launches)?;
+        }
         self.launches = launches.len();
         let prepared = t0.elapsed();
         let replays_before = self.replays;
@@ -438,6 +453,7 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
         for s in std::mem::take(&mut self.pending_static) {
             self.computed_at[s] = at;
         }
+        self.dequantized = self.pending_dequant.len();
         for p in std::mem::take(&mut self.pending_dequant) {
             self.dequant_at.insert(p, at);
         }

@@ -149,6 +149,127 @@ pub(super) fn merge_skinny(launches: &mut Vec<Launch>, skinny: &[usize]) {
 }
 
 impl<E: Executor> PlanRuntime<E> {
+    /// Runs up to three consecutive independent launches of generated one-thread-per-element
+    /// kernels as one ([`codegen::combined_kernel`], compiled the first time a combination is
+    /// seen): none writes a buffer another of them reads or writes. Their blocks split the
+    /// combined grid in order. Off with `LUMINAL_CUDA_COMBINE=0`.
+    pub(super) fn combine_launches(&mut self, launches: &mut Vec<Launch>) -> Result<()> {
+        let plain = |l: &Launch, kernels: &[codegen::Kernel]| match l {
+            Launch::Kernel {
+                function, block, ..
+            } => {
+                *block == BLOCK
+                    && kernels
+                        .get(*function)
+                        .is_some_and(|k| !k.cooperative && k.scalars.is_none())
+            }
+            _ => false,
+        };
+        fn buffers_of(l: &Launch) -> &[BufRef] {
+            match l {
+                Launch::Kernel { buffers, .. } => buffers,
+                _ => &[],
+            }
+        }
+        // Launches are moved down over the joined ones (`w` ≤ `i`: the ones at and after `i`
+        // are still in place).
+        let (n, mut w, mut i) = (launches.len(), 0, 0);
+        while i < n {
+            let mut len = 1;
+            if plain(&launches[i], &self.kernels) {
+                while len < 3 {
+                    let j = i + len;
+                    if j >= n || !plain(&launches[j], &self.kernels) {
+                        break;
+                    }
+                    let bj = buffers_of(&launches[j]);
+                    let independent = (i..j).all(|g| {
+                        let bg = buffers_of(&launches[g]);
+                        !bj[1..].contains(&bg[0]) && !bg.contains(&bj[0])
+                    });
+                    if !independent {
+                        break;
+                    }
+                    len += 1;
+                }
+            }
+            let combo = if len > 1 {
+                let mut fns = [0usize; 3];
+                for (f, l) in fns.iter_mut().zip(&launches[i..i + len]) {
+                    if let Launch::Kernel { function, .. } = l {
+                        *f = *function;
+                    }
+                }
+                self.combo_function(&fns[..len])?
+            } else {
+                None
+            };
+            if let Some(combo) = combo {
+                // The first member's lists take the others' (whose lists go back to the pool).
+                let mut bounds = [0i64; 2];
+                let (head, rest) = launches[i..i + len].split_at_mut(1);
+                let Launch::Kernel {
+                    function,
+                    grid,
+                    buffers,
+                    scalars,
+                    ..
+                } = &mut head[0]
+                else {
+                    unreachable!("plain kernels only")
+                };
+                bounds[0] = *grid as i64;
+                for (m, l) in rest.iter_mut().enumerate() {
+                    let Launch::Kernel {
+                        grid: g,
+                        buffers: b,
+                        scalars: sc,
+                        ..
+                    } = l
+                    else {
+                        unreachable!("plain kernels only")
+                    };
+                    if m + 1 < bounds.len() {
+                        bounds[m + 1] = *g as i64;
+                    }
+                    *grid = grid
+                        .checked_add(*g)
+                        .ok_or_else(|| LuminalError::Backend("combined grid too large".into()))?;
+                    buffers.append(b);
+                    scalars.append(sc);
+                }
+                scalars.extend_from_slice(&bounds[..len - 1]);
+                *function = combo;
+            }
+            launches.swap(w, i);
+            w += 1;
+            i += len;
+        }
+        // What is left past `w`: joined launches (their lists emptied) and moved-from ones.
+        let mut tail: Vec<Launch> = launches.drain(w..).collect();
+        self.pool.recycle(&mut tail);
+        Ok(())
+    }
+
+    /// The combined kernel of `fns` (compiled once; `None` where they cannot be combined).
+    fn combo_function(&mut self, fns: &[usize]) -> Result<Option<usize>> {
+        if let Some(&f) = self.combos.get(fns) {
+            return Ok(f);
+        }
+        let members: Vec<&codegen::Kernel> = fns.iter().map(|&f| &self.kernels[f]).collect();
+        let f = match codegen::combined_kernel(&members) {
+            Some(k) => {
+                let compiled = self.exec.compile(&[&k])?;
+                self.functions.extend(compiled);
+                self.kernels.push(k);
+                Some(self.kernels.len() - 1)
+            }
+            None => None,
+        };
+        self.combos.insert(fns.to_vec(), f);
+        Ok(f)
+    }
+
     /// Sizes step `s`'s output buffer (allocating or growing it) and appends its launches.
     pub(super) fn prepare_step(&mut self, s: usize, out: &mut Vec<Launch>) -> Result<()> {
         let step = &self.steps[s];

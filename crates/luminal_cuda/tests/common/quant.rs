@@ -180,9 +180,9 @@ pub fn gather_and_matmul<B: Backend>(backend: impl Fn() -> B) {
 
 /// A linear layer over a block-quantized weight (`x · Wᵀ`, f32 activations): run three times
 /// on `backend` against the reference — new activations each run, the weight set before the
-/// first and the third. Returns the launches of each run and whether every product read half
-/// operands (a backend that dequantizes the weight once into an f16 copy launches fewer
-/// kernels in the second run than in the first and third).
+/// first and the third. Returns the f16 copies each run wrote and whether every product read
+/// half operands (a backend that dequantizes the weight once into an f16 copy writes it in the
+/// first and third runs only).
 pub fn quantized_linear<E, B>(backend: B, dtype: DType) -> (Vec<usize>, bool)
 where
     E: luminal_cuda::plan::Executor,
@@ -221,7 +221,7 @@ where
                 "{dtype} linear run {run} element {i}: want {a}, got {b} (max |want| {scale})"
             );
         }
-        launches.push(rt.launches());
+        launches.push(rt.dequantized_copies());
         half &= rt.half_products() > 0;
     }
     (launches, half)
