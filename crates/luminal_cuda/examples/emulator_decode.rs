@@ -3,6 +3,8 @@
 //! emulator_decode -- models/SmolLM2-135M-Instruct.F16.gguf [steps]` prints each run's
 //! launches by kernel name, whether it replayed a captured graph, and its host time
 //! preparing (the kernels themselves run on the CPU here, slowly: ~0.4 s a step for 135M).
+//! With `LUMINAL_EMULATOR_DRY=1` nothing runs (results are meaningless): a step's time is
+//! then the plan's host work alone (`LUMINAL_CUDA_STATS=2`: preparing and enqueueing).
 use luminal_cuda::HostEmulatorBackend;
 use luminal_models::{LlamaModel, LoadOptions, Model};
 

@@ -170,6 +170,9 @@ pub struct HostExecutor {
     /// Cooperative reductions with their blocks' threads as OpenMP threads
     /// ([`HostEmulatorCooperative`]).
     cooperative: bool,
+    /// `LUMINAL_EMULATOR_DRY=1`: launches, products and attentions are listed, recorded and
+    /// replayed but not run (results are meaningless), to time the plan's host work alone.
+    dry: bool,
 }
 
 impl HostExecutor {
@@ -179,6 +182,7 @@ impl HostExecutor {
             gemm,
             recording: None,
             cooperative: false,
+            dry: std::env::var("LUMINAL_EMULATOR_DRY").is_ok_and(|v| v == "1"),
         }
     }
 
@@ -495,6 +499,7 @@ impl Executor for HostExecutor {
         };
         match self.recording.as_mut() {
             Some(rec) => rec.push(r),
+            None if self.dry => {}
             None => Self::run(&r),
         }
         Ok(())
@@ -539,6 +544,7 @@ impl Executor for HostExecutor {
         };
         match self.recording.as_mut() {
             Some(rec) => rec.push(r),
+            None if self.dry => {}
             None => Self::run(&r),
         }
         Ok(())
@@ -568,6 +574,7 @@ impl Executor for HostExecutor {
         };
         match self.recording.as_mut() {
             Some(rec) => rec.push(r),
+            None if self.dry => {}
             None => Self::run(&r),
         }
         Ok(())
@@ -589,7 +596,9 @@ impl Executor for HostExecutor {
     }
 
     fn replay(&mut self, graph: &Vec<Recorded>) -> Result<()> {
-        graph.iter().for_each(Self::run);
+        if !self.dry {
+            graph.iter().for_each(Self::run);
+        }
         Ok(())
     }
 

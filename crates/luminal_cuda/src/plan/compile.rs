@@ -304,6 +304,26 @@ impl<E: Executor> PlanRuntime<E> {
         let nsteps = steps.len();
         let graphs = exec.graphs_available()
             && std::env::var("LUMINAL_CUDA_GRAPHS").map_or(true, |v| v != "0");
+        // The first product rounding the same operand to the same type (shared scratch).
+        let round_owner: Vec<usize> = patterns
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let source = |q: &gemm::Pattern| {
+                    q.round.map(|(side, t)| {
+                        let e = match side {
+                            Side::A => &q.a,
+                            Side::B => &q.b,
+                        };
+                        (e.node, t)
+                    })
+                };
+                patterns
+                    .iter()
+                    .position(|q| source(q).is_some() && source(q) == source(p))
+                    .unwrap_or(i)
+            })
+            .collect();
         Ok(PlanRuntime {
             graph,
             exec,
@@ -325,6 +345,8 @@ impl<E: Executor> PlanRuntime<E> {
             attn_exprs: attns.iter().map(attention::AttnExprs::of).collect(),
             attns,
             scratch: IdMap::default(),
+            rounded: vec![false; round_owner.len()],
+            round_owner,
             round_fn,
             skinny_fns: {
                 let mut f: Vec<usize> = skinny_fn

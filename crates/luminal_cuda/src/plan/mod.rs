@@ -138,6 +138,10 @@ pub struct PlanRuntime<E: Executor> {
     /// quantized weight's f16 copy (`BufRef::Dequant`).
     scratch: IdMap<launch::BufRef, Buffer<E::Buffer>>,
     /// The rounding kernels (f32 → f16, f32 → bf16) in `functions`, where a product needs them.
+    /// Per product, the first product rounding the same operand to the same type (whose
+    /// scratch buffer holds the rounded copy), and whether that copy was written this run.
+    round_owner: Vec<usize>,
+    rounded: Vec<bool>,
     round_fn: HashMap<GemmType, usize>,
     /// Per product, the [`crate::codegen::skinny_kernel`] in `functions` that computes its calls
     /// with few activation rows ([`gemm::skinny`]) instead of cuBLAS, and how many launches
@@ -433,6 +437,7 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
         self.pool.recycle(&mut launches);
         self.pending_static.clear();
         self.pending_dequant.clear();
+        self.rounded.iter_mut().for_each(|r| *r = false);
         self.skinny = 0;
         for s in 0..self.steps.len() {
             self.prepare_step(s, &mut launches)?;

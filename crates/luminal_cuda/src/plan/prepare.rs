@@ -585,7 +585,10 @@ impl<E: Executor> PlanRuntime<E> {
             return Ok(());
         }
         let p = &self.patterns[pi];
-        if let Some((side, t)) = p.round {
+        // The rounded copy is shared by the products rounding the same operand to the same
+        // type (a layer's q, k and v; gate and up): written by the first of them that runs.
+        let owner = self.round_owner[pi];
+        if let Some((side, t)) = p.round.filter(|_| !self.rounded[owner]) {
             let src = match side {
                 Side::A => p.a.node,
                 Side::B => p.b.node,
@@ -597,15 +600,12 @@ impl<E: Executor> PlanRuntime<E> {
                 .len
                 / 4;
             let bytes = n * t.size();
-            if self
-                .scratch
-                .get(&BufRef::Scratch(pi))
-                .is_none_or(|b| b.capacity < bytes)
-            {
+            let key = BufRef::Scratch(owner);
+            if self.scratch.get(&key).is_none_or(|b| b.capacity < bytes) {
                 let capacity = bytes.max(4);
                 let buf = self.exec.alloc(capacity)?;
                 self.scratch.insert(
-                    BufRef::Scratch(pi),
+                    key,
                     Buffer {
                         buf,
                         capacity,
@@ -620,14 +620,15 @@ impl<E: Executor> PlanRuntime<E> {
                 function: self.round_fn[&t],
                 grid: grid.max(1),
                 block: BLOCK,
-                buffers: self.pool.buffers(&[BufRef::Scratch(pi), BufRef::Node(src)]),
+                buffers: self.pool.buffers(&[key, BufRef::Node(src)]),
                 scalars: self.pool.scalars(&[n as i64]),
             });
+            self.rounded[owner] = true;
         }
         let p = &self.patterns[pi];
         let operand = |side: Side, e: &luminal::graph::Edge| {
             if p.round.is_some_and(|r| r.0 == side) {
-                BufRef::Scratch(pi)
+                BufRef::Scratch(owner)
             } else if p.dequant == Some(side) {
                 BufRef::Dequant(pi)
             } else {

@@ -428,8 +428,9 @@ pub fn skinny<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(
         }
     }
     // Three products over the same activations (a layer's q, k, v): one launch, with a
-    // fourth (gate after them) starting another.
-    for m in [1, 2] {
+    // fourth (gate after them) starting another. With 5 rows they go to gemm, after one
+    // rounding launch that all four share.
+    for m in [1, 2, 5] {
         let cx = Graph::new();
         let x = cx.tensor("x", (m, 48));
         let rows = [24, 8, 16, 40];
@@ -472,9 +473,12 @@ pub fn skinny<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(
                 );
             }
         }
-        if skinny {
+        if skinny && m <= luminal_cuda::gemm::SKINNY_ROWS as usize {
             assert_eq!(rt.skinny_products(), 4, "grouped products m {m}");
             assert_eq!(rt.launches(), 2, "grouped products m {m}: launches");
+        } else if skinny {
+            assert_eq!(rt.skinny_products(), 0, "products m {m}");
+            assert_eq!(rt.launches(), 5, "products m {m}: one rounding + 4 gemm");
         }
     }
     // f16 activations and weight, f16 result.
