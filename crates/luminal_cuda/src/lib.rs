@@ -93,8 +93,11 @@
 //! - Combined launches ([`codegen::combined_kernel`]): up to three consecutive independent
 //!   one-thread-per-element launches (none writes what another reads or writes) run as one
 //!   kernel whose blocks are split among them — a decode step's RoPE of q and its two cache
-//!   writes are one launch (SmolLM2 shape: 493 → 432 launches a step). Compiled the first time
+//!   writes are one launch (SmolLM2 shape: 493 → 432 launches a step, 401 with elided copies). Compiled the first time
 //!   a combination is seen; `LUMINAL_CUDA_COMBINE=0` turns it off. Not yet measured on a GPU.
+//! - Copies elided: a plain copy of a computed node whose view is the identity at a run's
+//!   dims (a decode step's attention output, `[heads, 1, d]` → `[1, heads·d]`) launches
+//!   nothing; its readers (and `get`) read the source's buffer (`LUMINAL_CUDA_ELIDE=0` off).
 //! - Skinny products ([`codegen::skinny_kernel`], [`gemm::skinny`]): a product with at most
 //!   [`gemm::SKINNY_ROWS`] activation rows whose weight is read `K`-contiguous (a decode
 //!   step's linear layers and `lm_head`) runs one warp per weight row instead of cuBLAS: f32
@@ -184,9 +187,9 @@
 //!
 //! ## Not done yet
 //! - Decode replays one CUDA graph per step on an H200, but a step is still hundreds of small
-//!   launches (SmolLM2 shape: 432, ~2–3 µs each on the device) plus ~0.2–0.7 ms of host time
+//!   launches (SmolLM2 shape: 401, ~2–3 µs each on the device) plus ~0.2–0.7 ms of host time
 //!   preparing them (the run is prepared on the host every step even when it replays); a
-//!   residual add and the next norm and the attention output's copy are separate kernels.
+//!   residual add and the next norm are separate kernels.
 //! - cuBLASLt epilogues (bias/activation fused into the product); K-quant blocks read in place
 //!   by the skinny kernel (they go through an f16 copy).
 //! - Fusion covers elementwise producers of one reader; a node read twice (softmax's

@@ -131,3 +131,64 @@ fn gather_out_of_range_is_an_error() {
         other => panic!("expected an out-of-range error, got {other:?}"),
     }
 }
+
+#[test]
+fn copies_that_are_the_identity_at_the_dims_are_elided() {
+    // [h, s, d] → [s, h, d] is a layout change for s > 1 and the identity for s = 1 (a
+    // decode step's attention output): that run launches no copy, and the copy's readers
+    // and its own output read the source's buffer.
+    use luminal::prelude::*;
+    let cx = Graph::new();
+    let a = cx.tensor("a", (3, "s", 4));
+    let x = a * 2.0 + 1.0; // computed: a buffer of its own
+    let y = x.permute([1, 0, 2]).contiguous();
+    let z = (y.sin() * 3.0).output();
+    let x_out = x.exp2().output(); // a second reader keeps x a buffer
+    let y_out = y.output();
+    let mut reference = cx
+        .compile(ReferenceBackend, CompileOptions::default())
+        .unwrap();
+    let mut rt = cx
+        .compile(HostEmulatorBackend, CompileOptions::default())
+        .unwrap();
+    let mut launches = vec![];
+    for s in [1usize, 3, 1, 2] {
+        let v: Vec<f32> = (0..12 * s).map(|i| (i as f32 * 0.37).sin()).collect();
+        for (name, r) in [
+            ("reference", &mut reference as &mut dyn Bind),
+            ("emulator", &mut rt),
+        ] {
+            r.bind(a.handle(), s, &v)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        reference.run().unwrap();
+        rt.run().unwrap();
+        for t in [z, x_out, y_out] {
+            let (want, got) = (reference.get_f32(t).unwrap(), rt.get_f32(t).unwrap());
+            assert_eq!(want.len(), got.len(), "s {s}");
+            for (w, g) in want.iter().zip(&got) {
+                assert!(
+                    (w - g).abs() <= 1e-5 * (1.0 + w.abs()),
+                    "s {s}: want {w}, got {g}"
+                );
+            }
+        }
+        launches.push(rt.launches());
+    }
+    assert!(
+        launches[0] < launches[1] && launches[2] == launches[0] && launches[3] == launches[1],
+        "{launches:?}"
+    );
+}
+
+/// Binds `s` and sets `a` on either runtime.
+trait Bind {
+    fn bind(&mut self, a: luminal::graph::TensorRef, s: usize, v: &[f32]) -> luminal::Result<()>;
+}
+
+impl<R: luminal::Runtime> Bind for R {
+    fn bind(&mut self, a: luminal::graph::TensorRef, s: usize, v: &[f32]) -> luminal::Result<()> {
+        self.set_dim("s", s);
+        self.set_data(a, HostData::F32(v.to_vec()))
+    }
+}

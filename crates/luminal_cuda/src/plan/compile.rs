@@ -99,6 +99,7 @@ impl<E: Executor> PlanRuntime<E> {
         let mut steps = vec![];
         let mut dims_len = 0;
         let mut inputs_needed = vec![];
+        let elide_copies = std::env::var("LUMINAL_CUDA_ELIDE").map_or(true, |v| v != "0");
         for (id, k) in generated {
             let Some((k, inputs)) = k else {
                 // A constant shape's length is checked by `set_data` (no dims to change it).
@@ -114,6 +115,25 @@ impl<E: Executor> PlanRuntime<E> {
                 kernels.push(k.clone());
                 kernels.len() - 1
             });
+            // A plain copy of a computed node through an unmasked view: elided in runs where
+            // the view is the identity.
+            let elide = {
+                let node = graph.node(id);
+                let e = &node.inputs.first();
+                match (&node.op, e) {
+                    (Op::Contiguous, Some(e))
+                        if inputs.as_slice() == [e.node]
+                            && !in_place.contains(&id)
+                            && !e.view.is_masked()
+                            && graph.node(e.node).dtype == node.dtype
+                            && !matches!(graph.node(e.node).op, Op::Input { .. })
+                            && elide_copies =>
+                    {
+                        Some(super::ElideView::of(&e.view))
+                    }
+                    _ => None,
+                }
+            };
             steps.push(Step {
                 node: id,
                 function,
@@ -128,6 +148,7 @@ impl<E: Executor> PlanRuntime<E> {
                 dims_at: dims_len,
                 static_deps: None,
                 cooperative: k.cooperative,
+                elide,
                 src_dims: match graph.node(id).op {
                     Op::WriteSlice { .. } => Some(graph.node(id).inputs[1].view.dims()),
                     Op::Reduce { .. } => Some(graph.node(id).inputs[0].view.dims()),
@@ -371,6 +392,7 @@ impl<E: Executor> PlanRuntime<E> {
             fused: fused.len(),
             launches: 0,
             launch_list: vec![],
+            alias: IdMap::default(),
             pool: Default::default(),
             combine: std::env::var("LUMINAL_CUDA_COMBINE").map_or(true, |v| v != "0"),
             combos: HashMap::new(),

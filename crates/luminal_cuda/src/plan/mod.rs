@@ -89,6 +89,26 @@ struct Step {
     /// The dims of a `WriteSlice`'s source view or a reduction's input view (views build
     /// their expressions anew on every `dims()`).
     src_dims: Option<Vec<luminal::Expression>>,
+    /// For a plain copy of a computed node through an unmasked view: that view, to elide the
+    /// copy in runs where it is the identity ([`PlanRuntime::resolved`]).
+    elide: Option<ElideView>,
+}
+
+/// An unmasked view's expressions (a copy elided when they are the identity at a run's dims).
+pub(super) struct ElideView {
+    dims: Vec<luminal::Expression>,
+    strides: Vec<luminal::Expression>,
+    offset: luminal::Expression,
+}
+
+impl ElideView {
+    fn of(view: &luminal::ShapeTracker) -> ElideView {
+        ElideView {
+            dims: view.dims(),
+            strides: view.strides(),
+            offset: view.offset(),
+        }
+    }
 }
 
 struct Buffer<B> {
@@ -170,6 +190,8 @@ pub struct PlanRuntime<E: Executor> {
     launches: usize,
     /// The last run's launches (their lists reused by the next run's, [`launch::ListPool`]).
     launch_list: Vec<launch::Launch>,
+    /// Copies elided this run: the node whose buffer each one reads as.
+    alias: IdMap<NodeId, NodeId>,
     pool: launch::ListPool,
     /// Consecutive independent elementwise launches run as one (`LUMINAL_CUDA_COMBINE`, on by
     /// default), and the combined kernels compiled so far (by their members' functions).
@@ -437,6 +459,7 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
         self.pool.recycle(&mut launches);
         self.pending_static.clear();
         self.pending_dequant.clear();
+        self.alias.clear();
         self.rounded.iter_mut().for_each(|r| *r = false);
         self.skinny = 0;
         for s in 0..self.steps.len() {
@@ -524,7 +547,7 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
             Some(s) if self.ran && !self.buffers.contains_key(&s.node) => {
                 self.graph.node(s.node).inputs[0].node
             }
-            _ => entry.node,
+            _ => self.resolved(entry.node),
         };
         let buf = self
             .buffers

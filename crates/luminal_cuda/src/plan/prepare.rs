@@ -302,6 +302,18 @@ impl<E: Executor> PlanRuntime<E> {
             None => self.numel(&node.shape)?,
         };
         let bytes = n * size_of(node.dtype);
+        if let Some(view) = &step.elide {
+            // A copy whose source is already laid out as its output at this run's dims (a
+            // decode step's attention output, [heads, 1, d] → [1, heads·d]): no launch, its
+            // readers read the source's buffer.
+            let src = self.resolved(node.inputs[0].node);
+            if self.identity_at_dims(view, n)?
+                && self.buffers.get(&src).is_some_and(|b| b.len == bytes)
+            {
+                self.alias.insert(step.node, src);
+                return Ok(());
+            }
+        }
         if let Op::WriteSlice { axis, start } = &node.op {
             let len = self.eval(&step.src_dims.as_ref().expect("set for writes")[*axis])?;
             let size = self.eval(&node.shape[*axis])?;
@@ -363,9 +375,13 @@ impl<E: Executor> PlanRuntime<E> {
             }
             self.attn_host[slot * words.len()..(slot + 1) * words.len()].copy_from_slice(words);
             let p = &self.attns[slot];
-            let (q, k, v) = (p.q.node, p.k.node, p.v.node);
-            let bias = p.bias.as_ref().map(|b| BufRef::Node(b.node));
-            for n in [q, k, v].into_iter().chain(p.bias.as_ref().map(|b| b.node)) {
+            let r = |n: NodeId| self.alias.get(&n).copied().unwrap_or(n);
+            let (q, k, v) = (r(p.q.node), r(p.k.node), r(p.v.node));
+            let bias = p.bias.as_ref().map(|b| BufRef::Node(r(b.node)));
+            for n in [q, k, v]
+                .into_iter()
+                .chain(p.bias.as_ref().map(|b| r(b.node)))
+            {
                 if !self.buffers.contains_key(&n) {
                     return Err(LuminalError::Backend(format!("node {} has no buffer", n.0)));
                 }
@@ -428,7 +444,11 @@ impl<E: Executor> PlanRuntime<E> {
             scalars.push(step.dims_at as i64);
         }
         let mut buffers = self.pool.buffers(&[BufRef::Node(id)]);
-        buffers.extend(step.inputs.iter().map(|&i| BufRef::Node(i)));
+        buffers.extend(
+            step.inputs
+                .iter()
+                .map(|&i| BufRef::Node(self.alias.get(&i).copied().unwrap_or(i))),
+        );
         if step.error_flag {
             buffers.push(BufRef::Error);
         }
@@ -458,6 +478,29 @@ impl<E: Executor> PlanRuntime<E> {
                 self.buffers.insert(dest, b);
             }
         }
+    }
+
+    /// The node whose buffer holds `id`'s value this run (a copy elided at these dims reads
+    /// as its source).
+    pub(super) fn resolved(&self, id: NodeId) -> NodeId {
+        self.alias.get(&id).copied().unwrap_or(id)
+    }
+
+    /// Whether a view (`dims`, `strides`, `offset`; unmasked) reads `n` elements of its
+    /// buffer in row-major order from its start at this run's dims.
+    fn identity_at_dims(&self, view: &super::ElideView, n: usize) -> Result<bool> {
+        if self.eval(&view.offset)? != 0 {
+            return Ok(false);
+        }
+        let mut expect = 1i64;
+        for (d, st) in view.dims.iter().zip(&view.strides).rev() {
+            let d = self.eval(d)?;
+            if d > 1 && self.eval(st)? != expect {
+                return Ok(false);
+            }
+            expect *= d.max(1);
+        }
+        Ok(expect as usize == n)
     }
 
     /// Whether `call` may run as a skinny kernel over a float weight ([`gemm::skinny`], at
@@ -524,7 +567,10 @@ impl<E: Executor> PlanRuntime<E> {
         if let Some(f) = self.skinny_quant_fn[pi]
             .filter(|_| calls.iter().all(|c| gemm::skinny(c) && whole_blocks(c)))
         {
-            let (w, x) = (BufRef::Node(p.b.node), BufRef::Node(p.a.node));
+            let (w, x) = (
+                BufRef::Node(p.b.node),
+                BufRef::Node(self.resolved(p.a.node)),
+            );
             self.push_skinny(f, id, w, x, pi, out);
             return Ok(());
         }
@@ -575,11 +621,11 @@ impl<E: Executor> PlanRuntime<E> {
             // of a rounded operand; a product whose `a` is the weight or is dequantized has
             // no skinny kernel).
             let p = &self.patterns[pi];
-            let x = BufRef::Node(p.a.node);
+            let x = BufRef::Node(self.resolved(p.a.node));
             let w = if p.dequant == Some(Side::B) {
                 BufRef::Dequant(pi)
             } else {
-                BufRef::Node(p.b.node)
+                BufRef::Node(self.resolved(p.b.node))
             };
             self.push_skinny(f, id, w, x, pi, out);
             return Ok(());
@@ -589,10 +635,10 @@ impl<E: Executor> PlanRuntime<E> {
         // type (a layer's q, k and v; gate and up): written by the first of them that runs.
         let owner = self.round_owner[pi];
         if let Some((side, t)) = p.round.filter(|_| !self.rounded[owner]) {
-            let src = match side {
+            let src = self.resolved(match side {
                 Side::A => p.a.node,
                 Side::B => p.b.node,
-            };
+            });
             let n = self
                 .buffers
                 .get(&src)
@@ -632,7 +678,7 @@ impl<E: Executor> PlanRuntime<E> {
             } else if p.dequant == Some(side) {
                 BufRef::Dequant(pi)
             } else {
-                BufRef::Node(e.node)
+                BufRef::Node(self.alias.get(&e.node).copied().unwrap_or(e.node))
             }
         };
         // cuBLAS's A is our `b`, its B our `a`.
