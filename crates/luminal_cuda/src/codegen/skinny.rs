@@ -1,0 +1,345 @@
+//! Kernels of the products that do not go to cuBLAS: rounding an f32 operand to a weight's
+//! half type, and the skinny (decode-shaped) products over float weights and over
+//! block-quantized ones, which share one kernel frame ([`skinny_source`]).
+
+use super::{c_type, fnv1a, store, Kernel, Val};
+use luminal::DType;
+
+/// The kernel that rounds `lum_n` f32 values to `dtype` (f16 or bf16): an f32 operand of a
+/// product that cuBLAS multiplies with a half weight ([`crate::gemm::Pattern::round`]).
+/// Parameters: the output, the f32 input, `lum_n`.
+pub fn round_kernel(dtype: DType) -> Kernel {
+    let out_t = c_type(dtype).expect("a half type");
+    let text = format!(
+        "LUM_EXTERN_C __global__ void KERNEL({out_t}* __restrict__ out, const float* __restrict__ in0, long long lum_n) {{\n    const long long lum_i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n    if (lum_i >= lum_n) return;\n    out[lum_i] = {};\n}}\n",
+        store(dtype, Val::Float, "in0[lum_i]")
+    );
+    let name = format!("lum_round_{}_{:016x}", dtype.name(), fnv1a(&text));
+    Kernel {
+        source: text.replace("KERNEL", &name),
+        name,
+        buffer_types: vec![out_t, "float"],
+        error_flag: false,
+        dims: vec![],
+        cooperative: false,
+        scalars: None,
+    }
+}
+
+/// Warps (output columns) per block of a [`skinny_kernel`] launch.
+pub const SKINNY_WARPS: u32 = 8;
+
+/// Products one [`skinny_kernel`] launch computes (over the same activations).
+pub const SKINNY_GROUPS: usize = 3;
+
+/// Products with few activation rows (a decode step's linear layers), up to
+/// [`SKINNY_GROUPS`] of them over the same activations in one launch (a layer's q, k and v
+/// projections; gate and up). Each is cuBLAS's column-major `C = op(A)·B` with `A` read
+/// transposed (`A[i, k]` at `oa + i·lda + k`: a `[N, K]` weight, `K` contiguous) and `B` not
+/// (`B[k, j]` at `ob + j·ldb + k`: `M` activation rows), `C[i, j]` at `oc + i + j·ldc` —
+/// what [`crate::gemm::GemmCall`] describes. One warp per output column `i` (a weight row,
+/// the products' rows one after another): its lanes stream the row in 16-byte pieces (8
+/// elements) where every offset and stride allows it, else element by element, multiply with
+/// each of the `M ≤ 8` activation rows (staged once per block in shared memory when `M·K ≤
+/// 8192`, else read from cache; f32 activations rounded to `round` first, as cuBLAS reads
+/// them rounded into a scratch buffer, so no rounding launch),
+/// accumulate in f32 and combine the lanes by `__shfl_xor_sync`. Types: `w`, `x` (the
+/// buffers' f32/f16/bf16), `c`. Parameters: `out0, out1, out2, w0, w1, w2, x`, then the
+/// scalars `M, K, ldb, ob` and per product `N, lda, ldc, oa, oc` (`N = 0` for an unused
+/// slot); grid `ceil(ΣN / SKINNY_WARPS)` blocks of `32·SKINNY_WARPS` threads. The host
+/// emulator's branch computes each column with one thread, summing in order.
+pub fn skinny_kernel(w: DType, x: DType, round: Option<DType>, c: DType) -> Kernel {
+    let ty = |d: DType| c_type(d).expect("a float type");
+    let (wt, xt) = (ty(w), ty(x));
+    // One element as f32: halves through the PTX conversions on a GPU (the prelude's
+    // bit-exact software ones in C).
+    let widen = |d: DType, v: &str| match d {
+        DType::F16 => format!("lum_sk_h2f({v})"),
+        DType::BF16 => format!("lum_bf16_to_f32({v})"),
+        _ => v.to_string(),
+    };
+    let rounded = |v: String| match round {
+        Some(DType::F16) => format!("lum_sk_round_f16({v})"),
+        Some(DType::BF16) => format!("lum_sk_round_bf16({v})"),
+        _ => v,
+    };
+    let (wn, xn) = (w.name(), x.name());
+    let wv = widen(w, "wr[lum_e]");
+    let xv = rounded(widen(x, "xr[lum_e]"));
+    let xq = rounded("lum_x[lum_q]".to_string());
+    let gpu = format!(
+        r#"    const {wt}* wr = w + lum_oa + (lum_live ? lum_row : 0) * lum_lda;
+    const long long lum_end = lum_live ? lum_k : 0;
+    if (lum_stage && ((lum_lda | lum_oa) & 7) == 0) {{
+        /* Lane l: elements [8c, 8c + 8) for c = l, l + 32, ... (16 bytes of halves a load),
+           four pieces' loads issued before any is used (64 bytes in flight a lane). */
+        for (long long lum_k0 = 8 * lum_lane; lum_k0 < lum_end; lum_k0 += 1024) {{
+            unsigned lum_r[4][LUM_SK_RAW_{wn}];
+#pragma unroll
+            for (int lum_u = 0; lum_u < 4; ++lum_u)
+                if (lum_k0 + 256 * lum_u < lum_end) lum_sk_raw_{wn}(wr + lum_k0 + 256 * lum_u, lum_r[lum_u]);
+#pragma unroll
+            for (int lum_u = 0; lum_u < 4; ++lum_u) {{
+                if (lum_k0 + 256 * lum_u < lum_end) {{
+                    float lum_w[8], lum_x[8];
+                    lum_sk_cvt_{wn}(lum_r[lum_u], lum_w);
+#pragma unroll
+                    for (int lum_j = 0; lum_j < 8; ++lum_j) {{
+                        if (lum_j < lum_m) {{
+                            lum_sk_load8_f32(lum_xs + lum_j * lum_k + lum_k0 + 256 * lum_u, lum_x);
+#pragma unroll
+                            for (int lum_q = 0; lum_q < 8; ++lum_q) lum_acc[lum_j] += lum_w[lum_q] * lum_x[lum_q];
+                        }}
+                    }}
+                }}
+            }}
+        }}
+    }} else if (((lum_k | lum_lda | lum_ldb | lum_oa | lum_ob) & 7) == 0) {{
+#pragma unroll 2
+        for (long long lum_k0 = 8 * lum_lane; lum_k0 < lum_end; lum_k0 += 256) {{
+            float lum_w[8], lum_x[8];
+            lum_sk_load8_{wn}(wr + lum_k0, lum_w);
+#pragma unroll
+            for (int lum_j = 0; lum_j < 8; ++lum_j) {{
+                if (lum_j < lum_m) {{
+                    lum_sk_load8_{xn}(x + lum_ob + lum_j * lum_ldb + lum_k0, lum_x);
+#pragma unroll
+                    for (int lum_q = 0; lum_q < 8; ++lum_q) lum_acc[lum_j] += lum_w[lum_q] * {xq};
+                }}
+            }}
+        }}
+    }} else {{
+        for (long long lum_e = lum_lane; lum_e < lum_end; lum_e += 32) {{
+            const float lum_wv = {wv};
+#pragma unroll
+            for (int lum_j = 0; lum_j < 8; ++lum_j) {{
+                if (lum_j < lum_m) {{
+                    const {xt}* xr = x + lum_ob + lum_j * lum_ldb;
+                    lum_acc[lum_j] += lum_wv * {xv};
+                }}
+            }}
+        }}
+    }}
+"#
+    );
+    let host = format!(
+        r#"    /* One thread per column, summing in order. */
+    const {wt}* wr = w + lum_oa + lum_row * lum_lda;
+    for (int lum_j = 0; lum_j < 8 && lum_j < lum_m; ++lum_j) {{
+        const {xt}* xr = x + lum_ob + lum_j * lum_ldb;
+        for (long long lum_e = 0; lum_e < lum_k; ++lum_e) lum_acc[lum_j] += {wv} * {xv};
+        out[lum_oc + lum_row + lum_j * lum_ldc] = STORE_C;
+    }}
+"#
+    );
+    skinny_source(
+        &format!("{}_{}_{}", w.name(), x.name(), c.name()),
+        (wt, xt, c),
+        (
+            "((lum_k | lum_ldb | lum_ob) & 7) == 0 && lum_m * lum_k <= LUM_SK_STAGE",
+            &xv,
+        ),
+        &gpu,
+        &host,
+    )
+}
+
+/// [`skinny_kernel`] for a block-quantized weight read in place (Q8_0, Q4_0, Q4_1: a
+/// decode step reads 1.06, 0.56 or 0.63 bytes a weight instead of an f16 copy's 2), with f32
+/// activations rounded to f16 as the f16-copy path rounds them. Rows must be whole blocks
+/// (`K`, `lda` and `oa` multiples of 32; the plan checks). Each lane decodes whole blocks of
+/// its warp's row (block `b` for `b = lane, lane + 32, …`: its scale, and the quants as
+/// 2-byte loads) and adds `d·Σ q·x (+ m·Σ x)`; the parameters are [`skinny_kernel`]'s (the
+/// weights as bytes). The host emulator's branch sums `lum_deq_<type>(w, i)·x` in order (the
+/// core's decoders), so the emulators check the block decoding against them. `None` for
+/// other types.
+pub fn skinny_quant_kernel(q: DType, c: DType) -> Option<Kernel> {
+    let (bytes, decode) = match q {
+        DType::Q8_0 => (
+            34,
+            "lum_d = lum_sk_lo(lum_h[0]); lum_mn = 0.f;
+            for (int lum_i = 0; lum_i < 16; ++lum_i) { const unsigned lum_v = lum_h[1 + lum_i]; lum_q[2 * lum_i] = (float)(signed char)(lum_v & 0xffu); lum_q[2 * lum_i + 1] = (float)(signed char)(lum_v >> 8); }",
+        ),
+        DType::Q4_0 => (
+            18,
+            "lum_d = lum_sk_lo(lum_h[0]); lum_mn = 0.f;
+            for (int lum_i = 0; lum_i < 8; ++lum_i) { const unsigned lum_v = lum_h[1 + lum_i]; lum_q[2 * lum_i] = (float)((int)(lum_v & 15u) - 8); lum_q[2 * lum_i + 1] = (float)((int)((lum_v >> 8) & 15u) - 8); lum_q[2 * lum_i + 16] = (float)((int)((lum_v >> 4) & 15u) - 8); lum_q[2 * lum_i + 17] = (float)((int)(lum_v >> 12) - 8); }",
+        ),
+        DType::Q4_1 => (
+            20,
+            "lum_d = lum_sk_lo(lum_h[0]); lum_mn = lum_sk_lo(lum_h[1]);
+            for (int lum_i = 0; lum_i < 8; ++lum_i) { const unsigned lum_v = lum_h[2 + lum_i]; lum_q[2 * lum_i] = (float)(lum_v & 15u); lum_q[2 * lum_i + 1] = (float)((lum_v >> 8) & 15u); lum_q[2 * lum_i + 16] = (float)((lum_v >> 4) & 15u); lum_q[2 * lum_i + 17] = (float)(lum_v >> 12); }",
+        ),
+        _ => return None,
+    };
+    let qn = q.name();
+    let gpu = format!(
+        r#"    const unsigned char* wr = w + ((lum_oa + (lum_live ? lum_row : 0) * lum_lda) / 32) * {bytes};
+    const long long lum_nb = lum_live ? lum_k / 32 : 0;
+    for (long long lum_b = lum_lane; lum_b < lum_nb; lum_b += 32) {{
+        const unsigned short* lum_h = (const unsigned short*)(wr + lum_b * {bytes});
+        float lum_q[32], lum_d, lum_mn;
+        {{
+            {decode}
+        }}
+#pragma unroll
+        for (int lum_j = 0; lum_j < 8; ++lum_j) {{
+            if (lum_j < lum_m) {{
+                float lum_s = 0.f, lum_sx = 0.f;
+                for (int lum_e = 0; lum_e < 32; ++lum_e) {{
+                    const long long lum_at = lum_b * 32 + lum_e;
+                    const float lum_xv = lum_stage ? lum_xs[lum_j * lum_k + lum_at] : lum_sk_round_f16(x[lum_ob + lum_j * lum_ldb + lum_at]);
+                    lum_s += lum_q[lum_e] * lum_xv;
+                    lum_sx += lum_xv;
+                }}
+                lum_acc[lum_j] += lum_d * lum_s + lum_mn * lum_sx;
+            }}
+        }}
+    }}
+"#
+    );
+    let host = format!(
+        r#"    /* One thread per column: the core's decoder per element, summing in order. */
+    for (int lum_j = 0; lum_j < 8 && lum_j < lum_m; ++lum_j) {{
+        for (long long lum_e = 0; lum_e < lum_k; ++lum_e)
+            lum_acc[lum_j] += lum_deq_{qn}(w, lum_oa + lum_row * lum_lda + lum_e) * lum_sk_round_f16(x[lum_ob + lum_j * lum_ldb + lum_e]);
+        out[lum_oc + lum_row + lum_j * lum_ldc] = STORE_C;
+    }}
+"#
+    );
+    Some(skinny_source(
+        &format!("{qn}_{}", c.name()),
+        ("unsigned char", "float", c),
+        (
+            "lum_m * lum_k <= LUM_SK_STAGE",
+            "lum_sk_round_f16(xr[lum_e])",
+        ),
+        &gpu,
+        &host,
+    ))
+}
+
+/// The frame every skinny kernel shares: the parameters ([`skinny_kernel`]'s), the warp's
+/// product and row, `lum_live` and the accumulators; on a GPU the activations staged into
+/// shared memory (`lum_xs`, `lum_stage`) when `stage.0` holds, each element `stage.1` (of
+/// `xr[lum_e]`), then `gpu` (the row's products into `lum_acc`), the warp butterflies and
+/// the stores; in the host emulator's branch, `host` for lane 0 of a live warp. `STORE_C` in
+/// the bodies is the accumulator stored as the output type. Named `lum_skinny_<tag>_<hash>`.
+fn skinny_source(
+    tag: &str,
+    (wt, xt, c): (&'static str, &'static str, DType),
+    stage: (&str, &str),
+    gpu: &str,
+    host: &str,
+) -> Kernel {
+    let ct = c_type(c).expect("a float type");
+    let store_c = store(c, Val::Float, "lum_acc[lum_j]");
+    let (stage_if, stage_value) = stage;
+    let text = format!(
+        r#"{SKINNY_HELPERS}LUM_EXTERN_C __global__ void KERNEL({ct}* out0, {ct}* out1, {ct}* out2, const {wt}* __restrict__ w0, const {wt}* __restrict__ w1, const {wt}* __restrict__ w2, const {xt}* __restrict__ x, long long lum_m, long long lum_k, long long lum_ldb, long long lum_ob, long long lum_rows0, long long lum_lda0, long long lum_ldc0, long long lum_oa0, long long lum_oc0, long long lum_rows1, long long lum_lda1, long long lum_ldc1, long long lum_oa1, long long lum_oc1, long long lum_rows2, long long lum_lda2, long long lum_ldc2, long long lum_oa2, long long lum_oc2) {{
+    const long long lum_g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const int lum_lane = (int)(lum_g & 31);
+    /* The warp's product and row. */
+    long long lum_row = lum_g >> 5, lum_rows = lum_rows0, lum_lda = lum_lda0, lum_ldc = lum_ldc0, lum_oa = lum_oa0, lum_oc = lum_oc0;
+    {ct}* out = out0;
+    const {wt}* w = w0;
+    if (lum_row >= lum_rows0) {{
+        lum_row -= lum_rows0;
+        lum_rows = lum_rows1; lum_lda = lum_lda1; lum_ldc = lum_ldc1; lum_oa = lum_oa1; lum_oc = lum_oc1; out = out1; w = w1;
+        if (lum_row >= lum_rows1) {{
+            lum_row -= lum_rows1;
+            lum_rows = lum_rows2; lum_lda = lum_lda2; lum_ldc = lum_ldc2; lum_oa = lum_oa2; lum_oc = lum_oc2; out = out2; w = w2;
+        }}
+    }}
+    const int lum_live = lum_row < lum_rows;
+    float lum_acc[8] = {{0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}};
+#ifdef __CUDACC_RTC__
+    /* The activations, rounded once per block into shared memory when they fit (every
+       thread of the block takes part: no early return before the barrier). */
+    __shared__ float4 lum_xs4[LUM_SK_STAGE / 4];
+    float* lum_xs = (float*)lum_xs4;
+    const int lum_stage = {stage_if};
+    if (lum_stage) {{
+        for (long long lum_i = threadIdx.x; lum_i < lum_m * lum_k; lum_i += blockDim.x) {{
+            const long long lum_e = lum_i % lum_k;
+            const {xt}* xr = x + lum_ob + (lum_i / lum_k) * lum_ldb;
+            lum_xs[lum_i] = {stage_value};
+        }}
+        __syncthreads();
+    }}
+{gpu}    /* Every lane takes part in the butterflies (no early return). */
+#pragma unroll
+    for (int lum_j = 0; lum_j < 8; ++lum_j) {{
+        if (lum_j < lum_m) {{
+            for (int lum_o = 16; lum_o > 0; lum_o >>= 1) lum_acc[lum_j] += __shfl_xor_sync(0xffffffffu, lum_acc[lum_j], lum_o);
+            if (lum_live && lum_lane == 0) out[lum_oc + lum_row + lum_j * lum_ldc] = {store_c};
+        }}
+    }}
+#else
+    if (!lum_live || lum_lane != 0) return;
+{host}#endif
+}}
+"#,
+        host = host.replace("STORE_C", &store_c),
+    );
+    let name = format!("lum_skinny_{tag}_{:016x}", fnv1a(&text));
+    Kernel {
+        source: text.replace("KERNEL", &name),
+        name,
+        buffer_types: vec![ct, ct, ct, wt, wt, wt, xt],
+        error_flag: false,
+        dims: vec![],
+        cooperative: true,
+        scalars: Some(4 + 5 * SKINNY_GROUPS),
+    }
+}
+
+/// Conversions and 8-element loads of [`skinny_kernel`] (once per module): on a GPU the PTX
+/// `cvt` instructions (rounding, round to nearest even as the prelude's) and 16-byte vector
+/// loads, in C the prelude's conversions element by element; f16 weights widened by integer
+/// operations in both (the H200 run with a `cvt` per weight and per activation element
+/// streamed a 1B model's weights at a third of the bandwidth: conversions, not memory).
+const SKINNY_HELPERS: &str = r#"#ifndef LUM_SKINNY_HELPERS
+#define LUM_SKINNY_HELPERS
+/* Floats of activations a block stages in shared memory (32 KiB). */
+#define LUM_SK_STAGE 8192
+/* The two halves of a word as f32 by integer operations and one exact product by 2^112
+   (normal and subnormal halves exactly, zeros with their sign; infinities and NaNs, which
+   weights do not hold, become large finite values): far cheaper on a GPU than one cvt each. */
+LUM_DEV float lum_sk_lo(unsigned u) { return lum_u2f(lum_f2u(lum_u2f((u & 0x7fffu) << 13) * 0x1p112f) | ((u & 0x8000u) << 16)); }
+LUM_DEV float lum_sk_hi(unsigned u) { return lum_u2f(lum_f2u(lum_u2f((u >> 3) & 0x0fffe000u) * 0x1p112f) | (u & 0x80000000u)); }
+#ifdef __CUDA_ARCH__
+LUM_DEV float lum_sk_h2f(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+LUM_DEV float lum_sk_round_f16(float v) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v)); return lum_sk_h2f(h); }
+LUM_DEV float lum_sk_round_bf16(float v) { unsigned short h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v)); return lum_bf16_to_f32(h); }
+LUM_DEV void lum_sk_words4(const unsigned short* p, unsigned* u) { const uint4 v = *(const uint4*)p; u[0] = v.x; u[1] = v.y; u[2] = v.z; u[3] = v.w; }
+LUM_DEV void lum_sk_load8_f32(const float* p, float* o) {
+    const float4 a = *(const float4*)p, b = *(const float4*)(p + 4);
+    o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w; o[4] = b.x; o[5] = b.y; o[6] = b.z; o[7] = b.w;
+}
+#else
+typedef struct { float x, y, z, w; } float4;
+LUM_DEV float lum_sk_h2f(unsigned short h) { return lum_f16_to_f32(h); }
+LUM_DEV float lum_sk_round_f16(float v) { return lum_f16_to_f32(lum_f32_to_f16(v)); }
+LUM_DEV float lum_sk_round_bf16(float v) { return lum_bf16_to_f32(lum_f32_to_bf16(v)); }
+LUM_DEV void lum_sk_words4(const unsigned short* p, unsigned* u) { memcpy(u, p, 16); }
+LUM_DEV void lum_sk_load8_f32(const float* p, float* o) { for (int i = 0; i < 8; ++i) o[i] = p[i]; }
+#endif
+/* A piece of 8 weights as raw 32-bit words (loaded), then as floats (converted). */
+#define LUM_SK_RAW_f16 4
+#define LUM_SK_RAW_bf16 4
+#define LUM_SK_RAW_f32 8
+LUM_DEV void lum_sk_raw_f16(const unsigned short* p, unsigned* u) { lum_sk_words4(p, u); }
+LUM_DEV void lum_sk_raw_bf16(const unsigned short* p, unsigned* u) { lum_sk_words4(p, u); }
+LUM_DEV void lum_sk_raw_f32(const float* p, unsigned* u) { lum_sk_words4((const unsigned short*)p, u); lum_sk_words4((const unsigned short*)(p + 4), u + 4); }
+LUM_DEV void lum_sk_cvt_f16(const unsigned* u, float* o) {
+    for (int i = 0; i < 4; ++i) { o[2 * i] = lum_sk_lo(u[i]); o[2 * i + 1] = lum_sk_hi(u[i]); }
+}
+LUM_DEV void lum_sk_cvt_bf16(const unsigned* u, float* o) {
+    for (int i = 0; i < 4; ++i) { o[2 * i] = lum_u2f(u[i] << 16); o[2 * i + 1] = lum_u2f(u[i] & 0xffff0000u); }
+}
+LUM_DEV void lum_sk_cvt_f32(const unsigned* u, float* o) { for (int i = 0; i < 8; ++i) o[i] = lum_u2f(u[i]); }
+LUM_DEV void lum_sk_load8_f16(const unsigned short* p, float* o) { unsigned u[4]; lum_sk_raw_f16(p, u); lum_sk_cvt_f16(u, o); }
+LUM_DEV void lum_sk_load8_bf16(const unsigned short* p, float* o) { unsigned u[4]; lum_sk_raw_bf16(p, u); lum_sk_cvt_bf16(u, o); }
+#endif
+"#;
