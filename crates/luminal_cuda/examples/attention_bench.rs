@@ -18,17 +18,8 @@ use luminal_cuda::CudaBackend;
 const HEADS: usize = 32;
 const D: usize = 128;
 
-fn data(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-        })
-        .collect()
-}
+mod common;
+use common::data;
 
 /// Row `row` of head `h` of attention over `[heads, s, D]` buffers and keys `0..keys`, in f64.
 fn host_row(

@@ -18,44 +18,30 @@ use luminal::quant::SharedBytes;
 use luminal_cuda::plan::{Executor, PlanRuntime};
 use luminal_cuda::{CudaBackend, HostEmulatorBackend};
 
-fn lcg(n: usize, seed: u64) -> Vec<u64> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        })
-        .collect()
-}
+mod common;
+use common::data;
 
 /// Random weights of `rows × cols` in `dtype` (values ~N(0, 1/cols)-sized) and their values.
 fn weight(dtype: DType, rows: usize, cols: usize, seed: u64) -> (HostData, Vec<f32>) {
     let scale = 1.0 / (cols as f32).sqrt();
     let n = rows * cols;
-    let r = lcg(n, seed);
-    let unit = |x: u64| ((x >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0 * scale;
+    let v: Vec<f32> = data(n, seed).iter().map(|x| x * 2.0 * scale).collect();
     match dtype {
-        DType::F32 | DType::F16 | DType::BF16 => {
-            let v: Vec<f32> = r.iter().map(|&x| unit(x)).collect();
-            match dtype {
-                DType::F16 => {
-                    let h: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
-                    let back = h.iter().map(|x| x.to_f32()).collect();
-                    (HostData::F16(h), back)
-                }
-                DType::BF16 => {
-                    let h: Vec<bf16> = v.iter().map(|&x| bf16::from_f32(x)).collect();
-                    let back = h.iter().map(|x| x.to_f32()).collect();
-                    (HostData::BF16(h), back)
-                }
-                _ => (HostData::F32(v.clone()), v),
+        DType::F32 | DType::F16 | DType::BF16 => match dtype {
+            DType::F16 => {
+                let h: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
+                let back = h.iter().map(|x| x.to_f32()).collect();
+                (HostData::F16(h), back)
             }
-        }
+            DType::BF16 => {
+                let h: Vec<bf16> = v.iter().map(|&x| bf16::from_f32(x)).collect();
+                let back = h.iter().map(|x| x.to_f32()).collect();
+                (HostData::BF16(h), back)
+            }
+            _ => (HostData::F32(v.clone()), v),
+        },
         q => {
             // Quantized by the core's encoder; the reference reads them back by its decoder.
-            let v: Vec<f32> = r.iter().map(|&x| unit(x)).collect();
             let mut b = vec![0u8; q.bytes_for(n).expect("whole blocks")];
             luminal::quant::encode(q, &v, &mut b);
             let mut back = vec![0f32; n];
@@ -93,10 +79,7 @@ fn run<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(
         rt.set_data(w, data)?;
         values.push(v);
     }
-    let xv: Vec<f32> = lcg(d, 3)
-        .iter()
-        .map(|&s| (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5)
-        .collect();
+    let xv = data(d, 3);
     let mut times = vec![];
     for i in 0..reps + 3 {
         let t = std::time::Instant::now();

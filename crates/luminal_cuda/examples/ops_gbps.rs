@@ -24,16 +24,11 @@ use luminal::prelude::*;
 use luminal_cuda::CudaBackend;
 use std::time::Instant;
 
+mod common;
+
+/// `n` deterministic values in [-4, 4).
 fn data(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 8.0
-        })
-        .collect()
+    common::data(n, seed).into_iter().map(|v| v * 8.0).collect()
 }
 
 /// Best and mean seconds of `reps` calls of `f` after 3 warm-ups.

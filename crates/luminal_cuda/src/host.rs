@@ -269,30 +269,20 @@ const COOPERATIVE_PRELUDE: &str = r#"#include <stdbool.h>
 #include <omp.h>
 #define __shared__ static
 #define __syncthreads() _Pragma("omp barrier")
-static double lum_shfl_slots_d[1024];
-static long long lum_shfl_slots_ll[1024];
-static double lum_shfl_d(double v, int o) {
-    const unsigned t = threadIdx.x;
-    _Pragma("omp barrier")
-    lum_shfl_slots_d[t] = v;
-    _Pragma("omp barrier")
-    return lum_shfl_slots_d[t ^ (unsigned)o];
-}
-static float lum_shfl_slots_f[1024];
-static float lum_shfl_f(float v, int o) {
-    const unsigned t = threadIdx.x;
-    _Pragma("omp barrier")
-    lum_shfl_slots_f[t] = v;
-    _Pragma("omp barrier")
-    return lum_shfl_slots_f[t ^ (unsigned)o];
-}
-static long long lum_shfl_ll(long long v, int o) {
-    const unsigned t = threadIdx.x;
-    _Pragma("omp barrier")
-    lum_shfl_slots_ll[t] = v;
-    _Pragma("omp barrier")
-    return lum_shfl_slots_ll[t ^ (unsigned)o];
-}
+/* A shuffle of type T: every thread of the block stores its value between two barriers and
+   reads its partner's. */
+#define LUM_SHFL(T, N) \
+    static T lum_shfl_slots_##N[1024]; \
+    static T lum_shfl_##N(T v, int o) { \
+        const unsigned t = threadIdx.x; \
+        _Pragma("omp barrier") \
+        lum_shfl_slots_##N[t] = v; \
+        _Pragma("omp barrier") \
+        return lum_shfl_slots_##N[t ^ (unsigned)o]; \
+    }
+LUM_SHFL(double, d)
+LUM_SHFL(float, f)
+LUM_SHFL(long long, ll)
 #define __shfl_xor_sync(mask, v, o) _Generic((v), double: lum_shfl_d, float: lum_shfl_f, default: lum_shfl_ll)((v), (o))
 "#;
 

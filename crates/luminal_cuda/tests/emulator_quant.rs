@@ -25,6 +25,16 @@ fn quantized_embedding_gather_and_matmul() {
     quant_cases::gather_and_matmul(|| HostEmulatorBackend);
 }
 
+/// The block types the linear-layer cases run over (the legacy ones the skinny kernel reads
+/// in place, and two K-quants that go through the f16 copy).
+const LINEAR_TYPES: [DType; 5] = [
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q4_K,
+    DType::Q6_K,
+];
+
 /// A linear layer over each block type: the weight dequantized once into an f16 copy that the
 /// (emulated) cuBLAS reads with f16-rounded activations, again only after the weight is set
 /// again; as the cast + f32 product without half products.
@@ -33,13 +43,7 @@ where
     E: luminal_cuda::plan::Executor,
     B: Backend<Runtime = luminal_cuda::plan::PlanRuntime<E>>,
 {
-    for dt in [
-        DType::Q8_0,
-        DType::Q4_0,
-        DType::Q4_1,
-        DType::Q4_K,
-        DType::Q6_K,
-    ] {
+    for dt in LINEAR_TYPES {
         let (copies, half) = quant_cases::quantized_linear(backend(), dt);
         println!("{dt} linear: f16 copies written per run {copies:?}, half products {half}");
         assert_eq!(half, rounds, "{dt}: products through the f16 copy");
@@ -57,13 +61,7 @@ where
     E: luminal_cuda::plan::Executor,
     B: Backend<Runtime = luminal_cuda::plan::PlanRuntime<E>>,
 {
-    for dt in [
-        DType::Q8_0,
-        DType::Q4_0,
-        DType::Q4_1,
-        DType::Q4_K,
-        DType::Q6_K,
-    ] {
+    for dt in LINEAR_TYPES {
         for m in [1, 3] {
             let (launches, skinny) = quant_cases::quantized_decode(backend(), dt, m);
             println!("{dt} decode m {m}: launches per run {launches:?}, {skinny} skinny products");

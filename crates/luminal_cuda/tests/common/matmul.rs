@@ -432,17 +432,8 @@ pub fn skinny<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(
     // rounding launch that all four share.
     for m in [1, 2, 5] {
         let cx = Graph::new();
-        let x = cx.tensor("x", (m, 48));
         let rows = [24, 8, 16, 40];
-        let ws: Vec<_> = rows
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| cx.input(&format!("w{i}"), (n, 48), DType::F16))
-            .collect();
-        let ys: Vec<_> = ws
-            .iter()
-            .map(|w| x.matmul(w.cast(DType::F32).permute([1, 0])).output())
-            .collect();
+        let (x, ws, ys) = super::shared_linears(&cx, (m, 48), &rows, DType::F16);
         let mut reference = cx
             .compile(ReferenceBackend, CompileOptions::default())
             .unwrap();

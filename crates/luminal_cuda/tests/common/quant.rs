@@ -242,16 +242,7 @@ where
     let k = 2 * dtype.block_size().max(160);
     let rows = [24, 8, 8];
     let cx = Graph::new();
-    let x = cx.tensor("x", (m, k));
-    let ws: Vec<_> = rows
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| cx.input(&format!("w{i}"), (n, k), dtype))
-        .collect();
-    let ys: Vec<_> = ws
-        .iter()
-        .map(|w| x.matmul(w.cast(DType::F32).permute([1, 0])).output())
-        .collect();
+    let (x, ws, ys) = super::shared_linears(&cx, (m, k), &rows, dtype);
     let mut reference = cx
         .compile(ReferenceBackend, CompileOptions::default())
         .unwrap();
