@@ -4,12 +4,9 @@
 
 use luminal::prelude::*;
 use luminal::testing::uniform as random;
-use luminal_cpu::{CpuBackend, CpuRuntime};
 
-fn cpu(cx: &Graph, threads: usize) -> CpuRuntime {
-    cx.compile(CpuBackend::with_threads(threads), CompileOptions::default())
-        .unwrap()
-}
+mod compare;
+use compare::{check_tol, cpu};
 
 /// Runs the graph on the CPU backend (1 and 2 threads) and the reference with the same
 /// inputs and dims, and checks every output is bit-identical (these kernels move data).
@@ -21,67 +18,6 @@ fn check(
     outs: &[GraphTensor],
 ) -> Vec<String> {
     check_tol(cx, inputs, dims, outs, 0.0)
-}
-
-/// [`check`] with a relative f32 tolerance (0: bit-identical), for graphs that also
-/// compute (the fused interpreter's `exp2` is a polynomial).
-fn check_tol(
-    cx: &Graph,
-    inputs: &[(GraphTensor, HostData)],
-    dims: &[(&str, usize)],
-    outs: &[GraphTensor],
-    tol: f32,
-) -> Vec<String> {
-    let mut re = cx
-        .compile(ReferenceBackend, CompileOptions::default())
-        .unwrap();
-    for (t, d) in inputs {
-        re.set_data(*t, d.clone()).unwrap();
-    }
-    for (n, v) in dims {
-        re.set_dim(n, *v);
-    }
-    re.run().unwrap();
-    let mut names = vec![];
-    for threads in [1, 2] {
-        let mut rt = cpu(cx, threads);
-        for (t, d) in inputs {
-            rt.set_data(*t, d.clone()).unwrap();
-        }
-        for (n, v) in dims {
-            rt.set_dim(n, *v);
-        }
-        rt.run().unwrap();
-        for &o in outs {
-            let (a, b) = (rt.get_data(o).unwrap(), re.get_data(o).unwrap());
-            assert_same(&a, &b, threads, tol);
-        }
-        names = rt.kernel_names();
-    }
-    names
-}
-
-fn assert_same(a: &HostData, b: &HostData, threads: usize, tol: f32) {
-    match (a, b) {
-        (HostData::F32(x), HostData::F32(y)) => {
-            assert_eq!(x.len(), y.len(), "{threads} threads: lengths");
-            for (i, (p, q)) in x.iter().zip(y).enumerate() {
-                if tol == 0.0 {
-                    assert_eq!(
-                        p.to_bits(),
-                        q.to_bits(),
-                        "{threads} threads, element {i}: {p} vs {q}"
-                    );
-                } else {
-                    assert!(
-                        (p - q).abs() <= tol * (1.0 + q.abs()),
-                        "{threads} threads, element {i}: {p} vs {q}"
-                    );
-                }
-            }
-        }
-        _ => assert_eq!(a, b, "{threads} threads"),
-    }
 }
 
 fn f32s(v: Vec<f32>) -> HostData {

@@ -7,10 +7,11 @@
 
 use luminal::prelude::*;
 use luminal::testing::uniform as random;
-use luminal_cpu::{CpuBackend, CpuRuntime};
 
-/// Runs on the reference and the CPU backend (1 and 2 threads) and compares every output
-/// within `tol · (1 + |ref|)`; returns the CPU kernel names.
+mod compare;
+
+/// [`compare::check_tol`] for f32 inputs: the CPU backend (1 and 2 threads) against the
+/// reference within `tol · (1 + |ref|)`; returns the CPU kernel names.
 fn check(
     cx: &Graph,
     inputs: &[(GraphTensor, Vec<f32>)],
@@ -18,45 +19,11 @@ fn check(
     outs: &[GraphTensor],
     tol: f32,
 ) -> Vec<String> {
-    let mut re = cx
-        .compile(ReferenceBackend, CompileOptions::default())
-        .unwrap();
-    for (t, d) in inputs {
-        re.set_data(*t, HostData::F32(d.clone())).unwrap();
-    }
-    for (n, v) in dims {
-        re.set_dim(n, *v);
-    }
-    re.run().unwrap();
-    let mut names = vec![];
-    for threads in [1, 2] {
-        let mut rt: CpuRuntime = cx
-            .compile(CpuBackend::with_threads(threads), CompileOptions::default())
-            .unwrap();
-        for (t, d) in inputs {
-            rt.set_data(*t, HostData::F32(d.clone())).unwrap();
-        }
-        for (n, v) in dims {
-            rt.set_dim(n, *v);
-        }
-        rt.run().unwrap();
-        for &o in outs {
-            let (HostData::F32(a), HostData::F32(b)) =
-                (rt.get_data(o).unwrap(), re.get_data(o).unwrap())
-            else {
-                panic!("f32 outputs expected");
-            };
-            assert_eq!(a.len(), b.len());
-            for (i, (p, q)) in a.iter().zip(&b).enumerate() {
-                assert!(
-                    (p - q).abs() <= tol * (1.0 + q.abs()),
-                    "{threads} threads, element {i}: {p} vs {q}"
-                );
-            }
-        }
-        names = rt.kernel_names();
-    }
-    names
+    let inputs: Vec<_> = inputs
+        .iter()
+        .map(|(t, d)| (*t, HostData::F32(d.clone())))
+        .collect();
+    compare::check_tol(cx, &inputs, dims, outs, tol)
 }
 
 #[test]
