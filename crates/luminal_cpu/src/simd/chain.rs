@@ -234,6 +234,14 @@ pub(crate) enum TileOp<'a> {
     AddS(f32),
     MulS(f32),
     MaxS(f32),
+    /// `max_one(acc, v)` elementwise.
+    MaxV(&'a [f32]),
+    /// `acc < s` as 0/1 (`swap`: `s < acc`).
+    LtS(f32, bool),
+    /// `acc < v` as 0/1 (`swap`: `v < acc`).
+    LtV(&'a [f32], bool),
+    /// `acc != 0` as 0/1.
+    NotZero,
     RoundF16,
     RoundBF16,
     Exp2,
@@ -280,6 +288,22 @@ pub(crate) fn tile_ops<'a>(ops: &[(ChainOp, Operand<'a>)]) -> ([TileOp<'a>; 16],
             (op, Operand::Scalar(s)) if add(op) => TileOp::AddS(s),
             (op, Operand::Scalar(s)) if mul(op) => TileOp::MulS(s),
             (ChainOp::Max, Operand::Scalar(s)) => TileOp::MaxS(s),
+            (ChainOp::Max, Operand::Vector(v)) => TileOp::MaxV(v),
+            (
+                ChainOp::Binary {
+                    op: BinaryOp::LessThan,
+                    swap,
+                },
+                Operand::Scalar(s),
+            ) => TileOp::LtS(s, swap),
+            (
+                ChainOp::Binary {
+                    op: BinaryOp::LessThan,
+                    swap,
+                },
+                Operand::Vector(v),
+            ) => TileOp::LtV(v, swap),
+            (ChainOp::NotZero, _) => TileOp::NotZero,
             (ChainOp::Round(HalfKind::F16), _) => TileOp::RoundF16,
             (ChainOp::Round(HalfKind::BF16), _) => TileOp::RoundBF16,
             (ChainOp::Unary(UnaryOp::Exp2), _) => TileOp::Exp2,
@@ -314,6 +338,22 @@ impl<'a> TileOp<'a> {
             TileOp::AddS(s) => (bin(BinaryOp::Add), Operand::Scalar(s)),
             TileOp::MulS(s) => (bin(BinaryOp::Mul), Operand::Scalar(s)),
             TileOp::MaxS(s) => (ChainOp::Max, Operand::Scalar(s)),
+            TileOp::MaxV(v) => (ChainOp::Max, Operand::Vector(v)),
+            TileOp::LtS(s, swap) => (
+                ChainOp::Binary {
+                    op: BinaryOp::LessThan,
+                    swap,
+                },
+                Operand::Scalar(s),
+            ),
+            TileOp::LtV(v, swap) => (
+                ChainOp::Binary {
+                    op: BinaryOp::LessThan,
+                    swap,
+                },
+                Operand::Vector(v),
+            ),
+            TileOp::NotZero => (ChainOp::NotZero, Operand::None),
             TileOp::Other(op, b) => (op, b),
             TileOp::RoundF16 => (ChainOp::Round(HalfKind::F16), Operand::None),
             TileOp::RoundBF16 => (ChainOp::Round(HalfKind::BF16), Operand::None),
@@ -429,6 +469,48 @@ pub(crate) unsafe fn chain_tiles_avx2<const F: bool>(
                             _mm256_cmp_ps::<_CMP_UNORD_Q>(*x, *x),
                         );
                         *x = _mm256_blendv_ps(s, *x, keep);
+                    }
+                }
+                TileOp::MaxV(v) => {
+                    for (k, x) in acc.iter_mut().enumerate() {
+                        let s = ld(v, k);
+                        let keep = _mm256_or_ps(
+                            _mm256_cmp_ps::<_CMP_GT_OQ>(*x, s),
+                            _mm256_cmp_ps::<_CMP_UNORD_Q>(*x, *x),
+                        );
+                        *x = _mm256_blendv_ps(s, *x, keep);
+                    }
+                }
+                // Comparisons give 1.0 (the all-ones mask and 1.0's bits) or 0.0; NaN
+                // compares false, as `<` does.
+                TileOp::LtS(s, swap) => {
+                    let (s, one) = (_mm256_set1_ps(s), _mm256_set1_ps(1.0));
+                    for x in acc.iter_mut() {
+                        let m = if swap {
+                            _mm256_cmp_ps::<_CMP_LT_OQ>(s, *x)
+                        } else {
+                            _mm256_cmp_ps::<_CMP_LT_OQ>(*x, s)
+                        };
+                        *x = _mm256_and_ps(m, one);
+                    }
+                }
+                TileOp::LtV(v, swap) => {
+                    let one = _mm256_set1_ps(1.0);
+                    for (k, x) in acc.iter_mut().enumerate() {
+                        let s = ld(v, k);
+                        let m = if swap {
+                            _mm256_cmp_ps::<_CMP_LT_OQ>(s, *x)
+                        } else {
+                            _mm256_cmp_ps::<_CMP_LT_OQ>(*x, s)
+                        };
+                        *x = _mm256_and_ps(m, one);
+                    }
+                }
+                TileOp::NotZero => {
+                    // x != 0 (unordered: NaN is not zero, as `!=` says).
+                    let (zero, one) = (_mm256_setzero_ps(), _mm256_set1_ps(1.0));
+                    for x in acc.iter_mut() {
+                        *x = _mm256_and_ps(_mm256_cmp_ps::<_CMP_NEQ_UQ>(*x, zero), one);
                     }
                 }
                 // Separate mul and add instructions, never an FMA: each op rounds.
@@ -622,6 +704,44 @@ pub(crate) unsafe fn chain_tiles_avx512<const F: bool>(
                         let keep = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(*x, s)
                             | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(*x, *x);
                         *x = _mm512_mask_blend_ps(keep, s, *x);
+                    }
+                }
+                TileOp::MaxV(v) => {
+                    for (k, x) in acc.iter_mut().enumerate() {
+                        let s = ld(v, k);
+                        let keep = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(*x, s)
+                            | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(*x, *x);
+                        *x = _mm512_mask_blend_ps(keep, s, *x);
+                    }
+                }
+                TileOp::LtS(s, swap) => {
+                    let (s, one) = (_mm512_set1_ps(s), _mm512_set1_ps(1.0));
+                    for x in acc.iter_mut() {
+                        let m = if swap {
+                            _mm512_cmp_ps_mask::<_CMP_LT_OQ>(s, *x)
+                        } else {
+                            _mm512_cmp_ps_mask::<_CMP_LT_OQ>(*x, s)
+                        };
+                        *x = _mm512_maskz_mov_ps(m, one);
+                    }
+                }
+                TileOp::LtV(v, swap) => {
+                    let one = _mm512_set1_ps(1.0);
+                    for (k, x) in acc.iter_mut().enumerate() {
+                        let s = ld(v, k);
+                        let m = if swap {
+                            _mm512_cmp_ps_mask::<_CMP_LT_OQ>(s, *x)
+                        } else {
+                            _mm512_cmp_ps_mask::<_CMP_LT_OQ>(*x, s)
+                        };
+                        *x = _mm512_maskz_mov_ps(m, one);
+                    }
+                }
+                TileOp::NotZero => {
+                    let (zero, one) = (_mm512_setzero_ps(), _mm512_set1_ps(1.0));
+                    for x in acc.iter_mut() {
+                        let m = _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(*x, zero);
+                        *x = _mm512_maskz_mov_ps(m, one);
                     }
                 }
                 // Separate mul and add instructions, never an FMA: each op rounds.

@@ -204,3 +204,129 @@ pub fn max_nan(a: f32, b: f32) -> f32 {
         a
     }
 }
+
+/// `out[r]` = the reduction of row `r` of `vals` (rows of `c ≥ 1` contiguous values,
+/// `out.len()` of them), each exactly as a fresh [`Acc`] fed the row with one
+/// [`Acc::add_slice`] and [`Acc::finish`]ed gives it (same steps in the same order: results
+/// are identical). With AVX2 eight rows go at once: a row's 32 lanes in four 8-wide
+/// registers, its 8-lane fold per row, and the last in-order fold of those 8 lanes across
+/// the eight rows after a transpose (one register holds the eight results). A row of
+/// attention scores (64 values) was ~60% overhead through the accumulator's setup, spills
+/// and scalar fold.
+#[inline(always)]
+pub fn reduce_short_rows<const MAX: bool>(vals: &[f32], c: usize, out: &mut [f32]) {
+    assert!(
+        c >= 1 && vals.len() >= c * out.len(),
+        "reduce_short_rows: {} rows of {c} from {} values",
+        out.len(),
+        vals.len()
+    );
+    #[cfg(target_arch = "x86_64")]
+    if isa() >= Isa::Avx2 {
+        // SAFETY: AVX2 was detected (`isa`); lengths checked above.
+        unsafe { reduce_short_rows_avx2::<MAX>(vals, c, out) };
+        return;
+    }
+    for (o, row) in out.iter_mut().zip(vals.chunks_exact(c)) {
+        let mut acc = Acc::<MAX>::new();
+        acc.add_slice(row);
+        *o = acc.finish();
+    }
+}
+
+/// [`reduce_short_rows`] with AVX2.
+///
+/// # Safety
+/// AVX2 must be available; `vals` holds at least `c · out.len()` values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn reduce_short_rows_avx2<const MAX: bool>(vals: &[f32], c: usize, out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    #[inline(always)]
+    unsafe fn step<const MAX: bool>(a: __m256, x: __m256) -> __m256 {
+        if MAX {
+            // As `add_slice_avx`: x where x > a or x is NaN.
+            let take = _mm256_or_ps(
+                _mm256_cmp_ps::<_CMP_GT_OQ>(x, a),
+                _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x),
+            );
+            _mm256_blendv_ps(a, x, take)
+        } else {
+            _mm256_add_ps(a, x)
+        }
+    }
+    let id = _mm256_set1_ps(Acc::<MAX>::IDENTITY);
+    let full = c / LANES;
+    let rem = c % LANES;
+    // Lane masks of the remainder, per 8-lane quarter (lanes `< rem` step, the others keep
+    // their value, as `add_slice_avx`'s scalar tail).
+    let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let masks: [__m256i; 4] = std::array::from_fn(|q| {
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(rem as i32 - 8 * q as i32), lane)
+    });
+    // The 8-lane fold of row `r`: its lanes, then `g = step(..step(id, l[0..8]).., l[24..32])`.
+    let fold = |r: usize| -> __m256 {
+        let p = vals.as_ptr().add(r * c);
+        let mut a = [id; 4];
+        for j in 0..full {
+            for (q, x) in a.iter_mut().enumerate() {
+                *x = step::<MAX>(*x, _mm256_loadu_ps(p.add(j * LANES + 8 * q)));
+            }
+        }
+        if rem > 0 {
+            let t = p.add(full * LANES);
+            for (q, x) in a.iter_mut().enumerate() {
+                if 8 * q < rem {
+                    let v = _mm256_maskload_ps(t.add(8 * q), masks[q]);
+                    *x = _mm256_blendv_ps(*x, step::<MAX>(*x, v), _mm256_castsi256_ps(masks[q]));
+                }
+            }
+        }
+        let mut g = id;
+        for x in a {
+            g = step::<MAX>(g, x);
+        }
+        g
+    };
+    let rows = out.len();
+    let mut r0 = 0;
+    while r0 < rows {
+        let nr = (rows - r0).min(8);
+        let g: [__m256; 8] = std::array::from_fn(|i| if i < nr { fold(r0 + i) } else { id });
+        // Transpose: t[k] holds lane k of the eight rows' folds.
+        let t0 = _mm256_unpacklo_ps(g[0], g[1]);
+        let t1 = _mm256_unpackhi_ps(g[0], g[1]);
+        let t2 = _mm256_unpacklo_ps(g[2], g[3]);
+        let t3 = _mm256_unpackhi_ps(g[2], g[3]);
+        let t4 = _mm256_unpacklo_ps(g[4], g[5]);
+        let t5 = _mm256_unpackhi_ps(g[4], g[5]);
+        let t6 = _mm256_unpacklo_ps(g[6], g[7]);
+        let t7 = _mm256_unpackhi_ps(g[6], g[7]);
+        let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+        let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+        let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+        let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+        let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+        let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+        let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+        let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+        let t = [
+            _mm256_permute2f128_ps::<0x20>(s0, s4),
+            _mm256_permute2f128_ps::<0x20>(s1, s5),
+            _mm256_permute2f128_ps::<0x20>(s2, s6),
+            _mm256_permute2f128_ps::<0x20>(s3, s7),
+            _mm256_permute2f128_ps::<0x31>(s0, s4),
+            _mm256_permute2f128_ps::<0x31>(s1, s5),
+            _mm256_permute2f128_ps::<0x31>(s2, s6),
+            _mm256_permute2f128_ps::<0x31>(s3, s7),
+        ];
+        let mut acc = id;
+        for x in t {
+            acc = step::<MAX>(acc, x);
+        }
+        let mut res = [0f32; 8];
+        _mm256_storeu_ps(res.as_mut_ptr(), acc);
+        out[r0..r0 + nr].copy_from_slice(&res[..nr]);
+        r0 += nr;
+    }
+}

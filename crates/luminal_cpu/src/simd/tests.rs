@@ -280,3 +280,48 @@ fn chains_match_op_by_op() {
         }
     }
 }
+
+/// `reduce_short_rows` gives each row exactly what a fresh `Acc` fed the row gives (sum and
+/// max, rows of 1 to 130 values and a few longer, any row count, with zeros of both signs,
+/// infinities and NaNs among the values).
+#[test]
+fn short_rows_reduce_like_the_accumulator() {
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut rand = move |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    let specials = [0.0, -0.0, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e30];
+    let lens = (1..=130).chain([191, 256, 333, 512]);
+    for c in lens {
+        for rows in [1, 3, 8, 9, 17] {
+            let vals: Vec<f32> = (0..rows * c)
+                .map(|_| match rand(40) {
+                    0 => specials[rand(specials.len())],
+                    // Mostly negative rows now and then, so max meets -inf and -0 runs.
+                    1..=3 => -(rand(1000) as f32),
+                    _ => (rand(20001) as f32 - 10000.0) / 997.0,
+                })
+                .collect();
+            fn check<const MAX: bool>(vals: &[f32], c: usize, rows: usize) {
+                let mut got = vec![f32::NAN; rows];
+                reduce_short_rows::<MAX>(vals, c, &mut got);
+                for (r, row) in vals.chunks_exact(c).enumerate() {
+                    let mut acc = Acc::<MAX>::new();
+                    acc.add_slice(row);
+                    let want = acc.finish();
+                    assert!(
+                        got[r].to_bits() == want.to_bits() || (got[r].is_nan() && want.is_nan()),
+                        "{} of row {r} (c {c}, rows {rows}): {:e}, want {want:e}",
+                        if MAX { "max" } else { "sum" },
+                        got[r]
+                    );
+                }
+            }
+            check::<false>(&vals, c, rows);
+            check::<true>(&vals, c, rows);
+        }
+    }
+}

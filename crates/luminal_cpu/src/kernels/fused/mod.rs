@@ -39,6 +39,9 @@ pub const BLOCK: usize = 4096;
 /// Reductions over rows this short fold each row directly (see `reduce_rows`).
 const SHORT_REDUCE: usize = 8;
 
+/// Rows at most this long are reduced whole, several at once (see `reduce_rows`).
+const SHORT_ROWS: usize = 512;
+
 /// Leaves beyond this index are always copied into a register (the per-block table of
 /// in-place leaf reads lives on the stack).
 const MAX_DIRECT_LEAVES: usize = 32;
@@ -965,6 +968,22 @@ fn reduce_rows<const F: bool, const MAX: bool>(
                     }
                 });
             }
+            z += n;
+        }
+        return;
+    }
+    if len <= SHORT_ROWS {
+        // Short rows (attention scores, a layer's features): whole rows per block, folded
+        // several at once by `reduce_short_rows` (the accumulator's steps, identical).
+        let block = BLOCK / len * len;
+        while z < z_end {
+            let n = block.min(z_end - z);
+            let vals = match prog.eval(bufs, RowEnv::NONE, z, n, regs, &mut tmp) {
+                Some(v) => v,
+                None => &tmp[..n],
+            };
+            let first = z / len - o0;
+            simd::reduce_short_rows::<MAX>(vals, len, &mut out[first..first + n / len]);
             z += n;
         }
         return;

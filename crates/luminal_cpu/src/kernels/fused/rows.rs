@@ -590,6 +590,7 @@ fn eval_out(
 
 impl RowTask<'_, '_, '_> {
     /// One row at a time, every stage in turn.
+    #[inline(always)]
     fn rows(self) {
         let RowTask {
             k,
@@ -672,6 +673,7 @@ impl RowTask<'_, '_, '_> {
 
     /// Batches of short rows through the [`Batched`] stages: each stage evaluates a whole
     /// batch at once.
+    #[inline(always)]
     fn batches(self) {
         let RowTask {
             k,
@@ -712,13 +714,11 @@ impl RowTask<'_, '_, '_> {
                             Some(v) => v,
                             None => &tmp[..len],
                         };
-                        for (j, row) in v.chunks_exact(c).enumerate() {
-                            results[j] = crate::with_reduce!(op, |MAX| {
-                                let mut acc = Acc::<MAX>::new();
-                                acc.add_slice(row);
-                                acc.finish()
-                            });
-                        }
+                        crate::with_reduce!(op, |MAX| simd::reduce_short_rows::<MAX>(
+                            v,
+                            c,
+                            &mut results[..nb]
+                        ));
                         match b.scalar_reg[s] {
                             None => out[r0..r0 + nb].copy_from_slice(&results[..nb]),
                             Some(i) => {
