@@ -366,9 +366,10 @@ impl ResolvedView {
     }
 
     /// Where logical elements `z0 .. z0 + n` lie in the buffer when they are one contiguous
-    /// run (so a kernel can read them in place): a linear view, or an unmasked view with a
-    /// unit last stride whose block does not cross the last dim. `check_bounds` must have
-    /// passed for the buffer.
+    /// run (so a kernel can read them in place): a linear view, or an unmasked view whose
+    /// trailing dims are row-major with a unit last stride (its contiguous suffix: a mask
+    /// `[t, t]` broadcast over batch and heads is one run of `t·t`) and whose block does not
+    /// cross a run of that suffix. `check_bounds` must have passed for the buffer.
     #[inline]
     pub fn direct_start(&self, z0: usize, n: usize) -> Option<usize> {
         if self.linear {
@@ -378,15 +379,20 @@ impl ResolvedView {
         if self.masked || r == 0 || self.strides[r - 1] != 1 || n == 0 {
             return None;
         }
-        let d = self.dims[r - 1];
+        // The contiguous suffix: dims `j..r`, `run` elements.
+        let (mut j, mut run) = (r - 1, self.dims[r - 1]);
+        while j > 0 && self.strides[j - 1] == run {
+            j -= 1;
+            run *= self.dims[j];
+        }
         let mut rem = z0 as i64;
-        let c0 = rem % d;
-        if c0 + n as i64 > d {
+        let c0 = rem % run;
+        if c0 + n as i64 > run {
             return None;
         }
         let mut base = self.offset + c0;
-        rem /= d;
-        for i in (0..r - 1).rev() {
+        rem /= run;
+        for i in (0..j).rev() {
             base += (rem % self.dims[i]) * self.strides[i];
             rem /= self.dims[i];
         }

@@ -235,12 +235,15 @@ unsafe fn blocked<const MR: usize, const NR: usize>(
             pa.resize(mc_max.next_multiple_of(MR) * kc_max, 0.0);
         }
         let mut tile = [0f32; 12 * 32];
-        // A read in place (no packing) when it is row-major and small: its rows then stay
-        // in L1 across the column panels, and packing would cost as much as the product
-        // (the attention products of a training step: 64 × 16 and 64 × 64 per head).
+        // A read in place (no packing) when it is row-major or column-major and small: its
+        // rows then stay in L1 across the column panels, and packing would cost as much as
+        // the product (the attention products of a training step: 64 × 16 and 64 × 64 per
+        // head; the backward pass's `Pᵀ·dO` and `dSᵀ·Q` read A column-major).
         #[cfg(target_arch = "x86_64")]
-        let direct_a =
-            is_avx512(kernel) && a.cs == 1 && a.rs > 0 && m * k <= DIRECT_A_MAX && n <= 2 * NR;
+        let direct_a = is_avx512(kernel)
+            && ((a.cs == 1 && a.rs > 0) || (a.rs == 1 && a.cs > 0))
+            && m * k <= DIRECT_A_MAX
+            && n <= 2 * NR;
         for jc in (0..n).step_by(NC) {
             let nc = NC.min(n - jc);
             for pc in (0..k).step_by(kc_max) {
@@ -254,13 +257,13 @@ unsafe fn blocked<const MR: usize, const NR: usize>(
                         let bp = pb.as_ptr().add(jr * kc);
                         for ir in (0..m).step_by(MR) {
                             let rows = MR.min(m - ir);
-                            let ap = a.ptr.offset(ir as isize * a.rs + pc as isize);
+                            let ap = a.ptr.offset(ir as isize * a.rs + pc as isize * a.cs);
                             let dst = c.add(ir * c_rs + jc + jr);
                             let first = pc == 0 && !accumulate;
                             x86::cut_avx512(
                                 kc,
                                 ap,
-                                Some(a.rs as usize),
+                                Some((a.rs as usize, a.cs as usize)),
                                 bp,
                                 dst,
                                 c_rs,
@@ -569,14 +572,14 @@ mod x86 {
     pub unsafe fn micro_avx512_cut<const R: usize, const W: usize, const PACKED: bool>(
         kc: usize,
         a: *const f32,
-        a_rs: usize,
+        (a_rs, a_ks): (usize, usize),
         bp: *const f32,
         c: *mut f32,
         c_rs: usize,
         overwrite: bool,
         cols: usize,
     ) {
-        let (a_row, a_step) = if PACKED { (1, 12) } else { (a_rs, 1) };
+        let (a_row, a_step) = if PACKED { (1, 12) } else { (a_rs, a_ks) };
         let mut acc = [[_mm512_setzero_ps(); W]; R];
         let mut a = a;
         let mut b = bp;
@@ -613,8 +616,9 @@ mod x86 {
         }
     }
 
-    /// [`micro_avx512_cut`] for `rows` (1 to 12) rows; `a_rs` is A's row stride when A is
-    /// read in place (`None`: a packed panel).
+    /// [`micro_avx512_cut`] for `rows` (1 to 12) rows; `a_strides` are A's row and K
+    /// strides when A is read in place (row-major `(rs, 1)`, column-major `(1, cs)`;
+    /// `None`: a packed panel).
     ///
     /// # Safety
     /// As the kernel: AVX-512 present, A (panel or rows) and the packed B panel hold `kc`
@@ -623,7 +627,7 @@ mod x86 {
     pub unsafe fn cut_avx512(
         kc: usize,
         a: *const f32,
-        a_rs: Option<usize>,
+        a_strides: Option<(usize, usize)>,
         bp: *const f32,
         c: *mut f32,
         c_rs: usize,
@@ -633,12 +637,12 @@ mod x86 {
     ) {
         macro_rules! by_rows {
             ($($r:literal),*) => {
-                match (rows, cols <= 16, a_rs) {
+                match (rows, cols <= 16, a_strides) {
                     $(
-                        ($r, true, None) => micro_avx512_cut::<$r, 1, true>(kc, a, 0, bp, c, c_rs, overwrite, cols),
-                        ($r, false, None) => micro_avx512_cut::<$r, 2, true>(kc, a, 0, bp, c, c_rs, overwrite, cols),
-                        ($r, true, Some(rs)) => micro_avx512_cut::<$r, 1, false>(kc, a, rs, bp, c, c_rs, overwrite, cols),
-                        ($r, false, Some(rs)) => micro_avx512_cut::<$r, 2, false>(kc, a, rs, bp, c, c_rs, overwrite, cols),
+                        ($r, true, None) => micro_avx512_cut::<$r, 1, true>(kc, a, (0, 0), bp, c, c_rs, overwrite, cols),
+                        ($r, false, None) => micro_avx512_cut::<$r, 2, true>(kc, a, (0, 0), bp, c, c_rs, overwrite, cols),
+                        ($r, true, Some(st)) => micro_avx512_cut::<$r, 1, false>(kc, a, st, bp, c, c_rs, overwrite, cols),
+                        ($r, false, Some(st)) => micro_avx512_cut::<$r, 2, false>(kc, a, st, bp, c, c_rs, overwrite, cols),
                     )*
                     _ => unreachable!("a tile of {rows} rows"),
                 }
@@ -736,6 +740,10 @@ mod tests {
                 (150, 70, 300),
                 (40, 1030, 20),
                 (3, 2049, 9),
+                // Small enough that A is read in place (row- or column-major).
+                (64, 16, 64),
+                (30, 64, 100),
+                (7, 40, 520),
             ] {
                 let a = vals(m * k, 1);
                 let b = vals(k * n, 2);
