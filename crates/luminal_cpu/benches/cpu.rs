@@ -406,6 +406,31 @@ fn softmax(cx: &Graph) -> Vec<GraphTensor<'_>> {
     let _ = x.softmax(1).output();
     vec![x]
 }
+/// Attention-score rows of a small training step: 4096 rows of 64.
+const SHORT_ROWS: usize = 4096;
+const SHORT_COLS: usize = 64;
+fn softmax_short(cx: &Graph) -> Vec<GraphTensor<'_>> {
+    let x = cx.tensor("x", (SHORT_ROWS, SHORT_COLS));
+    let _ = x.softmax(1).output();
+    vec![x]
+}
+fn layer_norm_short(cx: &Graph) -> Vec<GraphTensor<'_>> {
+    let x = cx.tensor("x", (SHORT_ROWS, SHORT_COLS));
+    let _ = x.layer_norm(1, 1e-5).output();
+    vec![x]
+}
+/// GELU over an FFN activation of a small training step (1024 tokens × 256).
+const ACT: usize = 1024 * 256;
+fn gelu(cx: &Graph) -> Vec<GraphTensor<'_>> {
+    let x = cx.tensor("x", ACT);
+    let _ = x.gelu().output();
+    vec![x]
+}
+fn gelu_tanh(cx: &Graph) -> Vec<GraphTensor<'_>> {
+    let x = cx.tensor("x", ACT);
+    let _ = x.gelu_tanh().output();
+    vec![x]
+}
 fn rms(cx: &Graph) -> Vec<GraphTensor<'_>> {
     let x = cx.tensor("x", (ROWS, COLS));
     let _ = x.rms_norm(1, 1e-5).output();
@@ -530,20 +555,35 @@ fn main() {
     // Bytes = inputs read + output written; the memcpy copies half that many bytes (so it
     // reads and writes the same total).
     let concat_bytes = 4 * CONCAT_ROWS * CONCAT_COLS * 4;
-    let cases: [(&str, Build, usize); 5] = [
-        ("elementwise chain (6 ops) 16M", chain, 3 * N * 4),
-        ("elementwise add (1 op) 16M", add2, 3 * N * 4),
-        ("softmax 4096×2048", softmax, 2 * ROWS * COLS * 4),
-        ("rms_norm 4096×2048", rms, 2 * ROWS * COLS * 4),
-        ("concat 2×[4096,1024] last axis", concat_last, concat_bytes),
+    let short = 2 * SHORT_ROWS * SHORT_COLS * 4;
+    let cases: [(&str, Build, usize, usize); 9] = [
+        ("elementwise chain (6 ops) 16M", chain, 3 * N * 4, 20),
+        ("elementwise add (1 op) 16M", add2, 3 * N * 4, 20),
+        ("softmax 4096×2048", softmax, 2 * ROWS * COLS * 4, 20),
+        ("rms_norm 4096×2048", rms, 2 * ROWS * COLS * 4, 20),
+        (
+            "concat 2×[4096,1024] last axis",
+            concat_last,
+            concat_bytes,
+            20,
+        ),
+        ("softmax 4096×64 (short rows)", softmax_short, short, 300),
+        (
+            "layer_norm 4096×64 (short rows)",
+            layer_norm_short,
+            short,
+            300,
+        ),
+        ("gelu (erf) 256K", gelu, 2 * ACT * 4, 300),
+        ("gelu_tanh 256K", gelu_tanh, 2 * ACT * 4, 300),
     ];
-    for (name, build, bytes) in cases {
+    for (name, build, bytes, reps) in cases {
         if !wanted(name) {
             continue;
         }
         let r: Vec<(f64, f64)> = [1, 2]
             .iter()
-            .map(|&th| graph_vs_memcpy(build, bytes / 2, th, 20))
+            .map(|&th| graph_vs_memcpy(build, bytes / 2, th, reps))
             .collect();
         rows.push(format!(
             "| {name} | {:.1} GB/s | {:.1} GB/s | {:.2}× memcpy | {:.2}× memcpy | {:.2}× |",

@@ -879,6 +879,8 @@ mod small {
             (64, 64, 16, 192, 1, 1, 192, "scores q·kᵀ"),
             (64, 16, 64, 64, 1, 192, 1, "probs·v"),
             (64, 64, 64, 64, 1, 64, 1, "64³ row-major"),
+            // The backward pass: A column-major (`Pᵀ·dO`, `dSᵀ·Q`).
+            (64, 16, 64, 1, 64, 192, 1, "probsᵀ·dout"),
         ];
         for &(m, n, k, ars, acs, brs, bcs, what) in cases {
             let a: Vec<f32> = (0..64 * 192).map(|i| (i % 17) as f32 * 0.1).collect();
