@@ -569,7 +569,7 @@ mod x86 {
     /// the work.)
     #[target_feature(enable = "avx512f")]
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn micro_avx512_cut<const R: usize, const W: usize, const PACKED: bool>(
+    pub unsafe fn micro_avx512_cut<const R: usize, const W: usize, const L: u8>(
         kc: usize,
         a: *const f32,
         (a_rs, a_ks): (usize, usize),
@@ -579,7 +579,13 @@ mod x86 {
         overwrite: bool,
         cols: usize,
     ) {
-        let (a_row, a_step) = if PACKED { (1, 12) } else { (a_rs, a_ks) };
+        // A's layout `L` (constant strides where it has them): 0 a packed panel, 1 rows
+        // read in place (K stride 1), 2 columns read in place (row stride 1).
+        let (a_row, a_step) = match L {
+            0 => (1, 12),
+            1 => (a_rs, 1),
+            _ => (1, a_ks),
+        };
         let mut acc = [[_mm512_setzero_ps(); W]; R];
         let mut a = a;
         let mut b = bp;
@@ -639,12 +645,14 @@ mod x86 {
             ($($r:literal),*) => {
                 match (rows, cols <= 16, a_strides) {
                     $(
-                        ($r, true, None) => micro_avx512_cut::<$r, 1, true>(kc, a, (0, 0), bp, c, c_rs, overwrite, cols),
-                        ($r, false, None) => micro_avx512_cut::<$r, 2, true>(kc, a, (0, 0), bp, c, c_rs, overwrite, cols),
-                        ($r, true, Some(st)) => micro_avx512_cut::<$r, 1, false>(kc, a, st, bp, c, c_rs, overwrite, cols),
-                        ($r, false, Some(st)) => micro_avx512_cut::<$r, 2, false>(kc, a, st, bp, c, c_rs, overwrite, cols),
+                        ($r, true, None) => micro_avx512_cut::<$r, 1, 0>(kc, a, (0, 0), bp, c, c_rs, overwrite, cols),
+                        ($r, false, None) => micro_avx512_cut::<$r, 2, 0>(kc, a, (0, 0), bp, c, c_rs, overwrite, cols),
+                        ($r, true, Some((rs, 1))) => micro_avx512_cut::<$r, 1, 1>(kc, a, (rs, 1), bp, c, c_rs, overwrite, cols),
+                        ($r, false, Some((rs, 1))) => micro_avx512_cut::<$r, 2, 1>(kc, a, (rs, 1), bp, c, c_rs, overwrite, cols),
+                        ($r, true, Some((1, ks))) => micro_avx512_cut::<$r, 1, 2>(kc, a, (1, ks), bp, c, c_rs, overwrite, cols),
+                        ($r, false, Some((1, ks))) => micro_avx512_cut::<$r, 2, 2>(kc, a, (1, ks), bp, c, c_rs, overwrite, cols),
                     )*
-                    _ => unreachable!("a tile of {rows} rows"),
+                    _ => unreachable!("a tile of {rows} rows, A strides {a_strides:?}"),
                 }
             };
         }
