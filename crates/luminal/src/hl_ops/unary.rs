@@ -90,10 +90,10 @@ impl<'g> GraphTensor<'g> {
     ///
     /// Built as `relu(x) − ½·|x|·q(|x|/√2)` with `q(z) = 1 − erf(z)` from the same
     /// Abramowitz & Stegun polynomial as [`erf`](Self::erf) (`½x(1 + sign(x)(1 − q))`
-    /// rearranged): 24 primops instead of 30, no sign, and no cancellation in the tail for
+    /// rearranged): 25 primops instead of 30, no sign, and no cancellation in the tail for
     /// negative `x` (the value there is the small `½|x|·q` itself). `|x|` is capped at 12
-    /// inside the correction (`½|x|·q < 1e-30` beyond), so `x = ±inf` gives `inf` / ~0 and
-    /// no output is subnormal.
+    /// inside the correction (`½|x|·q < 1e-30` beyond), so no output is subnormal (and
+    /// `gelu(inf) = inf`; `gelu(−inf)` is NaN, as PyTorch's).
     pub fn gelu(self) -> GraphTensor<'g> {
         const P: f32 = 0.3275911 * std::f32::consts::FRAC_1_SQRT_2;
         const A: [f32; 5] = [
@@ -105,7 +105,8 @@ impl<'g> GraphTensor<'g> {
         ];
         self.graph.checkpoint(|| {
             // c = −min(|x|, 12), kept negative: its sign goes into the constants below.
-            let c = (-self.abs()).maximum(-12.0);
+            let ax = self.abs();
+            let c = (-ax).maximum(-12.0);
             let t = (c * -P + 1.0).recip();
             let mut poly = t * A[4];
             for a in A[..4].iter().rev() {
@@ -115,24 +116,26 @@ impl<'g> GraphTensor<'g> {
             // correction is then ~2e-32, never a subnormal (an FFN product reading
             // subnormal activations ran 8× slower).
             let q = poly * (c * c * (-0.5 * LOG2_E)).exp2();
-            self.relu() + c * q * 0.5
+            // relu(x) = (x + |x|)/2: no third `maximum` (each adds tie masks to the
+            // backward pass).
+            (self + ax) * 0.5 + c * q * 0.5
         })
     }
     /// GELU, tanh approximation: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), recomputed by
     /// the backward pass like [`GraphTensor::gelu`].
     ///
     /// Built as `x·sigmoid(2u)` (`½(1 + tanh u) = sigmoid(2u)`, u the inner term) =
-    /// `x / (1 + 2^(x·(k₁ + k₂·x²)))` with the constants folded: 9 primops instead of 16,
-    /// and a backward pass of about half the ops. `x` is floored at −9 (the value there is
-    /// ~1e-28, so below it is ~0 as before), which keeps the reciprocal away from
-    /// subnormals and `x = −inf` from `−inf · 0`.
+    /// `x / (1 + 2^(x·(k₁ + k₂·x²)))` with the constants folded: 8 primops instead of 16,
+    /// and a backward pass of about half the ops. No output is subnormal: the reciprocal
+    /// reaches 2^-128 just before the exponential overflows (then it is 0), where `|x|` is
+    /// about 10, so `x·σ` stays above 2^-126. (No `maximum` floor: its gradient's tie masks
+    /// doubled a training step.)
     pub fn gelu_tanh(self) -> GraphTensor<'g> {
         let k1 = -2.0 * (2.0 / PI).sqrt() * LOG2_E;
         let k2 = k1 * 0.044715;
         self.graph.checkpoint(|| {
-            let x = self.maximum(-9.0);
-            let w = x * (x * x * k2 + k1);
-            x * (w.exp2() + 1.0).recip()
+            let w = self * (self * self * k2 + k1);
+            self * (w.exp2() + 1.0).recip()
         })
     }
     /// Rounds toward −inf (floats only).
