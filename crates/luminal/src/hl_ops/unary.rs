@@ -3,6 +3,26 @@
 use crate::graph::GraphTensor;
 use std::f32::consts::{LN_2, LOG2_E, PI};
 
+/// `p` of the Abramowitz & Stegun 7.1.26 erf: `t = 1 / (1 + p·|z|)`.
+const ERF_P: f32 = 0.3275911;
+
+/// The 7.1.26 polynomial `t·(a₁ + t·(a₂ + …))`: `erf(z) ≈ 1 − poly(t)·e^(−z²)` for z ≥ 0
+/// (|error| ≤ 1.5e-7).
+fn erf_poly(t: GraphTensor<'_>) -> GraphTensor<'_> {
+    const A: [f32; 5] = [
+        0.254829592,
+        -0.284496736,
+        1.421413741,
+        -1.453152027,
+        1.061405429,
+    ];
+    let mut poly = t * A[4];
+    for a in A[..4].iter().rev() {
+        poly = (poly + *a) * t;
+    }
+    poly
+}
+
 impl<'g> GraphTensor<'g> {
     /// e^x.
     pub fn exp(self) -> GraphTensor<'g> {
@@ -67,21 +87,9 @@ impl<'g> GraphTensor<'g> {
     }
     /// Error function (Abramowitz & Stegun 7.1.26; |error| ≤ 1.5e-7).
     pub fn erf(self) -> GraphTensor<'g> {
-        const P: f32 = 0.3275911;
-        const A: [f32; 5] = [
-            0.254829592,
-            -0.284496736,
-            1.421413741,
-            -1.453152027,
-            1.061405429,
-        ];
         let ax = self.abs();
-        let t = (ax * P + 1.0).recip();
-        let mut poly = t * A[4];
-        for a in A[..4].iter().rev() {
-            poly = (poly + *a) * t;
-        }
-        let y = 1.0 - poly * (-(ax * ax)).exp();
+        let t = (ax * ERF_P + 1.0).recip();
+        let y = 1.0 - erf_poly(t) * (-(ax * ax)).exp();
         y * self.sign()
     }
     /// GELU, exact form: x · Φ(x) = 0.5·x·(1 + erf(x/√2)). Like PyTorch's, its backward
@@ -95,23 +103,13 @@ impl<'g> GraphTensor<'g> {
     /// inside the correction (`½|x|·q < 1e-30` beyond), so no output is subnormal (and
     /// `gelu(inf) = inf`; `gelu(−inf)` is NaN, as PyTorch's).
     pub fn gelu(self) -> GraphTensor<'g> {
-        const P: f32 = 0.3275911 * std::f32::consts::FRAC_1_SQRT_2;
-        const A: [f32; 5] = [
-            0.254829592,
-            -0.284496736,
-            1.421413741,
-            -1.453152027,
-            1.061405429,
-        ];
+        const P: f32 = ERF_P * std::f32::consts::FRAC_1_SQRT_2;
         self.graph.checkpoint(|| {
             // c = −min(|x|, 12), kept negative: its sign goes into the constants below.
             let ax = self.abs();
             let c = (-ax).maximum(-12.0);
             let t = (c * -P + 1.0).recip();
-            let mut poly = t * A[4];
-            for a in A[..4].iter().rev() {
-                poly = (poly + *a) * t;
-            }
+            let poly = erf_poly(t);
             // e^(−x²/2) = 2^(x·x·(−log2(e)/2)), from the capped |x| too: the smallest
             // correction is then ~2e-32, never a subnormal (an FFN product reading
             // subnormal activations ran 8× slower).

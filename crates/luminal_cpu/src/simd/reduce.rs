@@ -113,25 +113,32 @@ impl<const MAX: bool> Acc<MAX> {
     }
 }
 
+/// One accumulator step on eight lanes: a sum, or a max where x > a or x is NaN takes x (NaN
+/// sticks: nothing compares greater than NaN and a NaN accumulator is never replaced by a
+/// number). The callers enable AVX.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn step_avx<const MAX: bool>(
+    a: std::arch::x86_64::__m256,
+    x: std::arch::x86_64::__m256,
+) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    if MAX {
+        let take = _mm256_or_ps(
+            _mm256_cmp_ps::<_CMP_GT_OQ>(x, a),
+            _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x),
+        );
+        _mm256_blendv_ps(a, x, take)
+    } else {
+        _mm256_add_ps(a, x)
+    }
+}
+
 /// [`Acc::add_slice`] with AVX intrinsics: four 8-lane accumulators.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx")]
 pub(crate) unsafe fn add_slice_avx<const MAX: bool>(l: &mut [f32; LANES], xs: &[f32]) {
     use std::arch::x86_64::*;
-    #[inline(always)]
-    unsafe fn step<const MAX: bool>(a: __m256, x: __m256) -> __m256 {
-        if MAX {
-            // x > a, or x is NaN: take x (NaN sticks: nothing compares greater than NaN
-            // and a NaN accumulator is never replaced by a number).
-            let take = _mm256_or_ps(
-                _mm256_cmp_ps::<_CMP_GT_OQ>(x, a),
-                _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x),
-            );
-            _mm256_blendv_ps(a, x, take)
-        } else {
-            _mm256_add_ps(a, x)
-        }
-    }
     let p = l.as_mut_ptr();
     let (mut a0, mut a1, mut a2, mut a3) = (
         _mm256_loadu_ps(p),
@@ -142,10 +149,10 @@ pub(crate) unsafe fn add_slice_avx<const MAX: bool>(l: &mut [f32; LANES], xs: &[
     let mut chunks = xs.chunks_exact(LANES);
     for c in &mut chunks {
         let q = c.as_ptr();
-        a0 = step::<MAX>(a0, _mm256_loadu_ps(q));
-        a1 = step::<MAX>(a1, _mm256_loadu_ps(q.add(8)));
-        a2 = step::<MAX>(a2, _mm256_loadu_ps(q.add(16)));
-        a3 = step::<MAX>(a3, _mm256_loadu_ps(q.add(24)));
+        a0 = step_avx::<MAX>(a0, _mm256_loadu_ps(q));
+        a1 = step_avx::<MAX>(a1, _mm256_loadu_ps(q.add(8)));
+        a2 = step_avx::<MAX>(a2, _mm256_loadu_ps(q.add(16)));
+        a3 = step_avx::<MAX>(a3, _mm256_loadu_ps(q.add(24)));
     }
     _mm256_storeu_ps(p, a0);
     _mm256_storeu_ps(p.add(8), a1);
@@ -242,19 +249,6 @@ pub fn reduce_short_rows<const MAX: bool>(vals: &[f32], c: usize, out: &mut [f32
 #[target_feature(enable = "avx2")]
 unsafe fn reduce_short_rows_avx2<const MAX: bool>(vals: &[f32], c: usize, out: &mut [f32]) {
     use std::arch::x86_64::*;
-    #[inline(always)]
-    unsafe fn step<const MAX: bool>(a: __m256, x: __m256) -> __m256 {
-        if MAX {
-            // As `add_slice_avx`: x where x > a or x is NaN.
-            let take = _mm256_or_ps(
-                _mm256_cmp_ps::<_CMP_GT_OQ>(x, a),
-                _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x),
-            );
-            _mm256_blendv_ps(a, x, take)
-        } else {
-            _mm256_add_ps(a, x)
-        }
-    }
     let id = _mm256_set1_ps(Acc::<MAX>::IDENTITY);
     let full = c / LANES;
     let rem = c % LANES;
@@ -264,13 +258,13 @@ unsafe fn reduce_short_rows_avx2<const MAX: bool>(vals: &[f32], c: usize, out: &
     let masks: [__m256i; 4] = std::array::from_fn(|q| {
         _mm256_cmpgt_epi32(_mm256_set1_epi32(rem as i32 - 8 * q as i32), lane)
     });
-    // The 8-lane fold of row `r`: its lanes, then `g = step(..step(id, l[0..8]).., l[24..32])`.
+    // The 8-lane fold of row `r`: its lanes, then `g = step(..step_avx::<MAX>(id, l[0..8]).., l[24..32])`.
     let fold = |r: usize| -> __m256 {
         let p = vals.as_ptr().add(r * c);
         let mut a = [id; 4];
         for j in 0..full {
             for (q, x) in a.iter_mut().enumerate() {
-                *x = step::<MAX>(*x, _mm256_loadu_ps(p.add(j * LANES + 8 * q)));
+                *x = step_avx::<MAX>(*x, _mm256_loadu_ps(p.add(j * LANES + 8 * q)));
             }
         }
         if rem > 0 {
@@ -278,13 +272,14 @@ unsafe fn reduce_short_rows_avx2<const MAX: bool>(vals: &[f32], c: usize, out: &
             for (q, x) in a.iter_mut().enumerate() {
                 if 8 * q < rem {
                     let v = _mm256_maskload_ps(t.add(8 * q), masks[q]);
-                    *x = _mm256_blendv_ps(*x, step::<MAX>(*x, v), _mm256_castsi256_ps(masks[q]));
+                    *x =
+                        _mm256_blendv_ps(*x, step_avx::<MAX>(*x, v), _mm256_castsi256_ps(masks[q]));
                 }
             }
         }
         let mut g = id;
         for x in a {
-            g = step::<MAX>(g, x);
+            g = step_avx::<MAX>(g, x);
         }
         g
     };
@@ -322,7 +317,7 @@ unsafe fn reduce_short_rows_avx2<const MAX: bool>(vals: &[f32], c: usize, out: &
         ];
         let mut acc = id;
         for x in t {
-            acc = step::<MAX>(acc, x);
+            acc = step_avx::<MAX>(acc, x);
         }
         let mut res = [0f32; 8];
         _mm256_storeu_ps(res.as_mut_ptr(), acc);

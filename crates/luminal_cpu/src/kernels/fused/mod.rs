@@ -36,9 +36,6 @@ use std::cell::RefCell;
 /// streaming kernels).
 pub const BLOCK: usize = 4096;
 
-/// Reductions over rows this short fold each row directly (see `reduce_rows`).
-const SHORT_REDUCE: usize = 8;
-
 /// Rows at most this long are reduced whole, several at once (see `reduce_rows`).
 const SHORT_ROWS: usize = 512;
 
@@ -941,40 +938,10 @@ fn reduce_rows<const F: bool, const MAX: bool>(
     let mut z = z_start;
     let mut acc = Acc::<MAX>::new();
     let mut tmp = [0f32; BLOCK];
-    if len <= SHORT_REDUCE {
-        // Rows of a few elements (a convolution's bias gradient summed one spatial axis at
-        // a time): whole rows per block, each folded in order from the identity. With at
-        // most 8 elements a row fills at most one lane of each 8-lane group of `Acc`, whose
-        // fold is then this same sequence: results are identical, without the per-row
-        // accumulator setup.
-        let block = BLOCK / len * len;
-        let identity = if MAX { f32::NEG_INFINITY } else { 0.0 };
-        while z < z_end {
-            let n = block.min(z_end - z);
-            let vals = match prog.eval(bufs, RowEnv::NONE, z, n, regs, &mut tmp) {
-                Some(v) => v,
-                None => &tmp[..n],
-            };
-            let first = z / len - o0;
-            for (o, row) in out[first..first + n / len]
-                .iter_mut()
-                .zip(vals.chunks_exact(len))
-            {
-                *o = row.iter().fold(identity, |a, &x| {
-                    if MAX {
-                        crate::simd::max_step(a, x)
-                    } else {
-                        a + x
-                    }
-                });
-            }
-            z += n;
-        }
-        return;
-    }
     if len <= SHORT_ROWS {
-        // Short rows (attention scores, a layer's features): whole rows per block, folded
-        // several at once by `reduce_short_rows` (the accumulator's steps, identical).
+        // Short rows (attention scores, a layer's features, a convolution's bias gradient
+        // summed one spatial axis at a time): whole rows per block, folded several at once
+        // by `reduce_short_rows` (the accumulator's steps, identical).
         let block = BLOCK / len * len;
         while z < z_end {
             let n = block.min(z_end - z);
