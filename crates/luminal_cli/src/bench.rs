@@ -466,21 +466,57 @@ fn describe(path: &Path, params: u64) -> CliResult<ModelDesc> {
         .and_then(|v| v.as_str())
         .unwrap_or("llama")
         .to_string();
-    // The type that holds most of the weight bytes names the quantisation.
+    // `general.file_type` names the quantisation as llama.cpp does (a Q6_K file keeps its
+    // embedding in Q8_0, so the type with the most bytes would misname it); files without it
+    // are named by the type that holds most of the weight bytes.
     let mut bytes_by_type: HashMap<GgmlType, u64> = HashMap::new();
     for t in file.tensors() {
         *bytes_by_type.entry(t.ggml_type()).or_default() += t.n_bytes();
     }
     let size = bytes_by_type.values().sum();
-    let main_type = bytes_by_type
-        .iter()
-        .max_by_key(|(_, &b)| b)
-        .map(|(t, _)| t.to_string())
-        .unwrap_or_default();
+    let main_type = file
+        .metadata()
+        .get("general.file_type")
+        .and_then(|v| v.as_u32())
+        .and_then(ftype_name)
+        .map(str::to_string)
+        .unwrap_or_else(|| {
+            bytes_by_type
+                .iter()
+                .max_by_key(|(_, &b)| b)
+                .map(|(t, _)| t.to_string())
+                .unwrap_or_default()
+        });
     Ok(ModelDesc {
         file_name,
         model_type: format!("{arch} {size_label} {main_type}"),
         size_bytes: size,
+    })
+}
+
+/// llama.cpp's name of a `general.file_type` value (its `llama_ftype` enum), for the types
+/// this project reads.
+fn ftype_name(ftype: u32) -> Option<&'static str> {
+    Some(match ftype {
+        0 => "all F32",
+        1 => "F16",
+        2 => "Q4_0",
+        3 => "Q4_1",
+        7 => "Q8_0",
+        8 => "Q5_0",
+        9 => "Q5_1",
+        10 => "Q2_K - Medium",
+        11 => "Q3_K - Small",
+        12 => "Q3_K - Medium",
+        13 => "Q3_K - Large",
+        14 => "Q4_K - Small",
+        15 => "Q4_K - Medium",
+        16 => "Q5_K - Small",
+        17 => "Q5_K - Medium",
+        18 => "Q6_K",
+        21 => "Q2_K - Small",
+        32 => "BF16",
+        _ => return None,
     })
 }
 

@@ -389,6 +389,34 @@ fn bench_json_has_pp_and_tg_records() {
     assert_eq!(records[1]["n_gen"], 8);
 }
 
+/// The model type names the file's quantisation as llama-bench does (from
+/// `general.file_type`), not by the type holding most bytes: the Q6_K file that
+/// `scripts/bench-vs-llamacpp.sh` makes keeps its embedding in Q8_0, and llama-bench calls it
+/// `Q6_K`. Runs where that file has been made.
+#[test]
+fn bench_names_the_file_type_as_llama_bench() {
+    let p = root().join("models/SmolLM2-135M-Instruct.Q6_K.gguf");
+    if !p.exists() {
+        eprintln!("skipping: {} is absent", p.display());
+        return;
+    }
+    let o = luminal(&[
+        "bench",
+        "--model",
+        s(&p),
+        "-p",
+        "4",
+        "-n",
+        "0",
+        "-r",
+        "1",
+        "-o",
+        "json",
+    ]);
+    let records: Value = serde_json::from_str(&stdout(ok(&o))).unwrap();
+    assert_eq!(records[0]["model_type"], "llama 135M Q6_K");
+}
+
 #[test]
 fn bench_markdown_table() {
     let o = luminal(&[
