@@ -5,12 +5,17 @@ same model, same batch of token ids, same threads, one run of each alternately.
     pip install torch sentence-transformers
     cargo build --release -p luminal_cli
     python3 scripts/bench_embed_vs_torch.py [--model models/all-MiniLM-L6-v2] [--threads 2]
-        [--batch 32] [--tokens 128] [--reps 5] [--rounds 2]
+        [--batch 32] [--tokens 128] [--reps 5] [--rounds 2] [--precision highest,high]
 
 PyTorch runs the sentence-transformers module chain (BERT, pooling, normalisation) on the
 same ids luminal builds ([CLS], 126 word ids spread over the vocabulary, [SEP]), under
 torch.inference_mode with torch.set_num_threads(threads); each side reports its best of
-`reps` timed runs after a warm-up. Prints a markdown row per round and the ratio.
+`reps` timed runs after a warm-up. Prints a markdown row per round, precision and the ratio.
+
+`--precision` lists float32 matmul precisions to compare at (default `highest`): each runs
+luminal with `--matmul-precision P` and PyTorch under `torch.set_float32_matmul_precision(P)`
+(PyTorch's "high" may use bfloat16x3 or TF32 where its kernels have them; on CPU builds
+without them it computes as "highest").
 """
 import argparse
 import json
@@ -30,7 +35,9 @@ p.add_argument("--batch", type=int, default=32)
 p.add_argument("--tokens", type=int, default=128)
 p.add_argument("--reps", type=int, default=5)
 p.add_argument("--rounds", type=int, default=2)
+p.add_argument("--precision", default="highest", help="comma-separated: highest, high")
 a = p.parse_args()
+precisions = a.precision.split(",")
 
 torch.set_num_threads(a.threads)
 st = SentenceTransformer(a.model, device="cpu").eval()
@@ -55,18 +62,20 @@ def torch_best():
     return min(times)
 
 
-def luminal_best():
+def luminal_best(precision):
     exe = os.path.join(ROOT, "target", "release", "luminal")
     out = subprocess.run([exe, "bench-embed", "--model", a.model, "-b", str(a.batch), "-n", str(a.tokens),
-                          "-r", str(a.reps), "-t", str(a.threads), "--json"],
+                          "-r", str(a.reps), "-t", str(a.threads), "--matmul-precision", precision, "--json"],
                          check=True, capture_output=True, text=True).stdout
     return json.loads(out)["best_s"]
 
 
 print(f"torch {torch.__version__}, {a.threads} threads, batch {a.batch} x {a.tokens} tokens, best of {a.reps}")
-print("| round | luminal sentences/s | PyTorch sentences/s | ratio |")
-print("|---|---|---|---|")
+print("| round | float32 matmul precision | luminal sentences/s | PyTorch sentences/s | ratio |")
+print("|---|---|---|---|---|")
 for r in range(a.rounds):
-    lum = a.batch / luminal_best()
-    pt = a.batch / torch_best()
-    print(f"| {r + 1} | {lum:.1f} | {pt:.1f} | {lum / pt:.2f}x |")
+    for prec in precisions:
+        lum = a.batch / luminal_best(prec)
+        torch.set_float32_matmul_precision(prec)
+        pt = a.batch / torch_best()
+        print(f"| {r + 1} | {prec} | {lum:.1f} | {pt:.1f} | {lum / pt:.2f}x |", flush=True)

@@ -1,9 +1,8 @@
 //! `luminal bench-embed`: encoder throughput (sentences/s) of a BERT / sentence-transformers
 //! folder on a synthetic batch of `--batch` sequences of exactly `--tokens` tokens.
 
-use crate::common::{effective_threads, CliError, CliResult, Device};
+use crate::common::{effective_threads, CliError, CliResult, Device, MatmulPrecisionArg};
 use clap::Args;
-use luminal_cpu::CpuBackend;
 use luminal_models::bert::BertModel;
 use serde_json::json;
 use std::path::PathBuf;
@@ -29,6 +28,9 @@ pub struct BenchEmbedArgs {
     /// CPU threads (default: every core)
     #[arg(short, long)]
     threads: Option<usize>,
+    /// Precision of the CPU's f32 matrix products (PyTorch's float32 matmul precision)
+    #[arg(long, value_enum, default_value_t = MatmulPrecisionArg::Highest)]
+    matmul_precision: MatmulPrecisionArg,
     /// Print one JSON object instead of a line of text
     #[arg(long)]
     json: bool,
@@ -44,10 +46,7 @@ pub fn run(args: BenchEmbedArgs) -> CliResult {
         return Err(CliError::msg("--threads must be at least 1"));
     }
     args.device.require_cpu("bench-embed")?;
-    let backend = match args.threads {
-        Some(n) => CpuBackend::with_threads(n),
-        None => CpuBackend::default(),
-    };
+    let backend = crate::common::cpu_backend(args.threads, args.matmul_precision);
     let (mut model, tok) = BertModel::load(&args.model, backend)?;
     // [CLS] w … w [SEP] with ordinary word ids spread over the vocabulary (deterministic).
     let vocab = model.config().vocab_size as u32;

@@ -334,3 +334,28 @@ pub fn human_bytes(n: u64) -> String {
         format!("{n} B")
     }
 }
+
+/// `--matmul-precision`: how exactly the CPU computes f32 products (PyTorch's
+/// `torch.set_float32_matmul_precision`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum MatmulPrecisionArg {
+    /// f32 accuracy
+    #[default]
+    Highest,
+    /// Each operand as two bf16 pieces (~2^-16 relative; PyTorch's "high"), where the CPU
+    /// has AMX: ~1.8x the speed of the products there; elsewhere the same as highest
+    High,
+}
+
+/// The CPU backend on `threads` threads (every core when `None`), f32 products at
+/// `precision`.
+pub fn cpu_backend(threads: Option<usize>, precision: MatmulPrecisionArg) -> CpuBackend {
+    let backend = match threads {
+        Some(n) => CpuBackend::with_threads(n),
+        None => CpuBackend::default(),
+    };
+    backend.matmul_precision(match precision {
+        MatmulPrecisionArg::Highest => luminal_cpu::MatmulPrecision::Highest,
+        MatmulPrecisionArg::High => luminal_cpu::MatmulPrecision::High,
+    })
+}

@@ -2,9 +2,8 @@
 //! text in input order (plain text or JSON), and with two or more texts their cosine
 //! similarity matrix.
 
-use crate::common::{CliError, CliResult, Device};
+use crate::common::{CliError, CliResult, Device, MatmulPrecisionArg};
 use clap::Args;
-use luminal_cpu::CpuBackend;
 use luminal_models::bert::{cosine_similarity, BertModel, EmbedOptions};
 use std::io::Write;
 use std::path::PathBuf;
@@ -46,6 +45,9 @@ pub struct EmbedArgs {
     /// CPU threads (default: every core)
     #[arg(short, long)]
     threads: Option<usize>,
+    /// Precision of the CPU's f32 matrix products (PyTorch's float32 matmul precision)
+    #[arg(long, value_enum, default_value_t = MatmulPrecisionArg::Highest)]
+    matmul_precision: MatmulPrecisionArg,
 }
 
 pub fn run(args: EmbedArgs) -> CliResult {
@@ -84,10 +86,7 @@ pub fn run(args: EmbedArgs) -> CliResult {
         )));
     }
     args.device.require_cpu("embed")?;
-    let backend = match args.threads {
-        Some(n) => CpuBackend::with_threads(n),
-        None => CpuBackend::default(),
-    };
+    let backend = crate::common::cpu_backend(args.threads, args.matmul_precision);
     let (mut model, tok) = BertModel::load(&args.model, backend)?;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let opts = EmbedOptions {

@@ -2,9 +2,8 @@
 //! decoding or beam search over 30-second windows; with `--timestamps`, one line per
 //! segment, `[start --> end] text`.
 
-use crate::common::{CliError, CliResult, Device};
+use crate::common::{CliError, CliResult, Device, MatmulPrecisionArg};
 use clap::Args;
-use luminal_cpu::CpuBackend;
 use luminal_io::read_wav;
 use luminal_models::whisper::audio::{resample, SAMPLE_RATE};
 use luminal_models::whisper::{TranscribeOptions, WhisperModel};
@@ -37,6 +36,9 @@ pub struct TranscribeArgs {
     /// CPU threads (default: every core)
     #[arg(short, long)]
     threads: Option<usize>,
+    /// Precision of the CPU's f32 matrix products (PyTorch's float32 matmul precision)
+    #[arg(long, value_enum, default_value_t = MatmulPrecisionArg::Highest)]
+    matmul_precision: MatmulPrecisionArg,
     /// Predict timestamps: one line per segment, `[start --> end] text` (seconds)
     #[arg(long)]
     timestamps: bool,
@@ -58,10 +60,7 @@ pub fn run(args: TranscribeArgs) -> CliResult {
     let audio = read_wav(&args.audio)?;
     let samples = resample(&audio.samples, audio.sample_rate, SAMPLE_RATE);
     args.device.require_cpu("transcribe")?;
-    let backend = match args.threads {
-        Some(n) => CpuBackend::with_threads(n),
-        None => CpuBackend::default(),
-    };
+    let backend = crate::common::cpu_backend(args.threads, args.matmul_precision);
     let load_start = std::time::Instant::now();
     let (mut model, tok) = WhisperModel::load(&args.model, backend)?;
     let load = load_start.elapsed().as_secs_f64();

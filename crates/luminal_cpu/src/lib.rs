@@ -64,6 +64,7 @@ mod storage;
 mod view;
 
 pub use exec::runtime::CpuRuntime;
+pub use kernels::matmul::gemm_f32::MatmulPrecision;
 pub use kernels::matmul::gemm_f32::Tiles as MatmulTiles;
 pub use kernels::matmul::Split as MatmulSplit;
 pub use simd::{detected_isa, set_max_isa, Isa};
@@ -107,6 +108,9 @@ pub struct CpuBackend {
     pub matmul_split: MatmulSplit,
     /// The f32 products' cache blocking (schedule knob `tiles=KCxMC`; `None`: 256 × 144).
     pub matmul_tiles: Option<MatmulTiles>,
+    /// How exactly f32 products are computed (PyTorch's float32 matmul precision;
+    /// `LUMINAL_MATMUL_PRECISION=high|highest` overrides it).
+    pub matmul_precision: MatmulPrecision,
 }
 
 /// Activations of products with block-quantized weights: skinny ones (M ≤ 8 rows: decode
@@ -158,6 +162,14 @@ impl CpuBackend {
         }
     }
 
+    /// This backend with f32 products at `precision` (see [`MatmulPrecision`]).
+    pub fn matmul_precision(self, precision: MatmulPrecision) -> CpuBackend {
+        CpuBackend {
+            matmul_precision: precision,
+            ..self
+        }
+    }
+
     /// This backend with quantized-weight products computed as `dots` says.
     pub fn quant_dots(self, dots: QuantDots) -> CpuBackend {
         CpuBackend {
@@ -193,6 +205,7 @@ impl Backend for CpuBackend {
             threads: self.matmul_threads,
             split: self.matmul_split,
             tiles: self.matmul_tiles,
+            precision: self.matmul_precision.resolved(),
         };
         crate::lower::with_matmul_knobs(knobs, || {
             CpuRuntime::new(

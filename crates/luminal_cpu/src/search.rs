@@ -81,7 +81,7 @@ impl CpuBackend {
 impl Tunable for CpuBackend {
     fn tuning_id(&self) -> String {
         format!(
-            "cpu-{}/isa={:?}/cores={}/threads={:?}/mm={:?}/split={:?}/tiles={:?}/qdots={:?}/off={}",
+            "cpu-{}/isa={:?}/cores={}/threads={:?}/mm={:?}/split={:?}/tiles={:?}/prec={:?}/qdots={:?}/off={}",
             env!("CARGO_PKG_VERSION"),
             detected_isa(),
             available_threads(),
@@ -89,6 +89,7 @@ impl Tunable for CpuBackend {
             self.matmul_threads,
             self.matmul_split,
             self.matmul_tiles,
+            self.matmul_precision.resolved(),
             self.quant_dots.resolved(),
             self.disabled_rules.join(",")
         )

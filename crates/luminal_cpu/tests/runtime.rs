@@ -143,6 +143,61 @@ impl<R: Runtime> DynRuntime for R {
     }
 }
 
+/// A row of an f32 product does not depend on the rows computed with it: the first 10 rows
+/// of a 34-row product equal a 10-row product bit for bit, at both precisions, on 1 and 2
+/// threads (where the CPU has AMX, the choice of kernel depends on N and K only; a cached
+/// prefill's positions then equal the full recompute's), and both are within f32 accuracy
+/// (or PyTorch's "high" bound) of f64 sums.
+#[test]
+fn f32_product_rows_do_not_depend_on_the_row_count() {
+    let (k, n) = (200, 96);
+    let a = noise(34 * k, 1);
+    let w = noise(k * n, 2);
+    for precision in [
+        luminal_cpu::MatmulPrecision::Highest,
+        luminal_cpu::MatmulPrecision::High,
+    ] {
+        for threads in [1, 2] {
+            let run = |m: usize| {
+                let cx = Graph::new();
+                let x = cx.tensor("x", (m, k));
+                let wt = cx.tensor("w", (k, n));
+                let y = x.matmul(wt).output();
+                let backend = CpuBackend::with_threads(threads).matmul_precision(precision);
+                let mut rt = cx.compile(backend, CompileOptions::default()).unwrap();
+                rt.set(x, &a[..m * k]).unwrap();
+                rt.set(wt, &w).unwrap();
+                rt.run().unwrap();
+                rt.get::<f32>(y).unwrap()
+            };
+            let (full, part) = (run(34), run(10));
+            assert!(
+                full[..10 * n] == part[..],
+                "{precision:?}, {threads} threads: rows differ"
+            );
+            let rel = match precision {
+                luminal_cpu::MatmulPrecision::Highest => 4.0 * f32::EPSILON as f64,
+                luminal_cpu::MatmulPrecision::High => 2f64.powi(-15),
+            };
+            for i in 0..34 {
+                for j in 0..n {
+                    let (mut want, mut mag) = (0f64, 0f64);
+                    for p in 0..k {
+                        let t = a[i * k + p] as f64 * w[p * n + j] as f64;
+                        want += t;
+                        mag += t.abs();
+                    }
+                    let got = full[i * n + j] as f64;
+                    assert!(
+                        (got - want).abs() <= rel * mag,
+                        "{precision:?} ({i}, {j}): {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn mlp_block_is_gemms_plus_fused_epilogues() {
     let cx = Graph::new();

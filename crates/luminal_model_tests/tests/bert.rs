@@ -158,6 +158,35 @@ fn minilm_matches_sentence_transformers() {
     check_embeddings("MiniLM embed, batches of 2", &got, &r["embeddings"], 1e-5);
 }
 
+/// At PyTorch's "high" float32 matmul precision (`MatmulPrecision::High`: bf16x3 products
+/// where the CPU has AMX, elsewhere the same as the default) the model still meets the
+/// issue's bounds against transformers and sentence-transformers.
+#[test]
+fn minilm_at_high_matmul_precision_matches_sentence_transformers() {
+    let dir = minilm_dir();
+    if !dir.join("model.safetensors").exists() {
+        eprintln!("skipping: {} is absent", dir.display());
+        return;
+    }
+    let backend = CpuBackend::with_threads(2).matmul_precision(luminal_cpu::MatmulPrecision::High);
+    let (mut model, tok) = BertModel::load(&dir, backend).unwrap();
+    let r = json(fixture("minilm_reference.json"));
+    let sentences: Vec<&str> = r["sentences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    let encoded: Vec<Vec<u32>> = sentences
+        .iter()
+        .map(|s| tok.encode(s, true).unwrap())
+        .collect();
+    let out = model.forward(&encoded, None).unwrap();
+    check_hidden("MiniLM high", &out, 384, &r["hidden"], 1e-4);
+    let pooled: Vec<Vec<f32>> = out.embeddings.chunks(384).map(<[f32]>::to_vec).collect();
+    check_embeddings("MiniLM high", &pooled, &r["embeddings"], 1e-4);
+}
+
 #[test]
 fn minilm_long_text_is_an_error_or_truncated_like_sentence_transformers() {
     let Some(m) = minilm() else { return };

@@ -664,7 +664,7 @@ impl Lowering<'_> {
             ViewExprs::new(&b.view, self.names)?,
             terms::matmul_threads(self.threads),
         );
-        (k.split, k.tiles) = terms::matmul_layout();
+        (k.split, k.tiles, k.precision) = terms::matmul_layout();
         k.weight = weight.map(|(_, dt)| dt);
         Ok(Some(k))
     }

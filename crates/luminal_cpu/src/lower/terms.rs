@@ -49,6 +49,7 @@ pub(crate) struct MatmulKnobs {
     pub threads: Option<usize>,
     pub split: crate::kernels::matmul::Split,
     pub tiles: Option<crate::kernels::matmul::gemm_f32::Tiles>,
+    pub precision: crate::kernels::matmul::gemm_f32::MatmulPrecision,
 }
 
 thread_local! {
@@ -75,13 +76,14 @@ pub(super) fn matmul_threads(pool: usize) -> usize {
         .map_or(pool, |n| n.clamp(1, pool.max(1)))
 }
 
-/// The products' split axis and cache blocking in the compile on this thread.
+/// The products' split axis, cache blocking and precision in the compile on this thread.
 pub(super) fn matmul_layout() -> (
     crate::kernels::matmul::Split,
     crate::kernels::matmul::gemm_f32::Tiles,
+    crate::kernels::matmul::gemm_f32::MatmulPrecision,
 ) {
     let k = MATMUL_KNOBS.with(|t| t.get());
-    (k.split, k.tiles.unwrap_or_default())
+    (k.split, k.tiles.unwrap_or_default(), k.precision)
 }
 
 fn term_of(id: NodeId) -> Option<FusedTerm> {

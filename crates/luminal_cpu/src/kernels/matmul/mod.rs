@@ -36,6 +36,8 @@ pub struct MatmulKernel {
     /// blocking: schedule choices of the search (`split=`, `tiles=`, see `search.rs`).
     pub split: Split,
     pub tiles: gemm_f32::Tiles,
+    /// The f32 products' precision (`CpuBackend::matmul_precision`).
+    pub precision: gemm_f32::MatmulPrecision,
     /// An elementwise consumer fused as an epilogue: run in place over the product, which
     /// it reads as row register 0 (`Instr::RowReg(0)`); the kernel's output is its result.
     pub epilogue: Option<Program>,
@@ -94,6 +96,7 @@ impl MatmulKernel {
             threads,
             split: Split::Auto,
             tiles: gemm_f32::Tiles::DEFAULT,
+            precision: gemm_f32::MatmulPrecision::Highest,
             epilogue: None,
             weight: None,
             exact: false,
@@ -208,6 +211,8 @@ impl MatmulKernel {
             }
         };
         let offsets = |i: usize| self.batch_offsets(i, (a_offset, b_offset));
+        // AMX or not, for the whole product (a thread's block may be narrower).
+        let amx = gemm_f32::amx_for(n, k).then_some(self.precision);
         // Block `[i0, i1) × [j0, j1)` of batch `i`'s product into `d` (that batch's M×N
         // row-major output), single-threaded.
         let block = |i: usize, d: *mut f32, (i0, i1): (usize, usize), (j0, j1): (usize, usize)| {
@@ -239,6 +244,7 @@ impl MatmulKernel {
                     d.add(i0 * n + j0),
                     n,
                     self.tiles,
+                    amx,
                 )
             }
         };

@@ -49,7 +49,7 @@ mod int8;
 mod int8_matmul;
 mod kquant_dot;
 mod legacy_dot;
-mod span_acts;
+pub(crate) mod span_acts;
 mod span_dot;
 mod tile_avx2;
 mod unpack;

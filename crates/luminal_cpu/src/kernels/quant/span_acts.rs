@@ -87,6 +87,8 @@ unsafe impl Plain for u8 {}
 unsafe impl Plain for i8 {}
 // SAFETY: as above.
 unsafe impl Plain for f32 {}
+// SAFETY: as above.
+unsafe impl Plain for u16 {}
 
 /// A buffer of `T` aligned to a cache line (the kernels' 64-byte loads never split lines);
 /// grows, never shrinks.
