@@ -150,7 +150,7 @@ impl<R: Runtime> DynRuntime for R {
 /// (or PyTorch's "high" bound) of f64 sums.
 #[test]
 fn f32_product_rows_do_not_depend_on_the_row_count() {
-    let (k, n) = (200, 96);
+    let (k, n) = (200, 160);
     let a = noise(34 * k, 1);
     let w = noise(k * n, 2);
     for precision in [

@@ -24,7 +24,7 @@
 //! chunk and panel pair, in L1 while the column panels sweep it). K is summed in the same
 //! order whatever the split over threads.
 //!
-//! Used by `gemm_f32::sgemm` for products of at least [`MIN_DIM`] in each dimension where
+//! Used by `gemm_f32::sgemm` for products of at least [`MIN_DIM`] columns and depth where
 //! the CPU has AMX-BF16 and the kernel grants the tile state
 //! (`arch_prctl(ARCH_REQ_XCOMP_PERM)`); `LUMINAL_AMX=0` keeps every product on AVX-512.
 //! One thread, BERT's products: the six-piece form 1.35–1.45× the AVX-512 kernel, the
@@ -36,8 +36,10 @@ use std::arch::asm;
 use std::cell::RefCell;
 use std::sync::OnceLock;
 
-/// Products smaller than this in any dimension stay on the AVX-512 kernel.
-pub(crate) const MIN_DIM: usize = 32;
+/// Products with fewer columns (N) or a shallower K than this stay on the AVX-512 kernel:
+/// splitting and packing the operands into pieces then costs about what AMX saves (the
+/// tiny GPT's K = 64 and N = 64 products made its training step 10% slower at 32).
+pub(crate) const MIN_DIM: usize = 128;
 
 /// Whether products go to AMX: the hardware and OS allow it ([`hardware`]) and
 /// `LUMINAL_AMX` is not `0`.
@@ -455,9 +457,47 @@ unsafe fn finite16(v: std::arch::x86_64::__m512) -> bool {
 unsafe fn pack_a(a: Mat, m: usize, k: usize, mp: usize, kb: usize, pieces: usize, out: &mut [u16]) {
     use std::arch::x86_64::*;
     let o = out.as_mut_ptr();
-    for q in 0..mp {
-        for x in 0..kb {
+    // Word offsets of tile rows 0..16 (a tile row is 16 32-bit words).
+    let rows16 = _mm512_setr_epi32(
+        0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240,
+    );
+    // Row-major A is read along its rows (panels outer), column-major A along its columns
+    // (K blocks outer).
+    for t in 0..mp * kb {
+        let (q, x) = if a.rs == 1 && a.cs != 1 {
+            (t % mp, t / mp)
+        } else {
+            (t / kb, t % kb)
+        };
+        {
             let tiles: [usize; 3] = std::array::from_fn(|p| ((p * mp + q) * kb + x) * TILE);
+            if a.rs == 1 && (q + 1) * 16 <= m && (x + 1) * 32 <= k {
+                // Column-major: a column's 16 rows are contiguous. Columns 2c and 2c+1 make
+                // one 32-bit word per row (tile word r·16 + c), scattered down the tile.
+                let mut ok = true;
+                for c in 0..16 {
+                    let src = a
+                        .ptr
+                        .offset((q * 16) as isize + (x * 32 + 2 * c) as isize * a.cs);
+                    let (v0, v1) = (_mm512_loadu_ps(src), _mm512_loadu_ps(src.offset(a.cs)));
+                    if !(finite16(v0) && finite16(v1)) {
+                        ok = false;
+                        break;
+                    }
+                    let (s0, s1) = (split16(v0), split16(v1));
+                    for p in 0..pieces {
+                        let w = _mm512_or_si512(s0[p].0, s1[p].1);
+                        _mm512_i32scatter_epi32::<4>(
+                            (o.add(tiles[p]) as *mut i32).add(c),
+                            rows16,
+                            w,
+                        );
+                    }
+                }
+                if ok {
+                    continue;
+                }
+            }
             for r in 0..16 {
                 let i = q * 16 + r;
                 let full = i < m && (x + 1) * 32 <= k && a.cs == 1;
@@ -626,7 +666,7 @@ mod tests {
     type Sgemm = unsafe fn(usize, usize, usize, Mat, Mat, *mut f32, usize);
 
     /// `f` against f64 sums on odd shapes (K across several chunks, row and column blocks
-    /// with edges), B row-major and column-major: each element within `rel` of the sum of
+    /// with edges), A and B row-major and column-major: each element within `rel` of the sum of
     /// the magnitudes of its products.
     fn check_against_f64(f: Sgemm, rel: f64) {
         let vals = crate::kernels::matmul::testing::vals;
@@ -638,42 +678,53 @@ mod tests {
             (100, 1500, 200),
         ] {
             let (a, b) = (vals(m * k, 1), vals(k * n, 2));
-            // B transposed in memory too: element (r, c) at c·k + r.
+            // B transposed in memory too: element (r, c) at c·k + r; A likewise: (i, p) at
+            // p·m + i.
             let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
-            for (bm, label) in [
+            let at: Vec<f32> = (0..m * k).map(|i| a[(i % m) * k + i / m]).collect();
+            let a_layouts = [
                 (
                     Mat {
-                        ptr: b.as_ptr(),
-                        rs: n as isize,
+                        ptr: a.as_ptr(),
+                        rs: k as isize,
                         cs: 1,
                     },
-                    "B row-major",
+                    "A row-major",
                 ),
                 (
                     Mat {
-                        ptr: bt.as_ptr(),
+                        ptr: at.as_ptr(),
                         rs: 1,
-                        cs: k as isize,
+                        cs: m as isize,
                     },
-                    "B column-major",
+                    "A column-major",
                 ),
-            ] {
-                let mut c = vec![f32::NAN; m * (n + 3)];
-                unsafe {
-                    f(
-                        m,
-                        n,
-                        k,
+            ];
+            for ((am, a_label), (bm, b_label)) in a_layouts.iter().flat_map(|a| {
+                [
+                    (
                         Mat {
-                            ptr: a.as_ptr(),
-                            rs: k as isize,
+                            ptr: b.as_ptr(),
+                            rs: n as isize,
                             cs: 1,
                         },
-                        bm,
-                        c.as_mut_ptr(),
-                        n + 3,
-                    )
-                };
+                        "B row-major",
+                    ),
+                    (
+                        Mat {
+                            ptr: bt.as_ptr(),
+                            rs: 1,
+                            cs: k as isize,
+                        },
+                        "B column-major",
+                    ),
+                ]
+                .map(|b| (*a, b))
+            }) {
+                let label = format!("{a_label}, {b_label}");
+                let label = label.as_str();
+                let mut c = vec![f32::NAN; m * (n + 3)];
+                unsafe { f(m, n, k, am, bm, c.as_mut_ptr(), n + 3) };
                 for i in 0..m {
                     for j in 0..n {
                         let (mut want, mut mag) = (0f64, 0f64);
@@ -709,6 +760,11 @@ mod tests {
             (2048, 384, 1536),
             (512, 2048, 2048),
             (128, 576, 576),
+            // The tiny GPT's training products (forward, dX, dW).
+            (1024, 192, 64),
+            (1024, 64, 256),
+            (64, 192, 1024),
+            (512, 64, 64),
         ] {
             let a: Vec<f32> = (0..m * k)
                 .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
