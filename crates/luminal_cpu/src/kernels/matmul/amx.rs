@@ -173,6 +173,10 @@ const TILE: usize = 512;
 /// chunks, and each K chunk of a column block's packed B is reused by its 8 panel pairs.
 const M_PANELS: usize = 16;
 
+/// Bytes of packed A pieces a product keeps at once: taller products run in row groups
+/// (this thread's buffers stay bounded whatever the product).
+const A_GROUP_BYTES: usize = 32 << 20;
+
 /// Bytes of packed B (one K chunk of a column block, all pieces): with the row block's
 /// accumulators, it stays in L2 (2 MiB a core here) while the row panels sweep it
 /// (512 KiB: 1.3× the rate of 1 MiB on BERT's products, measured).
@@ -229,12 +233,14 @@ pub(crate) unsafe fn sgemm_high(
 
 /// `C = A · B` with the piece products `passes` over the first `pieces` pieces.
 ///
-/// Blocking: B is packed whole (its pieces, K zero-padded to 32); the product runs over
-/// column blocks whose K chunk of packed B fits L2 ([`B_CHUNK_BYTES`]), row blocks of
-/// [`M_PANELS`] panels whose C accumulators stay in L2 (`acc`, f32), and K chunks; each pair
-/// of row panels packs its A chunk (in L1 while the column panels sweep it) and each 32 × 32
-/// block of C runs the chunk's piece products in four accumulator tiles, loaded from and
-/// stored to `acc` between chunks. K is summed in the same order whatever the split.
+/// Blocking: A is packed whole (its pieces, K zero-padded to 32; products taller than
+/// [`A_GROUP_BYTES`] of pieces run in row groups), B one column block at a time: column
+/// blocks whose K chunk of packed B fits [`B_CHUNK_BYTES`], row blocks of [`M_PANELS`]
+/// panels whose f32 accumulators (`acc`) stay in L2 between K chunks, then K chunks; a
+/// panel pair's pieces of the chunk stay in L1 while the column panels sweep them, and each
+/// 32 × 32 block of C runs the chunk's piece products in four accumulator tiles, loaded
+/// from and stored to `acc` between chunks (the last chunk of an inner block stores to C).
+/// K is summed in the same order whatever the split.
 ///
 /// # Safety
 /// As [`sgemm`].
@@ -251,6 +257,30 @@ unsafe fn sgemm_passes(
     pieces: usize,
 ) {
     let kb = k.div_ceil(32);
+    // Rows whose packed pieces fit A_GROUP_BYTES, a multiple of 32 (at least 256): taller
+    // products run as groups of them, each packing its rows (and B again).
+    let group = (A_GROUP_BYTES / (kb * 32 * pieces * 2) / 32 * 32).max(256);
+    if m > group {
+        for r0 in (0..m).step_by(group) {
+            let rows = group.min(m - r0);
+            let a_rows = Mat {
+                ptr: a.ptr.offset(r0 as isize * a.rs),
+                ..a
+            };
+            sgemm_passes(
+                rows,
+                n,
+                k,
+                a_rows,
+                b,
+                c.add(r0 * c_rs),
+                c_rs,
+                passes,
+                pieces,
+            );
+        }
+        return;
+    }
     let (mp, np) = (m.div_ceil(32) * 2, n.div_ceil(32) * 2);
     // K chunk: the two A panels' pieces fill about half of L1 (24 KiB).
     let kcb = (24 * 1024 / (2 * pieces * TILE * 2)).clamp(1, kb);
@@ -260,23 +290,28 @@ unsafe fn sgemm_passes(
     PACK.with(|pack| {
         let mut pack = pack.borrow_mut();
         let (pb, pa, acc) = &mut *pack;
-        pb.resize(pieces * np * kb * TILE);
+        pb.resize(pieces * ncp * kb * TILE);
         pa.resize(pieces * mp * kb * TILE);
         acc.resize(m_panels * 16 * ncp * 16);
         let (pb, pa, acc) = (pb.as_mut_slice(), pa.as_mut_slice(), acc.as_mut_slice());
         pack_a(a, m, k, mp, kb, pieces, pa);
-        pack_b(b, k, n, np, kb, pieces, pb);
         asm!("ldtilecfg [{0}]", in(reg) CONFIG.0.as_ptr(), options(nostack, readonly));
-        let ops = Operands {
-            pa: pa.as_ptr(),
-            mp,
-            pb: pb.as_ptr(),
-            np,
-            kb,
-        };
         let acc = acc.as_mut_ptr();
         for jb in (0..np).step_by(ncp) {
             let jn = ncp.min(np - jb);
+            // This column block of B, packed (its panels numbered from 0).
+            let b_block = Mat {
+                ptr: b.ptr.offset((jb * 16) as isize * b.cs),
+                ..b
+            };
+            pack_b(b_block, k, (n - jb * 16).min(jn * 16), jn, kb, pieces, pb);
+            let ops = Operands {
+                pa: pa.as_ptr(),
+                mp,
+                pb: pb.as_ptr(),
+                np: jn,
+                kb,
+            };
             // acc rows: jn panels of 16 floats.
             let acc_rs = jn * 16;
             for ib in (0..mp).step_by(m_panels) {
@@ -295,7 +330,7 @@ unsafe fn sgemm_passes(
                                 chunk(
                                     &ops,
                                     ip,
-                                    jp,
+                                    jp - jb,
                                     kc,
                                     kn,
                                     passes,
@@ -304,7 +339,7 @@ unsafe fn sgemm_passes(
                                 );
                                 continue;
                             }
-                            chunk(&ops, ip, jp, kc, kn, passes, src, (at, acc_rs));
+                            chunk(&ops, ip, jp - jb, kc, kn, passes, src, (at, acc_rs));
                             if last {
                                 // An edge block: its valid part.
                                 let rows = m.saturating_sub(r0).min(32);
@@ -661,6 +696,49 @@ mod tests {
             return;
         }
         check_against_f64(sgemm_high, 2f64.powi(-15));
+    }
+
+    /// A product taller than `A_GROUP_BYTES` of pieces runs in row groups: rows on both
+    /// sides of the group boundary and the last rows against f64.
+    #[test]
+    fn tall_products_run_in_row_groups() {
+        if !hardware() {
+            eprintln!("skipping: no AMX-BF16 here");
+            return;
+        }
+        let (m, n, k) = (6000, 40, 1024);
+        let group = A_GROUP_BYTES / (k * 3 * 2) / 32 * 32;
+        assert!(group < m, "the product must span two groups");
+        let vals = crate::kernels::matmul::testing::vals;
+        let (a, b) = (vals(m * k, 3), vals(k * n, 4));
+        let mut c = vec![f32::NAN; m * n];
+        let am = Mat {
+            ptr: a.as_ptr(),
+            rs: k as isize,
+            cs: 1,
+        };
+        let bm = Mat {
+            ptr: b.as_ptr(),
+            rs: n as isize,
+            cs: 1,
+        };
+        unsafe { sgemm(m, n, k, am, bm, c.as_mut_ptr(), n) };
+        for i in [0, group - 1, group, group + 1, m - 1] {
+            for j in 0..n {
+                let (mut want, mut mag) = (0f64, 0f64);
+                for p in 0..k {
+                    let t = a[i * k + p] as f64 * b[p * n + j] as f64;
+                    want += t;
+                    mag += t.abs();
+                }
+                let got = c[i * n + j] as f64;
+                assert!(
+                    (got - want).abs() <= 4.0 * f32::EPSILON as f64 * mag,
+                    "({i}, {j}): want {want}, got {got}"
+                );
+            }
+        }
+        assert!(c.iter().all(|x| x.is_finite()), "every element written");
     }
 
     type Sgemm = unsafe fn(usize, usize, usize, Mat, Mat, *mut f32, usize);
