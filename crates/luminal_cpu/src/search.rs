@@ -81,9 +81,10 @@ impl CpuBackend {
 impl Tunable for CpuBackend {
     fn tuning_id(&self) -> String {
         format!(
-            "cpu-{}/isa={:?}/cores={}/threads={:?}/mm={:?}/split={:?}/tiles={:?}/prec={:?}/qdots={:?}/off={}",
+            "cpu-{}/isa={:?}/amx={}/cores={}/threads={:?}/mm={:?}/split={:?}/tiles={:?}/prec={:?}/qdots={:?}/off={}",
             env!("CARGO_PKG_VERSION"),
             detected_isa(),
+            crate::kernels::matmul::gemm_f32::amx_for(usize::MAX, usize::MAX),
             available_threads(),
             self.threads,
             self.matmul_threads,

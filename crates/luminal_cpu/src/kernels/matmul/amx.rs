@@ -117,6 +117,10 @@ fn tiles_granted() -> bool {
             if _xgetbv(0) >> 17 & 3 != 3 {
                 return false;
             }
+            // The permission request below is Linux's system call.
+            if cfg!(not(target_os = "linux")) {
+                return false;
+            }
             // arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA): Linux asks each process to
             // request the (large) tile state before using it.
             let ret: i64;
@@ -175,7 +179,10 @@ const M_PANELS: usize = 16;
 
 /// Bytes of packed A pieces a product keeps at once: taller products run in row groups
 /// (this thread's buffers stay bounded whatever the product).
-const A_GROUP_BYTES: usize = 32 << 20;
+const A_GROUP_BYTES: usize = 16 << 20;
+
+/// Bytes of a column block's packed B (all of K): deep products take narrower blocks.
+const B_BLOCK_BYTES: usize = 4 << 20;
 
 /// Bytes of packed B (one K chunk of a column block, all pieces): with the row block's
 /// accumulators, it stays in L2 (2 MiB a core here) while the row panels sweep it
@@ -209,9 +216,22 @@ const PASSES_HIGH: [(usize, &[usize]); 2] = [(0, &[0, 1]), (1, &[0])];
 /// `C[m × n] = A[m × k] · B[k × n]`, C row-major with row stride `c_rs` (overwritten), at
 /// f32 accuracy.
 ///
+/// Returns false, C then holding anything, when an operand holds a value the pieces cannot
+/// carry (infinite, NaN, or past bf16's largest finite value, where a piece product such as
+/// `inf · 0` would give NaN for f32's ±inf): the caller computes the product elsewhere.
+///
 /// # Safety
 /// As `gemm_f32::sgemm`, and [`hardware`] must have returned true.
-pub(crate) unsafe fn sgemm(m: usize, n: usize, k: usize, a: Mat, b: Mat, c: *mut f32, c_rs: usize) {
+#[must_use]
+pub(crate) unsafe fn sgemm(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat,
+    b: Mat,
+    c: *mut f32,
+    c_rs: usize,
+) -> bool {
     sgemm_passes(m, n, k, a, b, c, c_rs, &PASSES_F32, 3)
 }
 
@@ -219,6 +239,7 @@ pub(crate) unsafe fn sgemm(m: usize, n: usize, k: usize, a: Mat, b: Mat, c: *mut
 ///
 /// # Safety
 /// As [`sgemm`].
+#[must_use]
 pub(crate) unsafe fn sgemm_high(
     m: usize,
     n: usize,
@@ -227,7 +248,7 @@ pub(crate) unsafe fn sgemm_high(
     b: Mat,
     c: *mut f32,
     c_rs: usize,
-) {
+) -> bool {
     sgemm_passes(m, n, k, a, b, c, c_rs, &PASSES_HIGH, 2)
 }
 
@@ -255,7 +276,7 @@ unsafe fn sgemm_passes(
     c_rs: usize,
     passes: &[(usize, &[usize])],
     pieces: usize,
-) {
+) -> bool {
     let kb = k.div_ceil(32);
     // Rows whose packed pieces fit A_GROUP_BYTES, a multiple of 32 (at least 256): taller
     // products run as groups of them, each packing its rows (and B again).
@@ -267,7 +288,7 @@ unsafe fn sgemm_passes(
                 ptr: a.ptr.offset(r0 as isize * a.rs),
                 ..a
             };
-            sgemm_passes(
+            if !sgemm_passes(
                 rows,
                 n,
                 k,
@@ -277,15 +298,21 @@ unsafe fn sgemm_passes(
                 c_rs,
                 passes,
                 pieces,
-            );
+            ) {
+                return false;
+            }
         }
-        return;
+        return true;
     }
     let (mp, np) = (m.div_ceil(32) * 2, n.div_ceil(32) * 2);
     // K chunk: the two A panels' pieces fill about half of L1 (24 KiB).
     let kcb = (24 * 1024 / (2 * pieces * TILE * 2)).clamp(1, kb);
-    // Column block: panels (even) whose chunk of packed B fits B_CHUNK_BYTES.
-    let ncp = ((B_CHUNK_BYTES / (kcb * pieces * TILE * 2)) & !1).clamp(2, np);
+    // Column block: panels (even) whose chunk of packed B fits B_CHUNK_BYTES and whose
+    // whole K of packed B fits B_BLOCK_BYTES.
+    let ncp = ((B_CHUNK_BYTES / (kcb * pieces * TILE * 2))
+        .min(B_BLOCK_BYTES / (kb * pieces * TILE * 2))
+        & !1)
+        .clamp(2, np);
     let m_panels = M_PANELS;
     PACK.with(|pack| {
         let mut pack = pack.borrow_mut();
@@ -294,7 +321,9 @@ unsafe fn sgemm_passes(
         pa.resize(pieces * mp * kb * TILE);
         acc.resize(m_panels * 16 * ncp * 16);
         let (pb, pa, acc) = (pb.as_mut_slice(), pa.as_mut_slice(), acc.as_mut_slice());
-        pack_a(a, m, k, mp, kb, pieces, pa);
+        if !pack_a(a, m, k, mp, kb, pieces, pa) {
+            return false;
+        }
         asm!("ldtilecfg [{0}]", in(reg) CONFIG.0.as_ptr(), options(nostack, readonly));
         let acc = acc.as_mut_ptr();
         for jb in (0..np).step_by(ncp) {
@@ -304,7 +333,10 @@ unsafe fn sgemm_passes(
                 ptr: b.ptr.offset((jb * 16) as isize * b.cs),
                 ..b
             };
-            pack_b(b_block, k, (n - jb * 16).min(jn * 16), jn, kb, pieces, pb);
+            if !pack_b(b_block, k, (n - jb * 16).min(jn * 16), jn, kb, pieces, pb) {
+                asm!("tilerelease", options(nostack, nomem));
+                return false;
+            }
             let ops = Operands {
                 pa: pa.as_ptr(),
                 mp,
@@ -358,6 +390,7 @@ unsafe fn sgemm_passes(
             }
         }
         asm!("tilerelease", options(nostack, nomem));
+        true
     })
 }
 
@@ -477,19 +510,38 @@ unsafe fn split16(
     out
 }
 
-/// Whether all 16 values are finite (the vector split assumes it).
+/// Values the pieces carry: finite, and small enough that rounding to bf16 stays finite
+/// (bf16's largest finite value is 3.3895e38).
+const PIECES_MAX: f32 = 3.0e38;
+
+/// Whether `x` is one of the values the pieces carry ([`PIECES_MAX`]).
 #[inline(always)]
-unsafe fn finite16(v: std::arch::x86_64::__m512) -> bool {
+fn plain(x: f32) -> bool {
+    x.abs() <= PIECES_MAX
+}
+
+/// Whether all 16 values are [`plain`] (the vector split assumes it).
+#[inline(always)]
+unsafe fn plain16(v: std::arch::x86_64::__m512) -> bool {
     use std::arch::x86_64::*;
-    let e = _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7f800000));
-    _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(0x7f800000)) == 0
+    // Ordered and not greater: false for NaN.
+    _mm512_cmp_ps_mask::<_CMP_LE_OQ>(_mm512_abs_ps(v), _mm512_set1_ps(PIECES_MAX)) == 0xffff
 }
 
 /// Packs A (`m × k`; rows past `m` and columns past `k` are zeros) into `mp` 16-row panels
-/// of `kb` tiles per piece, for the first `pieces` pieces.
+/// of `kb` tiles per piece, for the first `pieces` pieces. False (stopping) at a value that
+/// is not [`plain`].
 #[target_feature(enable = "avx512f,avx512bw")]
 #[inline(never)]
-unsafe fn pack_a(a: Mat, m: usize, k: usize, mp: usize, kb: usize, pieces: usize, out: &mut [u16]) {
+unsafe fn pack_a(
+    a: Mat,
+    m: usize,
+    k: usize,
+    mp: usize,
+    kb: usize,
+    pieces: usize,
+    out: &mut [u16],
+) -> bool {
     use std::arch::x86_64::*;
     let o = out.as_mut_ptr();
     // Word offsets of tile rows 0..16 (a tile row is 16 32-bit words).
@@ -515,7 +567,7 @@ unsafe fn pack_a(a: Mat, m: usize, k: usize, mp: usize, kb: usize, pieces: usize
                         .ptr
                         .offset((q * 16) as isize + (x * 32 + 2 * c) as isize * a.cs);
                     let (v0, v1) = (_mm512_loadu_ps(src), _mm512_loadu_ps(src.offset(a.cs)));
-                    if !(finite16(v0) && finite16(v1)) {
+                    if !(plain16(v0) && plain16(v1)) {
                         ok = false;
                         break;
                     }
@@ -539,7 +591,7 @@ unsafe fn pack_a(a: Mat, m: usize, k: usize, mp: usize, kb: usize, pieces: usize
                 if full {
                     let src = a.ptr.offset(i as isize * a.rs + (x * 32) as isize);
                     let (v0, v1) = (_mm512_loadu_ps(src), _mm512_loadu_ps(src.add(16)));
-                    if finite16(v0) && finite16(v1) {
+                    if plain16(v0) && plain16(v1) {
                         let (s0, s1) = (split16(v0), split16(v1));
                         for p in 0..pieces {
                             let d = o.add(tiles[p] + r * 32);
@@ -555,7 +607,11 @@ unsafe fn pack_a(a: Mat, m: usize, k: usize, mp: usize, kb: usize, pieces: usize
                 for c in 0..32 {
                     let kk = x * 32 + c;
                     let v = if i < m && kk < k {
-                        split(a.at(i, kk))
+                        let x = a.at(i, kk);
+                        if !plain(x) {
+                            return false;
+                        }
+                        split(x)
                     } else {
                         [0; 3]
                     };
@@ -566,14 +622,23 @@ unsafe fn pack_a(a: Mat, m: usize, k: usize, mp: usize, kb: usize, pieces: usize
             }
         }
     }
+    true
 }
 
 /// Packs B (`k × n`) into `np` 16-column panels of `kb` tiles per piece (the first
 /// `pieces`), pair-interleaved: tile row `p`, slot `2j + e` holds `B[32x + 2p + e][16q + j]`
-/// (zero-padded).
+/// (zero-padded). False (stopping) at a value that is not [`plain`].
 #[target_feature(enable = "avx512f,avx512bw")]
 #[inline(never)]
-unsafe fn pack_b(b: Mat, k: usize, n: usize, np: usize, kb: usize, pieces: usize, out: &mut [u16]) {
+unsafe fn pack_b(
+    b: Mat,
+    k: usize,
+    n: usize,
+    np: usize,
+    kb: usize,
+    pieces: usize,
+    out: &mut [u16],
+) -> bool {
     use std::arch::x86_64::*;
     let o = out.as_mut_ptr();
     // Word offsets of tile rows 0..16 (a tile row is 16 32-bit words).
@@ -599,7 +664,7 @@ unsafe fn pack_b(b: Mat, k: usize, n: usize, np: usize, kb: usize, pieces: usize
                         .ptr
                         .offset((x * 32 + 2 * pr) as isize * b.rs + (q * 16) as isize);
                     let (v0, v1) = (_mm512_loadu_ps(r0), _mm512_loadu_ps(r0.offset(b.rs)));
-                    if !(finite16(v0) && finite16(v1)) {
+                    if !(plain16(v0) && plain16(v1)) {
                         ok = false;
                         break;
                     }
@@ -621,7 +686,7 @@ unsafe fn pack_b(b: Mat, k: usize, n: usize, np: usize, kb: usize, pieces: usize
                         .ptr
                         .offset((q * 16 + j) as isize * b.cs + (x * 32) as isize);
                     let (v0, v1) = (_mm512_loadu_ps(c0), _mm512_loadu_ps(c0.add(16)));
-                    if !(finite16(v0) && finite16(v1)) {
+                    if !(plain16(v0) && plain16(v1)) {
                         ok = false;
                         break;
                     }
@@ -647,7 +712,11 @@ unsafe fn pack_b(b: Mat, k: usize, n: usize, np: usize, kb: usize, pieces: usize
                 for j in 0..16 {
                     let col = q * 16 + j;
                     let v = if kg < k && col < n {
-                        split(b.at(kg, col))
+                        let x = b.at(kg, col);
+                        if !plain(x) {
+                            return false;
+                        }
+                        split(x)
                     } else {
                         [0; 3]
                     };
@@ -659,6 +728,7 @@ unsafe fn pack_b(b: Mat, k: usize, n: usize, np: usize, kb: usize, pieces: usize
             }
         }
     }
+    true
 }
 
 #[cfg(test)]
@@ -698,6 +768,58 @@ mod tests {
         check_against_f64(sgemm_high, 2f64.powi(-15));
     }
 
+    /// Infinities, NaNs and values past bf16's range are refused by the pieces, and the
+    /// f32 product then comes from the SIMD kernel: `inf · 1` stays `inf` (the pieces would
+    /// give `inf · 0 = NaN` for the lower piece of 1.0), `3.39e38 · 1` stays finite, a NaN
+    /// spreads along its row only.
+    #[test]
+    fn values_the_pieces_cannot_carry_give_f32_results() {
+        if !hardware() || !available() {
+            eprintln!("skipping: no AMX-BF16 here");
+            return;
+        }
+        let (m, n, k) = (40, 160, 160);
+        assert!(crate::kernels::matmul::gemm_f32::amx_for(n, k));
+        for (bad, want) in [
+            (f32::INFINITY, f32::INFINITY),
+            (f32::NEG_INFINITY, f32::NEG_INFINITY),
+            (3.39e38, 3.39e38 + 159.0),
+            (f32::NAN, f32::NAN),
+        ] {
+            let mut a = vec![1f32; m * k];
+            a[3 * k + 7] = bad;
+            let b = vec![1f32; k * n];
+            let am = Mat {
+                ptr: a.as_ptr(),
+                rs: k as isize,
+                cs: 1,
+            };
+            let bm = Mat {
+                ptr: b.as_ptr(),
+                rs: n as isize,
+                cs: 1,
+            };
+            assert!(!unsafe { sgemm(m, n, k, am, bm, vec![0f32; m * n].as_mut_ptr(), n) });
+            assert!(!unsafe { sgemm_high(m, n, k, am, bm, vec![0f32; m * n].as_mut_ptr(), n) });
+            // Through the dispatcher, on AMX otherwise.
+            let mut c = vec![0f32; m * n];
+            unsafe { crate::kernels::matmul::gemm_f32::sgemm(m, n, k, am, bm, c.as_mut_ptr(), n) };
+            for i in 0..m {
+                for j in 0..n {
+                    let got = c[i * n + j];
+                    if i == 3 {
+                        assert!(
+                            got == want || (want.is_nan() && got.is_nan()),
+                            "{bad}: ({i}, {j}) {got}"
+                        );
+                    } else {
+                        assert_eq!(got, k as f32, "{bad}: ({i}, {j})");
+                    }
+                }
+            }
+        }
+    }
+
     /// A product taller than `A_GROUP_BYTES` of pieces runs in row groups: rows on both
     /// sides of the group boundary and the last rows against f64.
     #[test]
@@ -722,7 +844,7 @@ mod tests {
             rs: n as isize,
             cs: 1,
         };
-        unsafe { sgemm(m, n, k, am, bm, c.as_mut_ptr(), n) };
+        assert!(unsafe { sgemm(m, n, k, am, bm, c.as_mut_ptr(), n) });
         for i in [0, group - 1, group, group + 1, m - 1] {
             for j in 0..n {
                 let (mut want, mut mag) = (0f64, 0f64);
@@ -741,7 +863,7 @@ mod tests {
         assert!(c.iter().all(|x| x.is_finite()), "every element written");
     }
 
-    type Sgemm = unsafe fn(usize, usize, usize, Mat, Mat, *mut f32, usize);
+    type Sgemm = unsafe fn(usize, usize, usize, Mat, Mat, *mut f32, usize) -> bool;
 
     /// `f` against f64 sums on odd shapes (K across several chunks, row and column blocks
     /// with edges), A and B row-major and column-major: each element within `rel` of the sum of
@@ -802,7 +924,7 @@ mod tests {
                 let label = format!("{a_label}, {b_label}");
                 let label = label.as_str();
                 let mut c = vec![f32::NAN; m * (n + 3)];
-                unsafe { f(m, n, k, am, bm, c.as_mut_ptr(), n + 3) };
+                assert!(unsafe { f(m, n, k, am, bm, c.as_mut_ptr(), n + 3) });
                 for i in 0..m {
                     for j in 0..n {
                         let (mut want, mut mag) = (0f64, 0f64);
@@ -871,8 +993,8 @@ mod tests {
                 }
                 best
             };
-            let t_amx = time(&|c| unsafe { sgemm(m, n, k, am, bm, c, n) });
-            let t_high = time(&|c| unsafe { sgemm_high(m, n, k, am, bm, c, n) });
+            let t_amx = time(&|c| assert!(unsafe { sgemm(m, n, k, am, bm, c, n) }));
+            let t_high = time(&|c| assert!(unsafe { sgemm_high(m, n, k, am, bm, c, n) }));
             let t_simd =
                 time(&|c| unsafe { super::super::gemm_f32::sgemm_simd(m, n, k, am, bm, c, n) });
             let gf = |t: f64| 2.0 * (m * n * k) as f64 / t / 1e9;

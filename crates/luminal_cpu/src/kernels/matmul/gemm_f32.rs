@@ -98,9 +98,12 @@ pub(crate) unsafe fn sgemm(m: usize, n: usize, k: usize, a: Mat, b: Mat, c: *mut
 }
 
 /// Whether f32 products of `n` columns and depth `k` run on AMX ([`super::amx`]): the CPU
-/// has it and both are at least `amx::MIN_DIM`. M plays no part, so a row's result does not
-/// depend on the rows computed with it (a prefill of 10 tokens and one of 34 agree on the
-/// first 10); callers that split a product pass the whole product's `n`.
+/// has it and both are at least `amx::MIN_DIM`. M plays no part, so among the products
+/// that reach this GEMM a row's result does not depend on the rows computed with it (a
+/// prefill of 10 tokens and one of 34 agree on the first 10); callers that split a product
+/// pass the whole product's `n`. (Skinny products, M ≤ 8 with both operands contiguous
+/// along K, have their own f32 kernel, `skinny_f32`, at f32 accuracy whatever the
+/// precision.)
 pub(crate) fn amx_for(n: usize, k: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     return n >= super::amx::MIN_DIM
@@ -219,12 +222,18 @@ unsafe fn product(
     }
     #[cfg(target_arch = "x86_64")]
     if let (Some(precision), false) = (amx, accumulate) {
-        match precision {
+        let done = match precision {
             MatmulPrecision::Highest => super::amx::sgemm(m, n, k, a, b, c, c_rs),
             MatmulPrecision::High => super::amx::sgemm_high(m, n, k, a, b, c, c_rs),
+        };
+        if done {
+            return;
         }
-        return;
+        // An operand holds infinities, NaNs or values past bf16's range: the SIMD kernel
+        // below gives f32's results for them.
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = amx;
     match isa() {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => blocked::<12, 32>(m, n, k, a, b, c, c_rs, accumulate, Kernel::Avx512, tiles),
