@@ -121,6 +121,41 @@ impl GraphData {
         self.remove_node(old);
     }
 
+    /// [`GraphData::replace_node`] for every `old → new` pair of `map` in one pass over the
+    /// graph (a compile's CSE replaced thousands of nodes one full pass each). A `new` that is
+    /// itself replaced is followed to the end of its chain.
+    pub fn replace_nodes(&mut self, map: &HashMap<NodeId, NodeId>) {
+        let resolve = |mut id: NodeId| {
+            let mut steps = 0;
+            while let Some(&next) = map.get(&id) {
+                if next == id || steps > map.len() {
+                    break;
+                }
+                id = next;
+                steps += 1;
+            }
+            id
+        };
+        if map.iter().all(|(old, new)| old == new) {
+            return;
+        }
+        for node in self.nodes.iter_mut().flatten() {
+            for edge in &mut node.inputs {
+                edge.node = resolve(edge.node);
+            }
+        }
+        for t in &mut self.tensors {
+            t.node = resolve(t.node);
+        }
+        let outputs = std::mem::take(&mut self.outputs);
+        self.outputs = outputs.into_iter().map(resolve).collect();
+        for (&old, &new) in map {
+            if resolve(old) != old && old != new {
+                self.remove_node(old);
+            }
+        }
+    }
+
     /// Number of consumers (edges) of each node.
     pub fn use_counts(&self) -> Vec<usize> {
         let mut counts = vec![0; self.nodes.len()];

@@ -81,9 +81,7 @@ impl Pass for Cse {
                 }
             }
         }
-        for (&old, &new) in &forward {
-            graph.replace_node(old, new);
-        }
+        graph.replace_nodes(&forward);
         !forward.is_empty()
     }
 }
