@@ -54,6 +54,33 @@ fn cse_merges_structurally_equal_nodes() {
     assert_eq!(run(&cx, CompileOptions::default(), &[(a, data)], y), want);
 }
 
+/// Merged duplicates that are outputs, or that user handles name, leave those pointing at
+/// the node kept (`GraphData::replace_nodes`, one pass for all of them).
+#[test]
+fn cse_keeps_outputs_and_handles_of_merged_nodes() {
+    let cx = Graph::new();
+    let a = cx.tensor("a", 3);
+    let p = a.exp2().output();
+    let q = a.exp2().output();
+    let r = (a.exp2() * 2.0).output();
+    let mut g = cx.snapshot();
+    assert!(Cse.run(&mut g));
+    assert_eq!(count(&g, |o| *o == Op::Unary(UnaryOp::Exp2)), 1);
+    assert_eq!(g.outputs.len(), 2, "p and q are one output now, r the other");
+    for id in &g.outputs {
+        assert!(g.node_ids().any(|n| n == *id), "output {id:?} is a live node");
+    }
+    let data = vec![0.5f32, 1.0, -2.0];
+    let mut rt = cx.compile(ReferenceBackend, CompileOptions::default()).unwrap();
+    rt.set(a, &data).unwrap();
+    rt.run().unwrap();
+    let want: Vec<f32> = data.iter().map(|v| v.exp2()).collect();
+    assert_eq!(rt.get::<f32>(p).unwrap(), want);
+    assert_eq!(rt.get::<f32>(q).unwrap(), want);
+    let want2: Vec<f32> = want.iter().map(|v| v * 2.0).collect();
+    assert_eq!(rt.get::<f32>(r).unwrap(), want2);
+}
+
 #[test]
 fn dead_nodes_are_removed_but_inputs_kept() {
     let cx = Graph::new();
