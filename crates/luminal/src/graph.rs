@@ -304,8 +304,14 @@ impl GraphData {
 
     /// Variables (dynamic dim names) used anywhere in the live graph.
     pub fn dynamic_dims(&self) -> BTreeSet<String> {
+        self.dynamic_dims_of(self.node_ids())
+    }
+
+    /// Variables (dynamic dim names) used by the nodes `ids` (their shapes, ops and input
+    /// edges).
+    pub fn dynamic_dims_of(&self, ids: impl IntoIterator<Item = NodeId>) -> BTreeSet<String> {
         let mut vars = BTreeSet::new();
-        for node in self.nodes.iter().flatten() {
+        for node in ids.into_iter().map(|id| self.node(id)) {
             for d in &node.shape {
                 vars.extend(d.variables());
             }

@@ -120,18 +120,13 @@ pub fn live_nodes(graph: &GraphData) -> HashSet<NodeId> {
 /// what every runtime works out before it plans a graph.
 pub fn live_order(graph: &GraphData) -> (Vec<NodeId>, std::collections::BTreeSet<String>) {
     let live = live_nodes(graph);
-    let order = graph
+    let order: Vec<NodeId> = graph
         .toposort()
         .into_iter()
         .filter(|id| live.contains(id))
         .collect();
-    let mut sub = graph.clone();
-    for (i, n) in sub.nodes.iter_mut().enumerate() {
-        if !live.contains(&NodeId(i as u32)) {
-            *n = None;
-        }
-    }
-    (order, sub.dynamic_dims())
+    let dims = graph.dynamic_dims_of(order.iter().copied());
+    (order, dims)
 }
 
 /// The scalar every element of `edge` reads, when that is one number.

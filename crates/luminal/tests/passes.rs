@@ -66,12 +66,21 @@ fn cse_keeps_outputs_and_handles_of_merged_nodes() {
     let mut g = cx.snapshot();
     assert!(Cse.run(&mut g));
     assert_eq!(count(&g, |o| *o == Op::Unary(UnaryOp::Exp2)), 1);
-    assert_eq!(g.outputs.len(), 2, "p and q are one output now, r the other");
+    assert_eq!(
+        g.outputs.len(),
+        2,
+        "p and q are one output now, r the other"
+    );
     for id in &g.outputs {
-        assert!(g.node_ids().any(|n| n == *id), "output {id:?} is a live node");
+        assert!(
+            g.node_ids().any(|n| n == *id),
+            "output {id:?} is a live node"
+        );
     }
     let data = vec![0.5f32, 1.0, -2.0];
-    let mut rt = cx.compile(ReferenceBackend, CompileOptions::default()).unwrap();
+    let mut rt = cx
+        .compile(ReferenceBackend, CompileOptions::default())
+        .unwrap();
     rt.set(a, &data).unwrap();
     rt.run().unwrap();
     let want: Vec<f32> = data.iter().map(|v| v.exp2()).collect();
