@@ -100,25 +100,7 @@ impl GraphData {
     /// Points every use of `old` (edges, user handles, outputs) at `new`, which must have the
     /// same shape and dtype, then removes `old`.
     pub fn replace_node(&mut self, old: NodeId, new: NodeId) {
-        if old == new {
-            return;
-        }
-        for node in self.nodes.iter_mut().flatten() {
-            for edge in &mut node.inputs {
-                if edge.node == old {
-                    edge.node = new;
-                }
-            }
-        }
-        for t in &mut self.tensors {
-            if t.node == old {
-                t.node = new;
-            }
-        }
-        if self.outputs.remove(&old) {
-            self.outputs.insert(new);
-        }
-        self.remove_node(old);
+        self.replace_nodes(&HashMap::from([(old, new)]));
     }
 
     /// [`GraphData::replace_node`] for every `old → new` pair of `map` in one pass over the
@@ -149,8 +131,8 @@ impl GraphData {
         }
         let outputs = std::mem::take(&mut self.outputs);
         self.outputs = outputs.into_iter().map(resolve).collect();
-        for (&old, &new) in map {
-            if resolve(old) != old && old != new {
+        for &old in map.keys() {
+            if resolve(old) != old {
                 self.remove_node(old);
             }
         }

@@ -254,10 +254,7 @@ pub fn load_model_with(
         }
         return Ok((CliModel::Cuda(model), tok));
     }
-    let backend = match threads {
-        Some(n) => CpuBackend::with_threads(n),
-        None => CpuBackend::default(),
-    };
+    let backend = cpu_backend(threads, MatmulPrecisionArg::Highest);
     let loaded = match search {
         None => LlamaModel::load(path, backend, &opts, progress),
         Some(secs) => {

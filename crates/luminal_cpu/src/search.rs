@@ -84,7 +84,7 @@ impl Tunable for CpuBackend {
             "cpu-{}/isa={:?}/amx={}/cores={}/threads={:?}/mm={:?}/split={:?}/tiles={:?}/prec={:?}/qdots={:?}/off={}",
             env!("CARGO_PKG_VERSION"),
             detected_isa(),
-            crate::kernels::matmul::gemm_f32::amx_for(usize::MAX, usize::MAX),
+            crate::kernels::matmul::gemm_f32::amx_active(),
             available_threads(),
             self.threads,
             self.matmul_threads,

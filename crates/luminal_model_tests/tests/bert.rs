@@ -119,6 +119,16 @@ fn check_hidden(what: &str, out: &BertOutput, hidden_size: usize, want: &Value, 
     println!("{what}: last hidden state max |error| {worst:.2e} (first/last tokens)");
 }
 
+/// The sentences of a reference fixture.
+fn fixture_sentences(r: &Value) -> Vec<&str> {
+    r["sentences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect()
+}
+
 #[test]
 fn minilm_matches_sentence_transformers() {
     let Some(m) = minilm() else { return };
@@ -128,12 +138,7 @@ fn minilm_matches_sentence_transformers() {
     assert_eq!(model.embedding_dim(), 384);
     assert_eq!(model.max_tokens(), 256);
     assert!(model.sentence_config().normalize);
-    let sentences: Vec<&str> = r["sentences"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s.as_str().unwrap())
-        .collect();
+    let sentences = fixture_sentences(&r);
     // WordPiece ids equal transformers'.
     let encoded: Vec<Vec<u32>> = sentences
         .iter()
@@ -171,13 +176,7 @@ fn minilm_at_high_matmul_precision_matches_sentence_transformers() {
     let backend = CpuBackend::with_threads(2).matmul_precision(luminal_cpu::MatmulPrecision::High);
     let (mut model, tok) = BertModel::load(&dir, backend).unwrap();
     let r = json(fixture("minilm_reference.json"));
-    let sentences: Vec<&str> = r["sentences"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s.as_str().unwrap())
-        .collect();
-    let encoded: Vec<Vec<u32>> = sentences
+    let encoded: Vec<Vec<u32>> = fixture_sentences(&r)
         .iter()
         .map(|s| tok.encode(s, true).unwrap())
         .collect();
@@ -228,12 +227,7 @@ fn check_tiny<R: Runtime>(what: &str, model: &mut BertModel<R>, tok: &Tokenizer)
     let r = json(fixture("tiny-bert.reference.json"));
     assert_eq!(model.embedding_dim(), 4 * 32);
     assert_eq!(model.max_tokens(), 32);
-    let sentences: Vec<&str> = r["sentences"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s.as_str().unwrap())
-        .collect();
+    let sentences = fixture_sentences(&r);
     let encoded: Vec<Vec<u32>> = sentences
         .iter()
         .map(|s| tok.encode(s, true).unwrap())
@@ -451,12 +445,7 @@ fn cpu_fuses_gelu_erf_into_one_kernel() {
 /// `.dequantize()`), activations are f32; against float64 on the rounded weights.
 fn check_tiny_f16<R: Runtime>(what: &str, model: &mut BertModel<R>, tok: &Tokenizer) {
     let r = json(fixture("tiny-bert-f16.reference.json"));
-    let sentences: Vec<&str> = r["sentences"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s.as_str().unwrap())
-        .collect();
+    let sentences = fixture_sentences(&r);
     let half = model
         .runtime()
         .graph_data()

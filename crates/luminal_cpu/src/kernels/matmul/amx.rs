@@ -8,8 +8,8 @@
 //! and the product is the sum of the six piece products down to 2⁻¹⁶ of the leading one
 //! (`hh, hm, mh, hl, lh, mm`; the dropped `ml, lm, ll` are ≤ 2⁻²⁴ relative, f32's own
 //! rounding), accumulated in f32 — the "bf16x6" scheme of oneDNN's f32-on-AMX mode
-//! ([`sgemm`]). [`sgemm_high`] keeps `hh, hm, mh` over two pieces (~2⁻¹⁶ relative: PyTorch's
-//! "high" float32 matmul precision, its "bfloat16x3").
+//! ([`sgemm`] at `MatmulPrecision::Highest`). At `High` it keeps `hh, hm, mh` over two pieces
+//! (~2⁻¹⁶ relative: PyTorch's "high" float32 matmul precision, its "bfloat16x3").
 //!
 //! Layout: A is packed into 16-row panels of 32-value K blocks (a tile each: 16 rows × 64
 //! bytes), B into 16-column panels of 32-value K blocks in AMX's pair-interleaved layout
@@ -27,10 +27,10 @@
 //! Used by `gemm_f32::sgemm` for products of at least [`MIN_DIM`] columns and depth where
 //! the CPU has AMX-BF16 and the kernel grants the tile state
 //! (`arch_prctl(ARCH_REQ_XCOMP_PERM)`); `LUMINAL_AMX=0` keeps every product on AVX-512.
-//! One thread, BERT's products: the six-piece form 1.35–1.45× the AVX-512 kernel, the
-//! three-piece form 2.2–2.7× (`benches/README.md`).
+//! One thread, BERT's products: the six-piece form 1.2–1.45× the AVX-512 kernel, the
+//! three-piece form 2.0–2.7× (`benches/README.md`).
 
-use super::gemm_f32::Mat;
+use super::gemm_f32::{Mat, MatmulPrecision};
 use crate::kernels::quant::span_acts::Aligned;
 use std::arch::asm;
 use std::cell::RefCell;
@@ -164,8 +164,8 @@ fn bf16(x: f32) -> u16 {
 type Buffers = (Aligned<u16>, Aligned<u16>, Aligned<f32>);
 
 thread_local! {
-    /// This thread's packed B pieces, packed A chunk and C accumulators (grown, never
-    /// shrunk), aligned to cache lines: a tile row that splits two lines loads at a third
+    /// This thread's packed pieces of B (a column block) and of A (a row group), and its C
+    /// accumulators (grown, never shrunk), aligned to cache lines: a tile row that splits two lines loads at a third
     /// of the rate (tile loads, not products, bound this kernel).
     static PACK: RefCell<Buffers> = RefCell::new(Default::default());
 }
@@ -214,7 +214,8 @@ const PASSES_F32: [(usize, &[usize]); 3] = [(0, &[0, 1, 2]), (1, &[0, 1]), (2, &
 const PASSES_HIGH: [(usize, &[usize]); 2] = [(0, &[0, 1]), (1, &[0])];
 
 /// `C[m × n] = A[m × k] · B[k × n]`, C row-major with row stride `c_rs` (overwritten), at
-/// f32 accuracy.
+/// f32 accuracy (`Highest`: the six piece products of [`PASSES_F32`]) or at PyTorch's "high"
+/// (the three of [`PASSES_HIGH`]).
 ///
 /// Returns false, C then holding anything, when an operand holds a value the pieces cannot
 /// carry (infinite, NaN, or past bf16's largest finite value, where a piece product such as
@@ -223,6 +224,7 @@ const PASSES_HIGH: [(usize, &[usize]); 2] = [(0, &[0, 1]), (1, &[0])];
 /// # Safety
 /// As `gemm_f32::sgemm`, and [`hardware`] must have returned true.
 #[must_use]
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn sgemm(
     m: usize,
     n: usize,
@@ -231,25 +233,12 @@ pub(crate) unsafe fn sgemm(
     b: Mat,
     c: *mut f32,
     c_rs: usize,
+    precision: MatmulPrecision,
 ) -> bool {
-    sgemm_passes(m, n, k, a, b, c, c_rs, &PASSES_F32, 3)
-}
-
-/// [`sgemm`] with the three-pass products ([`PASSES_HIGH`]).
-///
-/// # Safety
-/// As [`sgemm`].
-#[must_use]
-pub(crate) unsafe fn sgemm_high(
-    m: usize,
-    n: usize,
-    k: usize,
-    a: Mat,
-    b: Mat,
-    c: *mut f32,
-    c_rs: usize,
-) -> bool {
-    sgemm_passes(m, n, k, a, b, c, c_rs, &PASSES_HIGH, 2)
+    match precision {
+        MatmulPrecision::Highest => sgemm_passes(m, n, k, a, b, c, c_rs, &PASSES_F32, 3),
+        MatmulPrecision::High => sgemm_passes(m, n, k, a, b, c, c_rs, &PASSES_HIGH, 2),
+    }
 }
 
 /// `C = A · B` with the piece products `passes` over the first `pieces` pieces.
@@ -313,13 +302,12 @@ unsafe fn sgemm_passes(
         .min(B_BLOCK_BYTES / (kb * pieces * TILE * 2))
         & !1)
         .clamp(2, np);
-    let m_panels = M_PANELS;
     PACK.with(|pack| {
         let mut pack = pack.borrow_mut();
         let (pb, pa, acc) = &mut *pack;
         pb.resize(pieces * ncp * kb * TILE);
         pa.resize(pieces * mp * kb * TILE);
-        acc.resize(m_panels * 16 * ncp * 16);
+        acc.resize(M_PANELS * 16 * ncp * 16);
         let (pb, pa, acc) = (pb.as_mut_slice(), pa.as_mut_slice(), acc.as_mut_slice());
         if !pack_a(a, m, k, mp, kb, pieces, pa) {
             return false;
@@ -346,8 +334,8 @@ unsafe fn sgemm_passes(
             };
             // acc rows: jn panels of 16 floats.
             let acc_rs = jn * 16;
-            for ib in (0..mp).step_by(m_panels) {
-                let im = m_panels.min(mp - ib);
+            for ib in (0..mp).step_by(M_PANELS) {
+                let im = M_PANELS.min(mp - ib);
                 for kc in (0..kb).step_by(kcb) {
                     let kn = kcb.min(kb - kc);
                     let last = kc + kn == kb;
@@ -734,6 +722,33 @@ unsafe fn pack_b(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use MatmulPrecision::{High, Highest};
+
+    /// `v` as a row-major matrix of `cols` columns.
+    fn rows(v: &[f32], cols: usize) -> Mat {
+        Mat {
+            ptr: v.as_ptr(),
+            rs: cols as isize,
+            cs: 1,
+        }
+    }
+
+    /// `v` as a column-major matrix of `rows` rows.
+    fn cols(v: &[f32], rows: usize) -> Mat {
+        Mat {
+            ptr: v.as_ptr(),
+            rs: 1,
+            cs: rows as isize,
+        }
+    }
+
+    /// Row `i` of row-major `a` (`k` columns) times column `j` of row-major `b` (`n`
+    /// columns) in f64: the sum and the sum of the products' magnitudes.
+    fn f64_dot(a: &[f32], b: &[f32], (i, j): (usize, usize), k: usize, n: usize) -> (f64, f64) {
+        (0..k)
+            .map(|p| a[i * k + p] as f64 * b[p * n + j] as f64)
+            .fold((0.0, 0.0), |(s, m), t| (s + t, m + t.abs()))
+    }
 
     #[test]
     fn pieces_hold_24_bits() {
@@ -754,7 +769,7 @@ mod tests {
             eprintln!("skipping: no AMX-BF16 here");
             return;
         }
-        check_against_f64(sgemm, 4.0 * f32::EPSILON as f64);
+        check_against_f64(Highest, 4.0 * f32::EPSILON as f64);
     }
 
     /// The three-pass form: within 2⁻¹⁵ of the sum of magnitudes (the dropped `mm` term and
@@ -765,7 +780,7 @@ mod tests {
             eprintln!("skipping: no AMX-BF16 here");
             return;
         }
-        check_against_f64(sgemm_high, 2f64.powi(-15));
+        check_against_f64(High, 2f64.powi(-15));
     }
 
     /// Infinities, NaNs and values past bf16's range are refused by the pieces, and the
@@ -788,18 +803,12 @@ mod tests {
             let mut a = vec![1f32; m * k];
             a[3 * k + 7] = bad;
             let b = vec![1f32; k * n];
-            let am = Mat {
-                ptr: a.as_ptr(),
-                rs: k as isize,
-                cs: 1,
-            };
-            let bm = Mat {
-                ptr: b.as_ptr(),
-                rs: n as isize,
-                cs: 1,
-            };
-            assert!(!unsafe { sgemm(m, n, k, am, bm, vec![0f32; m * n].as_mut_ptr(), n) });
-            assert!(!unsafe { sgemm_high(m, n, k, am, bm, vec![0f32; m * n].as_mut_ptr(), n) });
+            let am = rows(&a, k);
+            let bm = rows(&b, n);
+            for precision in [Highest, High] {
+                let mut c = vec![0f32; m * n];
+                assert!(!unsafe { sgemm(m, n, k, am, bm, c.as_mut_ptr(), n, precision) });
+            }
             // Through the dispatcher, on AMX otherwise.
             let mut c = vec![0f32; m * n];
             unsafe { crate::kernels::matmul::gemm_f32::sgemm(m, n, k, am, bm, c.as_mut_ptr(), n) };
@@ -833,25 +842,12 @@ mod tests {
         let vals = crate::kernels::matmul::testing::vals;
         let (a, b) = (vals(m * k, 3), vals(k * n, 4));
         let mut c = vec![f32::NAN; m * n];
-        let am = Mat {
-            ptr: a.as_ptr(),
-            rs: k as isize,
-            cs: 1,
-        };
-        let bm = Mat {
-            ptr: b.as_ptr(),
-            rs: n as isize,
-            cs: 1,
-        };
-        assert!(unsafe { sgemm(m, n, k, am, bm, c.as_mut_ptr(), n) });
+        let am = rows(&a, k);
+        let bm = rows(&b, n);
+        assert!(unsafe { sgemm(m, n, k, am, bm, c.as_mut_ptr(), n, Highest) });
         for i in [0, group - 1, group, group + 1, m - 1] {
             for j in 0..n {
-                let (mut want, mut mag) = (0f64, 0f64);
-                for p in 0..k {
-                    let t = a[i * k + p] as f64 * b[p * n + j] as f64;
-                    want += t;
-                    mag += t.abs();
-                }
+                let (want, mag) = f64_dot(&a, &b, (i, j), k, n);
                 let got = c[i * n + j] as f64;
                 assert!(
                     (got - want).abs() <= 4.0 * f32::EPSILON as f64 * mag,
@@ -862,12 +858,10 @@ mod tests {
         assert!(c.iter().all(|x| x.is_finite()), "every element written");
     }
 
-    type Sgemm = unsafe fn(usize, usize, usize, Mat, Mat, *mut f32, usize) -> bool;
-
-    /// `f` against f64 sums on odd shapes (K across several chunks, row and column blocks
-    /// with edges), A and B row-major and column-major: each element within `rel` of the sum of
-    /// the magnitudes of its products.
-    fn check_against_f64(f: Sgemm, rel: f64) {
+    /// [`sgemm`] at `precision` against f64 sums on odd shapes (K across several chunks, row
+    /// and column blocks with edges), A and B row-major and column-major: each element
+    /// within `rel` of the sum of the magnitudes of its products.
+    fn check_against_f64(precision: MatmulPrecision, rel: f64) {
         let vals = crate::kernels::matmul::testing::vals;
         for &(m, n, k) in &[
             (32, 32, 32),
@@ -882,56 +876,23 @@ mod tests {
             let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
             let at: Vec<f32> = (0..m * k).map(|i| a[(i % m) * k + i / m]).collect();
             let a_layouts = [
-                (
-                    Mat {
-                        ptr: a.as_ptr(),
-                        rs: k as isize,
-                        cs: 1,
-                    },
-                    "A row-major",
-                ),
-                (
-                    Mat {
-                        ptr: at.as_ptr(),
-                        rs: 1,
-                        cs: m as isize,
-                    },
-                    "A column-major",
-                ),
+                (rows(&a, k), "A row-major"),
+                (cols(&at, m), "A column-major"),
             ];
-            for ((am, a_label), (bm, b_label)) in a_layouts.iter().flat_map(|a| {
-                [
-                    (
-                        Mat {
-                            ptr: b.as_ptr(),
-                            rs: n as isize,
-                            cs: 1,
-                        },
-                        "B row-major",
-                    ),
-                    (
-                        Mat {
-                            ptr: bt.as_ptr(),
-                            rs: 1,
-                            cs: k as isize,
-                        },
-                        "B column-major",
-                    ),
-                ]
-                .map(|b| (*a, b))
-            }) {
+            let b_layouts = [
+                (rows(&b, n), "B row-major"),
+                (cols(&bt, k), "B column-major"),
+            ];
+            for ((am, a_label), (bm, b_label)) in a_layouts
+                .iter()
+                .flat_map(|a| b_layouts.iter().map(move |b| (*a, *b)))
+            {
                 let label = format!("{a_label}, {b_label}");
-                let label = label.as_str();
                 let mut c = vec![f32::NAN; m * (n + 3)];
-                assert!(unsafe { f(m, n, k, am, bm, c.as_mut_ptr(), n + 3) });
+                assert!(unsafe { sgemm(m, n, k, am, bm, c.as_mut_ptr(), n + 3, precision) });
                 for i in 0..m {
                     for j in 0..n {
-                        let (mut want, mut mag) = (0f64, 0f64);
-                        for p in 0..k {
-                            let t = a[i * k + p] as f64 * b[p * n + j] as f64;
-                            want += t;
-                            mag += t.abs();
-                        }
+                        let (want, mag) = f64_dot(&a, &b, (i, j), k, n);
                         let got = c[i * (n + 3) + j] as f64;
                         assert!(
                             (got - want).abs() <= rel * mag.max(1e-30),
@@ -972,16 +933,8 @@ mod tests {
                 .map(|i| ((i * 53 % 97) as f32 - 48.0) / 48.0)
                 .collect();
             let c = vec![0f32; m * n];
-            let am = Mat {
-                ptr: a.as_ptr(),
-                rs: k as isize,
-                cs: 1,
-            };
-            let bm = Mat {
-                ptr: b.as_ptr(),
-                rs: n as isize,
-                cs: 1,
-            };
+            let am = rows(&a, k);
+            let bm = rows(&b, n);
             let time = |f: &dyn Fn(*mut f32)| {
                 f(c.as_ptr() as *mut f32);
                 let mut best = f64::MAX;
@@ -992,8 +945,8 @@ mod tests {
                 }
                 best
             };
-            let t_amx = time(&|c| assert!(unsafe { sgemm(m, n, k, am, bm, c, n) }));
-            let t_high = time(&|c| assert!(unsafe { sgemm_high(m, n, k, am, bm, c, n) }));
+            let t_amx = time(&|c| assert!(unsafe { sgemm(m, n, k, am, bm, c, n, Highest) }));
+            let t_high = time(&|c| assert!(unsafe { sgemm(m, n, k, am, bm, c, n, High) }));
             let t_simd =
                 time(&|c| unsafe { super::super::gemm_f32::sgemm_simd(m, n, k, am, bm, c, n) });
             let gf = |t: f64| 2.0 * (m * n * k) as f64 / t / 1e9;

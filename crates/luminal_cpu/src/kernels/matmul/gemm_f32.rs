@@ -106,15 +106,21 @@ pub(crate) unsafe fn sgemm(m: usize, n: usize, k: usize, a: Mat, b: Mat, c: *mut
 /// precision.)
 pub(crate) fn amx_for(n: usize, k: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
-    return n >= super::amx::MIN_DIM
-        && k >= super::amx::MIN_DIM
-        && isa() == Isa::Avx512
-        && super::amx::available();
+    return n >= super::amx::MIN_DIM && k >= super::amx::MIN_DIM && amx_active();
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = (n, k);
         false
     }
+}
+
+/// Whether large f32 products run on AMX here: the CPU has it, `LUMINAL_AMX` does not turn
+/// it off and the instruction set is not capped below AVX-512.
+pub(crate) fn amx_active() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return isa() == Isa::Avx512 && super::amx::available();
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
 /// [`sgemm`] with the given cache blocking, on AMX at the given precision (`amx`, where
@@ -162,7 +168,7 @@ pub(crate) unsafe fn sgemm_acc(
         c_rs,
         accumulate,
         Tiles::DEFAULT,
-        (!accumulate && amx_for(n, k)).then_some(MatmulPrecision::Highest),
+        amx_for(n, k).then_some(MatmulPrecision::Highest),
     )
 }
 
@@ -222,11 +228,7 @@ unsafe fn product(
     }
     #[cfg(target_arch = "x86_64")]
     if let (Some(precision), false) = (amx, accumulate) {
-        let done = match precision {
-            MatmulPrecision::Highest => super::amx::sgemm(m, n, k, a, b, c, c_rs),
-            MatmulPrecision::High => super::amx::sgemm_high(m, n, k, a, b, c, c_rs),
-        };
-        if done {
+        if super::amx::sgemm(m, n, k, a, b, c, c_rs, precision) {
             return;
         }
         // An operand holds infinities, NaNs or values past bf16's range: the SIMD kernel
