@@ -230,6 +230,20 @@ pub enum HostData {
     Bytes(ByteData),
 }
 
+/// `n` zero halves (`f16` or `bf16`: all bits zero is +0) from `vec![0u16; n]`, which
+/// allocates zeroed memory instead of writing every element (as `vec![f16::ZERO; n]` does).
+fn zeroed_halves<T: HalfBits>(n: usize) -> Vec<T> {
+    let mut v = std::mem::ManuallyDrop::new(vec![0u16; n]);
+    // SAFETY: `T` is `f16` or `bf16`, both `repr(transparent)` over `u16` (same size and
+    // alignment, every bit pattern valid), so the allocation, length and capacity carry over.
+    unsafe { Vec::from_raw_parts(v.as_mut_ptr().cast::<T>(), v.len(), v.capacity()) }
+}
+
+/// The half-precision types, whose values are 16 bits of a `u16`.
+trait HalfBits {}
+impl HalfBits for f16 {}
+impl HalfBits for bf16 {}
+
 /// Raw storage of `len` values of a float or block-quantized dtype, as ggml lays it out.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ByteData {
@@ -293,6 +307,22 @@ impl ByteData {
 }
 
 impl HostData {
+    /// `n` zeros of `dtype` (quantized types: whole blocks of zeros), in memory allocated
+    /// zeroed: large buffers come straight from the OS and are only touched when written
+    /// (a KV cache costs nothing at load and its resident size grows with the context used).
+    ///
+    /// # Panics
+    /// If `dtype` is quantized and `n` is not a whole number of its blocks.
+    pub fn zeros(dtype: DType, n: usize) -> HostData {
+        match dtype {
+            DType::F32 => HostData::F32(vec![0.0; n]),
+            DType::F16 => HostData::F16(zeroed_halves(n)),
+            DType::BF16 => HostData::BF16(zeroed_halves(n)),
+            DType::I32 => HostData::I32(vec![0; n]),
+            DType::Bool => HostData::Bool(vec![false; n]),
+            q => HostData::Bytes(ByteData::zeros(q, n)),
+        }
+    }
     pub fn dtype(&self) -> DType {
         match self {
             HostData::F32(_) => DType::F32,
@@ -431,6 +461,19 @@ element!(bool, Bool);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zeros_are_zero_in_every_dtype() {
+        for dtype in ALL_DTYPES {
+            let n = dtype.block_size() * 3;
+            let z = HostData::zeros(dtype, n);
+            assert_eq!((z.dtype(), z.len()), (dtype, n), "{dtype}");
+            // Plain types: +0, every bit clear. Blocks of zero bytes decode to ±0 (Q4_0 is
+            // scale × (q − 8): 0 × −8 = −0).
+            let zero = |v: &f64| v.to_bits() == 0 || (dtype.is_quantized() && *v == 0.0);
+            assert!(z.to_f64().iter().all(zero), "{dtype}");
+        }
+    }
 
     #[test]
     fn rounding_follows_each_dtype() {

@@ -56,33 +56,44 @@ pub struct Cse;
 
 impl Pass for Cse {
     fn run(&mut self, graph: &mut GraphData) -> bool {
+        use std::hash::BuildHasher;
         // A recomputed (checkpointed) node is only merged with copies of the same
-        // recomputation, never with the forward node it copies.
-        let mut seen: HashMap<(Node, Option<u32>), NodeId> = HashMap::new();
+        // recomputation, never with the forward node it copies. Nodes are keyed by their
+        // hash (no copy of each node), equal hashes compared in full.
+        let hasher = std::collections::hash_map::RandomState::new();
+        let mut seen: HashMap<(u64, Option<u32>), Vec<NodeId>> = HashMap::new();
         let mut forward: HashMap<NodeId, NodeId> = HashMap::new();
         for id in graph.toposort() {
             let tag = graph.recompute.get(&id).copied();
-            let node = graph.node_mut(id);
-            for e in &mut node.inputs {
-                if let Some(&to) = forward.get(&e.node) {
-                    e.node = to;
-                }
-            }
+            forward_inputs(graph, id, &forward);
+            let node = graph.node(id);
             if matches!(node.op, Op::Input { .. }) {
                 continue;
             }
-            let key = (node.clone(), tag);
-            match seen.get(&key) {
+            let same = seen.entry((hasher.hash_one(node), tag)).or_default();
+            match same.iter().find(|&&other| graph.node(other) == node) {
                 Some(&first) => {
                     forward.insert(id, first);
                 }
-                None => {
-                    seen.insert(key, id);
-                }
+                None => same.push(id),
             }
         }
         graph.replace_nodes(&forward);
         !forward.is_empty()
+    }
+}
+
+/// Points the inputs of node `id` at their replacements in `forward` (a pass that visits
+/// nodes in topological order and replaces them at the end, in one
+/// [`GraphData::replace_nodes`], keeps the nodes it has seen up to date this way).
+fn forward_inputs(graph: &mut GraphData, id: NodeId, forward: &HashMap<NodeId, NodeId>) {
+    if forward.is_empty() {
+        return;
+    }
+    for e in &mut graph.node_mut(id).inputs {
+        if let Some(&to) = forward.get(&e.node) {
+            e.node = to;
+        }
     }
 }
 
@@ -173,11 +184,14 @@ pub struct ArithmeticSimplify;
 
 impl Pass for ArithmeticSimplify {
     fn run(&mut self, graph: &mut GraphData) -> bool {
-        let mut changed = false;
+        let mut forward: HashMap<NodeId, NodeId> = HashMap::new();
         for id in graph.toposort() {
-            let Some(node) = graph.try_node(id).cloned() else {
+            forward_inputs(graph, id, &forward);
+            let node = graph.node(id);
+            if !matches!(node.op, Op::Binary(_) | Op::Unary(_) | Op::Contiguous) {
                 continue;
-            };
+            }
+            let node = node.clone();
             let shape = node.shape.clone();
             let mut replacement: Option<NodeId> = None;
             match &node.op {
@@ -241,11 +255,11 @@ impl Pass for ArithmeticSimplify {
                 _ => {}
             }
             if let Some(new) = replacement {
-                graph.replace_node(id, new);
-                changed = true;
+                forward.insert(id, new);
             }
         }
-        changed
+        graph.replace_nodes(&forward);
+        !forward.is_empty()
     }
 }
 
@@ -255,9 +269,10 @@ pub struct ConstantFold;
 
 impl Pass for ConstantFold {
     fn run(&mut self, graph: &mut GraphData) -> bool {
-        let mut changed = false;
+        let mut forward: HashMap<NodeId, NodeId> = HashMap::new();
         for id in graph.toposort() {
-            let node = graph.node(id).clone();
+            forward_inputs(graph, id, &forward);
+            let node = graph.node(id);
             // A quantized value is a block's encoding, not a constant of its own.
             if node.inputs.is_empty() || node.dtype.is_quantized() {
                 continue;
@@ -294,10 +309,10 @@ impl Pass for ConstantFold {
             };
             if let Some(v) = folded {
                 let c = constant_node(graph, id, v);
-                graph.replace_node(id, c);
-                changed = true;
+                forward.insert(id, c);
             }
         }
-        changed
+        graph.replace_nodes(&forward);
+        !forward.is_empty()
     }
 }

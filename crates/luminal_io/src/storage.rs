@@ -54,6 +54,26 @@ impl Storage {
         Storage::open(path, true)
     }
 
+    /// The bytes of `path` copied into anonymous memory advised to use huge pages (what
+    /// [`Storage::load`] makes of a file it [`Storage::wants_copy`]).
+    pub(crate) fn copy(path: &Path) -> Result<Storage> {
+        let file = File::open(path).map_err(|source| os_error(path, source))?;
+        let len = file
+            .metadata()
+            .map_err(|source| os_error(path, source))?
+            .len();
+        if len == 0 {
+            return Ok(Storage::Owned(Vec::new()));
+        }
+        Storage::read_huge(path, file, len)
+    }
+
+    /// Whether [`Storage::load`] copies a file of `len` bytes at `path` (rather than mapping
+    /// it).
+    pub(crate) fn wants_copy(len: u64) -> bool {
+        len >= HUGE_MIN && huge_pages_wanted()
+    }
+
     fn open(path: &Path, huge: bool) -> Result<Storage> {
         let file = File::open(path).map_err(|source| os_error(path, source))?;
         let len = file
@@ -68,7 +88,7 @@ impl Storage {
         // another process truncating or rewriting the file while it is mapped (which would make
         // reads fault or change under us); every mmap-based model loader (llama.cpp, candle,
         // safetensors) accepts this, and model files are not edited while a model runs.
-        if huge && len >= HUGE_MIN && huge_pages_wanted() {
+        if huge && Storage::wants_copy(len) {
             return Storage::read_huge(path, file, len);
         }
         let map = unsafe { memmap2::MmapOptions::new().map(&file) }
@@ -89,9 +109,10 @@ impl Storage {
         #[cfg(target_os = "linux")]
         // A hint: without it (or if refused) the copy is in ordinary pages.
         let _ = anon.advise(memmap2::Advice::HugePage);
-        // Read in parallel (64 MiB pieces): faulting in and zeroing the huge pages and the
-        // copy from the page cache are shared by the threads.
-        const PIECE: usize = 64 << 20;
+        // Read in parallel (16 MiB pieces, whole huge pages, enough of them to balance the
+        // threads): faulting in and zeroing the huge pages and the copy from the page cache
+        // are shared by the threads.
+        const PIECE: usize = 16 << 20;
         #[cfg(unix)]
         {
             use rayon::prelude::*;

@@ -224,6 +224,19 @@ impl<R> std::fmt::Debug for LlamaModel<R> {
     }
 }
 
+/// A compiled Llama graph waiting for its weights ([`LlamaModel::fill`]).
+struct Compiled<R> {
+    config: LlamaConfig,
+    runtime: R,
+    tokens: TensorRef,
+    logits: TensorRef,
+    caches: Vec<TensorRef>,
+    cache_type: CacheType,
+    max_ctx: usize,
+    /// Each parameter: handle, name, shape, dtype.
+    params: Vec<(TensorRef, String, Vec<usize>, DType)>,
+}
+
 impl<R: Runtime> LlamaModel<R> {
     /// Loads a GGUF file or a Hugging Face folder (config.json + safetensors +
     /// tokenizer.json) and compiles it with `backend`. `progress(done, total)` is called as
@@ -252,14 +265,23 @@ impl<R: Runtime> LlamaModel<R> {
         progress: impl FnMut(usize, usize),
     ) -> Result<(LlamaModel<R>, Tokenizer)> {
         let start = Instant::now();
-        let file = GgufFile::load(path)?;
+        // The graph needs only the header: it is built and compiled (and the tokenizer read,
+        // on another thread) while the data is copied into huge pages (`load_pending`).
+        let pending = GgufFile::load_pending(path)?;
+        let file = pending.file();
         let has_output = file.tensor_info("output.weight").is_ok();
         // Llama 3.1+ GGUFs carry their RoPE scaling as per-frequency factors.
         let has_rope_freqs = file.tensor_info(ROPE_FREQS).is_ok();
         let config = LlamaConfig::from_gguf(file.metadata(), has_output, has_rope_freqs)?;
-        let tokenizer = Tokenizer::from_gguf(&file)?;
-        let source = WeightSource::Gguf(&file);
-        let model = Self::build(config, &source, backend, opts, progress, start)?;
+        let (tokenizer, compiled) = std::thread::scope(|scope| {
+            let tokenizer = scope.spawn(|| Tokenizer::from_gguf(file));
+            let compiled = Self::compile(config, &WeightSource::Gguf(file), backend, opts);
+            let tokenizer = tokenizer.join().expect("the tokenizer thread panicked");
+            (tokenizer, compiled)
+        });
+        let (tokenizer, compiled) = (tokenizer?, compiled?);
+        let file = pending.finish()?;
+        let model = Self::fill(compiled, &WeightSource::Gguf(&file), progress, start)?;
         Ok((model, tokenizer))
     }
 
@@ -277,25 +299,20 @@ impl<R: Runtime> LlamaModel<R> {
         let config = LlamaConfig::from_hf_json(&text)?;
         let st = SafetensorsModel::load(dir)?;
         let tokenizer = Tokenizer::from_hf_dir(dir)?;
-        let model = Self::build(
-            config,
-            &WeightSource::Safetensors(&st),
-            backend,
-            opts,
-            progress,
-            start,
-        )?;
+        let source = WeightSource::Safetensors(&st);
+        let compiled = Self::compile(config, &source, backend, opts)?;
+        let model = Self::fill(compiled, &source, progress, start)?;
         Ok((model, tokenizer))
     }
 
-    fn build<B: Backend<Runtime = R>>(
+    /// Builds the graph of `config` (weight matrices typed as `source` stores them) and
+    /// compiles it with `backend`; the weights are handed over by [`LlamaModel::fill`].
+    fn compile<B: Backend<Runtime = R>>(
         config: LlamaConfig,
         source: &WeightSource,
         backend: B,
         opts: &LoadOptions,
-        mut progress: impl FnMut(usize, usize),
-        start: Instant,
-    ) -> Result<LlamaModel<R>> {
+    ) -> Result<Compiled<R>> {
         let c = &config;
         let max_ctx = opts.max_ctx.min(c.context_length).max(1);
         let block = opts.cache_type.dtype().block_size();
@@ -397,11 +414,7 @@ impl<R: Runtime> LlamaModel<R> {
         if let Some(h) = rotation {
             runtime.set(h, &hadamard(KV_ROTATION))?;
         }
-
-        // Weights in their storage dtype are handed over as windows onto the file; f32
-        // ones (norms, f32 files) are decoded, in parallel, in chunks so the bar moves.
-        let total = params.len();
-        let named: Vec<(TensorRef, String, Vec<usize>, DType)> = params
+        let params = params
             .iter()
             .map(|t| {
                 let shape = t
@@ -412,6 +425,38 @@ impl<R: Runtime> LlamaModel<R> {
                 (t.handle(), luminal_nn::parameter_name(*t), shape, t.dtype())
             })
             .collect();
+        Ok(Compiled {
+            config,
+            runtime,
+            tokens: tokens.handle(),
+            logits: logits.handle(),
+            caches: cache_refs,
+            cache_type: opts.cache_type,
+            max_ctx,
+            params,
+        })
+    }
+
+    /// Hands the weights of `source` to the runtime of `compiled`: the loaded model.
+    fn fill(
+        compiled: Compiled<R>,
+        source: &WeightSource,
+        mut progress: impl FnMut(usize, usize),
+        start: Instant,
+    ) -> Result<LlamaModel<R>> {
+        let Compiled {
+            config,
+            mut runtime,
+            tokens,
+            logits,
+            caches,
+            cache_type,
+            max_ctx,
+            params: named,
+        } = compiled;
+        // Weights in their storage dtype are handed over as windows onto the file; f32
+        // ones (norms, f32 files) are decoded, in parallel, in chunks so the bar moves.
+        let total = named.len();
         let mut parameters = 0;
         progress(0, total);
         for (done, chunk) in named.chunks(16).enumerate() {
@@ -440,10 +485,10 @@ impl<R: Runtime> LlamaModel<R> {
         let mut model = LlamaModel {
             config,
             runtime,
-            tokens: tokens.handle(),
-            logits: logits.handle(),
-            caches: cache_refs,
-            cache_type: opts.cache_type,
+            tokens,
+            logits,
+            caches,
+            cache_type,
             max_ctx,
             pos: 0,
             ids: Vec::new(),

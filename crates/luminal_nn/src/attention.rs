@@ -333,11 +333,7 @@ impl CacheType {
     /// Zero-filled data for a cache input of `n` values (every type's zero is all-zero
     /// bytes).
     pub fn zeros(self, n: usize) -> HostData {
-        match self {
-            CacheType::F32 => HostData::F32(vec![0.0; n]),
-            CacheType::F16 => HostData::F16(vec![luminal::half::f16::ZERO; n]),
-            q => HostData::Bytes(luminal::ByteData::zeros(q.dtype(), n)),
-        }
+        HostData::zeros(self.dtype(), n)
     }
 }
 
