@@ -46,8 +46,6 @@ pub mod tokenizer;
 pub use audio::{read_wav, wav_from_bytes, Audio};
 pub use error::{IoError, Result};
 pub use ggml_type::GgmlType;
-pub use gguf::{
-    GgufFile, Metadata, MetadataArray, MetadataType, MetadataValue, PendingGguf, TensorInfo,
-};
+pub use gguf::{GgufFile, Metadata, MetadataArray, MetadataType, MetadataValue, TensorInfo};
 pub use safetensors::{Dtype, SafetensorInfo, SafetensorsFile, SafetensorsModel};
 pub use tokenizer::{StreamDecoder, TokenType, Tokenizer, TokenizerKind};

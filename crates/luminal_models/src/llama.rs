@@ -265,22 +265,22 @@ impl<R: Runtime> LlamaModel<R> {
         progress: impl FnMut(usize, usize),
     ) -> Result<(LlamaModel<R>, Tokenizer)> {
         let start = Instant::now();
-        // The graph needs only the header: it is built and compiled (and the tokenizer read,
-        // on another thread) while the data is copied into huge pages (`load_pending`).
-        let pending = GgufFile::load_pending(path)?;
-        let file = pending.file();
+        // The graph needs only the header: it is built and compiled from the mapped file
+        // (the tokenizer read on another thread meanwhile), then the data is copied into
+        // huge pages (`into_loaded`) once the compiler's memory is freed.
+        let file = GgufFile::open(path)?;
         let has_output = file.tensor_info("output.weight").is_ok();
         // Llama 3.1+ GGUFs carry their RoPE scaling as per-frequency factors.
         let has_rope_freqs = file.tensor_info(ROPE_FREQS).is_ok();
         let config = LlamaConfig::from_gguf(file.metadata(), has_output, has_rope_freqs)?;
         let (tokenizer, compiled) = std::thread::scope(|scope| {
-            let tokenizer = scope.spawn(|| Tokenizer::from_gguf(file));
-            let compiled = Self::compile(config, &WeightSource::Gguf(file), backend, opts);
+            let tokenizer = scope.spawn(|| Tokenizer::from_gguf(&file));
+            let compiled = Self::compile(config, &WeightSource::Gguf(&file), backend, opts);
             let tokenizer = tokenizer.join().expect("the tokenizer thread panicked");
             (tokenizer, compiled)
         });
         let (tokenizer, compiled) = (tokenizer?, compiled?);
-        let file = pending.finish()?;
+        let file = file.into_loaded()?;
         let model = Self::fill(compiled, &WeightSource::Gguf(&file), progress, start)?;
         Ok((model, tokenizer))
     }

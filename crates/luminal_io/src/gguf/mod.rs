@@ -89,51 +89,6 @@ impl TensorInfo {
     }
 }
 
-/// A GGUF file opened by [`GgufFile::load_pending`]: parsed, its copy into huge pages
-/// (where one is made) under way.
-#[derive(Debug)]
-pub struct PendingGguf {
-    file: GgufFile,
-    copy: Option<std::thread::JoinHandle<Result<Storage>>>,
-}
-
-impl PendingGguf {
-    /// The file, read through its memory map until [`PendingGguf::finish`].
-    pub fn file(&self) -> &GgufFile {
-        &self.file
-    }
-
-    /// Waits for the copy (if one was started) and returns the file reading from it. Fails
-    /// if the copy failed, or if the file changed under us (its length or header bytes
-    /// differ from the mapping's).
-    pub fn finish(self) -> Result<GgufFile> {
-        let PendingGguf { file, copy } = self;
-        let Some(copy) = copy else { return Ok(file) };
-        let storage = copy.join().map_err(|_| IoError::Os {
-            path: file.path.clone().unwrap_or_default(),
-            source: std::io::Error::other("the thread reading the file panicked"),
-        })??;
-        file.with_storage(storage)
-    }
-}
-
-impl GgufFile {
-    /// This file reading from `storage`, a later read of the same file: refused (the file
-    /// changed in between) unless the length and the header bytes are the same.
-    fn with_storage(mut self, storage: Storage) -> Result<GgufFile> {
-        let file = &mut self;
-        let header = file.data_offset as usize;
-        if storage.len() != file.storage.len() || storage[..header] != file.storage[..header] {
-            return Err(IoError::Os {
-                path: file.path.clone().unwrap_or_default(),
-                source: std::io::Error::other("the file changed while it was being read"),
-            });
-        }
-        file.storage = Arc::new(storage);
-        Ok(self)
-    }
-}
-
 /// A GGUF file, memory-mapped (or held in memory), with its header parsed and validated.
 #[derive(Debug)]
 pub struct GgufFile {
@@ -163,29 +118,41 @@ impl GgufFile {
         Self::open_with(path.as_ref(), Storage::load)
     }
 
-    /// [`GgufFile::load`] in two halves, so a caller can work from the header while the
-    /// data is read: the file is memory-mapped and parsed now (returned at once), and where
-    /// `load` would copy it into huge pages that copy starts on another thread.
-    /// [`PendingGguf::finish`] waits for it and returns the file reading from the copy.
-    /// Tensor data taken from [`PendingGguf::file`] before `finish` reads the mapping.
-    pub fn load_pending(path: impl AsRef<Path>) -> Result<PendingGguf> {
-        let path = path.as_ref();
-        let file = Self::open(path)?;
-        let copy = Storage::wants_copy(file.file_len());
-        Ok(file.start_copy(copy))
+    /// [`GgufFile::load`] in two halves: [`GgufFile::open`] maps the file and parses its
+    /// header (enough to build and compile a model's graph), then this copies the data into
+    /// huge pages where `load` would, keeping the parsed header. Run after the compile, the
+    /// copy does not sit in memory beside the compiler's working set (see
+    /// `Storage::copy`). Fails if the file changed since it was opened (its length or
+    /// header bytes differ). Data taken from the file before this call reads the mapping.
+    pub fn into_loaded(self) -> Result<GgufFile> {
+        let copy =
+            matches!(*self.storage, Storage::Mapped(_)) && Storage::wants_copy(self.file_len());
+        self.into_copied(copy)
     }
 
-    /// This (mapped) file with its copy into huge pages started on another thread when
-    /// `copy`.
-    fn start_copy(self, copy: bool) -> PendingGguf {
-        let copy = match (copy, &self.path) {
+    /// This file reading from a copy of itself when `copy` (and it was opened from a path).
+    fn into_copied(self, copy: bool) -> Result<GgufFile> {
+        match (copy, &self.path) {
             (true, Some(path)) => {
-                let path = path.clone();
-                Some(std::thread::spawn(move || Storage::copy(&path)))
+                let storage = Storage::copy(path)?;
+                self.with_storage(storage)
             }
-            _ => None,
-        };
-        PendingGguf { file: self, copy }
+            _ => Ok(self),
+        }
+    }
+
+    /// This file reading from `storage`, a later read of the same file: refused (the file
+    /// changed in between) unless the length and the header bytes are the same.
+    fn with_storage(mut self, storage: Storage) -> Result<GgufFile> {
+        let header = self.data_offset as usize;
+        if storage.len() != self.storage.len() || storage[..header] != self.storage[..header] {
+            return Err(IoError::Os {
+                path: self.path.clone().unwrap_or_default(),
+                source: std::io::Error::other("the file changed while it was being read"),
+            });
+        }
+        self.storage = Arc::new(storage);
+        Ok(self)
     }
 
     fn open_with(path: &Path, read: fn(&Path) -> Result<Storage>) -> Result<GgufFile> {
@@ -362,15 +329,14 @@ mod tests {
         (path, bytes)
     }
 
-    /// The header is read from the mapping, the data from the copy that `finish` swaps in:
-    /// every tensor's bytes are the file's.
+    /// The header is read from the mapping, the data from the copy swapped in later: every
+    /// tensor's bytes are the file's.
     #[test]
-    fn pending_copy_reads_the_same_tensors() {
-        let (path, bytes) = tiny_copy("pending");
+    fn a_copied_file_reads_the_same_tensors() {
+        let (path, bytes) = tiny_copy("copied");
         let opened = GgufFile::open(&path).unwrap();
-        let pending = GgufFile::open(&path).unwrap().start_copy(true);
-        assert_eq!(pending.file().tensors(), opened.tensors());
-        let loaded = pending.finish().unwrap();
+        let loaded = GgufFile::open(&path).unwrap().into_copied(true).unwrap();
+        assert_eq!(loaded.tensors(), opened.tensors());
         assert!(
             matches!(*loaded.storage, Storage::Huge(_)),
             "{:?}",
@@ -383,12 +349,8 @@ mod tests {
                 &bytes[(opened.data_offset() + t.offset()) as usize..][..t.n_bytes() as usize];
             assert_eq!(loaded.tensor_bytes(t.name()).unwrap(), want, "{}", t.name());
         }
-        // Without a copy, `finish` returns the mapped file.
-        let mapped = GgufFile::open(&path)
-            .unwrap()
-            .start_copy(false)
-            .finish()
-            .unwrap();
+        // Without a copy, the mapped file.
+        let mapped = GgufFile::open(&path).unwrap().into_copied(false).unwrap();
         assert!(matches!(*mapped.storage, Storage::Mapped(_)));
         std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
     }
@@ -396,7 +358,7 @@ mod tests {
     /// A copy that does not match the parsed header (the file was rewritten in between) is
     /// refused with the path named.
     #[test]
-    fn a_file_changed_under_a_pending_copy_is_refused() {
+    fn a_file_changed_before_its_copy_is_refused() {
         let (path, mut bytes) = tiny_copy("changed");
         let file = GgufFile::open(&path).unwrap();
         // A metadata byte changes (same length).
