@@ -58,35 +58,25 @@ impl Storage {
     /// The bytes of `path` copied into anonymous memory advised to use huge pages (what
     /// [`Storage::load`] makes of a file it [`Storage::wants_copy`]).
     ///
-    /// First hands the allocator's free heap pages back to the OS: the copy is a load's
-    /// largest allocation, and a model compiled just before leaves tens of MB of freed heap
-    /// that glibc keeps resident (SmolLM2: ~60 MB, half the file), which would otherwise
-    /// count beside the copy in the peak RSS.
+    /// First hands the allocator's free heap back ([`luminal::release_free_heap`]): the
+    /// copy is a load's largest allocation, and the freed heap of a model compiled just
+    /// before would otherwise stay resident beside it.
     pub(crate) fn copy(path: &Path) -> Result<Storage> {
-        release_free_heap();
-        let file = File::open(path).map_err(|source| os_error(path, source))?;
-        let len = file
-            .metadata()
-            .map_err(|source| os_error(path, source))?
-            .len();
+        luminal::release_free_heap();
+        let (file, len) = open_sized(path)?;
         if len == 0 {
             return Ok(Storage::Owned(Vec::new()));
         }
         Storage::read_huge(path, file, len)
     }
 
-    /// Whether [`Storage::load`] copies a file of `len` bytes at `path` (rather than mapping
-    /// it).
+    /// Whether [`Storage::load`] copies a file of `len` bytes (rather than mapping it).
     pub(crate) fn wants_copy(len: u64) -> bool {
         len >= HUGE_MIN && huge_pages_wanted()
     }
 
     fn open(path: &Path, huge: bool) -> Result<Storage> {
-        let file = File::open(path).map_err(|source| os_error(path, source))?;
-        let len = file
-            .metadata()
-            .map_err(|source| os_error(path, source))?
-            .len();
+        let (file, len) = open_sized(path)?;
         if len == 0 {
             // mmap(2) rejects empty mappings; an empty buffer parses to a `Truncated` error.
             return Ok(Storage::Owned(Vec::new()));
@@ -167,20 +157,14 @@ impl std::fmt::Debug for Storage {
     }
 }
 
-/// glibc's `malloc_trim(0)`: returns the heap's unused pages to the kernel (elsewhere a
-/// no-op).
-fn release_free_heap() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        extern "C" {
-            fn malloc_trim(pad: usize) -> std::os::raw::c_int;
-        }
-        // SAFETY: malloc_trim takes no pointers and is thread-safe; it only returns unused
-        // heap pages to the kernel.
-        unsafe {
-            malloc_trim(0);
-        }
-    }
+/// `path` opened for reading, and its length.
+fn open_sized(path: &Path) -> Result<(File, u64)> {
+    let file = File::open(path).map_err(|source| os_error(path, source))?;
+    let len = file
+        .metadata()
+        .map_err(|source| os_error(path, source))?
+        .len();
+    Ok((file, len))
 }
 
 /// Maps an OS error to `NotFound` or `Os`, keeping the path.

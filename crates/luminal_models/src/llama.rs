@@ -224,15 +224,9 @@ impl<R> std::fmt::Debug for LlamaModel<R> {
     }
 }
 
-/// A compiled Llama graph waiting for its weights ([`LlamaModel::fill`]).
+/// A compiled Llama model still without its weights ([`LlamaModel::fill`]).
 struct Compiled<R> {
-    config: LlamaConfig,
-    runtime: R,
-    tokens: TensorRef,
-    logits: TensorRef,
-    caches: Vec<TensorRef>,
-    cache_type: CacheType,
-    max_ctx: usize,
+    model: LlamaModel<R>,
     /// Each parameter: handle, name, shape, dtype.
     params: Vec<(TensorRef, String, Vec<usize>, DType)>,
 }
@@ -425,7 +419,7 @@ impl<R: Runtime> LlamaModel<R> {
                 (t.handle(), luminal_nn::parameter_name(*t), shape, t.dtype())
             })
             .collect();
-        Ok(Compiled {
+        let model = LlamaModel {
             config,
             runtime,
             tokens: tokens.handle(),
@@ -433,8 +427,11 @@ impl<R: Runtime> LlamaModel<R> {
             caches: cache_refs,
             cache_type: opts.cache_type,
             max_ctx,
-            params,
-        })
+            pos: 0,
+            ids: Vec::new(),
+            stats: LoadStats::default(),
+        };
+        Ok(Compiled { model, params })
     }
 
     /// Hands the weights of `source` to the runtime of `compiled`: the loaded model.
@@ -445,13 +442,7 @@ impl<R: Runtime> LlamaModel<R> {
         start: Instant,
     ) -> Result<LlamaModel<R>> {
         let Compiled {
-            config,
-            mut runtime,
-            tokens,
-            logits,
-            caches,
-            cache_type,
-            max_ctx,
+            mut model,
             params: named,
         } = compiled;
         // Weights in their storage dtype are handed over as windows onto the file; f32
@@ -478,22 +469,10 @@ impl<R: Runtime> LlamaModel<R> {
                     }
                 }
                 parameters += data.len();
-                runtime.set_data(*handle, data)?;
+                model.runtime.set_data(*handle, data)?;
             }
             progress((done * 16 + chunk.len()).min(total), total);
         }
-        let mut model = LlamaModel {
-            config,
-            runtime,
-            tokens,
-            logits,
-            caches,
-            cache_type,
-            max_ctx,
-            pos: 0,
-            ids: Vec::new(),
-            stats: LoadStats::default(),
-        };
         model.clear_cache()?;
         model.stats = LoadStats {
             load_time: start.elapsed(),

@@ -304,24 +304,6 @@ impl CpuRuntime {
     }
 }
 
-/// Hands the allocator's free heap pages back to the system. Building and compiling a
-/// model's graph peaks at tens of MB of short-lived heap (SmolLM2: 63 MB), which glibc keeps
-/// after it is freed; called once, at the first run, when the caller's graph is usually
-/// gone, so the run's buffers reuse those pages instead of adding to them.
-fn release_free_heap() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        extern "C" {
-            fn malloc_trim(pad: usize) -> std::os::raw::c_int;
-        }
-        // SAFETY: glibc's malloc_trim takes no pointers and is thread-safe; it only
-        // returns unused pages of the heap to the kernel.
-        unsafe {
-            malloc_trim(0);
-        }
-    }
-}
-
 /// Whether every kernel reading buffer `input` (an input's) reads it as a weight, in place
 /// (`reads[i]`: what kernel `i` reads).
 fn weight_only(kernels: &[Kernel], reads: &[Vec<BufId>], input: BufId) -> bool {
@@ -433,7 +415,9 @@ impl Runtime for CpuRuntime {
         self.computed = false;
         if !self.ran {
             self.ran = true;
-            release_free_heap();
+            // The caller's graph is usually gone by the first run: its freed heap goes
+            // back before the run's buffers are allocated.
+            luminal::release_free_heap();
         }
         // Kernels run on the caller; their loops fork onto the pool's spinning workers
         // (`par`), sequential for a one-thread runtime.
