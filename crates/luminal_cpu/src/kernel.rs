@@ -47,6 +47,10 @@ pub struct RunCtx<'a> {
 pub struct Scratch {
     /// Instructions of the largest fused program it interprets.
     pub instrs: usize,
+    /// The cache blocking of the f32 products it runs on the SIMD path, whose packing
+    /// buffers are per thread (a worker may first get a block of a product in any later
+    /// run: tasks go to whichever thread claims them first).
+    pub gemm: Option<crate::kernels::matmul::gemm_f32::Tiles>,
 }
 
 /// A fused program as the later lowering passes (row fusion, concat detection) see it.

@@ -100,15 +100,22 @@ impl CpuRuntime {
         for s in &inputs {
             readable.insert(s.node, (s.buf, None));
         }
+        use crate::kernels::matmul::gemm_f32::Tiles;
         let pool = crate::exec::par::Pool::new(threads)
             .map_err(|e| LuminalError::Backend(format!("thread pool: {e}")))?;
-        let max_instrs = kernels
-            .iter()
-            .map(|k| k.kind.scratch().instrs)
-            .max()
-            .unwrap_or(0);
+        let scratch: Vec<_> = kernels.iter().map(|k| k.kind.scratch()).collect();
+        let max_instrs = scratch.iter().map(|s| s.instrs).max().unwrap_or(0);
+        let gemm = scratch.iter().filter_map(|s| s.gemm).reduce(|a, b| Tiles {
+            kc: a.kc.max(b.kc),
+            mc: a.mc.max(b.mc),
+        });
         pool.enter(|| {
-            crate::exec::par::broadcast(|| crate::kernels::fused::reserve_scratch(max_instrs))
+            crate::exec::par::broadcast(|| {
+                crate::kernels::fused::reserve_scratch(max_instrs);
+                if let Some(tiles) = gemm {
+                    crate::kernels::matmul::gemm_f32::reserve_scratch(tiles);
+                }
+            })
         });
         let pool = std::sync::Arc::new(pool);
         let n = kernels.len();

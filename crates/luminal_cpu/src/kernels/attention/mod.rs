@@ -219,6 +219,7 @@ impl CpuKernel for AttentionKernel {
     fn scratch(&self) -> Scratch {
         Scratch {
             instrs: self.bias.as_ref().map_or(0, |b| b.program.instrs.len()),
+            ..Scratch::default()
         }
     }
     fn flops(&self, n: usize) -> usize {

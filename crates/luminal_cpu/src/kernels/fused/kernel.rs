@@ -48,6 +48,8 @@ impl CpuKernel for ElementwiseKernel {
     fn scratch(&self) -> Scratch {
         Scratch {
             instrs: self.prog.instrs.len(),
+
+            ..Scratch::default()
         }
     }
     fn run(&mut self, cx: RunCtx<'_>, out: &mut Storage) -> Result<()> {
@@ -73,6 +75,8 @@ impl CpuKernel for ReduceKernel {
     fn scratch(&self) -> Scratch {
         Scratch {
             instrs: self.prog.instrs.len(),
+
+            ..Scratch::default()
         }
     }
     fn run(&mut self, cx: RunCtx<'_>, out: &mut Storage) -> Result<()> {

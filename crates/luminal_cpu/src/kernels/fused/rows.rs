@@ -767,6 +767,8 @@ impl CpuKernel for RowKernel {
     fn scratch(&self) -> Scratch {
         Scratch {
             instrs: self.programs().map(|p| p.instrs.len()).max().unwrap_or(0),
+
+            ..Scratch::default()
         }
     }
     fn run(&mut self, cx: RunCtx<'_>, out: &mut Storage) -> Result<()> {

@@ -273,6 +273,37 @@ enum Kernel {
     Avx2,
 }
 
+/// Full-size packing buffers for products of `tiles` with `mr`-row micro-tiles (1.2 MB with
+/// the default tiles), so that no later product of the same blocking, whatever its shape,
+/// allocates.
+fn grow_packs(pa: &mut Vec<f32>, pb: &mut Vec<f32>, tiles: Tiles, mr: usize) {
+    let (kc, mc) = (tiles.kc.max(1), tiles.mc.max(1));
+    if pb.len() < NC * kc {
+        pb.resize(NC * kc, 0.0);
+    }
+    if pa.len() < mc.next_multiple_of(mr) * kc {
+        pa.resize(mc.next_multiple_of(mr) * kc, 0.0);
+    }
+}
+
+/// Grows the calling thread's packing buffers for SIMD products of `tiles`. Called on every
+/// pool thread when a runtime is built: a worker may get its first block of a product in
+/// any later run (tasks go to whichever thread claims them first), and would allocate then.
+pub(crate) fn reserve_scratch(tiles: Tiles) {
+    let mr = match isa() {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => 12,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => 6,
+        _ => return,
+    };
+    PACK.with(|pack| {
+        let mut pack = pack.borrow_mut();
+        let (pa, pb) = &mut *pack;
+        grow_packs(pa, pb, tiles, mr);
+    });
+}
+
 #[allow(clippy::too_many_arguments)]
 unsafe fn blocked<const MR: usize, const NR: usize>(
     m: usize,
@@ -290,14 +321,7 @@ unsafe fn blocked<const MR: usize, const NR: usize>(
     PACK.with(|pack| {
         let mut pack = pack.borrow_mut();
         let (pa, pb) = &mut *pack;
-        // Full-size buffers on a thread's first product (1.2 MB with the default tiles), so
-        // that no later product of the same blocking, whatever its shape, allocates.
-        if pb.len() < NC * kc_max {
-            pb.resize(NC * kc_max, 0.0);
-        }
-        if pa.len() < mc_max.next_multiple_of(MR) * kc_max {
-            pa.resize(mc_max.next_multiple_of(MR) * kc_max, 0.0);
-        }
+        grow_packs(pa, pb, tiles, MR);
         let mut tile = [0f32; 12 * 32];
         // A read in place (no packing) when it is row-major or column-major and small: its
         // rows then stay in L1 across the column panels, and packing would cost as much as

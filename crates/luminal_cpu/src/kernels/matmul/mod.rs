@@ -557,6 +557,7 @@ impl CpuKernel for MatmulKernel {
     fn scratch(&self) -> Scratch {
         Scratch {
             instrs: self.epilogue.as_ref().map_or(0, |p| p.instrs.len()),
+            gemm: self.weight.is_none().then_some(self.tiles),
         }
     }
     fn run(&mut self, cx: RunCtx<'_>, out: &mut Storage) -> Result<()> {
