@@ -401,6 +401,61 @@ fn half_ops_through_views_match_the_reference_bit_for_bit() {
     }
 }
 
+/// New cache rows that are an elementwise tree (a decode step's RoPE'd keys cast to the
+/// cache's type) are evaluated straight into the state buffer: one `write_slice+[...]`
+/// launch, no kernel of their own, the same values as the reference. A few rows (one task
+/// on the calling thread) and many (parallel pieces), every float cache type.
+#[test]
+fn elementwise_rows_written_straight_into_the_state() {
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        for (heads, ctx, dim, s) in [(3usize, 10usize, 64usize, 1usize), (2, 300, 64, 256)] {
+            for threads in [1, 2] {
+                let cx = Graph::new();
+                let cache = cx.input("cache", (heads, ctx, dim), dtype);
+                let x = cx.input("x", (heads, s, dim), DType::F32);
+                // Halves swapped (two masked views, as RoPE's rotation), then exact ops.
+                let swapped = x
+                    .slice(-1, dim / 2, dim)
+                    .concat_along(x.slice(-1, 0, dim / 2), -1);
+                let y = swapped * 3.0 + x * 0.5;
+                let y = if dtype == DType::F32 {
+                    y
+                } else {
+                    y.cast(dtype)
+                };
+                let updated = cache.write_slice(1, "pos", y).output();
+                let mut rt = cpu(&cx, threads);
+                let names = rt.kernel_names();
+                assert!(
+                    names.iter().any(|n| n.starts_with("write_slice+"))
+                        && !names
+                            .iter()
+                            .any(|n| n.starts_with("cast") || n.starts_with("elementwise")),
+                    "{dtype}: {names:?}"
+                );
+                let mut want = reference(&cx);
+                let cd = random(dtype, heads * ctx * dim, 7);
+                rt.set_data(cache, cd.clone()).unwrap();
+                want.set_data(cache, cd).unwrap();
+                for (i, pos) in [0, 3, ctx - s].into_iter().enumerate() {
+                    let xd = random(DType::F32, heads * s * dim, 40 + i as u64);
+                    rt.set_dim("pos", pos);
+                    want.set_dim("pos", pos);
+                    rt.set_data(x, xd.clone()).unwrap();
+                    want.set_data(x, xd).unwrap();
+                    rt.run().unwrap();
+                    want.run().unwrap();
+                    assert_eq!(
+                        rt.get_data(updated).unwrap(),
+                        want.get_data(updated).unwrap(),
+                        "{dtype}, {heads}x{ctx}x{dim}, {s} rows at {pos}, {threads} threads"
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn half_state_written_in_place() {
     // A KV-cache style state in f16: write rows in place, read the cache through a matmul.

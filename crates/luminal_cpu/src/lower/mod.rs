@@ -397,12 +397,47 @@ impl Lowering<'_> {
     }
 
     /// In-place write into a state input's buffer.
+    /// The new rows are evaluated into the state buffer when they are a private
+    /// elementwise tree stored as the state's own float type (see `movement/write.rs`).
     fn write_slice(&self, id: NodeId) -> Result<Option<Lowered>> {
-        if !matches!(self.g.node(id).op, Op::WriteSlice { .. }) {
+        let node = self.g.node(id);
+        if !matches!(node.op, Op::WriteSlice { .. }) {
             return Ok(None);
         }
-        let w = WriteSliceKernel::new(self.g, id, self.names)?;
-        Ok(Some(("write_slice".into(), Box::new(w))))
+        let src = &node.inputs[1];
+        let p = self.g.node(src.node);
+        let fused = !self.disabled("fused_elementwise")
+            && matches!(node.dtype, DType::F32 | DType::F16 | DType::BF16)
+            && p.dtype == node.dtype
+            && src.view.is_contiguous()
+            && self.private_fusable(src)
+            && !self.g.outputs.contains(&src.node);
+        let prog = if fused {
+            let mut prog = Program::default();
+            self.begin_root(src.node);
+            let r = self.emit_node(src.node, &mut prog, &mut vec![]);
+            self.root.set(None);
+            r?.expect("a root has no pending broadcast");
+            // Rounded as it is stored (as a half root of a fused kernel).
+            if let Some(&Instr::Round(kind, _)) = prog.instrs.last() {
+                if HalfKind::of(node.dtype) == Some(kind) {
+                    prog.instrs.pop();
+                }
+            }
+            // A tree reading the state it is written into (an optimizer's `w - lr·g`)
+            // keeps its own buffer: the state's old values are read through any view.
+            let dest = BufId::of(node.inputs[0].node);
+            let reads_dest = prog.reads().any(|b| b == dest);
+            (!reads_dest).then_some(prog)
+        } else {
+            None
+        };
+        let name = match &prog {
+            Some(prog) => Self::name_of(prog, "write_slice+"),
+            None => "write_slice".into(),
+        };
+        let w = WriteSliceKernel::new(self.g, id, self.names, prog)?;
+        Ok(Some((name, Box::new(w))))
     }
 
     /// A cast of a float tensor into a block-quantized type (a quantized KV cache's new

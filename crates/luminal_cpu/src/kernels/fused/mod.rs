@@ -727,6 +727,33 @@ macro_rules! elementwise_tasks {
     };
 }
 
+/// A piece of an output that a program's values are stored into (see [`eval_into`]).
+pub enum Dst<'o> {
+    F32(&'o mut [f32]),
+    F16(&'o mut [half::f16]),
+    BF16(&'o mut [half::bf16]),
+}
+
+/// The program's values at logical elements `z0 .. z0 + out.len()` stored into `out` (a
+/// half output rounded once), on the calling thread.
+pub fn eval_into(prog: &Program, bufs: &[Storage], z0: usize, out: Dst<'_>) {
+    let out = match out {
+        Dst::F32(o) => OutChunk::F32(o),
+        Dst::F16(o) => OutChunk::F16(o),
+        Dst::BF16(o) => OutChunk::BF16(o),
+    };
+    prog.with_regs(|mut regs| {
+        simd::run(ElementwiseTask {
+            prog,
+            bufs,
+            z0,
+            stream: false,
+            out,
+            regs: &mut regs,
+        })
+    })
+}
+
 /// An elementwise kernel: the program's root, stored to the node's buffer.
 pub fn run_elementwise(prog: &Program, bufs: &[Storage], out: &mut Storage, n: usize) {
     let chunk = task_len(n, prog.work_per_element()).next_multiple_of(BLOCK);
