@@ -80,6 +80,9 @@ pub struct ViewExprs {
     /// Every expression is a constant: the resolved view is the same at every launch (so
     /// its gather table is built once).
     fixed: bool,
+    /// The dim slots (bit `i`: slot `i` of [`DimValues`]) its expressions read: a launch
+    /// whose values of those slots are the last resolve's reuses its result.
+    reads: u32,
     /// The symbolic view itself (fusion passes match patterns on it).
     pub view: ShapeTracker,
 }
@@ -102,6 +105,9 @@ pub struct ResolvedView {
     /// Offsets of the view's trailing elements, for views that [`ResolvedView::load`]
     /// would otherwise walk a few elements at a time (built once for fixed views).
     pub table: Option<std::sync::Arc<GatherTable>>,
+    /// The dim values (those its expressions read; the others 0) it was last resolved
+    /// with, if any.
+    resolved_for: Option<DimValues>,
 }
 
 impl ViewExprs {
@@ -115,8 +121,31 @@ impl ViewExprs {
             && constant(&view.offset())
             && mask.iter().all(|(l, h)| constant(l) && constant(h))
             && constant(&view.valid_expression_nd(&lo_exprs));
+        let mut reads = 0u32;
+        let exprs = view
+            .dims()
+            .into_iter()
+            .chain(view.strides())
+            .chain([view.offset(), view.valid_expression_nd(&lo_exprs)])
+            .chain(mask.iter().flat_map(|(l, h)| [l.clone(), h.clone()]));
+        for e in exprs {
+            for v in e.variables() {
+                // Slot 0 is the flat index `z`, slot `i + 1` the dim named `names.0[i]`.
+                let slot = if v == "z" {
+                    Some(0)
+                } else {
+                    names.0.iter().position(|n| *n == v).map(|i| i + 1)
+                };
+                match slot {
+                    Some(i) if i <= MAX_DYN_DIMS => reads |= 1 << i,
+                    // An unknown name fails to compile below; no caching regardless.
+                    _ => reads = u32::MAX,
+                }
+            }
+        }
         Ok(ViewExprs {
             fixed,
+            reads,
             dims: view.dims().iter().map(c).collect::<Result<_>>()?,
             strides: view.strides().iter().map(c).collect::<Result<_>>()?,
             offset: c(&view.offset())?,
@@ -134,6 +163,16 @@ impl ViewExprs {
 
     /// Evaluates into `out` (whose vectors already have the view's rank: no allocation).
     pub fn resolve(&self, dims: &DimValues, out: &mut ResolvedView) -> Result<()> {
+        let mut key = [0i64; MAX_DYN_DIMS + 1];
+        for (i, k) in key.iter_mut().enumerate() {
+            if self.reads >> i & 1 == 1 {
+                *k = dims[i];
+            }
+        }
+        if out.resolved_for == Some(key) {
+            return Ok(());
+        }
+        out.resolved_for = None;
         let r = self.rank();
         out.dims.resize(r, 0);
         out.strides.resize(r, 0);
@@ -164,6 +203,7 @@ impl ViewExprs {
         } else if out.table.is_none() && !out.linear && out.any_valid {
             out.table = GatherTable::of(out).map(std::sync::Arc::new);
         }
+        out.resolved_for = Some(key);
         Ok(())
     }
 }
@@ -790,6 +830,7 @@ mod tests {
                 contiguous: false,
                 linear: false,
                 table: None,
+                resolved_for: None,
             };
             let n: usize = dims.iter().product::<i64>() as usize;
             let want: Vec<f32> = (0..n).map(|z| v.load_one(BufRef::F32(&buf), z)).collect();
@@ -836,6 +877,7 @@ mod tests {
             contiguous: false,
             linear: false,
             table: None,
+            resolved_for: None,
         };
         for z0 in 0..21 {
             for n in 1..=21 - z0 {
