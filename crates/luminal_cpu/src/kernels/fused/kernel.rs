@@ -48,7 +48,6 @@ impl CpuKernel for ElementwiseKernel {
     fn scratch(&self) -> Scratch {
         Scratch {
             instrs: self.prog.instrs.len(),
-
             ..Scratch::default()
         }
     }
@@ -75,7 +74,6 @@ impl CpuKernel for ReduceKernel {
     fn scratch(&self) -> Scratch {
         Scratch {
             instrs: self.prog.instrs.len(),
-
             ..Scratch::default()
         }
     }

@@ -767,7 +767,6 @@ impl CpuKernel for RowKernel {
     fn scratch(&self) -> Scratch {
         Scratch {
             instrs: self.programs().map(|p| p.instrs.len()).max().unwrap_or(0),
-
             ..Scratch::default()
         }
     }
