@@ -410,8 +410,7 @@ impl Lowering<'_> {
             && matches!(node.dtype, DType::F32 | DType::F16 | DType::BF16)
             && p.dtype == node.dtype
             && src.view.is_contiguous()
-            && self.private_fusable(src)
-            && !self.g.outputs.contains(&src.node);
+            && self.private_fusable(src);
         let prog = if fused {
             let mut prog = Program::default();
             self.begin_root(src.node);
