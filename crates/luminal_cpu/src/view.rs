@@ -766,6 +766,53 @@ impl Flat {
 mod tests {
     use super::*;
 
+    /// A resolved view is reused only while the dims its expressions read keep their
+    /// values: changing a dim it reads re-resolves it, changing one it does not read keeps
+    /// the (still right) result.
+    #[test]
+    fn resolved_views_follow_the_dims_they_read() {
+        let names = DimNames(vec!["s".into(), "p".into(), "unused".into()]);
+        let (s, p) = (Expression::var("s"), Expression::var("p"));
+        // A slice starting at row p of a [p + s + 4, 8] buffer: dims depend on s, the offset
+        // on p.
+        let mut view = ShapeTracker::new(vec![p.clone() + s.clone() + 4, Expression::from(8)]);
+        view.slice(0, p.clone(), p.clone() + s.clone());
+        let exprs = ViewExprs::new(&view, &names).unwrap();
+        let mut out = ResolvedView::default();
+        let mut dims = [0i64; MAX_DYN_DIMS + 1];
+        let check = |out: &ResolvedView, s: i64, p: i64| {
+            assert_eq!(out.dims, vec![s, 8], "s = {s}, p = {p}");
+            assert_eq!(out.offset, p * 8, "s = {s}, p = {p}");
+        };
+        for (sv, pv, unused) in [
+            (1, 0, 0),
+            (1, 5, 0),
+            (3, 5, 0),
+            (3, 5, 9),
+            (2, 7, 9),
+            (2, 7, 1),
+        ] {
+            dims[1] = sv;
+            dims[2] = pv;
+            dims[3] = unused;
+            exprs.resolve(&dims, &mut out).unwrap();
+            check(&out, sv, pv);
+        }
+        // Only `s` and `p` are keys. A marked result survives a change of the unused dim
+        // (reused, not re-evaluated) and is replaced when `p` changes.
+        assert_eq!(exprs.reads, 0b110);
+        out.offset = -1;
+        dims[3] = 4;
+        exprs.resolve(&dims, &mut out).unwrap();
+        assert_eq!(
+            out.offset, -1,
+            "re-resolved although no dim it reads changed"
+        );
+        dims[2] = 11;
+        exprs.resolve(&dims, &mut out).unwrap();
+        check(&out, 2, 11);
+    }
+
     /// `load` (the odometer and the short-row paths) against `load_one` element by element,
     /// on random masked, strided, broadcast views and random block boundaries.
     #[test]
