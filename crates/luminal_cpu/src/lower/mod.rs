@@ -396,9 +396,9 @@ impl Lowering<'_> {
         format!("{prefix}[{}]", ops.join(","))
     }
 
-    /// In-place write into a state input's buffer.
-    /// The new rows are evaluated into the state buffer when they are a private
-    /// elementwise tree stored as the state's own float type (see `movement/write.rs`).
+    /// In-place write into a state input's buffer. The new rows are evaluated straight into
+    /// it when they are a private elementwise tree of the state's own float type (see
+    /// `movement/write.rs`).
     fn write_slice(&self, id: NodeId) -> Result<Option<Lowered>> {
         let node = self.g.node(id);
         if !matches!(node.op, Op::WriteSlice { .. }) {
