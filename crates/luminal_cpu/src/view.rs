@@ -33,6 +33,14 @@ impl DimNames {
         e.compile(&vars)
             .map_err(|e| LuminalError::Expression(e.to_string()))
     }
+
+    /// The slot of [`DimValues`] that variable `name` is read from in compiled expressions.
+    pub fn slot(&self, name: &str) -> Option<usize> {
+        if name == "z" {
+            return Some(0);
+        }
+        self.0.iter().position(|n| n == name).map(|i| i + 1)
+    }
 }
 
 /// An expression evaluated with the current dim values (z = 0).
@@ -130,13 +138,7 @@ impl ViewExprs {
             .chain(mask.iter().flat_map(|(l, h)| [l.clone(), h.clone()]));
         for e in exprs {
             for v in e.variables() {
-                // Slot 0 is the flat index `z`, slot `i + 1` the dim named `names.0[i]`.
-                let slot = if v == "z" {
-                    Some(0)
-                } else {
-                    names.0.iter().position(|n| *n == v).map(|i| i + 1)
-                };
-                match slot {
+                match names.slot(&v) {
                     Some(i) if i <= MAX_DYN_DIMS => reads |= 1 << i,
                     // An unknown name fails to compile below; no caching regardless.
                     _ => reads = u32::MAX,

@@ -3,6 +3,7 @@
 
 use crate::kernel::HalfScratch;
 use crate::kernel::{BufId, Kernel, RunCtx};
+use crate::kernels::matmul::gemm_f32::Tiles;
 use crate::storage::Storage;
 use crate::view::{eval, DimNames, DimValues, MAX_DYN_DIMS};
 use luminal::graph::{GraphData, NodeId, TensorRef};
@@ -100,7 +101,6 @@ impl CpuRuntime {
         for s in &inputs {
             readable.insert(s.node, (s.buf, None));
         }
-        use crate::kernels::matmul::gemm_f32::Tiles;
         let pool = crate::exec::par::Pool::new(threads)
             .map_err(|e| LuminalError::Backend(format!("thread pool: {e}")))?;
         let scratch: Vec<_> = kernels.iter().map(|k| k.kind.scratch()).collect();

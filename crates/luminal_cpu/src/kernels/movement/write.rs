@@ -166,6 +166,11 @@ impl WriteSliceKernel {
     }
 }
 
+/// Most new elements evaluated at once into a stack buffer and copied to their pieces (a
+/// decode step's keys or values: KV heads × head dim, 192 for SmolLM2, 1024 for Llama-3
+/// 8B); more are evaluated in place by parallel tasks.
+const SMALL: usize = 1024;
+
 /// Where the written rows go: `outer` pieces of `block` elements, piece `o` at
 /// `o · row + at` of the destination.
 struct Span {
@@ -195,10 +200,10 @@ impl Span {
             return;
         }
         let total = outer * block;
-        if total <= BLOCK {
+        if total <= SMALL {
             // A decode step's few rows: evaluated at once on the calling thread, then copied
             // to their pieces.
-            let mut tmp = [T::default(); BLOCK];
+            let mut tmp = [T::default(); SMALL];
             eval_into(prog, bufs, 0, wrap(&mut tmp[..total]));
             for o in 0..outer {
                 dst[o * row + at..o * row + at + block]
