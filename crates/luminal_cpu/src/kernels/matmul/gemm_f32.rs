@@ -5,7 +5,13 @@
 //! ones need its `nightly` feature), so on an AVX-512 CPU it runs at half the FMA width, and
 //! it allocates its packing buffers on every call (a training step would allocate once per
 //! matmul). This one packs into per-thread buffers that only ever grow, and its AVX-512
-//! microkernel uses the full vector width. Elsewhere (no AVX2) the `gemm` crate runs.
+//! microkernel uses the full vector width. Elsewhere (no AVX2, or another architecture) a
+//! portable microkernel in plain Rust runs in the same blocking (the compiler vectorises it):
+//! slower than the `gemm` crate's hand-written NEON, but with the one property the runtime
+//! relies on that the crate does not give, a row's result independent of the rows computed
+//! with it (the crate picks its K blocking from all three sizes, so a prefill of 10 tokens and
+//! a full recompute of 34 differed in the last bits, and a q8_0 KV cache then rounded those
+//! keys differently), and no allocation per product.
 //!
 //! Blocking, in the usual way: for each `NC`-column slab of B and `KC`-deep slice of K, B is
 //! packed into `NR`-column panels (`[k][NR]`, zero-padded); for each `MC`-row block of A,
@@ -241,26 +247,17 @@ unsafe fn product(
         Isa::Avx512 => blocked::<12, 32>(m, n, k, a, b, c, c_rs, accumulate, Kernel::Avx512, tiles),
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => blocked::<6, 16>(m, n, k, a, b, c, c_rs, accumulate, Kernel::Avx2, tiles),
-        _ => gemm::gemm(
+        _ => blocked::<PORTABLE_MR, PORTABLE_NR>(
             m,
             n,
             k,
+            a,
+            b,
             c,
-            1,
-            c_rs as isize,
+            c_rs,
             accumulate,
-            a.ptr,
-            a.cs,
-            a.rs,
-            b.ptr,
-            b.cs,
-            b.rs,
-            if accumulate { 1.0 } else { 0.0 },
-            1.0,
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
+            Kernel::Portable,
+            tiles,
         ),
     }
 }
@@ -271,7 +268,14 @@ enum Kernel {
     Avx512,
     #[cfg(target_arch = "x86_64")]
     Avx2,
+    /// Plain Rust, `PORTABLE_MR × PORTABLE_NR` tiles ([`micro_portable`]).
+    Portable,
 }
+
+/// The portable microkernel's tile: 16 accumulators of four lanes (NEON has 32 vector
+/// registers, SSE 16).
+const PORTABLE_MR: usize = 4;
+const PORTABLE_NR: usize = 16;
 
 /// Full-size packing buffers for products of `tiles` with `mr`-row micro-tiles (1.2 MB with
 /// the default tiles), so that no later product of the same blocking, whatever its shape,
@@ -295,7 +299,7 @@ pub(crate) fn reserve_scratch(tiles: Tiles) {
         Isa::Avx512 => 12,
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => 6,
-        _ => return,
+        _ => PORTABLE_MR,
     };
     PACK.with(|pack| {
         let mut pack = pack.borrow_mut();
@@ -405,7 +409,10 @@ fn is_avx512(kernel: Kernel) -> bool {
     #[cfg(target_arch = "x86_64")]
     return matches!(kernel, Kernel::Avx512);
     #[cfg(not(target_arch = "x86_64"))]
-    match kernel {}
+    {
+        let Kernel::Portable = kernel;
+        false
+    }
 }
 
 #[inline(always)]
@@ -423,6 +430,58 @@ unsafe fn micro(
         Kernel::Avx512 => x86::micro_avx512(kc, ap, bp, c, c_rs, overwrite),
         #[cfg(target_arch = "x86_64")]
         Kernel::Avx2 => x86::micro_avx2(kc, ap, bp, c, c_rs, overwrite),
+        Kernel::Portable => micro_portable(kc, ap, bp, c, c_rs, overwrite),
+    }
+}
+
+/// The portable microkernel: the `PORTABLE_MR × PORTABLE_NR` tile of C over `kc` packed
+/// steps (`ap`: `[kc][MR]`, `bp`: `[kc][NR]`), accumulated in order along K in a local array
+/// the compiler keeps in vector registers; stored over C (`overwrite`) or added to it.
+///
+/// # Safety
+/// `ap` and `bp` must hold `kc` packed steps; the tile's rows of C (`c_rs` apart, `NR`
+/// each) must be writable.
+#[inline(never)]
+unsafe fn micro_portable(
+    kc: usize,
+    ap: *const f32,
+    bp: *const f32,
+    c: *mut f32,
+    c_rs: usize,
+    overwrite: bool,
+) {
+    const MR: usize = PORTABLE_MR;
+    const NR: usize = PORTABLE_NR;
+    /// `a·b + c`, fused where the target has a fused multiply-add instruction (a call into
+    /// libm otherwise).
+    #[inline(always)]
+    fn madd(a: f32, b: f32, c: f32) -> f32 {
+        #[cfg(any(target_arch = "aarch64", target_feature = "fma"))]
+        return a.mul_add(b, c);
+        #[cfg(not(any(target_arch = "aarch64", target_feature = "fma")))]
+        return a * b + c;
+    }
+    let mut acc = [[0f32; NR]; MR];
+    let (a, b) = (
+        std::slice::from_raw_parts(ap, kc * MR),
+        std::slice::from_raw_parts(bp, kc * NR),
+    );
+    for (av, bv) in a.chunks_exact(MR).zip(b.chunks_exact(NR)) {
+        for (row, &x) in acc.iter_mut().zip(av) {
+            for (s, &y) in row.iter_mut().zip(bv) {
+                *s = madd(x, y, *s);
+            }
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        let d = std::slice::from_raw_parts_mut(c.add(i * c_rs), NR);
+        if overwrite {
+            d.copy_from_slice(row);
+        } else {
+            for (o, &v) in d.iter_mut().zip(row) {
+                *o += v;
+            }
+        }
     }
 }
 
@@ -878,6 +937,43 @@ mod tests {
                             );
                         }
                     }
+                }
+            }
+        }
+        crate::simd::set_max_isa(before);
+    }
+
+    /// A row's result does not depend on how many rows are computed with it, at every
+    /// level: the first 10 rows of a 34-row product equal a 10-row product bit for bit (a
+    /// prefill of 10 tokens against a full recompute; with a quantized KV cache a last-bit
+    /// difference can move a key across a rounding boundary). Shapes include a quantized
+    /// product's decoded tile (n = 16, K = 1536) and one where the 10-row A is read in place
+    /// and the 34-row one packed.
+    #[test]
+    fn rows_do_not_depend_on_the_rows_beside_them() {
+        let before = isa();
+        for level in [Isa::Generic, Isa::Avx2, Isa::Avx512] {
+            if crate::simd::set_max_isa(level) != level {
+                continue;
+            }
+            for &(n, k) in &[(16, 1536), (40, 300), (64, 576), (33, 257)] {
+                let a = vals(34 * k, 3);
+                let b = vals(k * n, 4);
+                // B row-major, and as Bᵀ row-major (a weight's rows, as the quantized
+                // products decode them).
+                for (b_rs, b_cs) in [(n, 1), (1, k)] {
+                    let mut all = vec![f32::NAN; 34 * n];
+                    let mut few = vec![f32::NAN; 10 * n];
+                    product((34, n, k), (&a, k, 1), (&b, b_rs, b_cs), &mut all, n, false);
+                    product((10, n, k), (&a, k, 1), (&b, b_rs, b_cs), &mut few, n, false);
+                    let same = all[..10 * n]
+                        .iter()
+                        .zip(&few)
+                        .all(|(x, y)| x.to_bits() == y.to_bits());
+                    assert!(
+                        same,
+                        "{level:?} n {n} k {k} B strides ({b_rs}, {b_cs}): 10 rows differ from the first 10 of 34"
+                    );
                 }
             }
         }
