@@ -33,7 +33,7 @@ const TILE_CHOICES: &[(usize, usize)] = &[(512, 288), (128, 72)];
 /// few rows): where the split and blocking knobs change anything.
 fn has_gemm_product(graph: &GraphData) -> bool {
     use luminal::op::{BinaryOp, Op, ReduceOp};
-    let skinny = crate::kernels::matmul::skinny_f32::MAX_ROWS as i64;
+    let skinny = crate::kernels::matmul::skinny::MAX_ROWS as i64;
     graph.node_ids().any(|id| {
         let n = graph.node(id);
         matches!(

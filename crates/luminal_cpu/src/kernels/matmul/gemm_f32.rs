@@ -108,7 +108,7 @@ pub(crate) unsafe fn sgemm(m: usize, n: usize, k: usize, a: Mat, b: Mat, c: *mut
 /// that reach this GEMM a row's result does not depend on the rows computed with it (a
 /// prefill of 10 tokens and one of 34 agree on the first 10); callers that split a product
 /// pass the whole product's `n`. (Skinny products, M ≤ 8 with both operands contiguous
-/// along K, have their own f32 kernel, `skinny_f32`, at f32 accuracy whatever the
+/// along K, take the skinny product, `skinny.rs`, at f32 accuracy whatever the
 /// precision.)
 pub(crate) fn amx_for(n: usize, k: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -999,7 +999,7 @@ mod scaling {
                 .map(|i| ((i * 53 % 97) as f32 - 48.0) / 48.0)
                 .collect();
             let c = vec![0f32; m * n];
-            let cp = crate::kernels::matmul::skinny_f32::OutPtr(c.as_ptr() as *mut f32);
+            let cp = crate::kernels::matmul::skinny::OutPtr(c.as_ptr() as *mut f32);
             for (threads, colmajor) in [(1usize, false), (2, false), (1, true), (2, true)] {
                 let pool = crate::exec::par::Pool::new(threads).unwrap();
                 let run = || {

@@ -18,7 +18,7 @@
 
 pub(crate) mod gemm;
 
-use super::MatmulKernel;
+use super::{skinny, skinny_half, MatmulKernel};
 use crate::kernel::HalfScratch;
 use crate::kernels::half::CHUNK;
 use crate::storage::Elem;
@@ -136,7 +136,7 @@ impl SkinnyPath {
         if depth == 0 || sa[r - 1] != 1 || sa[r - 3] < 0 {
             return None;
         }
-        if m <= crate::kernels::matmul::skinny_f32::MAX_ROWS && sb[r - 1] == 1 && sb[r - 2] >= 0 {
+        if m <= crate::kernels::matmul::skinny::MAX_ROWS && sb[r - 1] == 1 && sb[r - 2] >= 0 {
             Some(SkinnyPath::Dots)
         } else if m == 1 && sb[r - 2] == 1 && sb[r - 1] >= 0 && n > 1 {
             Some(SkinnyPath::Axpy)
@@ -172,24 +172,13 @@ impl SkinnyPath {
             }
             let (oa, ob) = (oa as usize, ob as usize);
             match self {
-                SkinnyPath::Dots => crate::kernels::matmul::skinny_half::skinny(
-                    a,
-                    (oa, sa[r - 3] as usize),
-                    b,
-                    (ob, sb[r - 2] as usize),
-                    d,
-                    (m, n, depth),
-                    parallel,
-                ),
-                SkinnyPath::Axpy => crate::kernels::matmul::skinny_half::axpy(
-                    a,
-                    oa,
-                    b,
-                    (ob, sb[r - 1] as usize),
-                    d,
-                    depth,
-                    parallel,
-                ),
+                SkinnyPath::Dots => {
+                    let w = skinny_half::HalfRows::new(b, (ob, sb[r - 2] as usize), n, depth);
+                    skinny::skinny(&w, a, (oa, sa[r - 3] as usize), d, m, parallel)
+                }
+                SkinnyPath::Axpy => {
+                    skinny_half::axpy(a, oa, b, (ob, sb[r - 1] as usize), d, depth, parallel)
+                }
             }
         }
     }

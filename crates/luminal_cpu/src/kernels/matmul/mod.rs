@@ -10,6 +10,7 @@
 pub(crate) mod amx;
 pub(crate) mod gemm_f32;
 pub(crate) mod half;
+pub(crate) mod skinny;
 pub(crate) mod skinny_f32;
 pub(crate) mod skinny_half;
 
@@ -257,7 +258,7 @@ impl MatmulKernel {
             self.matvec_axpy(a, b, dst, batch, n, k, &offsets);
             return Ok(false);
         }
-        if m <= crate::kernels::matmul::skinny_f32::MAX_ROWS
+        if m <= skinny::MAX_ROWS
             && sa[r - 1] == 1
             && sb[r - 1] == 1
             && sa[r - 3] >= 0
@@ -267,19 +268,8 @@ impl MatmulKernel {
             let parallel = self.threads > 1 && flops_per >= (1 << 15);
             for (i, d) in dst.chunks_mut(m * n).enumerate() {
                 let (oa, ob) = offsets(i);
-                crate::kernels::matmul::skinny_f32::skinny(
-                    a,
-                    oa as usize,
-                    sa[r - 3] as usize,
-                    b,
-                    ob as usize,
-                    sb[r - 2] as usize,
-                    d,
-                    m,
-                    n,
-                    k,
-                    parallel,
-                );
+                let w = skinny_f32::F32Rows::new(b, (ob as usize, sb[r - 2] as usize), n, k);
+                skinny::skinny(&w, a, (oa as usize, sa[r - 3] as usize), d, m, parallel);
             }
             return Ok(false);
         }
@@ -303,10 +293,10 @@ impl MatmulKernel {
                 Split::Cols => n >= 16 * threads.min(2),
                 Split::Rows => false,
             };
-            let out = crate::kernels::matmul::skinny_f32::OutPtr(dst.as_mut_ptr());
+            let out = skinny::OutPtr(dst.as_mut_ptr());
             for i in 0..batch {
                 let d = out.0.wrapping_add(i * m * n);
-                let d = crate::kernels::matmul::skinny_f32::OutPtr(d);
+                let d = skinny::OutPtr(d);
                 if cols {
                     let w = n.div_ceil(threads).next_multiple_of(16);
                     crate::exec::par::for_each(n.div_ceil(w), |t| {

@@ -1,15 +1,14 @@
-//! Skinny products (`M ≤ 8` rows, the decode step of a language model): each output is a
-//! dot product of a row of `a` with a row of `b` stored along `K`, so the weights stream from
-//! memory once, split over the threads by output column. `gemm` is slow at this shape (it
-//! packs `b` and runs at a few GFLOP/s for `M = 1`).
+//! The f32 weight format of the skinny product (`skinny.rs`: `M ≤ 8` rows, the decode step
+//! of a language model): each output is a dot product of a row of `a` with a row of `b`
+//! stored along `K`. `gemm` is slow at this shape (it packs `b` and runs at a few GFLOP/s
+//! for `M = 1`).
 
+use crate::kernels::matmul::skinny::{Out, SkinnyWeight};
 use crate::simd::{isa, Isa};
+use std::ops::Range;
 
-/// Largest weight (bytes) the skinny kernel reads four rows at a time (see [`skinny`]).
+/// Largest weight (bytes) the skinny kernel reads four rows at a time (see [`F32Rows`]).
 const GROUPED_MAX_BYTES: usize = 8 << 20;
-
-/// Most rows of `a` handled by the skinny kernel.
-pub const MAX_ROWS: usize = 8;
 
 /// `Σ a[i]·b[i]` with 64 independent lanes so the compiler keeps vector registers busy.
 /// `F`: fused multiply-adds (where the CPU has them; without, `mul_add` is a slow library
@@ -155,67 +154,53 @@ pub(crate) fn dot(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
     }
 }
 
-/// The output pointer shared by tasks that write disjoint columns.
-#[derive(Clone, Copy)]
-pub(crate) struct OutPtr(pub(crate) *mut f32);
-// SAFETY: tasks write disjoint elements (their own column range of each row).
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
+/// An f32 weight of `n` rows of `k` values, row `j` at `b[off + j·row ..]` (a weight stored
+/// `[N, K]`, or any operand contiguous along K).
+pub(crate) struct F32Rows<'b> {
+    b: &'b [f32],
+    off: usize,
+    row: usize,
+    n: usize,
+    k: usize,
+}
 
-/// Runs `cols(j0, j1)` over column ranges covering `0 .. n`: split over the threads (a
-/// few tasks per thread, multiples of 4 columns) when `parallel`, else one range.
-pub(crate) fn split_columns(n: usize, parallel: bool, cols: impl Fn(usize, usize) + Sync) {
-    let threads = crate::exec::par::threads();
-    if parallel && threads > 1 && n >= 32 {
-        let chunk = n.div_ceil(threads * 4).max(16).next_multiple_of(4);
-        crate::exec::par::for_each(n.div_ceil(chunk), |c| {
-            cols(c * chunk, ((c + 1) * chunk).min(n))
-        });
-    } else {
-        cols(0, n);
+impl<'b> F32Rows<'b> {
+    /// Panics when `b` is too short for `n` rows of `k` values.
+    pub(crate) fn new(b: &'b [f32], (off, row): (usize, usize), n: usize, k: usize) -> Self {
+        assert!(
+            n == 0 || k == 0 || off + (n - 1) * row + k <= b.len(),
+            "skinny product: f32 weight too short"
+        );
+        F32Rows { b, off, row, n, k }
     }
 }
 
-/// One skinny product: `dst[i·n + j] = Σ_k a[a_off + i·a_row + k] · b[b_off + j·b_row + k]`
-/// for `i < m ≤ MAX_ROWS`, `j < n`. Both operands are contiguous along `K`. Panics (slice
-/// bounds) rather than reading out of bounds; the caller checked the views beforehand.
-/// Allocates nothing.
-#[allow(clippy::too_many_arguments)]
-pub fn skinny(
-    a: &[f32],
-    a_off: usize,
-    a_row: usize,
-    b: &[f32],
-    b_off: usize,
-    b_row: usize,
-    dst: &mut [f32],
-    m: usize,
-    n: usize,
-    k: usize,
-    parallel: bool,
-) {
-    assert!(m <= MAX_ROWS);
-    let isa = isa();
-    let mut rows: [&[f32]; MAX_ROWS] = [&[]; MAX_ROWS];
-    for (i, r) in rows.iter_mut().enumerate().take(m) {
-        *r = &a[a_off + i * a_row..a_off + i * a_row + k];
+impl SkinnyWeight for F32Rows<'_> {
+    type Acts = ();
+
+    fn shape(&self) -> (usize, usize) {
+        (self.n, self.k)
     }
-    let col = |j: usize| &b[b_off + j * b_row..b_off + j * b_row + k];
-    assert!(dst.len() >= m * n);
-    let out = OutPtr(dst.as_mut_ptr());
-    // Four columns at a time (each load of `a` feeds four weight rows) while the weight is
-    // cache-sized: 1×576·[1536,576] 72 → 57 µs. A weight streamed from DRAM reads faster as
-    // one sequential stream than as four interleaved ones (1×576·[49152,576]: 6.6 → 8.7 ms
-    // with four).
-    let grouped = n * k * 4 <= GROUPED_MAX_BYTES;
-    split_columns(n, parallel, |j0, j1| {
-        let out = out;
+
+    fn with_acts<R>(&self, _rows: &[&[f32]], f: impl FnOnce(&()) -> R) -> R {
+        f(&())
+    }
+
+    fn columns(&self, _: &(), rows: &[&[f32]], cols: Range<usize>, out: Out) {
+        let F32Rows { b, off, row, n, k } = *self;
+        let isa = isa();
+        let (j0, j1) = (cols.start, cols.end);
+        let col = |j: usize| &b[off + j * row..off + j * row + k];
         let mut j = j0;
-        if grouped {
+        // Four columns at a time (each load of `a` feeds four weight rows) while the weight
+        // is cache-sized: 1×576·[1536,576] 72 → 57 µs. A weight streamed from DRAM reads
+        // faster as one sequential stream than as four interleaved ones
+        // (1×576·[49152,576]: 6.6 → 8.7 ms with four).
+        if n * k * 4 <= GROUPED_MAX_BYTES {
             let groups = (j1 - j0) / 4;
-            let args = (&rows[..m], (b_off, b_row), (j0, groups), (out.0, n));
-            // SAFETY: dst holds m·n elements and j0 + 4·groups <= j1 <= n; no other task
-            // writes this task's columns. The AVX2 features were detected at run time.
+            let args = (rows, (off, row), (j0, groups), (out.ptr.0, n));
+            // SAFETY: the output holds m·n elements and j0 + 4·groups <= j1 <= n; no other
+            // task writes this task's columns. The AVX2 features were detected at run time.
             unsafe {
                 match isa {
                     #[cfg(target_arch = "x86_64")]
@@ -228,11 +213,10 @@ pub fn skinny(
             j = j0 + 4 * groups;
         }
         for j in j..j1 {
-            for (i, row) in rows.iter().enumerate().take(m) {
-                let v = dot(isa, row, col(j));
-                // SAFETY: as above.
-                unsafe { *out.0.add(i * n + j) = v };
+            for (i, r) in rows.iter().enumerate() {
+                // SAFETY: i < m, j < n; this task alone writes column j.
+                unsafe { out.put(i, j, dot(isa, r, col(j))) };
             }
         }
-    });
+    }
 }

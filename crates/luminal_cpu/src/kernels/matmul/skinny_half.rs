@@ -4,7 +4,7 @@
 //! AVX2 + F16C) and accumulates exact products in `f32`, like the f32 kernels of
 //! `matvec.rs` and `matmul.rs`:
 //!
-//! - [`skinny`]: `M ≤ 8` rows against a weight contiguous along K (stored `[N, K]`, how
+//! - [`HalfRows`], the f16 / bf16 format of the skinny product (`skinny.rs`): `M ≤ 8` rows against a weight contiguous along K (stored `[N, K]`, how
 //!   `Linear` keeps it, and the f16 / bf16 GGUF weights of `quant::weight_matmul`): one dot
 //!   product per output, a block of up to four weight rows read together (each activation
 //!   load feeds all of them, the outputs reduced together), the weight prefetched 8 KiB
@@ -15,13 +15,13 @@
 //! Without AVX2 + F16C (or with the instruction set capped below AVX2) the same loops run
 //! on short blocks widened with `half`'s slice conversions.
 
-use crate::kernels::matmul::skinny_f32::MAX_ROWS;
+use crate::kernels::matmul::skinny::MAX_ROWS;
 use crate::simd::half::{fast, half_level, HalfLevel};
 use crate::storage::Elem;
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use crate::kernels::matmul::skinny_f32::OutPtr;
+use crate::kernels::matmul::skinny::{Out, OutPtr, SkinnyWeight};
 
 /// Elements of `K` widened at a time by the portable kernels (a stack block in L1).
 const KC: usize = 256;
@@ -86,97 +86,105 @@ impl Half for half::bf16 {}
 /// (1×576·[49152,576]ᵀ f16 on one thread: 11 GB/s at 1.5 KiB, 13 at 8 KiB, fewer at 32.)
 const SKINNY_AHEAD: usize = 8192;
 
-/// One skinny product: `dst[i·n + j] = Σ_q a[a_off + i·a_row + q] · b[b_off + j·b_row + q]`
-/// for `i < m ≤ MAX_ROWS`, `j < n`, `q < k`. Panics (before reading anything) when the
-/// operands are too short for those indices. Allocates nothing.
+/// A half weight (f16 / bf16) of `n` rows of `k` values for the skinny product
+/// (`skinny.rs`), row `j` at `b[off + j·row ..]`, streamed at the level `lvl` (which the CPU
+/// must support; `None`: portable).
 ///
 /// Each weight row is read once for all `m` activation rows; with AVX-512 or AVX2 a block
 /// of up to four weight rows is read together (one activation load feeds each of them) and
 /// the block's outputs are reduced together.
-#[allow(clippy::too_many_arguments)]
-pub fn skinny<H: Half>(
-    a: &[f32],
-    a_at: (usize, usize),
-    b: &[H],
-    b_at: (usize, usize),
-    dst: &mut [f32],
-    mnk: (usize, usize, usize),
-    parallel: bool,
-) {
-    skinny_at(half_level(), a, a_at, b, b_at, dst, mnk, parallel)
+pub(crate) struct HalfRows<'b, H> {
+    b: &'b [H],
+    off: usize,
+    row: usize,
+    n: usize,
+    k: usize,
+    lvl: Option<HalfLevel>,
 }
 
-/// [`skinny`] at the level `lvl` (which the CPU must support; `None`: portable).
-#[allow(clippy::too_many_arguments)]
-fn skinny_at<H: Half>(
-    lvl: Option<HalfLevel>,
-    a: &[f32],
-    (a_off, a_row): (usize, usize),
-    b: &[H],
-    (b_off, b_row): (usize, usize),
-    dst: &mut [f32],
-    (m, n, k): (usize, usize, usize),
-    parallel: bool,
-) {
-    assert!((1..=MAX_ROWS).contains(&m) && dst.len() >= m * n);
-    if n == 0 {
-        return;
+impl<'b, H: Half> HalfRows<'b, H> {
+    /// At the best level this CPU has. Panics when `b` is too short for `n` rows of `k`.
+    pub(crate) fn new(b: &'b [H], at: (usize, usize), n: usize, k: usize) -> Self {
+        Self::at_level(half_level(), b, at, n, k)
     }
-    if k == 0 {
-        dst[..m * n].fill(0.0);
-        return;
+
+    /// At the level `lvl` (which the CPU must support; `None`: portable).
+    pub(crate) fn at_level(
+        lvl: Option<HalfLevel>,
+        b: &'b [H],
+        (off, row): (usize, usize),
+        n: usize,
+        k: usize,
+    ) -> Self {
+        assert!(
+            n == 0 || k == 0 || off + (n - 1) * row + k <= b.len(),
+            "skinny product: half weight too short"
+        );
+        HalfRows {
+            b,
+            off,
+            row,
+            n,
+            k,
+            lvl,
+        }
     }
-    assert!(
-        a_off + (m - 1) * a_row + k <= a.len(),
-        "skinny: a too short"
-    );
-    assert!(
-        b_off + (n - 1) * b_row + k <= b.len(),
-        "skinny: b too short"
-    );
-    let mut rows: [&[f32]; MAX_ROWS] = [&[]; MAX_ROWS];
-    for (i, r) in rows.iter_mut().enumerate().take(m) {
-        *r = &a[a_off + i * a_row..a_off + i * a_row + k];
+}
+
+impl<H: Half> SkinnyWeight for HalfRows<'_, H> {
+    type Acts = ();
+
+    fn shape(&self) -> (usize, usize) {
+        (self.n, self.k)
     }
-    let out = OutPtr(dst.as_mut_ptr());
-    let cols = |j0: usize, j1: usize| {
-        // The whole `OutPtr` (Send), not its raw pointer field, is captured.
-        #[allow(clippy::redundant_locals)]
-        let out = out;
+
+    fn with_acts<R>(&self, _rows: &[&[f32]], f: impl FnOnce(&()) -> R) -> R {
+        f(&())
+    }
+
+    fn columns(&self, _: &(), rows: &[&[f32]], cols: std::ops::Range<usize>, out: Out) {
+        let HalfRows {
+            b,
+            off,
+            row,
+            n,
+            k,
+            lvl,
+        } = *self;
+        let m = rows.len();
         #[cfg(target_arch = "x86_64")]
         {
             let mut p = [std::ptr::null::<f32>(); MAX_ROWS];
-            for (q, r) in p.iter_mut().zip(&rows[..m]) {
+            for (q, r) in p.iter_mut().zip(rows) {
                 *q = r.as_ptr();
             }
             // SAFETY (both): the ISA was detected (`half_level`); every row of `p[..m]` and
-            // every weight row `b_off + j·b_row`, j < n, holds `k` elements (checked
-            // above); `out` holds m·n elements and this task alone writes columns j0..j1.
-            let w = b[b_off..].as_ptr();
+            // every weight row `off + j·row`, j < n, holds `k` elements (checked by the
+            // driver and `at_level`); `out` holds m·n elements and this task alone writes
+            // its columns.
+            let w = b[off..].as_ptr();
             match lvl {
                 Some(HalfLevel::Avx512) => {
-                    unsafe { cols_avx512::<H>(&p, m, w, b_row, j0..j1, out, n, k) };
+                    unsafe { cols_avx512::<H>(&p, m, w, row, cols, out.ptr, n, k) };
                     return;
                 }
                 Some(HalfLevel::Avx2) => {
-                    unsafe { cols_avx2::<H>(&p, m, w, b_row, j0..j1, out, n, k) };
+                    unsafe { cols_avx2::<H>(&p, m, w, row, cols, out.ptr, n, k) };
                     return;
                 }
                 None => {}
             }
         }
         let _ = lvl;
-        let w = |j: usize| &b[b_off + j * b_row..b_off + j * b_row + k];
-        for j in j0..j1 {
-            let d = dots_portable(&rows[..m], w(j));
+        let w = |j: usize| &b[off + j * row..off + j * row + k];
+        for j in cols {
+            let d = dots_portable(rows, w(j));
             for (i, v) in d.iter().enumerate().take(m) {
-                // SAFETY: i < m, j < n, and `out` holds m·n elements; no other task writes
-                // column j.
-                unsafe { *out.0.add(i * n + j) = *v };
+                // SAFETY: i < m, j < n; no other task writes column j.
+                unsafe { out.put(i, j, *v) };
             }
         }
-    };
-    crate::kernels::matmul::skinny_f32::split_columns(n, parallel, cols);
+    }
 }
 
 /// `Σ_q rows[i][q] · w[q]` for every row, widening `w` a block at a time.
@@ -598,6 +606,7 @@ unsafe fn axpy_avx2<'b, H: Elem>(x: &[f32], row: &impl Fn(usize) -> &'b [H], out
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::matmul::skinny::skinny;
     use crate::kernels::matmul::testing::{assert_matches_f64, vals};
     use half::{bf16, f16};
 
@@ -612,7 +621,7 @@ mod tests {
             .collect()
     }
 
-    /// `skinny` against an f64 reference at every level, over odd shapes, strided and
+    /// The skinny product over [`HalfRows`] against an f64 reference at every level, over odd shapes, strided and
     /// offset operands.
     fn check<H: Half>(from: fn(f32) -> H) {
         for lvl in levels() {
@@ -628,16 +637,8 @@ mod tests {
                             .collect();
                         for parallel in [false, true] {
                             let mut dst = vec![f32::NAN; m * n + 2];
-                            skinny_at(
-                                lvl,
-                                &a,
-                                (a_off, a_row),
-                                &b,
-                                (b_off, b_row),
-                                &mut dst,
-                                (m, n, k),
-                                parallel,
-                            );
+                            let w = HalfRows::at_level(lvl, &b, (b_off, b_row), n, k);
+                            skinny(&w, &a, (a_off, a_row), &mut dst, m, parallel);
                             assert_matches_f64(
                                 &format!("{lvl:?}"),
                                 &a,

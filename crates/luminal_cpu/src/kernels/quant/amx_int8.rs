@@ -29,7 +29,7 @@
 use super::int8::DotPath;
 use super::span_acts::Aligned;
 use super::{legacy_dot, prefetch, unpack, WeightRef};
-use crate::kernels::matmul::skinny_f32::OutPtr;
+use crate::kernels::matmul::skinny::OutPtr;
 use luminal::DType;
 use std::arch::asm;
 use std::arch::x86_64::*;

@@ -5,7 +5,8 @@
 //! [`PANEL_BYTES`]) that stay in L1/L2 while every chunk of activation rows passes over
 //! them:
 //!
-//! - **skinny** (`M ≤ 8`, decode): formats with a fused dot (`legacy_dot.rs`,
+//! - **skinny** (`M ≤ 8`, decode; [`Int8Rows`], the int8 format of `matmul/skinny.rs`):
+//!   formats with a fused dot (`legacy_dot.rs`,
 //!   `kquant_dot.rs`, SIMD paths) unpack a weight row in registers once per chunk of up to
 //!   four activation rows (`dot_rows`), instead of once per row; the other formats (and the
 //!   portable path) unpack each weight row into scratch (`unpack.rs`) for `int8::dot`;
@@ -21,10 +22,11 @@
 use super::PANEL_BYTES;
 use super::{int8, kquant_dot, legacy_dot, prefetch, span_acts, span_dot, tile_avx2, unpack};
 use super::{with_unpacked, WeightRef};
-use crate::kernels::matmul::skinny_f32::{split_columns, OutPtr, MAX_ROWS};
+use crate::kernels::matmul::skinny::{split_columns, Out, OutPtr, SkinnyWeight, MAX_ROWS};
 use crate::simd::PREFETCH_AHEAD;
 use luminal::DType;
 use std::cell::RefCell;
+use std::ops::Range;
 
 thread_local! {
     /// The current product's quantized activation rows (on the thread running the kernel).
@@ -38,19 +40,10 @@ thread_local! {
     static PANEL: RefCell<Panel> = RefCell::new(Panel::default());
 }
 
-/// `out[at] = v` (through the wrapper: tasks capture the `Sync` wrapper, not its pointer).
-///
-/// # Safety
-/// `at` is inside the output and no other task writes it.
-#[inline(always)]
-unsafe fn put(out: &OutPtr, at: usize, v: f32) {
-    *out.0.add(at) = v;
-}
-
 /// `out[at ..][..vals.len()] = vals`.
 ///
 /// # Safety
-/// As [`put`], for every value.
+/// `at .. at + vals.len()` is inside the output and no other task writes it.
 #[inline(always)]
 unsafe fn put_row(out: &OutPtr, at: usize, vals: &[f32]) {
     std::ptr::copy_nonoverlapping(vals.as_ptr(), out.0.add(at), vals.len());
@@ -158,8 +151,95 @@ pub(super) fn fused_rows_dot(path: int8::DotPath, dtype: DType) -> Option<(RowsD
     }
 }
 
-/// `out[i·n + j] = Σ_k q_i[k] · W[j, k]` for `i < m`, `j < n`, with `q_i` row `i` of `a`
-/// (from `a_off`, rows `a_row` apart) quantized to int8. The caller checked the lengths.
+/// A block-quantized weight as the skinny product's format with int8 activations
+/// (`matmul/skinny.rs`; decode steps): the activation rows quantized once per product
+/// (`Acts`), then each task walks its columns in blocks of weight rows (at most
+/// [`PANEL_BYTES`]) that stay in L1/L2 while every chunk of up to `max_r` activation rows
+/// passes over them, with the format's fused multi-row dot where it has one; the other
+/// formats (and the portable path) unpack each weight row into scratch for `int8::dot`.
+pub(crate) struct Int8Rows<'w> {
+    w: WeightRef<'w>,
+    path: int8::DotPath,
+}
+
+impl<'w> Int8Rows<'w> {
+    pub(crate) fn new(w: WeightRef<'w>) -> Self {
+        Int8Rows {
+            w,
+            path: int8::DotPath::current(),
+        }
+    }
+}
+
+impl SkinnyWeight for Int8Rows<'_> {
+    type Acts = int8::QActs;
+
+    fn shape(&self) -> (usize, usize) {
+        (self.w.n, self.w.k)
+    }
+
+    fn with_acts<R>(&self, rows: &[&[f32]], f: impl FnOnce(&int8::QActs) -> R) -> R {
+        QACTS.with(|q| {
+            let mut q = q.borrow_mut();
+            q.quantize(rows.len(), self.w.k, |i| rows[i]);
+            f(&q)
+        })
+    }
+
+    fn columns(&self, q: &int8::QActs, rows: &[&[f32]], cols: Range<usize>, out: Out) {
+        let (w, path, m) = (self.w, self.path, rows.len());
+        let rb = w.row_bytes();
+        if let Some((dot_rows, max_r)) = fused_rows_dot(path, w.dtype) {
+            let block = (PANEL_BYTES / rb).clamp(8, 64);
+            let mut res = [0f32; MAX_ROWS];
+            for jb in cols.clone().step_by(block) {
+                let je = (jb + block).min(cols.end);
+                for i in (0..m).step_by(max_r) {
+                    let r = (m - i).min(max_r);
+                    let x = q.rows(i, r);
+                    for j in jb..je {
+                        if i == 0 {
+                            prefetch(w.bytes, j * rb + PREFETCH_AHEAD, rb);
+                        }
+                        dot_rows(
+                            path,
+                            w.dtype,
+                            &w.bytes[j * rb..(j + 1) * rb],
+                            x,
+                            &mut res[..r],
+                        );
+                        for (t, &v) in res[..r].iter().enumerate() {
+                            // SAFETY: i + t < m, j < n; no other task writes column j.
+                            unsafe { out.put(i + t, j, v) };
+                        }
+                    }
+                }
+            }
+            return;
+        }
+        let signed = unpack::signed_quants(w.dtype);
+        with_unpacked(w.k, |u, sa, sb| {
+            for j in cols {
+                prefetch(w.bytes, j * rb + PREFETCH_AHEAD, rb);
+                unpack::unpack(w.dtype, &w.bytes[j * rb..(j + 1) * rb], u, sa, sb);
+                let wr = int8::URow {
+                    u,
+                    a: sa,
+                    b: sb,
+                    signed,
+                };
+                for i in 0..m {
+                    // SAFETY: i < m, j < n; no other task writes column j.
+                    unsafe { out.put(i, j, int8::dot(path, wr, q.row(i))) };
+                }
+            }
+        })
+    }
+}
+
+/// `out[i·n + j] = Σ_k q_i[k] · W[j, k]` for `i < m`, `j < n`, `m > MAX_ROWS` (the wide
+/// product; skinny ones take [`Int8Rows`]), with `q_i` row `i` of `a` (from `a_off`, rows
+/// `a_row` apart) quantized to int8. The caller checked the lengths.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn int8_matmul(
     a: &[f32],
@@ -170,83 +250,25 @@ pub(super) fn int8_matmul(
     m: usize,
     parallel: bool,
 ) {
-    let (n, k) = (w.n, w.k);
+    assert!(
+        m > MAX_ROWS,
+        "int8_matmul: {m} rows take the skinny product"
+    );
     let path = int8::DotPath::current();
-    let rb = w.row_bytes();
+    let k = w.k;
     let rows = |i: usize| &a[a_off + i * a_row..a_off + i * a_row + k];
-    if m > MAX_ROWS {
-        #[cfg(target_arch = "x86_64")]
-        if super::amx_int8::takes(path) && super::amx_int8::wide(w, rows, out, m, parallel) {
-            return;
-        }
-        if span_dot::wide_int8(path) {
-            return wide(path, w, rows, out, m, parallel);
-        }
-        assert!(
-            tile_avx2::wide_int8(path, w.dtype),
-            "wide int8 product without VNNI or AVX2 tiles"
-        );
-        return tile_avx2::wide(w, rows, out, m, parallel);
+    #[cfg(target_arch = "x86_64")]
+    if super::amx_int8::takes(path) && super::amx_int8::wide(w, rows, out, m, parallel) {
+        return;
     }
-    QACTS.with(|q| {
-        let mut q = q.borrow_mut();
-        q.quantize(m, k, rows);
-        let q = &*q;
-        if let Some((dot_rows, max_r)) = fused_rows_dot(path, w.dtype) {
-            let block = (PANEL_BYTES / rb).clamp(8, 64);
-            split_columns(n, parallel, |j0, j1| {
-                let mut res = [0f32; MAX_ROWS];
-                for jb in (j0..j1).step_by(block) {
-                    let je = (jb + block).min(j1);
-                    for i in (0..m).step_by(max_r) {
-                        let r = (m - i).min(max_r);
-                        let x = q.rows(i, r);
-                        for j in jb..je {
-                            if i == 0 {
-                                prefetch(w.bytes, j * rb + PREFETCH_AHEAD, rb);
-                            }
-                            dot_rows(
-                                path,
-                                w.dtype,
-                                &w.bytes[j * rb..(j + 1) * rb],
-                                x,
-                                &mut res[..r],
-                            );
-                            for (t, &v) in res[..r].iter().enumerate() {
-                                // SAFETY: i + t < m, j < n, the output holds m·n values; no
-                                // other task writes column j.
-                                unsafe { put(&out, (i + t) * n + j, v) };
-                            }
-                        }
-                    }
-                }
-            });
-            return;
-        }
-        // The other formats: each weight row unpacked into scratch, then dotted with every
-        // activation row.
-        let signed = unpack::signed_quants(w.dtype);
-        split_columns(n, parallel, |j0, j1| {
-            with_unpacked(k, |u, sa, sb| {
-                for j in j0..j1 {
-                    prefetch(w.bytes, j * rb + PREFETCH_AHEAD, rb);
-                    unpack::unpack(w.dtype, &w.bytes[j * rb..(j + 1) * rb], u, sa, sb);
-                    let wr = int8::URow {
-                        u,
-                        a: sa,
-                        b: sb,
-                        signed,
-                    };
-                    for i in 0..m {
-                        let v = int8::dot(path, wr, q.row(i));
-                        // SAFETY: i < m, j < n, the output holds m·n values; no other task
-                        // writes column j.
-                        unsafe { put(&out, i * n + j, v) };
-                    }
-                }
-            })
-        });
-    });
+    if span_dot::wide_int8(path) {
+        return wide(path, w, rows, out, m, parallel);
+    }
+    assert!(
+        tile_avx2::wide_int8(path, w.dtype),
+        "wide int8 product without VNNI or AVX2 tiles"
+    );
+    tile_avx2::wide(w, rows, out, m, parallel)
 }
 
 /// Timings of the multi-row dots and of wide products (a measurement that asserts nothing,

@@ -56,7 +56,7 @@ mod unpack;
 
 use crate::kernel::{BufId, CpuKernel, RunCtx};
 use crate::kernels::half::CastKernel;
-use crate::kernels::matmul::skinny_f32::{split_columns, OutPtr, MAX_ROWS};
+use crate::kernels::matmul::skinny::{skinny, Out, OutPtr, SkinnyWeight, MAX_ROWS};
 use crate::simd::isa;
 use crate::storage::Elem;
 use crate::storage::{BufRef, Storage};
@@ -220,6 +220,82 @@ pub(crate) fn takes_int8(dtype: DType, m: usize, exact: bool) -> bool {
         && (m <= MAX_ROWS || span_dot::wide_int8(path) || tile_avx2::wide_int8(path, dtype))
 }
 
+/// A block-quantized weight (or an f32 / half one read through `WeightRef`) as the skinny
+/// product's format with f32 activations (`exact` products, and formats without int8
+/// dots): per weight row, the format's fused f32 dot where it has one (`dot.rs`), else
+/// the row unpacked to bytes and group scales (`int8::dot_f32`) where the format unpacks,
+/// else the row decoded to f32 (scratch) and dotted with each activation row.
+pub(crate) struct QuantRows<'w> {
+    w: WeightRef<'w>,
+}
+
+impl<'w> QuantRows<'w> {
+    pub(crate) fn new(w: WeightRef<'w>) -> Self {
+        QuantRows { w }
+    }
+}
+
+impl SkinnyWeight for QuantRows<'_> {
+    type Acts = ();
+
+    fn shape(&self) -> (usize, usize) {
+        (self.w.n, self.w.k)
+    }
+
+    fn with_acts<R>(&self, _rows: &[&[f32]], f: impl FnOnce(&()) -> R) -> R {
+        f(&())
+    }
+
+    fn columns(&self, _: &(), rows: &[&[f32]], cols: std::ops::Range<usize>, out: Out) {
+        let w = self.w;
+        let (k, rb) = (w.k, w.row_bytes());
+        let row = |j: usize| {
+            prefetch(w.bytes, j * rb + crate::simd::PREFETCH_AHEAD, rb);
+            &w.bytes[j * rb..(j + 1) * rb]
+        };
+        if dot::has_fused_dot(w.dtype) {
+            let isa = isa();
+            for j in cols {
+                let r = row(j);
+                for (i, x) in rows.iter().enumerate() {
+                    // SAFETY: i < m, j < n; this task alone writes column j.
+                    unsafe { out.put(i, j, dot::dot(isa, w.dtype, x, r)) };
+                }
+            }
+        } else if unpack::has_int8_dot(w.dtype) {
+            let path = int8::DotPath::current();
+            let signed = unpack::signed_quants(w.dtype);
+            with_unpacked(k, |u, sa, sb| {
+                for j in cols {
+                    unpack::unpack(w.dtype, row(j), u, sa, sb);
+                    let wr = int8::URow {
+                        u,
+                        a: sa,
+                        b: sb,
+                        signed,
+                    };
+                    for (i, x) in rows.iter().enumerate() {
+                        // SAFETY: as above.
+                        unsafe { out.put(i, j, int8::dot_f32(path, wr, x)) };
+                    }
+                }
+            })
+        } else {
+            let isa = isa();
+            with_scratch(k, |s| {
+                for j in cols {
+                    decode(w.dtype, row(j), s);
+                    for (i, x) in rows.iter().enumerate() {
+                        let v = crate::kernels::matmul::skinny_f32::dot(isa, x, s);
+                        // SAFETY: as above.
+                        unsafe { out.put(i, j, v) };
+                    }
+                }
+            })
+        }
+    }
+}
+
 /// `dst[i·n + j] = Σ_k a[a_off + i·a_row + k] · W[j, k]` for `i < m`, `j < n`: the product
 /// `x · Wᵀ` with `W` read in place. Allocates nothing once the per-thread scratch has grown.
 /// Products with block-quantized weights take int8 dots (activations quantized per group
@@ -250,71 +326,27 @@ pub(crate) fn weight_matmul(
     );
     let out = OutPtr(dst.as_mut_ptr());
     let parallel = threads > 1 && m * n * k >= (1 << 15);
+    if m <= MAX_ROWS {
+        // The skinny product (`matmul/skinny.rs`), int8 or f32 activations.
+        if takes_int8(w.dtype, m, exact) {
+            skinny(
+                &int8_matmul::Int8Rows::new(w),
+                a,
+                (a_off, a_row),
+                dst,
+                m,
+                parallel,
+            );
+        } else if !half_product(a, (a_off, a_row), w, dst, m, parallel) {
+            skinny(&QuantRows::new(w), a, (a_off, a_row), dst, m, parallel);
+        }
+        return;
+    }
     if takes_int8(w.dtype, m, exact) {
         int8_matmul::int8_matmul(a, a_off, a_row, w, out, m, parallel);
         return;
     }
     if half_product(a, (a_off, a_row), w, dst, m, parallel) {
-        return;
-    }
-    if m <= MAX_ROWS && !dot::has_fused_dot(w.dtype) && unpack::has_int8_dot(w.dtype) {
-        // f32 activations against rows unpacked to bytes (`int8::dot_f32`).
-        let path = int8::DotPath::current();
-        let signed = unpack::signed_quants(w.dtype);
-        let rb = w.row_bytes();
-        split_columns(n, parallel, |j0, j1| {
-            let out = out;
-            let rows = |i: usize| &a[a_off + i * a_row..a_off + i * a_row + k];
-            with_unpacked(k, |u, sa, sb| {
-                for j in j0..j1 {
-                    prefetch(w.bytes, j * rb + crate::simd::PREFETCH_AHEAD, rb);
-                    unpack::unpack(w.dtype, &w.bytes[j * rb..(j + 1) * rb], u, sa, sb);
-                    let wr = int8::URow {
-                        u,
-                        a: sa,
-                        b: sb,
-                        signed,
-                    };
-                    for i in 0..m {
-                        let v = int8::dot_f32(path, wr, rows(i));
-                        // SAFETY: i < m, j < n, dst holds m·n values; no other task
-                        // writes column j.
-                        unsafe { *out.0.add(i * n + j) = v };
-                    }
-                }
-            })
-        });
-        return;
-    }
-    if m <= MAX_ROWS {
-        let isa = isa();
-        let rb = w.row_bytes();
-        let fused = dot::has_fused_dot(w.dtype);
-        split_columns(n, parallel, |j0, j1| {
-            let out = out;
-            let rows = |i: usize| &a[a_off + i * a_row..a_off + i * a_row + k];
-            for j in j0..j1 {
-                prefetch(w.bytes, j * rb + crate::simd::PREFETCH_AHEAD, rb);
-                let row = &w.bytes[j * rb..(j + 1) * rb];
-                if fused {
-                    for i in 0..m {
-                        let v = dot::dot(isa, w.dtype, rows(i), row);
-                        // SAFETY: i < m, j < n, dst holds m·n values; no other task
-                        // writes column j.
-                        unsafe { *out.0.add(i * n + j) = v };
-                    }
-                } else {
-                    with_scratch(k, |s| {
-                        decode(w.dtype, row, s);
-                        for i in 0..m {
-                            let v = crate::kernels::matmul::skinny_f32::dot(isa, rows(i), s);
-                            // SAFETY: as above.
-                            unsafe { *out.0.add(i * n + j) = v };
-                        }
-                    });
-                }
-            }
-        });
         return;
     }
     // Wide: tiles of `tile` weight rows decoded, then one gemm per tile into its columns.
@@ -372,7 +404,7 @@ fn half_product(
     parallel: bool,
 ) -> bool {
     use crate::kernels::matmul::half::gemm::weight_gemm;
-    use crate::kernels::matmul::skinny_half::{skinny, Half};
+    use crate::kernels::matmul::skinny_half::{Half, HalfRows};
     fn go<H: Half>(
         h: &[H],
         a: &[f32],
@@ -382,7 +414,7 @@ fn half_product(
         parallel: bool,
     ) -> bool {
         if m <= MAX_ROWS {
-            skinny(a, a_at, h, (0, k), dst, (m, n, k), parallel);
+            skinny(&HalfRows::new(h, (0, k), n, k), a, a_at, dst, m, parallel);
             return true;
         }
         weight_gemm(a, a_at, h, dst, (m, n, k), parallel)

@@ -41,7 +41,7 @@ use super::int8::{quantize_row, DotPath};
 use super::span_acts::Aligned;
 use super::unpack::{self, GROUP};
 use super::{legacy_dot, WeightRef};
-use crate::kernels::matmul::skinny_f32::OutPtr;
+use crate::kernels::matmul::skinny::OutPtr;
 use luminal::DType;
 use std::cell::RefCell;
 

@@ -15,7 +15,7 @@
 //! AVX-512 (`MR = 32`, `NR = 12`: 24 accumulators) and AVX2 (`MR = 16`, `NR = 6`: 12); below
 //! AVX2 + F16C the caller keeps its widen-then-`gemm` path.
 
-use crate::kernels::matmul::skinny_f32::OutPtr;
+use crate::kernels::matmul::skinny::OutPtr;
 use crate::kernels::matmul::skinny_half::Half;
 use crate::simd::half::{half_level, HalfLevel};
 #[cfg(target_arch = "x86_64")]
