@@ -22,7 +22,7 @@
 
 use super::{Lowered, Lowering};
 use crate::kernel::BufId;
-use crate::kernels::attention::{AttentionBias, AttentionKernel};
+use crate::kernels::attention::{AttentionBias, AttentionKernel, QSource};
 use crate::kernels::fused::{Instr, Leaf, Program};
 use crate::view::{LaunchExpr, ResolvedView, ViewExprs};
 use luminal::graph::NodeId;
@@ -85,7 +85,7 @@ impl Lowering<'_> {
             ViewExprs::new(&m.k.view, self.names)?,
             ViewExprs::new(&m.v.view, self.names)?,
         );
-        let k = AttentionKernel::new(
+        let mut k = AttentionKernel::new(
             (
                 BufId::of(m.q.node),
                 BufId::of(m.k.node),
@@ -96,6 +96,26 @@ impl Lowering<'_> {
             m.scale,
             bias,
         );
-        Ok(Some(("attention".into(), Box::new(k))))
+        // A private elementwise q (the rotary embedding over the query projection) is
+        // evaluated by the kernel itself: it gets no kernel or buffer of its own.
+        let qn = self.g.node(m.q.node);
+        if !self.disabled("fused_elementwise")
+            && qn.dtype == DType::F32
+            && self.private_fusable(&m.q)
+        {
+            let mut program = Program::default();
+            self.begin_root(m.q.node);
+            let r = self.emit_node(m.q.node, &mut program, &mut vec![]);
+            self.root.set(None);
+            if r?.is_some() {
+                let numel = LaunchExpr::new(&qn.shape.iter().product(), self.names)?;
+                k.q_source = Some(QSource { program, numel });
+            }
+        }
+        let name = match &k.q_source {
+            Some(q) => Self::name_of(&q.program, "attention+"),
+            None => "attention".into(),
+        };
+        Ok(Some((name, Box::new(k))))
     }
 }

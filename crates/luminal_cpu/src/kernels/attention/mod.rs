@@ -23,7 +23,7 @@ mod fast;
 mod prefill;
 
 use crate::kernel::{BufId, CpuKernel, RunCtx, Scratch};
-use crate::kernels::fused::{Program, RowEnv};
+use crate::kernels::fused::{eval_into, task_len, Dst, Program, RowEnv, BLOCK};
 use crate::simd;
 use crate::storage::Storage;
 use crate::view::{LaunchExpr, ResolvedView, ViewExprs};
@@ -65,6 +65,13 @@ impl AttentionBias {
     }
 }
 
+/// The fused program of the q node and its element count (see `AttentionKernel::q_source`).
+#[derive(Debug)]
+pub struct QSource {
+    pub program: Program,
+    pub numel: LaunchExpr,
+}
+
 #[derive(Debug)]
 pub struct AttentionKernel {
     pub q: BufId,
@@ -82,6 +89,10 @@ pub struct AttentionKernel {
     batch_dims: usize,
     pub scale: f32,
     pub bias: Option<AttentionBias>,
+    /// When set, q is not read from a buffer: this private elementwise tree (a decode
+    /// step's rotary embedding over the query projection) is evaluated at the q node's flat
+    /// indices into the head of the launch arena, and `q_view` reads it there.
+    pub q_source: Option<QSource>,
     /// Launch state, grown once: per batch index its q, k, v and bias offsets; batch indices
     /// ordered so that those sharing k, v and bias are adjacent; group boundaries in that
     /// order.
@@ -111,6 +122,7 @@ impl AttentionKernel {
             batch_dims,
             scale,
             bias,
+            q_source: None,
             offsets: vec![],
             order: vec![],
             groups: vec![],
@@ -202,23 +214,40 @@ fn backend_err(msg: &str) -> LuminalError {
 
 impl CpuKernel for AttentionKernel {
     fn reads(&self) -> Vec<BufId> {
-        let mut r = vec![self.q, self.k, self.v];
+        let mut r = vec![self.k, self.v];
+        match &self.q_source {
+            Some(q) => r.extend(q.program.reads()),
+            None => r.push(self.q),
+        }
         if let Some(b) = &self.bias {
             r.extend(b.program.reads());
         }
         r
     }
     fn remap(&mut self, map: &dyn Fn(BufId) -> BufId) {
-        self.q = map(self.q);
+        if self.q_source.is_none() {
+            self.q = map(self.q);
+        }
         self.k = map(self.k);
         self.v = map(self.v);
+        if let Some(q) = &mut self.q_source {
+            q.program.remap(map);
+        }
         if let Some(b) = &mut self.bias {
             b.program.remap(map);
         }
     }
     fn scratch(&self) -> Scratch {
         Scratch {
-            instrs: self.bias.as_ref().map_or(0, |b| b.program.instrs.len()),
+            instrs: [
+                &self.bias.as_ref().map(|b| &b.program),
+                &self.q_source.as_ref().map(|q| &q.program),
+            ]
+            .into_iter()
+            .flatten()
+            .map(|p| p.instrs.len())
+            .max()
+            .unwrap_or(0),
             ..Scratch::default()
         }
     }
@@ -238,9 +267,29 @@ impl CpuKernel for AttentionKernel {
         // Per-worker tiles live in the runtime's shared launch arena: one per runtime, not
         // one per layer (30 × 8 MB at a 512-token chunk of SmolLM2 before).
         let shared = cx.arena;
-        let q = match &bufs[self.q] {
-            Storage::F32(v) => v.as_slice(),
-            _ => return Err(backend_err("q must be f32")),
+        // q evaluated into the head of the arena (its tiles follow), or read in place.
+        let q_len = match &mut self.q_source {
+            Some(src) => {
+                src.program.prepare(cx.dims, bufs)?;
+                let n = src.numel.eval(cx.dims)?.max(0) as usize;
+                if shared.len() < n {
+                    shared.resize(n, 0.0);
+                }
+                let prog = &src.program;
+                let chunk = task_len(n, prog.work_per_element()).next_multiple_of(BLOCK);
+                crate::exec::par::for_each_chunk(&mut shared[..n], chunk, |t, c| {
+                    eval_into(prog, bufs, t * chunk, Dst::F32(c))
+                });
+                n
+            }
+            None => 0,
+        };
+        let q_buf = match &self.q_source {
+            Some(_) => None,
+            None => match &bufs[self.q] {
+                Storage::F32(v) => Some(v.as_slice()),
+                _ => return Err(backend_err("q must be f32")),
+            },
         };
         let rows_of = |b: BufId| match &bufs[b] {
             Storage::F32(v) => Ok(KvRows::F32(v)),
@@ -254,7 +303,7 @@ impl CpuKernel for AttentionKernel {
         self.q_exprs.resolve(cx.dims, &mut self.q_view)?;
         self.k_exprs.resolve(cx.dims, &mut self.k_view)?;
         self.v_exprs.resolve(cx.dims, &mut self.v_view)?;
-        self.q_view.check_bounds(q.len())?;
+        self.q_view.check_bounds(q_buf.map_or(q_len, |q| q.len()))?;
         self.k_view.check_bounds(k.len())?;
         self.v_view.check_bounds(v.len())?;
         let nb = self.batch_dims;
@@ -398,9 +447,11 @@ impl CpuKernel for AttentionKernel {
         } else {
             tasks.min(2 * threads)
         };
-        if shared.len() < workers * plan.per_worker {
-            shared.resize(workers * plan.per_worker, 0.0);
+        if shared.len() < q_len + workers * plan.per_worker {
+            shared.resize(q_len + workers * plan.per_worker, 0.0);
         }
+        let (q_head, shared) = shared.split_at_mut(q_len);
+        let q = q_buf.unwrap_or(q_head);
         let arena = SendPtr(shared.as_mut_ptr());
         let out_ptr = SendPtr(o.as_mut_ptr());
         let bias = self.bias.as_ref().map(|b| &b.program);
