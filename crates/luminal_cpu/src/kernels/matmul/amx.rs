@@ -205,17 +205,22 @@ static CONFIG: Config = {
     Config(c)
 };
 
-/// The piece products, grouped by B piece (the outer loop loads a B piece's two tiles once
-/// and multiplies every A piece paired with it): `(B piece, A pieces)`.
-const PASSES_F32: [(usize, &[usize]); 3] = [(0, &[0, 1, 2]), (1, &[0, 1]), (2, &[0])];
+/// The piece products `(A piece, B piece)` of f32 accuracy (`Highest`: `hh, mh, hm, lh,
+/// mm, hl`), in the order a K block runs them: each product shares one operand with the one
+/// before, except once (`lh` after `hl`, both operands new), so a K block loads 16 tiles
+/// for its 24 tile products instead of 18, and every load is spread between products
+/// (see [`chunk`]: a burst of loads right before the products that read them halved the
+/// tile-product rate; 16 spread loads per 24 products ran at 1.26× the grouped order's rate
+/// with L1-resident tiles).
+const TRAIL_F32: [(usize, usize); 6] = [(0, 0), (1, 0), (1, 1), (0, 1), (0, 2), (2, 0)];
 
-/// The three-pass form (`hh, mh, hm`: two pieces each, ~2⁻¹⁶ relative, PyTorch's
-/// "high" float32 matmul precision).
-const PASSES_HIGH: [(usize, &[usize]); 2] = [(0, &[0, 1]), (1, &[0])];
+/// The three-product form (`mh, hh, hm`: two pieces each, ~2⁻¹⁶ relative, PyTorch's
+/// "high" float32 matmul precision): one trail, 8 loads for 12 tile products.
+const TRAIL_HIGH: [(usize, usize); 3] = [(1, 0), (0, 0), (0, 1)];
 
 /// `C[m × n] = A[m × k] · B[k × n]`, C row-major with row stride `c_rs` (overwritten), at
-/// f32 accuracy (`Highest`: the six piece products of [`PASSES_F32`]) or at PyTorch's "high"
-/// (the three of [`PASSES_HIGH`]).
+/// f32 accuracy (`Highest`: the six piece products of [`TRAIL_F32`]) or at PyTorch's "high"
+/// (the three of [`TRAIL_HIGH`]).
 ///
 /// Returns false, C then holding anything, when an operand holds a value the pieces cannot
 /// carry (infinite, NaN, or past bf16's largest finite value, where a piece product such as
@@ -236,8 +241,8 @@ pub(crate) unsafe fn sgemm(
     precision: MatmulPrecision,
 ) -> bool {
     match precision {
-        MatmulPrecision::Highest => sgemm_passes(m, n, k, a, b, c, c_rs, &PASSES_F32, 3),
-        MatmulPrecision::High => sgemm_passes(m, n, k, a, b, c, c_rs, &PASSES_HIGH, 2),
+        MatmulPrecision::Highest => sgemm_passes(m, n, k, a, b, c, c_rs, &TRAIL_F32, 3),
+        MatmulPrecision::High => sgemm_passes(m, n, k, a, b, c, c_rs, &TRAIL_HIGH, 2),
     }
 }
 
@@ -263,7 +268,7 @@ unsafe fn sgemm_passes(
     b: Mat,
     c: *mut f32,
     c_rs: usize,
-    passes: &[(usize, &[usize])],
+    passes: &[(usize, usize)],
     pieces: usize,
 ) -> bool {
     let kb = k.div_ceil(32);
@@ -396,6 +401,13 @@ struct Operands {
 /// `jp, jp+1`: accumulators 0 = (ip, jp), 1 = (ip, jp+1), 2 = (ip+1, jp), 3 = (ip+1, jp+1)
 /// start at zero (`src` none) or from `src` (f32, the given row stride), and are stored to
 /// `dst`.
+///
+/// Each K block runs the piece products of `trail` in order, four tile products each
+/// (operands: A pieces in tmm4/tmm5, B pieces in tmm6/tmm7). Between two products only the
+/// operand that changes is loaded, each of its two tiles as soon as the products reading the
+/// old tile are issued, and each product issues first the tile products whose operands
+/// were loaded longest ago: a tile load waits for the products still reading its register,
+/// and a product for the load of its operands.
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn chunk(
@@ -404,7 +416,30 @@ unsafe fn chunk(
     jp: usize,
     kc: usize,
     kn: usize,
-    passes: &[(usize, &[usize])],
+    trail: &[(usize, usize)],
+    src: Option<(*mut f32, usize)>,
+    dst: (*mut f32, usize),
+) {
+    // Each trail compiled on its own: the schedule's branches fold away.
+    if trail == TRAIL_F32 {
+        chunk_with(ops, ip, jp, kc, kn, &TRAIL_F32, src, dst)
+    } else if trail == TRAIL_HIGH {
+        chunk_with(ops, ip, jp, kc, kn, &TRAIL_HIGH, src, dst)
+    } else {
+        chunk_with(ops, ip, jp, kc, kn, trail, src, dst)
+    }
+}
+
+/// [`chunk`] for one trail.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn chunk_with(
+    ops: &Operands,
+    ip: usize,
+    jp: usize,
+    kc: usize,
+    kn: usize,
+    trail: &[(usize, usize)],
     src: Option<(*mut f32, usize)>,
     dst: (*mut f32, usize),
 ) {
@@ -413,6 +448,24 @@ unsafe fn chunk(
     let at = |p: usize, q: usize, x: usize| pa.add(((p * mp + q) * kb + x) * TILE);
     let bt = |p: usize, q: usize, x: usize| pb.add(((p * np + q) * kb + x) * TILE);
     let s = 64usize;
+    macro_rules! ld {
+        ($t:literal, $ptr:expr) => {
+            asm!(
+                concat!("tileloadd ", $t, ", [{0} + {1}*1]"),
+                in(reg) $ptr,
+                in(reg) s,
+                options(nostack, readonly)
+            )
+        };
+    }
+    macro_rules! tdp {
+        ($c:literal, $a:literal, $b:literal) => {
+            asm!(
+                concat!("tdpbf16ps ", $c, ", ", $a, ", ", $b),
+                options(nostack, nomem)
+            )
+        };
+    }
     match src {
         None => asm!(
             "tilezero tmm0",
@@ -434,30 +487,102 @@ unsafe fn chunk(
             options(nostack, readonly)
         ),
     }
-    for x in kc..kc + kn {
-        for &(pb_i, a_pieces) in passes {
-            asm!(
-                "tileloadd tmm6, [{0} + {2}*1]",
-                "tileloadd tmm7, [{1} + {2}*1]",
-                in(reg) bt(pb_i, jp, x),
-                in(reg) bt(pb_i, jp + 1, x),
-                in(reg) s,
-                options(nostack, readonly)
-            );
-            for &pa_i in a_pieces {
-                asm!(
-                    "tileloadd tmm4, [{0} + {2}*1]",
-                    "tileloadd tmm5, [{1} + {2}*1]",
-                    "tdpbf16ps tmm0, tmm4, tmm6",
-                    "tdpbf16ps tmm1, tmm4, tmm7",
-                    "tdpbf16ps tmm2, tmm5, tmm6",
-                    "tdpbf16ps tmm3, tmm5, tmm7",
-                    in(reg) at(pa_i, ip, x),
-                    in(reg) at(pa_i, ip + 1, x),
-                    in(reg) s,
-                    options(nostack, readonly)
-                );
+    /// Which operand the next product replaces.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Next {
+        A,
+        B,
+        Both,
+        End,
+    }
+    // The first product's operands.
+    let (a0, b0) = trail[0];
+    ld!("tmm4", at(a0, ip, kc));
+    ld!("tmm6", bt(b0, jp, kc));
+    ld!("tmm5", at(a0, ip + 1, kc));
+    ld!("tmm7", bt(b0, jp + 1, kc));
+    // Whether the last load replaced B (its products go first).
+    let mut b_last = true;
+    let end = kc + kn;
+    for x in kc..end {
+        for (i, &(pa_i, pb_i)) in trail.iter().enumerate() {
+            // The next product's operands: the trail's next, or the next K block's first.
+            let (nx, (na, nb)) = match trail.get(i + 1) {
+                Some(&p) => (x, p),
+                None => (x + 1, trail[0]),
+            };
+            let next = if nx == end {
+                Next::End
+            } else if nx != x || (na != pa_i && nb != pb_i) {
+                Next::Both
+            } else if na != pa_i {
+                Next::A
+            } else {
+                Next::B
+            };
+            let (a_0, a_1) = (at(na, ip, nx), at(na, ip + 1, nx));
+            let (b_0, b_1) = (bt(nb, jp, nx), bt(nb, jp + 1, nx));
+            match (b_last, next) {
+                (_, Next::End) => {
+                    tdp!("tmm0", "tmm4", "tmm6");
+                    tdp!("tmm1", "tmm4", "tmm7");
+                    tdp!("tmm2", "tmm5", "tmm6");
+                    tdp!("tmm3", "tmm5", "tmm7");
+                }
+                (false, Next::A) => {
+                    tdp!("tmm0", "tmm4", "tmm6");
+                    tdp!("tmm1", "tmm4", "tmm7");
+                    ld!("tmm4", a_0);
+                    tdp!("tmm2", "tmm5", "tmm6");
+                    tdp!("tmm3", "tmm5", "tmm7");
+                    ld!("tmm5", a_1);
+                }
+                (true, Next::A) => {
+                    tdp!("tmm0", "tmm4", "tmm6");
+                    tdp!("tmm2", "tmm5", "tmm6");
+                    tdp!("tmm1", "tmm4", "tmm7");
+                    ld!("tmm4", a_0);
+                    tdp!("tmm3", "tmm5", "tmm7");
+                    ld!("tmm5", a_1);
+                }
+                (false, Next::B) => {
+                    tdp!("tmm0", "tmm4", "tmm6");
+                    tdp!("tmm1", "tmm4", "tmm7");
+                    tdp!("tmm2", "tmm5", "tmm6");
+                    ld!("tmm6", b_0);
+                    tdp!("tmm3", "tmm5", "tmm7");
+                    ld!("tmm7", b_1);
+                }
+                (true, Next::B) => {
+                    tdp!("tmm0", "tmm4", "tmm6");
+                    tdp!("tmm2", "tmm5", "tmm6");
+                    ld!("tmm6", b_0);
+                    tdp!("tmm1", "tmm4", "tmm7");
+                    tdp!("tmm3", "tmm5", "tmm7");
+                    ld!("tmm7", b_1);
+                }
+                (false, Next::Both) => {
+                    tdp!("tmm0", "tmm4", "tmm6");
+                    tdp!("tmm1", "tmm4", "tmm7");
+                    ld!("tmm4", a_0);
+                    tdp!("tmm2", "tmm5", "tmm6");
+                    ld!("tmm6", b_0);
+                    tdp!("tmm3", "tmm5", "tmm7");
+                    ld!("tmm5", a_1);
+                    ld!("tmm7", b_1);
+                }
+                (true, Next::Both) => {
+                    tdp!("tmm0", "tmm4", "tmm6");
+                    tdp!("tmm2", "tmm5", "tmm6");
+                    ld!("tmm6", b_0);
+                    tdp!("tmm1", "tmm4", "tmm7");
+                    ld!("tmm4", a_0);
+                    tdp!("tmm3", "tmm5", "tmm7");
+                    ld!("tmm5", a_1);
+                    ld!("tmm7", b_1);
+                }
             }
+            b_last = matches!(next, Next::B | Next::Both);
         }
     }
     let (c, rs) = dst;
@@ -962,6 +1087,95 @@ mod tests {
                 t_simd / t_amx,
                 t_simd / t_high
             );
+        }
+    }
+}
+
+#[cfg(test)]
+mod peak_probe {
+    use super::*;
+    use std::arch::asm;
+
+    /// Tile-product rates on one thread with every operand in L1 (a measurement that
+    /// asserts nothing; quoted in benches/README.md): no loads at all, the order by B piece
+    /// used before [`TRAIL_F32`] (two B tiles, then two A tiles before each four products:
+    /// 18 loads for 24 products, in bursts), and [`chunk`] itself over L1-resident tiles
+    /// (`cargo test --release -p luminal_cpu --lib tmul_rates -- --ignored --nocapture`).
+    #[test]
+    #[ignore]
+    fn tmul_rates() {
+        if !available() {
+            eprintln!("skipping: no AMX-BF16 here");
+            return;
+        }
+        // 3 pieces × 2 panels × 2 K blocks of A and of B (24 KiB), and a 32 × 32 C.
+        let buf = vec![0u16; 24 * TILE];
+        let mut c = vec![0f32; 32 * 32];
+        let reps = 300_000usize;
+        let rate = |blocks: usize, secs: f64| {
+            let macs = (blocks * 24 * 16 * 16 * 32) as f64;
+            format!(
+                "{:.0} GMAC/s ({:.0} GFLOP/s at f32 accuracy)",
+                macs / secs / 1e9,
+                2.0 * macs / secs / 1e9 / 6.0
+            )
+        };
+        let p = buf.as_ptr();
+        unsafe {
+            asm!("ldtilecfg [{0}]", in(reg) CONFIG.0.as_ptr(), options(nostack, readonly));
+            asm!("tileloadd tmm4, [{0} + {1}*1]", "tileloadd tmm5, [{0} + {1}*1]",
+                 "tileloadd tmm6, [{0} + {1}*1]", "tileloadd tmm7, [{0} + {1}*1]",
+                 in(reg) p, in(reg) 64usize, options(nostack, readonly));
+            let t = std::time::Instant::now();
+            for _ in 0..reps * 6 {
+                asm!(
+                    "tdpbf16ps tmm0, tmm4, tmm6",
+                    "tdpbf16ps tmm1, tmm4, tmm7",
+                    "tdpbf16ps tmm2, tmm5, tmm6",
+                    "tdpbf16ps tmm3, tmm5, tmm7",
+                    options(nostack, nomem)
+                );
+            }
+            println!("no loads: {}", rate(reps, t.elapsed().as_secs_f64()));
+            let t = std::time::Instant::now();
+            for _ in 0..reps {
+                for (bp, a_pieces) in [(0usize, 3usize), (1, 2), (2, 1)] {
+                    asm!("tileloadd tmm6, [{0} + {1}*1]", "tileloadd tmm7, [{2} + {1}*1]",
+                         in(reg) p.add((6 + 2 * bp) * TILE), in(reg) 64usize,
+                         in(reg) p.add((7 + 2 * bp) * TILE), options(nostack, readonly));
+                    for ap in 0..a_pieces {
+                        asm!("tileloadd tmm4, [{0} + {2}*1]", "tileloadd tmm5, [{1} + {2}*1]",
+                             "tdpbf16ps tmm0, tmm4, tmm6", "tdpbf16ps tmm1, tmm4, tmm7",
+                             "tdpbf16ps tmm2, tmm5, tmm6", "tdpbf16ps tmm3, tmm5, tmm7",
+                             in(reg) p.add(2 * ap * TILE), in(reg) p.add((2 * ap + 1) * TILE),
+                             in(reg) 64usize, options(nostack, readonly));
+                    }
+                }
+            }
+            println!(
+                "grouped by B piece: {}",
+                rate(reps, t.elapsed().as_secs_f64())
+            );
+            // `chunk`: four K blocks per call (C loaded and stored once a call, as in a
+            // product), over the same tiles: two distinct K blocks, each read twice.
+            let ops = Operands {
+                pa: p,
+                mp: 2,
+                pb: p.add(12 * TILE),
+                np: 2,
+                kb: 2,
+            };
+            let t = std::time::Instant::now();
+            for _ in 0..reps / 4 {
+                let c = (c.as_mut_ptr(), 32);
+                chunk(&ops, 0, 0, 0, 2, &TRAIL_F32, Some(c), c);
+                chunk(&ops, 0, 0, 0, 2, &TRAIL_F32, Some(c), c);
+            }
+            println!(
+                "chunk (the trail): {}",
+                rate(reps / 4 * 4, t.elapsed().as_secs_f64())
+            );
+            asm!("tilerelease", options(nostack, nomem));
         }
     }
 }
