@@ -127,12 +127,12 @@ fn the_same_model_code_runs_on_the_reference_backend() {
 
 #[test]
 fn tiny_llama_gguf_kv_cache_decode_equals_full_recompute() {
-    check_cache("tiny-llama.gguf", "tiny-llama", 1e-5);
+    check_cache("tiny-llama.gguf", "tiny-llama", common::CACHE_TOLERANCE);
 }
 
 #[test]
 fn tiny_qwen2_gguf_kv_cache_decode_equals_full_recompute() {
-    check_cache("tiny-qwen2.gguf", "tiny-qwen2", 1e-5);
+    check_cache("tiny-qwen2.gguf", "tiny-qwen2", common::CACHE_TOLERANCE);
 }
 
 /// Prefill (the f32 copy of the weights) and decode (the Q8_0 blocks) take different matmul

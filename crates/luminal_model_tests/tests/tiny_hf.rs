@@ -27,12 +27,12 @@ fn tiny_qwen2_logits_match_transformers() {
 
 #[test]
 fn tiny_llama_kv_cache_decode_equals_full_recompute() {
-    check_cache("tiny-llama", "tiny-llama", 1e-5);
+    check_cache("tiny-llama", "tiny-llama", common::CACHE_TOLERANCE);
 }
 
 #[test]
 fn tiny_qwen2_kv_cache_decode_equals_full_recompute() {
-    check_cache("tiny-qwen2", "tiny-qwen2", 1e-5);
+    check_cache("tiny-qwen2", "tiny-qwen2", common::CACHE_TOLERANCE);
 }
 
 #[test]

@@ -1137,6 +1137,31 @@ mod peak_probe {
                 );
             }
             println!("no loads: {}", rate(reps, t.elapsed().as_secs_f64()));
+            // `LOADS` tile loads before each four products, read by them.
+            macro_rules! loads_then_products {
+                ($name:literal, $($load:literal),*) => {{
+                    let t = std::time::Instant::now();
+                    for i in 0..reps * 6 {
+                        let o = p.add((i & 1) * 8 * TILE);
+                        $(asm!(concat!("tileloadd ", $load, ", [{0} + {1}*1]"),
+                               in(reg) o.add(TILE * ($load.as_bytes()[3] - b'0') as usize),
+                               in(reg) 64usize, options(nostack, readonly));)*
+                        asm!("tdpbf16ps tmm0, tmm4, tmm6", "tdpbf16ps tmm1, tmm4, tmm7",
+                             "tdpbf16ps tmm2, tmm5, tmm6", "tdpbf16ps tmm3, tmm5, tmm7",
+                             options(nostack, nomem));
+                    }
+                    println!("{}: {}", $name, rate(reps, t.elapsed().as_secs_f64()));
+                }};
+            }
+            loads_then_products!("1 load before every 4 products", "tmm4");
+            loads_then_products!("2 loads before every 4 products", "tmm4", "tmm5");
+            loads_then_products!(
+                "4 loads before every 4 products",
+                "tmm4",
+                "tmm5",
+                "tmm6",
+                "tmm7"
+            );
             let t = std::time::Instant::now();
             for _ in 0..reps {
                 for (bp, a_pieces) in [(0usize, 3usize), (1, 2), (2, 1)] {
