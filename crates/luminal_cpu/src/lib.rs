@@ -7,17 +7,20 @@
 //! - **reductions** fused with their elementwise producers, and last-axis reductions fused
 //!   with their producers and consumers into one *row kernel* (softmax, norms: one pass
 //!   over memory in, one out; see `kernels/fused/rows.rs`);
-//! - **matmul** recognised from its broadcast-multiply + sum-reduce pattern and run by
-//!   `gemm` on the operands' own strides (f32; f16 and bf16 widened to f32 scratch and
-//!   rounded once, see `kernels/half.rs`; skinny products read f32, half and block-quantized
-//!   weights in place, see `kernels/matmul/` and `kernels/quant/`), with an f32
-//!   elementwise consumer fused as an epilogue;
+//! - **matmul** recognised from its broadcast-multiply + sum-reduce pattern and run by our
+//!   blocked GEMM on the operands' own strides (AMX, AVX-512, AVX2 or portable microkernels,
+//!   `kernels/matmul/gemm_f32.rs`; f16 and bf16 widened to f32 scratch and rounded once, see
+//!   `kernels/half.rs`); skinny products (decode steps) by one kernel for every weight
+//!   format, read in place (`kernels/matmul/skinny.rs`: f32, half and block-quantized with
+//!   f32 or int8 activations, see `kernels/quant/`); an f32 elementwise consumer fused as
+//!   an epilogue;
 //! - **f16 / bf16 compute** in the same fused kernels: values in f32, each half op's result
 //!   rounded to its type (the reference's result), half reductions accumulated in f64;
 //! - **casts** between f32, f16 and bf16 as direct conversion kernels (F16C where present);
 //! - **attention** (`softmax(q·kᵀ·scale + mask)·v`, grouped-query heads, read in place
 //!   from the KV cache) as one tiled online-softmax kernel whose memory is linear in the
-//!   sequence (see `kernels/attention/`);
+//!   sequence, evaluating a private elementwise query (RoPE) itself (see
+//!   `kernels/attention/`);
 //! - **data movement** kernels: gather (embedding rows copied whole), iota, concatenation
 //!   (the pad + add pattern, copied piece by piece), in-place state writes, any dtype (see
 //!   `kernels/movement/`);
