@@ -23,12 +23,10 @@
 use super::{Lowered, Lowering};
 use crate::kernel::BufId;
 use crate::kernels::attention::{AttentionBias, AttentionKernel, QSource};
-use crate::kernels::fused::{Instr, Leaf, Program};
-use crate::view::{LaunchExpr, ResolvedView, ViewExprs};
+use crate::view::{LaunchExpr, ViewExprs};
 use luminal::graph::NodeId;
-use luminal::op::Op;
 use luminal::patterns::{AttentionMatch, AttentionRules};
-use luminal::{DType, Result, ShapeTracker};
+use luminal::{DType, Result};
 
 /// Storage the kernel reads keys and values from besides f32: f16, and the block types a
 /// tensor can be cast to (a quantized KV cache), decoded a block of rows at a time.
@@ -56,22 +54,9 @@ impl Lowering<'_> {
             None => None,
             Some(be) => {
                 let bn = self.g.node(be.node);
-                let mut program = Program::default();
-                if self.fusable(be.node) && !matches!(bn.op, Op::Constant { .. }) {
-                    self.begin_root(be.node);
-                    let r = self.emit_node(be.node, &mut program, &mut vec![]);
-                    self.root.set(None);
-                    if r?.is_none() {
-                        return Ok(None);
-                    }
-                } else {
-                    program.leaves.push(Leaf {
-                        buf: BufId::of(be.node),
-                        exprs: ViewExprs::new(&ShapeTracker::new(bn.shape.clone()), self.names)?,
-                        view: ResolvedView::default(),
-                    });
-                    program.instrs.push(Instr::Load(0));
-                }
+                let Some(program) = self.node_program(be.node)? else {
+                    return Ok(None);
+                };
                 let numel = LaunchExpr::new(&bn.shape.iter().product(), self.names)?;
                 Some(AttentionBias::new(
                     program,
@@ -103,11 +88,7 @@ impl Lowering<'_> {
             && qn.dtype == DType::F32
             && self.private_fusable(&m.q)
         {
-            let mut program = Program::default();
-            self.begin_root(m.q.node);
-            let r = self.emit_node(m.q.node, &mut program, &mut vec![]);
-            self.root.set(None);
-            if r?.is_some() {
+            if let Some(program) = self.tree_program(m.q.node)? {
                 let numel = LaunchExpr::new(&qn.shape.iter().product(), self.names)?;
                 k.q_source = Some(QSource { program, numel });
             }

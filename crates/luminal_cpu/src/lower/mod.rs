@@ -412,11 +412,9 @@ impl Lowering<'_> {
             && src.view.is_contiguous()
             && self.private_fusable(src);
         let prog = if fused {
-            let mut prog = Program::default();
-            self.begin_root(src.node);
-            let r = self.emit_node(src.node, &mut prog, &mut vec![]);
-            self.root.set(None);
-            r?.expect("a root has no pending broadcast");
+            let mut prog = self
+                .tree_program(src.node)?
+                .expect("a root has no pending broadcast");
             // Rounded as it is stored (as a half root of a fused kernel).
             if let Some(&Instr::Round(kind, _)) = prog.instrs.last() {
                 if HalfKind::of(node.dtype) == Some(kind) {
@@ -469,14 +467,11 @@ impl Lowering<'_> {
         if !self.fusable(id) || half_cast {
             return Ok(None);
         }
-        let mut prog = Program::default();
         self.epilogue_ok
             .set(node.dtype == DType::F32 && !self.disabled("matmul"));
-        self.begin_root(id);
-        let r = self.emit_node(id, &mut prog, &mut vec![]);
-        self.root.set(None);
+        let r = self.tree_program(id);
         self.epilogue_ok.set(false);
-        r?.expect("a root has no pending broadcast");
+        let mut prog = r?.expect("a root has no pending broadcast");
         // A half root is rounded as it is stored: its own rounding step is redundant.
         if let Some(&Instr::Round(kind, _)) = prog.instrs.last() {
             if HalfKind::of(node.dtype) == Some(kind) {
@@ -587,6 +582,34 @@ impl Lowering<'_> {
     fn begin_root(&self, id: NodeId) {
         self.root.set(Some(id));
         self.memo.borrow_mut().clear();
+    }
+
+    /// Node `id`'s fused tree as a program of its own (values at the node's flat indices);
+    /// `None` when the tree leaves a broadcast pending at its root.
+    fn tree_program(&self, id: NodeId) -> Result<Option<Program>> {
+        let mut prog = Program::default();
+        self.begin_root(id);
+        let r = self.emit_node(id, &mut prog, &mut vec![]);
+        self.root.set(None);
+        Ok(r?.map(|_| prog))
+    }
+
+    /// A program of node `id`'s values at its flat indices: its fused tree where it is a
+    /// fusable computed node ([`Lowering::tree_program`], `None` as there), else a read of
+    /// its buffer (an attention bias or mask).
+    fn node_program(&self, id: NodeId) -> Result<Option<Program>> {
+        let node = self.g.node(id);
+        if self.fusable(id) && !matches!(node.op, Op::Constant { .. }) {
+            return self.tree_program(id);
+        }
+        let mut prog = Program::default();
+        prog.leaves.push(Leaf {
+            buf: BufId::of(id),
+            exprs: ViewExprs::new(&ShapeTracker::new(node.shape.clone()), self.names)?,
+            view: ResolvedView::default(),
+        });
+        prog.instrs.push(Instr::Load(0));
+        Ok(Some(prog))
     }
 
     /// Whether the rule named `name` is switched off.

@@ -15,11 +15,9 @@
 use super::{Lowered, Lowering};
 use crate::kernel::BufId;
 use crate::kernels::attention::{AttentionBias, AttentionKernel};
-use crate::kernels::fused::{Instr, Leaf, Program};
-use crate::view::{LaunchExpr, ResolvedView, ViewExprs};
+use crate::view::{LaunchExpr, ViewExprs};
 use luminal::graph::Edge;
-use luminal::op::Op;
-use luminal::{DType, FusedTerm, NodeId, Result, ShapeTracker};
+use luminal::{DType, FusedTerm, NodeId, Result};
 use std::cell::RefCell;
 
 thread_local! {
@@ -148,56 +146,38 @@ impl Lowering<'_> {
         }
         let nb = r - 3;
         let (s_dim, t_dim) = (&qd[nb], &qd[nb + 1]);
-        let mut bias = Program::default();
         let bias_edge = t.inputs.get(3);
-        match bias_edge {
-            None => {}
-            Some(b) => {
-                // The kernel evaluates the bias per [s, t] tile: an [s, t] node broadcast
-                // over the batch dims only.
-                let bn = g.node(b.node);
-                let bs = b.view.strides();
-                let one = |d: &luminal::Expression| d.as_constant() == Some(1);
-                if bn.dtype != DType::F32
-                    || bn.shape != [s_dim.clone(), t_dim.clone()]
-                    || b.view.is_masked()
-                    || !b.view.offset().is_zero()
-                    || (0..nb).any(|j| !bs[j].is_zero() && !one(&qd[j]))
-                    || !(bs[nb] == *t_dim || one(s_dim))
-                    || bs[nb + 1].as_constant() != Some(1)
-                {
-                    return Ok(None);
-                }
-                if self.fusable(b.node) && !matches!(bn.op, Op::Constant { .. }) {
-                    self.begin_root(b.node);
-                    let emitted = self.emit_node(b.node, &mut bias, &mut vec![]);
-                    self.root.set(None);
-                    if emitted?.is_none() {
-                        return Ok(None);
-                    }
-                } else {
-                    bias.leaves.push(Leaf {
-                        buf: BufId::of(b.node),
-                        exprs: ViewExprs::new(&ShapeTracker::new(bn.shape.clone()), self.names)?,
-                        view: ResolvedView::default(),
-                    });
-                    bias.instrs.push(Instr::Load(0));
-                }
+        let mut bias = None;
+        if let Some(b) = bias_edge {
+            // The kernel evaluates the bias per [s, t] tile: an [s, t] node broadcast
+            // over the batch dims only.
+            let bn = g.node(b.node);
+            let bs = b.view.strides();
+            let one = |d: &luminal::Expression| d.as_constant() == Some(1);
+            if bn.dtype != DType::F32
+                || bn.shape != [s_dim.clone(), t_dim.clone()]
+                || b.view.is_masked()
+                || !b.view.offset().is_zero()
+                || (0..nb).any(|j| !bs[j].is_zero() && !one(&qd[j]))
+                || !(bs[nb] == *t_dim || one(s_dim))
+                || bs[nb + 1].as_constant() != Some(1)
+            {
+                return Ok(None);
             }
+            let Some(program) = self.node_program(b.node)? else {
+                return Ok(None);
+            };
+            bias = Some(AttentionBias::new(
+                program,
+                ViewExprs::new(&b.view, self.names)?,
+                LaunchExpr::new(&bn.shape.iter().product(), self.names)?,
+            ));
         }
         let views = (
             ViewExprs::new(&q.view, self.names)?,
             ViewExprs::new(&k.view, self.names)?,
             ViewExprs::new(&v.view, self.names)?,
         );
-        let bias = match bias_edge {
-            None => None,
-            Some(b) => Some(AttentionBias::new(
-                bias,
-                ViewExprs::new(&b.view, self.names)?,
-                LaunchExpr::new(&g.node(b.node).shape.iter().product(), self.names)?,
-            )),
-        };
         let kernel = AttentionKernel::new(
             (BufId::of(q.node), BufId::of(k.node), BufId::of(v.node)),
             views,

@@ -23,7 +23,7 @@ mod fast;
 mod prefill;
 
 use crate::kernel::{BufId, CpuKernel, RunCtx, Scratch};
-use crate::kernels::fused::{eval_into, task_len, Dst, Program, RowEnv, BLOCK};
+use crate::kernels::fused::{eval_par, Program, RowEnv};
 use crate::simd;
 use crate::storage::Storage;
 use crate::view::{LaunchExpr, ResolvedView, ViewExprs};
@@ -275,11 +275,7 @@ impl CpuKernel for AttentionKernel {
                 if shared.len() < n {
                     shared.resize(n, 0.0);
                 }
-                let prog = &src.program;
-                let chunk = task_len(n, prog.work_per_element()).next_multiple_of(BLOCK);
-                crate::exec::par::for_each_chunk(&mut shared[..n], chunk, |t, c| {
-                    eval_into(prog, bufs, t * chunk, Dst::F32(c))
-                });
+                eval_par(&src.program, bufs, &mut shared[..n]);
                 n
             }
             None => 0,

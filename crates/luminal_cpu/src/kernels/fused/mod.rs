@@ -754,6 +754,15 @@ pub fn eval_into(prog: &Program, bufs: &[Storage], z0: usize, out: Dst<'_>) {
     })
 }
 
+/// The program's values at logical elements `0 .. out.len()` stored into `out`, in
+/// parallel tasks of whole blocks.
+pub fn eval_par(prog: &Program, bufs: &[Storage], out: &mut [f32]) {
+    let chunk = task_len(out.len(), prog.work_per_element()).next_multiple_of(BLOCK);
+    crate::exec::par::for_each_chunk(out, chunk, |t, c| {
+        eval_into(prog, bufs, t * chunk, Dst::F32(c))
+    });
+}
+
 /// An elementwise kernel: the program's root, stored to the node's buffer.
 pub fn run_elementwise(prog: &Program, bufs: &[Storage], out: &mut Storage, n: usize) {
     let chunk = task_len(n, prog.work_per_element()).next_multiple_of(BLOCK);
