@@ -54,7 +54,7 @@ impl Default for Tiles {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum MatmulPrecision {
     /// f32 accuracy (the default): f32 FMAs, or on CPUs with AMX the six-piece bf16
-    /// products that reach it (`amx.rs`).
+    /// products that reach it (`amx/`).
     #[default]
     Highest,
     /// Each operand as two bf16 pieces, three piece products (~2⁻¹⁶ relative of the sum of
