@@ -15,7 +15,11 @@
 //! `gemm`. There each output
 //! must equal, within the same `1e-5` bound, the dot of the weights with the activations
 //! quantized that way (computed here), and differ from the exact dot by at most
-//! `Σ |w| · d / 2` (the activation rounding). `QuantDots::F32` keeps f32 activations; the
+//! `Σ |w| · d / 2` (the activation rounding). Skinny products with the 32-value block
+//! formats on the SIMD paths quantize in two levels (`luminal_cpu::skinny_activation_levels`:
+//! each rounding residual quantized again with the step `d / 256`, clamped to ±127 steps);
+//! the reference here does the same, and the rounding bound is then `Σ |w| · d / 256`
+//! (a whole step: a clamped residual). `QuantDots::F32` keeps f32 activations; the
 //! default policy refines a product that is a graph output, as here (checked for a wide
 //! product below).
 
@@ -91,6 +95,7 @@ fn check_matmul<B: Backend>(
     seed: u64,
     what: &str,
     ablock: Option<usize>,
+    levels: usize,
 ) {
     let mut rng = Rng(seed);
     let wb = random_blocks(dtype, n * k, &mut rng);
@@ -112,7 +117,7 @@ fn check_matmul<B: Backend>(
     let ablock = ablock.filter(|_| dtype.is_quantized());
     let int8 = ablock.is_some();
     let ab = ablock.unwrap_or(16);
-    let (xq, xd) = int8_activations(&x, k, ab);
+    let (xq, xd) = int8_activations(&x, k, ab, levels);
     for i in 0..m {
         for j in 0..n {
             let (mut want, mut mag, mut want_q, mut mag_q, mut rounding) =
@@ -125,7 +130,8 @@ fn check_matmul<B: Backend>(
                 let pq = xq[i * k + kk] as f64 * wv;
                 want_q += pq;
                 mag_q += pq.abs();
-                rounding += wv.abs() * xd[(i * k + kk) / ab] / 2.0;
+                // Half a step; a whole one when the second level clamped.
+                rounding += wv.abs() * xd[(i * k + kk) / ab] * if levels == 2 { 1.0 } else { 0.5 };
             }
             let g = got[i * n + j] as f64;
             if int8 {
@@ -148,8 +154,12 @@ fn check_matmul<B: Backend>(
 }
 
 /// `x` (rows of `k`) quantized per group of `ablock` (16, or 32 as ggml's Q8_0) as ggml's
-/// Q8_0 does per block of 32, dequantized again; and each group's scale.
-fn int8_activations(x: &[f32], k: usize, ablock: usize) -> (Vec<f32>, Vec<f64>) {
+/// Q8_0 does per block of 32, dequantized again; and each group's rounding step.
+///
+/// Two levels (`levels == 2`, `luminal_cpu::skinny_activation_levels`): each value's
+/// rounding residual `r = x − d·q` is quantized again with the step `d / 256` (clamped to
+/// ±127 steps), so the value is `d·q + (d / 256)·q₂`; the step is then `d / 256`.
+fn int8_activations(x: &[f32], k: usize, ablock: usize, levels: usize) -> (Vec<f32>, Vec<f64>) {
     assert!(k % 32 == 0);
     let (mut xq, mut scales) = (vec![], vec![]);
     for blk in x.chunks(ablock) {
@@ -157,9 +167,20 @@ fn int8_activations(x: &[f32], k: usize, ablock: usize) -> (Vec<f32>, Vec<f64>) 
         let d = amax / 127.0;
         let id = if d > 0.0 { 1.0 / d } else { 0.0 };
         for &v in blk {
-            xq.push(d * (v * id).round_ties_even());
+            let q = (v * id).round_ties_even();
+            if levels == 2 {
+                let s = if d > 0.0 { 256.0 / d } else { 0.0 };
+                let q2 = ((v - d * q) * s).round_ties_even().clamp(-127.0, 127.0);
+                xq.push(((d as f64 * q as f64) + (d as f64 / 256.0) * q2 as f64) as f32);
+            } else {
+                xq.push(d * q);
+            }
         }
-        scales.push(d as f64);
+        scales.push(if levels == 2 {
+            d as f64 / 256.0
+        } else {
+            d as f64
+        });
     }
     (xq, scales)
 }
@@ -263,6 +284,11 @@ fn weight_matmuls_match_dequantize_then_matmul_at_every_isa() {
                         } else {
                             wide_int8(isa, dtype)
                         },
+                        if m <= 8 {
+                            luminal_cpu::skinny_activation_levels(dtype)
+                        } else {
+                            1
+                        },
                     );
                 }
             }
@@ -303,7 +329,7 @@ fn wide_graph_outputs_are_refined() {
         rt.run().unwrap();
         let got: Vec<f32> = rt.get(y).unwrap();
         let ab = wide_int8(detected_isa(), dtype).unwrap_or(16);
-        let (_, xd) = int8_activations(&x, k, ab);
+        let (_, xd) = int8_activations(&x, k, ab, 1);
         let mut total = 0;
         for i in 0..m {
             let mut refined = 0;
@@ -374,6 +400,7 @@ fn reference_runtime_dequantizes() {
             7 + f as u64,
             "reference",
             None,
+            1,
         );
     }
 }
@@ -497,7 +524,7 @@ fn wide_products_of_every_row_count() {
             for (dtype, k) in [(DType::Q8_0, 384), (DType::Q4_1, 576), (DType::Q5_0, 32)] {
                 let backend = CpuBackend::with_threads(2).quant_dots(QuantDots::Int8);
                 let what = format!("{isa:?} amx={amx} rows");
-                check_matmul(backend, dtype, m, 40, k, 3, &what, wide_int8(isa, dtype));
+                check_matmul(backend, dtype, m, 40, k, 3, &what, wide_int8(isa, dtype), 1);
             }
         }
     }

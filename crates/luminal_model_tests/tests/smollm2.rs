@@ -157,22 +157,28 @@ fn decode_agreement(m: &std::sync::Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>) -
     (agree as f64 / positions as f64, max_diff)
 }
 
-/// The default (int8 activations in the skinny quantized products, per group of 16; the
-/// 32 largest logits of each step recomputed with f32 activations). Measured (2026-11-24,
-/// fourth session): AVX-512 VNNI 524/534 (98.1%; 132/134 on the prompts, and on the text 6
-/// of the 8 misses fall on the 39 positions where transformers' own top-2 margin is below
-/// 0.1 logits); the AVX2 kernels (`LUMINAL_CPU_ISA=avx2`) 521/534 (97.6%); the portable
-/// ones (`generic`) 518/534 (97.0%). int8 rounding in every layer moves logits by up to
-/// ~1.3, so near-ties flip differently with each kernel's summation order. Keeping f32
-/// activations in one family of products recovered 2-5 misses (mlp.up+gate: 527/534); f32
-/// activations everywhere agree on all 534 (the next test). The bound is below the
-/// issue's 98%, which the AVX-512 path reaches and the other ISA paths do not.
+/// The default: int8 activations in the skinny quantized products, per group of 16 (in two
+/// levels for Q4_1 on the AVX-512 VNNI path: `luminal_cpu::skinny_activation_levels`), and
+/// the 32 largest logits of each step recomputed with f32 activations. Measured
+/// (2026-11-27, fifth session), 534 steps:
+/// - two levels: 533/534 (99.8%) with AVX-512 VNNI, 534/534 with the AVX2 kernels
+///   (`LUMINAL_CPU_ISA=avx2 LUMINAL_CPU_ACT_LEVELS=2`), max |Δlogit| over the prompts'
+///   top-32 0.034 / 0.029;
+/// - one level (`LUMINAL_CPU_ACT_LEVELS=1`; the AVX2 default; the portable kernels):
+///   523/534 (97.9%) VNNI, 520/534 (97.4%) AVX2, max |Δlogit| 1.1 / 1.4. int8 rounding in
+///   every layer flips near-ties (every text miss fell where transformers' own top-2
+///   margin is below 0.1 logits), below the 98%.
 #[test]
 fn decode_steps_agree_with_transformers() {
     let Some(m) = smollm2() else { return };
     let (rate, max_diff) = decode_agreement(m);
-    assert!(rate >= 0.97, "top-1 agreement {rate}");
-    assert!(max_diff < 2.0, "max |Δlogit| {max_diff}");
+    if luminal_cpu::skinny_activation_levels(luminal::DType::Q4_1) == 2 {
+        assert!(rate >= 0.98, "top-1 agreement {rate}");
+        assert!(max_diff < 0.25, "max |Δlogit| {max_diff}");
+    } else {
+        assert!(rate >= 0.97, "top-1 agreement {rate}");
+        assert!(max_diff < 2.0, "max |Δlogit| {max_diff}");
+    }
 }
 
 /// f32 activations everywhere: the decode kernels only reorder sums (measured: 534/534).
@@ -303,9 +309,11 @@ fn q8_0_cache_stays_close_to_f32_cache() {
 }
 
 /// The cost of int8 activations over a longer text: 256 decode steps over `ppl.txt` with the
-/// default and with f32 activations (the int8 rounding is all that differs). Measured:
-/// top-1 agreement 97.3%, mean KL divergence 1.1e-3 nats, perplexity +0.49%. With one
-/// scale per 32 values (ggml's scheme) it was 96.9%, 2.0e-3 and +1.03%: the KL bound
+/// default and with f32 activations (the int8 rounding is all that differs). Measured
+/// (2026-11-27): two levels (the default for Q4_1 with AVX-512 VNNI) top-1 agreement 100%,
+/// mean KL divergence 2.9e-7 nats (AVX2 with two levels: 3.0e-7), perplexity −0.003%; one
+/// level (`LUMINAL_CPU_ACT_LEVELS=1`, the AVX2 default) 97.3%, 1.1e-3 and +0.49%. With one scale
+/// per 32 values (ggml's scheme) one level was 96.9%, 2.0e-3 and +1.03%: the KL bound
 /// catches a coarser quantization.
 #[test]
 fn int8_decode_stays_close_to_f32_activations() {
@@ -318,9 +326,15 @@ fn int8_decode_stays_close_to_f32_activations() {
         rate * 100.0,
         excess * 100.0
     );
-    assert!(rate >= 0.95, "top-1 agreement {rate}");
-    assert!(kl < 1.5e-3, "mean KL {kl}");
-    assert!(excess.abs() < 0.01, "perplexity excess {excess}");
+    if luminal_cpu::skinny_activation_levels(luminal::DType::Q4_1) == 2 {
+        assert!(rate >= 0.99, "top-1 agreement {rate}");
+        assert!(kl < 1e-5, "mean KL {kl}");
+        assert!(excess.abs() < 0.001, "perplexity excess {excess}");
+    } else {
+        assert!(rate >= 0.95, "top-1 agreement {rate}");
+        assert!(kl < 1.5e-3, "mean KL {kl}");
+        assert!(excess.abs() < 0.01, "perplexity excess {excess}");
+    }
 }
 
 /// The protocol of llama.cpp's `llama-perplexity --kl-divergence` ("Same top p"): windows of

@@ -151,6 +151,36 @@ pub(super) fn fused_rows_dot(path: int8::DotPath, dtype: DType) -> Option<(RowsD
     }
 }
 
+/// Whether skinny products against `dtype` quantize their activations in two levels
+/// (`int8.rs`). Only the 32-value block formats' fused dots take them. By default they are
+/// used on the AVX-512 VNNI path, where the second `vpdpbusd` costs 7-10% of a SmolLM2
+/// decode step; the AVX2 kernels cost 11-15% more with them, which would bring decode
+/// below 1.2× llama.cpp there, so AVX2 keeps one level unless `LUMINAL_CPU_ACT_LEVELS=2`
+/// (or `crate::set_activation_levels`) asks for two; `=1` asks for one everywhere.
+pub(crate) fn two_level(path: int8::DotPath, dtype: DType) -> bool {
+    static ENV: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
+    let levels = match LEVELS.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => *ENV.get_or_init(
+            || match std::env::var("LUMINAL_CPU_ACT_LEVELS").as_deref() {
+                Ok("1") => 1,
+                Ok("2") => 2,
+                _ => 0,
+            },
+        ),
+        l => l,
+    };
+    let supported = path != int8::DotPath::Portable && legacy_dot::has_fused_dot(dtype);
+    match levels {
+        // Automatic: where the second level is cheap.
+        0 => supported && path == int8::DotPath::Vnni512,
+        l => supported && l == 2,
+    }
+}
+
+/// The process-wide override of `LUMINAL_CPU_ACT_LEVELS` (0: none; see
+/// `crate::set_activation_levels`).
+pub(crate) static LEVELS: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
 /// A block-quantized weight as the skinny product's format with int8 activations
 /// (`matmul/skinny.rs`; decode steps): the activation rows quantized once per product
 /// (`Acts`), then each task walks its columns in blocks of weight rows (at most
@@ -181,7 +211,11 @@ impl SkinnyWeight for Int8Rows<'_> {
     fn with_acts<R>(&self, rows: &[&[f32]], f: impl FnOnce(&int8::QActs) -> R) -> R {
         QACTS.with(|q| {
             let mut q = q.borrow_mut();
-            q.quantize(rows.len(), self.w.k, |i| rows[i]);
+            if two_level(self.path, self.w.dtype) {
+                q.quantize_two_level(rows.len(), self.w.k, |i| rows[i]);
+            } else {
+                q.quantize(rows.len(), self.w.k, |i| rows[i]);
+            }
             f(&q)
         })
     }

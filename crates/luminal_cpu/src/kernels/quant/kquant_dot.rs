@@ -54,6 +54,7 @@ pub(crate) fn dot_rows(path: DotPath, dtype: DType, row: &[u8], x: QRows, out: &
     assert!(
         has_fused_dot(dtype)
             && x.is_valid()
+            && !x.two_level()
             && x.k == nb * QK
             && row.len() == nb * dtype.block_bytes()
             && out.len() == x.rows

@@ -68,11 +68,15 @@ pub(crate) fn dot_rows(path: DotPath, dtype: DType, row: &[u8], x: QRows, out: &
 /// As [`dot_vnni`].
 #[cfg(target_arch = "x86_64")]
 unsafe fn rows_vnni<const F: u8>(row: &[u8], x: QRows, out: &mut [f32]) {
-    match x.rows {
-        1 => out.copy_from_slice(&dot_vnni::<F, 1>(row, x)),
-        2 => out.copy_from_slice(&dot_vnni::<F, 2>(row, x)),
-        3 => out.copy_from_slice(&dot_vnni::<F, 3>(row, x)),
-        _ => out.copy_from_slice(&dot_vnni::<F, 4>(row, x)),
+    match (x.rows, x.two_level()) {
+        (1, false) => out.copy_from_slice(&dot_vnni::<F, 1, false>(row, x)),
+        (2, false) => out.copy_from_slice(&dot_vnni::<F, 2, false>(row, x)),
+        (3, false) => out.copy_from_slice(&dot_vnni::<F, 3, false>(row, x)),
+        (_, false) => out.copy_from_slice(&dot_vnni::<F, 4, false>(row, x)),
+        (1, true) => out.copy_from_slice(&dot_vnni::<F, 1, true>(row, x)),
+        (2, true) => out.copy_from_slice(&dot_vnni::<F, 2, true>(row, x)),
+        (3, true) => out.copy_from_slice(&dot_vnni::<F, 3, true>(row, x)),
+        (_, true) => out.copy_from_slice(&dot_vnni::<F, 4, true>(row, x)),
     }
 }
 
@@ -82,11 +86,15 @@ unsafe fn rows_vnni<const F: u8>(row: &[u8], x: QRows, out: &mut [f32]) {
 /// As [`dot_avx2`].
 #[cfg(target_arch = "x86_64")]
 unsafe fn rows_avx2<const F: u8>(row: &[u8], x: QRows, out: &mut [f32]) {
-    match x.rows {
-        1 => out.copy_from_slice(&dot_avx2::<F, 1>(row, x)),
-        2 => out.copy_from_slice(&dot_avx2::<F, 2>(row, x)),
-        3 => out.copy_from_slice(&dot_avx2::<F, 3>(row, x)),
-        _ => out.copy_from_slice(&dot_avx2::<F, 4>(row, x)),
+    match (x.rows, x.two_level()) {
+        (1, false) => out.copy_from_slice(&dot_avx2::<F, 1, false>(row, x)),
+        (2, false) => out.copy_from_slice(&dot_avx2::<F, 2, false>(row, x)),
+        (3, false) => out.copy_from_slice(&dot_avx2::<F, 3, false>(row, x)),
+        (_, false) => out.copy_from_slice(&dot_avx2::<F, 4, false>(row, x)),
+        (1, true) => out.copy_from_slice(&dot_avx2::<F, 1, true>(row, x)),
+        (2, true) => out.copy_from_slice(&dot_avx2::<F, 2, true>(row, x)),
+        (3, true) => out.copy_from_slice(&dot_avx2::<F, 3, true>(row, x)),
+        (_, true) => out.copy_from_slice(&dot_avx2::<F, 4, true>(row, x)),
     }
 }
 
@@ -136,14 +144,15 @@ unsafe fn bits16(p: *const u8) -> i16 {
 /// AVX-512 VNNI: four blocks an iteration — their scales converted, doubled and multiplied
 /// by the eight group scales of the activations as one vector, then two `vpdpbusd` of two
 /// blocks each (a 128-bit lane of the product is one group of 16). The weights are unpacked
-/// once per iteration for all `R` activation rows.
+/// once per iteration for all `R` activation rows. Two-level rows (`L2`): the second
+/// level's `vpdpbusd` accumulates into the first's sums shifted left by 8 (see `int8.rs`).
 ///
 /// # Safety
 /// The CPU has the enabled features; `row` holds `x.k / 32` blocks and `x` is valid
 /// (checked by [`dot_rows`]).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-unsafe fn dot_vnni<const F: u8, const R: usize>(row: &[u8], x: QRows) -> [f32; R] {
+unsafe fn dot_vnni<const F: u8, const R: usize, const L2: bool>(row: &[u8], x: QRows) -> [f32; R] {
     use std::arch::x86_64::*;
     let bb = block_bytes(F);
     let nb = x.k / 32;
@@ -177,13 +186,23 @@ unsafe fn dot_vnni<const F: u8, const R: usize>(row: &[u8], x: QRows) -> [f32; R
         w
     };
     // `Σ u·q` per lane of unsigned weights `w` (Q8_0: `|w|`, with `neg` its negative
-    // bytes) and the 64 activations at `q`.
-    let product = |w: __m512i, neg: __mmask64, q: *const i8| -> __m512 {
-        let mut xv = _mm512_loadu_si512(q as *const _);
-        if F == 4 {
-            xv = _mm512_mask_sub_epi8(xv, neg, zero, xv);
+    // bytes) and the 64 activations at `q` (two-level: `256 · Σ u·q + Σ u·q₂`, `q₂` at
+    // `q2`).
+    let product = |w: __m512i, neg: __mmask64, q: *const i8, q2: *const i8| -> __m512 {
+        let load = |p: *const i8| {
+            let xv = _mm512_loadu_si512(p as *const _);
+            if F == 4 {
+                _mm512_mask_sub_epi8(xv, neg, zero, xv)
+            } else {
+                xv
+            }
+        };
+        let p = _mm512_dpbusd_epi32(zero, w, load(q));
+        if L2 {
+            let p = _mm512_dpbusd_epi32(_mm512_slli_epi32::<8>(p), w, load(q2));
+            return _mm512_cvtepi32_ps(p);
         }
-        _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, w, xv))
+        _mm512_cvtepi32_ps(p)
     };
     // Q8_0: the weights' signs moved onto the activations.
     let unsigned = |w: __m512i| -> (__m512i, __mmask64) {
@@ -228,8 +247,9 @@ unsafe fn dot_vnni<const F: u8, const R: usize>(row: &[u8], x: QRows) -> [f32; R
                 bacc[r] = _mm_fmadd_ps(bw, _mm_loadu_ps(x.sb_at(r).add(b)), bacc[r]);
             }
             let q = x.q_at(r).add(32 * b);
-            let p0 = product(w0, n0, q);
-            let p1 = product(w1, n1, q.add(64));
+            let q2 = x.q2_at(r).wrapping_add(32 * b);
+            let p0 = product(w0, n0, q, q2);
+            let p1 = product(w1, n1, q.add(64), q2.wrapping_add(64));
             let a = &mut acc[r];
             a[0] = _mm512_fmadd_ps(p0, _mm512_permutexvar_ps(lanes01, c), a[0]);
             a[second] = _mm512_fmadd_ps(p1, _mm512_permutexvar_ps(lanes23, c), a[second]);
@@ -253,7 +273,12 @@ unsafe fn dot_vnni<const F: u8, const R: usize>(row: &[u8], x: QRows) -> [f32; R
                 let sb = _mm_maskz_loadu_ps(0b11, x.sb_at(r).add(b));
                 bacc[r] = _mm_fmadd_ps(bw, sb, bacc[r]);
             }
-            let p0 = product(w0, n0, x.q_at(r).add(32 * b));
+            let p0 = product(
+                w0,
+                n0,
+                x.q_at(r).add(32 * b),
+                x.q2_at(r).wrapping_add(32 * b),
+            );
             let a = &mut acc[r];
             a[0] = _mm512_fmadd_ps(p0, _mm512_permutexvar_ps(lanes01, c), a[0]);
         });
@@ -273,7 +298,7 @@ unsafe fn dot_vnni<const F: u8, const R: usize>(row: &[u8], x: QRows) -> [f32; R
         out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1])) + _mm_cvtss_f32(b1);
     }
     if b < nb {
-        let tail = dot_avx2::<F, R>(&row[b * bb..], x.tail(b));
+        let tail = dot_avx2::<F, R, L2>(&row[b * bb..], x.tail(b));
         for (o, t) in out.iter_mut().zip(tail) {
             *o += t;
         }
@@ -312,7 +337,9 @@ fn f16_table() -> &'static [f32] {
     })
 }
 
-/// AVX2: one block a step (`vpmaddubsw` + `vpmaddwd`), unpacked once for all `R` rows.
+/// AVX2: one block a step (`vpmaddubsw` + `vpmaddwd`), unpacked once for all `R` rows
+/// (two-level rows: the weights widened to i16 once, then two `vpmaddwd` a row with the
+/// combined values `256 · q + q₂`, which fit in i16).
 /// Per block and row: the integer products scaled by `d ·` the row's eight-lane group scales
 /// (`dg8`), and the bias (`d` or the minimum, times the eight-lane group sums `sq8`)
 /// accumulated as vectors; two accumulators of each a row for one or two rows (alternate
@@ -322,7 +349,7 @@ fn f16_table() -> &'static [f32] {
 /// As [`dot_vnni`] (AVX2, FMA, F16C).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_avx2<const F: u8, const R: usize>(row: &[u8], x: QRows) -> [f32; R] {
+unsafe fn dot_avx2<const F: u8, const R: usize, const L2: bool>(row: &[u8], x: QRows) -> [f32; R] {
     use std::arch::x86_64::*;
     let table = f16_table().as_ptr();
     let scale = |p: *const u8| {
@@ -358,6 +385,18 @@ unsafe fn dot_avx2<const F: u8, const R: usize>(row: &[u8], x: QRows) -> [f32; R
             };
             // Q8_0: the weights' signs moved onto the activations.
             let wu = if F == 4 { _mm256_abs_epi8(w) } else { w };
+            // Two levels: the weights as i16, values 0-7 | 16-23 and 8-15 | 24-31 (the
+            // activations' `q16` order), sign-extended for Q8_0.
+            let (wa, wb) = if L2 {
+                let ext = if F == 4 {
+                    _mm256_cmpgt_epi8(_mm256_setzero_si256(), w)
+                } else {
+                    _mm256_setzero_si256()
+                };
+                (_mm256_unpacklo_epi8(w, ext), _mm256_unpackhi_epi8(w, ext))
+            } else {
+                (w, w)
+            };
             let dv = scale(blk);
             // The factor of `sq8` in the bias: d (Q4_0 / Q5_0; −8 / −16 applied at the
             // end), the minimum (Q4_1 / Q5_1).
@@ -368,11 +407,20 @@ unsafe fn dot_avx2<const F: u8, const R: usize>(row: &[u8], x: QRows) -> [f32; R
             };
             let slot = if alternate { h } else { 0 };
             for_rows!(R, |r| {
-                let mut xv = _mm256_loadu_si256(x.q_at(r).add(32 * b) as *const __m256i);
-                if F == 4 {
-                    xv = _mm256_sign_epi8(xv, w);
-                }
-                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wu, xv), ones);
+                let p = if L2 {
+                    // `256 · Σ u·q + Σ u·q₂` as i16 products, the groups' sums in the
+                    // lanes of the one-level kernel.
+                    let q16 = x.q16_at(r).wrapping_add(32 * b);
+                    let xa = _mm256_loadu_si256(q16 as *const __m256i);
+                    let xb = _mm256_loadu_si256(q16.wrapping_add(16) as *const __m256i);
+                    _mm256_add_epi32(_mm256_madd_epi16(wa, xa), _mm256_madd_epi16(wb, xb))
+                } else {
+                    let mut xv = _mm256_loadu_si256(x.q_at(r).add(32 * b) as *const __m256i);
+                    if F == 4 {
+                        xv = _mm256_sign_epi8(xv, w);
+                    }
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(wu, xv), ones)
+                };
                 let s = _mm256_mul_ps(dv, _mm256_loadu_ps(x.dg8_at(r).add(8 * b)));
                 acc[r][slot] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc[r][slot]);
                 if F != 4 {

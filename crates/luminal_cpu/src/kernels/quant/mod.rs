@@ -45,8 +45,8 @@ macro_rules! for_rows {
 #[cfg(target_arch = "x86_64")]
 mod amx_int8;
 mod dot;
-mod int8;
-mod int8_matmul;
+pub(crate) mod int8;
+pub(crate) mod int8_matmul;
 mod kquant_dot;
 mod legacy_dot;
 pub(crate) mod span_acts;
