@@ -96,10 +96,9 @@ pub fn set_amx_int8(on: Option<bool>) {
 /// How many int8 levels the skinny products (decode steps, `M ≤ 8`) with `dtype` weights
 /// quantize activations to, at the current instruction-set cap: 2 (16 bits a value, see
 /// `kernels/quant/int8.rs`) for the 32-value block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0)
-/// on the AVX-512 VNNI path, 1 otherwise. `LUMINAL_CPU_ACT_LEVELS=2` (or
-/// [`set_activation_levels`]`(Some(2))`) also uses two on the AVX2 path (7-15% slower decode
-/// there), `=1` one everywhere; the portable path and the other formats always use one.
-/// (Activations of f32 products are not quantized at all.)
+/// on the AVX2 and AVX-512 VNNI paths, 1 for the other formats and on the portable path,
+/// 1 for every format under `LUMINAL_CPU_ACT_LEVELS=1` or
+/// [`set_activation_levels`]`(Some(1))`. (Activations of f32 products are not quantized.)
 pub fn skinny_activation_levels(dtype: luminal::DType) -> usize {
     let path = kernels::quant::int8::DotPath::current();
     1 + kernels::quant::int8_matmul::two_level(path, dtype) as usize
@@ -107,8 +106,7 @@ pub fn skinny_activation_levels(dtype: luminal::DType) -> usize {
 
 /// Sets the activation levels of [`skinny_activation_levels`] process-wide: `Some(1)` one
 /// level everywhere, `Some(2)` two wherever the format's kernels take them, `None` back to
-/// `LUMINAL_CPU_ACT_LEVELS` (unset: two on the AVX-512 VNNI path only). For tests and
-/// benchmarks comparing them.
+/// `LUMINAL_CPU_ACT_LEVELS` (unset: two). For tests and benchmarks comparing them.
 pub fn set_activation_levels(levels: Option<u8>) {
     let l = levels.map_or(0, |l| l.clamp(1, 2));
     kernels::quant::int8_matmul::LEVELS.store(l, std::sync::atomic::Ordering::Relaxed);
@@ -147,8 +145,8 @@ pub enum QuantDots {
     F32,
     /// The default. Activations quantized per group of 16 to int8 and dotted with integer
     /// instructions (as llama.cpp does per 32; AVX-512 VNNI, AVX2). In decode steps with
-    /// the 32-value block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) on the AVX-512 VNNI path,
-    /// in two levels (each group's rounding residual quantized again: 16 bits a value, see
+    /// the 32-value block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) on those paths, in two
+    /// levels (each group's rounding residual quantized again: 16 bits a value, see
     /// [`skinny_activation_levels`]). In products whose result is a graph output (the
     /// logits), the 32 largest entries of each row are then recomputed with f32
     /// activations: argmax, top-k and the log-probabilities of the likely tokens are those

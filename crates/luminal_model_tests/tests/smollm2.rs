@@ -158,16 +158,15 @@ fn decode_agreement(m: &std::sync::Mutex<(LlamaModel<CpuRuntime>, Tokenizer)>) -
 }
 
 /// The default: int8 activations in the skinny quantized products, per group of 16 (in two
-/// levels for Q4_1 on the AVX-512 VNNI path: `luminal_cpu::skinny_activation_levels`), and
-/// the 32 largest logits of each step recomputed with f32 activations. Measured
-/// (2026-11-27, fifth session), 534 steps:
+/// levels for Q4_1 on the AVX2 and AVX-512 VNNI paths:
+/// `luminal_cpu::skinny_activation_levels`), and the 32 largest logits of each step
+/// recomputed with f32 activations. Measured (2026-11-27, fifth session), 534 steps:
 /// - two levels: 533/534 (99.8%) with AVX-512 VNNI, 534/534 with the AVX2 kernels
-///   (`LUMINAL_CPU_ISA=avx2 LUMINAL_CPU_ACT_LEVELS=2`), max |Δlogit| over the prompts'
-///   top-32 0.034 / 0.029;
-/// - one level (`LUMINAL_CPU_ACT_LEVELS=1`; the AVX2 default; the portable kernels):
-///   523/534 (97.9%) VNNI, 520/534 (97.4%) AVX2, max |Δlogit| 1.1 / 1.4. int8 rounding in
-///   every layer flips near-ties (every text miss fell where transformers' own top-2
-///   margin is below 0.1 logits), below the 98%.
+///   (`LUMINAL_CPU_ISA=avx2`), max |Δlogit| over the prompts' top-32 0.034 / 0.029;
+/// - one level (`LUMINAL_CPU_ACT_LEVELS=1`; the portable kernels): 523/534 (97.9%) VNNI,
+///   520/534 (97.4%) AVX2, max |Δlogit| 1.1 / 1.4. int8 rounding in every layer flips
+///   near-ties (every text miss fell where transformers' own top-2 margin is below 0.1
+///   logits), below the 98%.
 #[test]
 fn decode_steps_agree_with_transformers() {
     let Some(m) = smollm2() else { return };
@@ -310,9 +309,9 @@ fn q8_0_cache_stays_close_to_f32_cache() {
 
 /// The cost of int8 activations over a longer text: 256 decode steps over `ppl.txt` with the
 /// default and with f32 activations (the int8 rounding is all that differs). Measured
-/// (2026-11-27): two levels (the default for Q4_1 with AVX-512 VNNI) top-1 agreement 100%,
-/// mean KL divergence 2.9e-7 nats (AVX2 with two levels: 3.0e-7), perplexity −0.003%; one
-/// level (`LUMINAL_CPU_ACT_LEVELS=1`, the AVX2 default) 97.3%, 1.1e-3 and +0.49%. With one scale
+/// (2026-11-27): two levels (the default for Q4_1 with AVX2 or AVX-512 VNNI) top-1
+/// agreement 100%, mean KL divergence 2.9e-7 nats (AVX2: 3.0e-7), perplexity −0.003%; one
+/// level (`LUMINAL_CPU_ACT_LEVELS=1`, the portable path) 97.3%, 1.1e-3 and +0.49%. With one scale
 /// per 32 values (ggml's scheme) one level was 96.9%, 2.0e-3 and +1.03%: the KL bound
 /// catches a coarser quantization.
 #[test]

@@ -20,10 +20,9 @@
 //! of one level: AVX-512 VNNI runs a second `vpdpbusd` into the first's sums shifted left
 //! by 8; AVX2 multiplies the combined values, which fit in i16, with the weights widened to
 //! i16 (`vpmaddwd`). Used by the skinny products of the 32-value block formats (decode
-//! steps) on the VNNI path, and on AVX2 when asked (`two_level` in `int8_matmul.rs`). On
-//! SmolLM2 Q4_1 decode the rounding's error in the logits falls from ~1.1 to ~0.03
-//! (transformers' top-1 over 534 teacher-forced steps: 523 → 533 with VNNI, 520 → 534 with
-//! AVX2), for 7-10% of the decode speed with VNNI, 11-15% with AVX2.
+//! steps; `two_level` in `int8_matmul.rs`). On SmolLM2 Q4_1 decode the rounding's error in
+//! the logits falls from ~1.1 to ~0.03 (transformers' top-1 over 534 teacher-forced steps:
+//! 523 → 533 with VNNI, 520 → 534 with AVX2), for 6-16% of the decode speed.
 //!
 //! Paths, chosen at run time: AVX-512 VNNI (`vpdpbusd`, 64 products an instruction), AVX2
 //! (`vpmaddubsw` + `vpmaddwd`; exact because unpacked quants stay ≤ 63, and Q8_0 uses the
@@ -95,6 +94,10 @@ pub(crate) const fn q16_slot(t: usize) -> usize {
     let (g, i) = (t / 16, t % 16);
     (i / 8) * 16 + g * 8 + i % 8
 }
+
+/// A fused multi-row dot with its operands already checked (`legacy_dot::kernel`,
+/// `kquant_dot::kernel`): one weight row against the rows `x`, `x.rows` results.
+pub(crate) type RowsKernel = unsafe fn(row: &[u8], x: &QRows, out: &mut [f32]);
 
 /// One quantized activation row.
 #[derive(Clone, Copy)]

@@ -141,6 +141,23 @@ fn wide<'x>(
 /// A fused multi-row int8 dot (`legacy_dot::dot_rows`, `kquant_dot::dot_rows`).
 type RowsDot = fn(int8::DotPath, DType, &[u8], int8::QRows, &mut [f32]);
 
+/// The checked kernel of the fused dot of `dtype` on `path` for the rows `x` and weight rows
+/// of `row_len` bytes (`legacy_dot::kernel`, `kquant_dot::kernel`): what a loop over many
+/// weight rows calls. `None` where `fused_rows_dot` is.
+pub(super) fn fused_kernel(
+    path: int8::DotPath,
+    dtype: DType,
+    row_len: usize,
+    x: &int8::QRows,
+) -> Option<int8::RowsKernel> {
+    match path {
+        int8::DotPath::Portable => None,
+        _ if legacy_dot::has_fused_dot(dtype) => Some(legacy_dot::kernel(path, dtype, row_len, x)),
+        _ if kquant_dot::has_fused_dot(dtype) => Some(kquant_dot::kernel(path, dtype, row_len, x)),
+        _ => None,
+    }
+}
+
 /// The fused multi-row dot of `dtype` on `path` and the most rows it takes, if any.
 pub(super) fn fused_rows_dot(path: int8::DotPath, dtype: DType) -> Option<(RowsDot, usize)> {
     match path {
@@ -152,29 +169,21 @@ pub(super) fn fused_rows_dot(path: int8::DotPath, dtype: DType) -> Option<(RowsD
 }
 
 /// Whether skinny products against `dtype` quantize their activations in two levels
-/// (`int8.rs`). Only the 32-value block formats' fused dots take them. By default they are
-/// used on the AVX-512 VNNI path, where the second `vpdpbusd` costs 7-10% of a SmolLM2
-/// decode step; the AVX2 kernels cost 11-15% more with them, which would bring decode
-/// below 1.2× llama.cpp there, so AVX2 keeps one level unless `LUMINAL_CPU_ACT_LEVELS=2`
-/// (or `crate::set_activation_levels`) asks for two; `=1` asks for one everywhere.
+/// (`int8.rs`): where the format's fused dot takes them (the 32-value block formats on the
+/// AVX2 and AVX-512 VNNI paths), unless `LUMINAL_CPU_ACT_LEVELS=1` (or
+/// `crate::set_activation_levels`) asks for one level everywhere.
 pub(crate) fn two_level(path: int8::DotPath, dtype: DType) -> bool {
     static ENV: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
     let levels = match LEVELS.load(std::sync::atomic::Ordering::Relaxed) {
         0 => *ENV.get_or_init(
             || match std::env::var("LUMINAL_CPU_ACT_LEVELS").as_deref() {
                 Ok("1") => 1,
-                Ok("2") => 2,
-                _ => 0,
+                _ => 2,
             },
         ),
         l => l,
     };
-    let supported = path != int8::DotPath::Portable && legacy_dot::has_fused_dot(dtype);
-    match levels {
-        // Automatic: where the second level is cheap.
-        0 => supported && path == int8::DotPath::Vnni512,
-        l => supported && l == 2,
-    }
+    levels == 2 && path != int8::DotPath::Portable && legacy_dot::has_fused_dot(dtype)
 }
 
 /// The process-wide override of `LUMINAL_CPU_ACT_LEVELS` (0: none; see
@@ -223,7 +232,7 @@ impl SkinnyWeight for Int8Rows<'_> {
     fn columns(&self, q: &int8::QActs, rows: &[&[f32]], cols: Range<usize>, out: Out) {
         let (w, path, m) = (self.w, self.path, rows.len());
         let rb = w.row_bytes();
-        if let Some((dot_rows, max_r)) = fused_rows_dot(path, w.dtype) {
+        if let Some((_, max_r)) = fused_rows_dot(path, w.dtype) {
             let block = (PANEL_BYTES / rb).clamp(8, 64);
             let mut res = [0f32; MAX_ROWS];
             for jb in cols.clone().step_by(block) {
@@ -231,17 +240,16 @@ impl SkinnyWeight for Int8Rows<'_> {
                 for i in (0..m).step_by(max_r) {
                     let r = (m - i).min(max_r);
                     let x = q.rows(i, r);
+                    // The operands are checked once per block and chunk of rows, not once
+                    // per weight row.
+                    let dot = fused_kernel(path, w.dtype, rb, &x).expect("a fused dot");
                     for j in jb..je {
                         if i == 0 {
                             prefetch(w.bytes, j * rb + PREFETCH_AHEAD, rb);
                         }
-                        dot_rows(
-                            path,
-                            w.dtype,
-                            &w.bytes[j * rb..(j + 1) * rb],
-                            x,
-                            &mut res[..r],
-                        );
+                        // SAFETY: `fused_kernel` checked `x` and the row length; the row
+                        // is in bounds (j < n) and `res` holds r ≤ max_r values.
+                        unsafe { dot(&w.bytes[j * rb..(j + 1) * rb], &x, &mut res[..r]) };
                         for (t, &v) in res[..r].iter().enumerate() {
                             // SAFETY: i + t < m, j < n; no other task writes column j.
                             unsafe { out.put(i + t, j, v) };

@@ -26,7 +26,7 @@
 //! them by `vpermps`. AVX2: eight vectors of 32 values; after `vpmaddubsw` + `vpmaddwd`,
 //! lanes 0-3 of vector `t` hold group `2t` and lanes 4-7 group `2t + 1`.
 
-use super::int8::{DotPath, QRows};
+use super::int8::{DotPath, QRows, RowsKernel};
 #[cfg(target_arch = "x86_64")]
 use super::{int8::lane_groups, legacy_dot::half};
 use luminal::DType;
@@ -50,42 +50,78 @@ pub(crate) const MAX_R: usize = 4;
 /// length, on a SIMD path (`path` is not portable). Each super-block is unpacked in
 /// registers once and multiplied with every row.
 pub(crate) fn dot_rows(path: DotPath, dtype: DType, row: &[u8], x: QRows, out: &mut [f32]) {
+    assert_eq!(
+        out.len(),
+        x.rows,
+        "int8 dot: {} results for {} rows",
+        out.len(),
+        x.rows
+    );
+    let k = kernel(path, dtype, row.len(), &x);
+    // SAFETY: `kernel` checked the operands (and the path's features were detected).
+    unsafe { k(row, &x, out) }
+}
+
+/// The kernel [`dot_rows`] runs for weight rows of `row_len` bytes of `dtype` against the
+/// rows `x` on `path`, after its checks (see `legacy_dot::kernel`).
+pub(crate) fn kernel(path: DotPath, dtype: DType, row_len: usize, x: &QRows) -> RowsKernel {
     let nb = x.k / QK;
     assert!(
         has_fused_dot(dtype)
             && x.is_valid()
             && !x.two_level()
             && x.k == nb * QK
-            && row.len() == nb * dtype.block_bytes()
-            && out.len() == x.rows
+            && row_len == nb * dtype.block_bytes()
             && x.rows <= MAX_R,
-        "int8 dot: {} bytes of {dtype} against {} rows of {} activations",
-        row.len(),
+        "int8 dot: {row_len} bytes of {dtype} against {} rows of {} activations",
         x.rows,
         x.k
     );
-    macro_rules! go {
+    macro_rules! rows {
         ($f:ident) => {
             match x.rows {
-                1 => out.copy_from_slice(&$f::<1>(row, x)),
-                2 => out.copy_from_slice(&$f::<2>(row, x)),
-                3 => out.copy_from_slice(&$f::<3>(row, x)),
-                _ => out.copy_from_slice(&$f::<4>(row, x)),
+                1 => $f::<1> as RowsKernel,
+                2 => $f::<2>,
+                3 => $f::<3>,
+                _ => $f::<4>,
             }
         };
     }
     match (path, dtype) {
-        // SAFETY: the path's features were detected at run time; lengths checked above.
         #[cfg(target_arch = "x86_64")]
-        (DotPath::Vnni512, DType::Q4_K) => unsafe { go!(q4_k_vnni) },
+        (DotPath::Vnni512, DType::Q4_K) => rows!(kernel_q4_k_vnni),
         #[cfg(target_arch = "x86_64")]
-        (DotPath::Vnni512, _) => unsafe { go!(q6_k_vnni) },
+        (DotPath::Vnni512, _) => rows!(kernel_q6_k_vnni),
         #[cfg(target_arch = "x86_64")]
-        (DotPath::Avx2, DType::Q4_K) => unsafe { go!(q4_k_avx2) },
+        (DotPath::Avx2, DType::Q4_K) => rows!(kernel_q4_k_avx2),
         #[cfg(target_arch = "x86_64")]
-        (DotPath::Avx2, _) => unsafe { go!(q6_k_avx2) },
+        (DotPath::Avx2, _) => rows!(kernel_q6_k_avx2),
         _ => unreachable!("fused K-quant dot on the portable path"),
     }
+}
+
+/// The [`RowsKernel`]s: each dot into `out` (`R` values).
+macro_rules! kernels {
+    ($($name:ident = $dot:ident, $features:literal;)*) => {
+        $(
+            /// The dot of the same name into `out`.
+            ///
+            /// # Safety
+            /// As that dot.
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = $features)]
+            unsafe fn $name<const R: usize>(row: &[u8], x: &QRows, out: &mut [f32]) {
+                out[..R].copy_from_slice(&$dot::<R>(row, x));
+            }
+        )*
+    };
+}
+
+kernels! {
+    kernel_q4_k_vnni = q4_k_vnni, "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c";
+    kernel_q6_k_vnni = q6_k_vnni, "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c";
+    kernel_q4_k_avx2 = q4_k_avx2, "avx2,fma,f16c";
+    kernel_q6_k_avx2 = q6_k_avx2, "avx2,fma,f16c";
 }
 
 /// The eight 6-bit scales and the eight 6-bit mins of a Q4_K block (`packed`: its bytes
@@ -146,7 +182,7 @@ const AND_OR: i32 = 0xEA;
 /// (checked by [`dot_rows`]).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-unsafe fn q4_k_vnni<const R: usize>(row: &[u8], x: QRows) -> [f32; R] {
+unsafe fn q4_k_vnni<const R: usize>(row: &[u8], x: &QRows) -> [f32; R] {
     use std::arch::x86_64::*;
     let nb = x.k / QK;
     let wp = row.as_ptr();
@@ -206,7 +242,7 @@ unsafe fn q4_k_vnni<const R: usize>(row: &[u8], x: QRows) -> [f32; R] {
 /// As [`q4_k_vnni`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-unsafe fn q6_k_vnni<const R: usize>(row: &[u8], x: QRows) -> [f32; R] {
+unsafe fn q6_k_vnni<const R: usize>(row: &[u8], x: &QRows) -> [f32; R] {
     use std::arch::x86_64::*;
     let nb = x.k / QK;
     let wp = row.as_ptr();
@@ -292,7 +328,7 @@ unsafe fn madd_scaled(
 /// As [`q4_k_vnni`] (AVX2, FMA, F16C).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_k_avx2<const R: usize>(row: &[u8], x: QRows) -> [f32; R] {
+unsafe fn q4_k_avx2<const R: usize>(row: &[u8], x: &QRows) -> [f32; R] {
     use std::arch::x86_64::*;
     let nb = x.k / QK;
     let wp = row.as_ptr();
@@ -365,7 +401,7 @@ unsafe fn q4_k_avx2<const R: usize>(row: &[u8], x: QRows) -> [f32; R] {
 /// As [`q4_k_vnni`] (AVX2, FMA, F16C).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6_k_avx2<const R: usize>(row: &[u8], x: QRows) -> [f32; R] {
+unsafe fn q6_k_avx2<const R: usize>(row: &[u8], x: &QRows) -> [f32; R] {
     use std::arch::x86_64::*;
     let nb = x.k / QK;
     let wp = row.as_ptr();

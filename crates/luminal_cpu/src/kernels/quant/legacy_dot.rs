@@ -10,7 +10,7 @@
 //! product of `M` rows unpacks each weight row `⌈M / 4⌉` times, not `M` times; with one row
 //! the arithmetic is the single-row kernel's.
 
-use super::int8::{DotPath, QRows};
+use super::int8::{DotPath, QRows, RowsKernel};
 use luminal::DType;
 
 /// Formats with a fused dot.
@@ -29,73 +29,92 @@ pub(crate) const MAX_R: usize = 4;
 /// length, on a SIMD path (`path` is not portable). The weight's blocks are unpacked in
 /// registers once and multiplied with every row.
 pub(crate) fn dot_rows(path: DotPath, dtype: DType, row: &[u8], x: QRows, out: &mut [f32]) {
+    assert_eq!(
+        out.len(),
+        x.rows,
+        "int8 dot: {} results for {} rows",
+        out.len(),
+        x.rows
+    );
+    let k = kernel(path, dtype, row.len(), &x);
+    // SAFETY: `kernel` checked the operands (and the path's features were detected).
+    unsafe { k(row, &x, out) }
+}
+
+/// The kernel [`dot_rows`] runs for weight rows of `row_len` bytes of `dtype` against the
+/// rows `x` on `path`, after its checks: a product's loop over many weight rows checks
+/// once, then calls it for each (with `x` and an `out` of `x.rows` values).
+pub(crate) fn kernel(path: DotPath, dtype: DType, row_len: usize, x: &QRows) -> RowsKernel {
     let nb = x.k / 32;
     assert!(
         has_fused_dot(dtype)
             && x.is_valid()
-            && row.len() == nb * dtype.block_bytes()
-            && out.len() == x.rows
+            && row_len == nb * dtype.block_bytes()
             && x.rows <= MAX_R,
-        "int8 dot: {} bytes of {dtype} against {} rows of {} activations",
-        row.len(),
+        "int8 dot: {row_len} bytes of {dtype} against {} rows of {} activations",
         x.rows,
         x.k
     );
-    macro_rules! go {
+    macro_rules! rows {
+        ($f:ident, $t:literal) => {
+            match (x.rows, x.two_level()) {
+                (1, false) => $f::<$t, 1, false> as RowsKernel,
+                (2, false) => $f::<$t, 2, false>,
+                (3, false) => $f::<$t, 3, false>,
+                (_, false) => $f::<$t, 4, false>,
+                (1, true) => $f::<$t, 1, true>,
+                (2, true) => $f::<$t, 2, true>,
+                (3, true) => $f::<$t, 3, true>,
+                (_, true) => $f::<$t, 4, true>,
+            }
+        };
+    }
+    macro_rules! formats {
         ($f:ident) => {
             match dtype {
-                DType::Q4_0 => $f::<0>(row, x, out),
-                DType::Q4_1 => $f::<1>(row, x, out),
-                DType::Q5_0 => $f::<2>(row, x, out),
-                DType::Q5_1 => $f::<3>(row, x, out),
-                _ => $f::<4>(row, x, out),
+                DType::Q4_0 => rows!($f, 0),
+                DType::Q4_1 => rows!($f, 1),
+                DType::Q5_0 => rows!($f, 2),
+                DType::Q5_1 => rows!($f, 3),
+                _ => rows!($f, 4),
             }
         };
     }
     match path {
-        // SAFETY: the path's features were detected at run time; lengths checked above.
         #[cfg(target_arch = "x86_64")]
-        DotPath::Vnni512 => unsafe { go!(rows_vnni) },
+        DotPath::Vnni512 => formats!(kernel_vnni),
         #[cfg(target_arch = "x86_64")]
-        DotPath::Avx2 => unsafe { go!(rows_avx2) },
+        DotPath::Avx2 => formats!(kernel_avx2),
         _ => unreachable!("fused int8 dot on the portable path"),
     }
 }
 
-/// [`dot_vnni`] for `x.rows` rows.
+/// [`dot_vnni`] into `out` (`R` values).
 ///
 /// # Safety
 /// As [`dot_vnni`].
 #[cfg(target_arch = "x86_64")]
-unsafe fn rows_vnni<const F: u8>(row: &[u8], x: QRows, out: &mut [f32]) {
-    match (x.rows, x.two_level()) {
-        (1, false) => out.copy_from_slice(&dot_vnni::<F, 1, false>(row, x)),
-        (2, false) => out.copy_from_slice(&dot_vnni::<F, 2, false>(row, x)),
-        (3, false) => out.copy_from_slice(&dot_vnni::<F, 3, false>(row, x)),
-        (_, false) => out.copy_from_slice(&dot_vnni::<F, 4, false>(row, x)),
-        (1, true) => out.copy_from_slice(&dot_vnni::<F, 1, true>(row, x)),
-        (2, true) => out.copy_from_slice(&dot_vnni::<F, 2, true>(row, x)),
-        (3, true) => out.copy_from_slice(&dot_vnni::<F, 3, true>(row, x)),
-        (_, true) => out.copy_from_slice(&dot_vnni::<F, 4, true>(row, x)),
-    }
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+unsafe fn kernel_vnni<const F: u8, const R: usize, const L2: bool>(
+    row: &[u8],
+    x: &QRows,
+    out: &mut [f32],
+) {
+    out[..R].copy_from_slice(&dot_vnni::<F, R, L2>(row, x));
 }
 
-/// [`dot_avx2`] for `x.rows` rows.
+/// [`dot_avx2`] into `out` (`R` values).
 ///
 /// # Safety
 /// As [`dot_avx2`].
 #[cfg(target_arch = "x86_64")]
-unsafe fn rows_avx2<const F: u8>(row: &[u8], x: QRows, out: &mut [f32]) {
-    match (x.rows, x.two_level()) {
-        (1, false) => out.copy_from_slice(&dot_avx2::<F, 1, false>(row, x)),
-        (2, false) => out.copy_from_slice(&dot_avx2::<F, 2, false>(row, x)),
-        (3, false) => out.copy_from_slice(&dot_avx2::<F, 3, false>(row, x)),
-        (_, false) => out.copy_from_slice(&dot_avx2::<F, 4, false>(row, x)),
-        (1, true) => out.copy_from_slice(&dot_avx2::<F, 1, true>(row, x)),
-        (2, true) => out.copy_from_slice(&dot_avx2::<F, 2, true>(row, x)),
-        (3, true) => out.copy_from_slice(&dot_avx2::<F, 3, true>(row, x)),
-        (_, true) => out.copy_from_slice(&dot_avx2::<F, 4, true>(row, x)),
-    }
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn kernel_avx2<const F: u8, const R: usize, const L2: bool>(
+    row: &[u8],
+    x: &QRows,
+    out: &mut [f32],
+) {
+    out[..R].copy_from_slice(&dot_avx2::<F, R, L2>(row, x));
 }
 
 /// Block bytes of format `F` (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0).
@@ -152,7 +171,7 @@ unsafe fn bits16(p: *const u8) -> i16 {
 /// (checked by [`dot_rows`]).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-unsafe fn dot_vnni<const F: u8, const R: usize, const L2: bool>(row: &[u8], x: QRows) -> [f32; R] {
+unsafe fn dot_vnni<const F: u8, const R: usize, const L2: bool>(row: &[u8], x: &QRows) -> [f32; R] {
     use std::arch::x86_64::*;
     let bb = block_bytes(F);
     let nb = x.k / 32;
@@ -298,7 +317,7 @@ unsafe fn dot_vnni<const F: u8, const R: usize, const L2: bool>(row: &[u8], x: Q
         out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1])) + _mm_cvtss_f32(b1);
     }
     if b < nb {
-        let tail = dot_avx2::<F, R, L2>(&row[b * bb..], x.tail(b));
+        let tail = dot_avx2::<F, R, L2>(&row[b * bb..], &x.tail(b));
         for (o, t) in out.iter_mut().zip(tail) {
             *o += t;
         }
@@ -349,7 +368,7 @@ fn f16_table() -> &'static [f32] {
 /// As [`dot_vnni`] (AVX2, FMA, F16C).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_avx2<const F: u8, const R: usize, const L2: bool>(row: &[u8], x: QRows) -> [f32; R] {
+unsafe fn dot_avx2<const F: u8, const R: usize, const L2: bool>(row: &[u8], x: &QRows) -> [f32; R] {
     use std::arch::x86_64::*;
     let table = f16_table().as_ptr();
     let scale = |p: *const u8| {
