@@ -96,7 +96,12 @@ pub(crate) const fn q16_slot(t: usize) -> usize {
 }
 
 /// A fused multi-row dot with its operands already checked (`legacy_dot::kernel`,
-/// `kquant_dot::kernel`): one weight row against the rows `x`, `x.rows` results.
+/// `kquant_dot::kernel`): one weight row against the rows `x`, `x.rows` results into `out`.
+///
+/// # Safety
+/// `x` is the rows the `kernel` call that returned this checked (or a copy of them), `row`
+/// has the length checked there, and the CPU has the path's features (it was chosen from
+/// them). `out` shorter than `x.rows` panics.
 pub(crate) type RowsKernel = unsafe fn(row: &[u8], x: &QRows, out: &mut [f32]);
 
 /// One quantized activation row.
