@@ -25,7 +25,10 @@
 
 use luminal::prelude::*;
 use luminal::quant::decode;
-use luminal_cpu::{amx_int8, detected_isa, set_amx_int8, set_max_isa, CpuBackend, Isa, QuantDots};
+use luminal_cpu::{
+    amx_int8, detected_isa, set_activation_levels, set_amx_int8, set_max_isa,
+    skinny_activation_levels, CpuBackend, Isa, QuantDots,
+};
 
 /// Every quantized dtype, and the half types (the weight formats read in place).
 fn formats() -> Vec<DType> {
@@ -296,6 +299,38 @@ fn weight_matmuls_match_dequantize_then_matmul_at_every_isa() {
     }
     set_amx_int8(None);
     set_max_isa(Isa::Avx512);
+}
+
+/// One and two activation levels, forced process-wide (`set_activation_levels`), in decode
+/// products of a 32-value block format at every SIMD level the host has: each matches the
+/// reference quantized with that many levels (and the portable path keeps one).
+#[test]
+fn activation_levels_can_be_chosen() {
+    let _cap = ISA_CAP.lock().unwrap_or_else(|e| e.into_inner());
+    let mut levels = vec![Isa::Generic];
+    if detected_isa() >= Isa::Avx2 {
+        levels.push(Isa::Avx2);
+    }
+    if detected_isa() >= Isa::Avx512 {
+        levels.push(Isa::Avx512);
+    }
+    for isa in levels {
+        assert_eq!(set_max_isa(isa), isa);
+        for want in [1u8, 2] {
+            set_activation_levels(Some(want));
+            let got = skinny_activation_levels(DType::Q4_1);
+            let simd = isa != Isa::Generic;
+            assert_eq!(got, if simd { want as usize } else { 1 }, "{isa:?}");
+            assert_eq!(skinny_activation_levels(DType::Q4_K), 1, "{isa:?}");
+            for (m, k) in [(1, 96), (3, 576)] {
+                let backend = CpuBackend::with_threads(2).quant_dots(QuantDots::Int8);
+                let what = format!("{isa:?} levels={want}");
+                check_matmul(backend, DType::Q4_1, m, 37, k, 11, &what, Some(16), got);
+            }
+        }
+    }
+    set_activation_levels(None);
+    set_max_isa(detected_isa());
 }
 
 /// The default policy on a wide product that is a graph output (a prefill's logits): int8
