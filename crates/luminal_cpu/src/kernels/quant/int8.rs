@@ -273,16 +273,10 @@ impl QActs {
                 x: &row(i)[..k],
                 q: &self.q[span.clone()],
                 q2: &mut self.q2[span.clone()],
+                q16: &mut self.q16[span],
                 dg: &mut self.dg[i * g..(i + 1) * g],
                 sg: &mut self.sg[i * g..(i + 1) * g],
             });
-            let (q, q2) = (&self.q[span.clone()], &self.q2[span.clone()]);
-            for (b, out) in self.q16[span].chunks_exact_mut(ABLOCK).enumerate() {
-                for t in 0..ABLOCK {
-                    let v = 32 * b + t;
-                    out[q16_slot(t)] = 256 * q[v] as i16 + q2[v] as i16;
-                }
-            }
             self.derive_sums(i);
         }
     }
@@ -487,12 +481,13 @@ impl Task for Quantize<'_> {
 
 /// The second level of one quantized row (see [`QActs::quantize_two_level`]): from the
 /// values `x` and their first-level quants `q` and group scales `dg`, the residuals' quants
-/// `q2`; `dg` and `sg` then become the combined value's (`dg / 256`,
-/// `dg / 256 · Σ (256 · q + q2)`).
+/// `q2` and the combined values `q16` (`256 · q + q2`, in [`q16_slot`] order); `dg` and
+/// `sg` then become the combined value's (`dg / 256`, `dg / 256 · Σ (256 · q + q2)`).
 struct Residual<'a> {
     x: &'a [f32],
     q: &'a [i8],
     q2: &'a mut [i8],
+    q16: &'a mut [i16],
     dg: &'a mut [f32],
     sg: &'a mut [f32],
 }
@@ -504,16 +499,20 @@ impl Task for Residual<'_> {
         let groups = self.x.chunks_exact(GROUP).zip(self.q.chunks_exact(GROUP));
         let outs = self.q2.chunks_exact_mut(GROUP);
         let scales = self.dg.iter_mut().zip(self.sg.iter_mut());
-        for (((x, q), q2), (dg, sg)) in groups.zip(outs).zip(scales) {
+        for (gi, (((x, q), q2), (dg, sg))) in groups.zip(outs).zip(scales).enumerate() {
             let d = *dg;
             // 256 / d, or 0 for an all-zero group (whose residuals are zero).
             let s = if d > 0.0 { 256.0 / d } else { 0.0 };
+            // This group's block of combined values, and its first value's place in it.
+            let (block, t0) = (&mut self.q16[gi / 2 * ABLOCK..][..ABLOCK], gi % 2 * GROUP);
             let mut sum = 0i32;
-            for ((&x, &q), q2) in x.iter().zip(q).zip(q2.iter_mut()) {
+            for (t, ((&x, &q), q2)) in x.iter().zip(q).zip(q2.iter_mut()).enumerate() {
                 let r = x - d * q as f32;
                 let v = (r * s).round_ties_even().clamp(-127.0, 127.0) as i8;
                 *q2 = v;
-                sum += 256 * q as i32 + v as i32;
+                let c = 256 * q as i16 + v as i16;
+                block[q16_slot(t0 + t)] = c;
+                sum += c as i32;
             }
             *dg = d * (1.0 / 256.0);
             *sg = *dg * sum as f32;

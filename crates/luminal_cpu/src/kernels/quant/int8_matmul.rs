@@ -138,8 +138,24 @@ fn wide<'x>(
     });
 }
 
-/// A fused multi-row int8 dot (`legacy_dot::dot_rows`, `kquant_dot::dot_rows`).
+/// A fused multi-row int8 dot, checked at each call ([`dot_rows`]).
 type RowsDot = fn(int8::DotPath, DType, &[u8], int8::QRows, &mut [f32]);
+
+/// `out[r] = Σ w·x_r` of one weight row of `dtype` and the rows `x` with the format's fused
+/// dot, its operands checked for this one call ([`fused_kernel`]; loops over many weight
+/// rows call the kernel it returns instead).
+fn dot_rows(path: int8::DotPath, dtype: DType, row: &[u8], x: int8::QRows, out: &mut [f32]) {
+    assert_eq!(
+        out.len(),
+        x.rows,
+        "int8 dot: {} results for {} rows",
+        out.len(),
+        x.rows
+    );
+    let dot = fused_kernel(path, dtype, row.len(), &x).expect("a format with a fused dot");
+    // SAFETY: `fused_kernel` checked `x` and the row length for this call.
+    unsafe { dot(row, &x, out) }
+}
 
 /// The checked kernel of the fused dot of `dtype` on `path` for the rows `x` and weight rows
 /// of `row_len` bytes (`legacy_dot::kernel`, `kquant_dot::kernel`): what a loop over many
@@ -162,8 +178,8 @@ pub(super) fn fused_kernel(
 pub(super) fn fused_rows_dot(path: int8::DotPath, dtype: DType) -> Option<(RowsDot, usize)> {
     match path {
         int8::DotPath::Portable => None,
-        _ if legacy_dot::has_fused_dot(dtype) => Some((legacy_dot::dot_rows, legacy_dot::MAX_R)),
-        _ if kquant_dot::has_fused_dot(dtype) => Some((kquant_dot::dot_rows, kquant_dot::MAX_R)),
+        _ if legacy_dot::has_fused_dot(dtype) => Some((dot_rows, legacy_dot::MAX_R)),
+        _ if kquant_dot::has_fused_dot(dtype) => Some((dot_rows, kquant_dot::MAX_R)),
         _ => None,
     }
 }

@@ -42,28 +42,13 @@ pub(crate) fn has_fused_dot(dtype: DType) -> bool {
     matches!(dtype, DType::Q4_K | DType::Q6_K)
 }
 
-/// Most activation rows one call dots with a weight row (see [`dot_rows`]).
+/// Most activation rows one call dots with a weight row (see [`kernel`]).
 pub(crate) const MAX_R: usize = 4;
 
-/// `out[r] = Σ w·x_r` of one weight row (whole blocks of `dtype`, a [`has_fused_dot`]
-/// format) and each of the `x.rows ≤ MAX_R` quantized activation rows `x_r` of the same
-/// length, on a SIMD path (`path` is not portable). Each super-block is unpacked in
-/// registers once and multiplied with every row.
-pub(crate) fn dot_rows(path: DotPath, dtype: DType, row: &[u8], x: QRows, out: &mut [f32]) {
-    assert_eq!(
-        out.len(),
-        x.rows,
-        "int8 dot: {} results for {} rows",
-        out.len(),
-        x.rows
-    );
-    let k = kernel(path, dtype, row.len(), &x);
-    // SAFETY: `kernel` checked the operands (and the path's features were detected).
-    unsafe { k(row, &x, out) }
-}
-
-/// The kernel [`dot_rows`] runs for weight rows of `row_len` bytes of `dtype` against the
-/// rows `x` on `path`, after its checks (see `legacy_dot::kernel`).
+/// The kernel computing `out[r] = Σ w·x_r` of one weight row (`row_len` bytes of `dtype`,
+/// a [`has_fused_dot`] format) and each of the `x.rows ≤ MAX_R` quantized activation rows,
+/// on a SIMD path, after checking the operands (as `legacy_dot::kernel`). Each super-block
+/// is unpacked in registers once and multiplied with every row.
 pub(crate) fn kernel(path: DotPath, dtype: DType, row_len: usize, x: &QRows) -> RowsKernel {
     let nb = x.k / QK;
     assert!(
@@ -179,7 +164,7 @@ const AND_OR: i32 = 0xEA;
 ///
 /// # Safety
 /// The CPU has the enabled features; `row` holds `x.k / 256` blocks and `x` is valid
-/// (checked by [`dot_rows`]).
+/// (checked by [`kernel`]).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
 unsafe fn q4_k_vnni<const R: usize>(row: &[u8], x: &QRows) -> [f32; R] {

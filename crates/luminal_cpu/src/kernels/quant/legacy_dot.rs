@@ -21,29 +21,15 @@ pub(crate) fn has_fused_dot(dtype: DType) -> bool {
     )
 }
 
-/// Most activation rows one call dots with a weight row (see [`dot_rows`]).
+/// Most activation rows one call dots with a weight row (see [`kernel`]).
 pub(crate) const MAX_R: usize = 4;
 
-/// `out[r] = Σ w·x_r` of one weight row (whole blocks of `dtype`, a [`has_fused_dot`]
-/// format) and each of the `x.rows ≤ MAX_R` quantized activation rows `x_r` of the same
-/// length, on a SIMD path (`path` is not portable). The weight's blocks are unpacked in
+/// The kernel computing `out[r] = Σ w·x_r` of one weight row (whole blocks of `dtype`, a
+/// [`has_fused_dot`] format, `row_len` bytes) and each of the `x.rows ≤ MAX_R` quantized
+/// activation rows `x_r`, on a SIMD path (`path` is not portable), after checking the
+/// operands: a product's loop over many weight rows checks once, then calls it for each
+/// (with `x` and an `out` of `x.rows` values). The weight's blocks are unpacked in
 /// registers once and multiplied with every row.
-pub(crate) fn dot_rows(path: DotPath, dtype: DType, row: &[u8], x: QRows, out: &mut [f32]) {
-    assert_eq!(
-        out.len(),
-        x.rows,
-        "int8 dot: {} results for {} rows",
-        out.len(),
-        x.rows
-    );
-    let k = kernel(path, dtype, row.len(), &x);
-    // SAFETY: `kernel` checked the operands (and the path's features were detected).
-    unsafe { k(row, &x, out) }
-}
-
-/// The kernel [`dot_rows`] runs for weight rows of `row_len` bytes of `dtype` against the
-/// rows `x` on `path`, after its checks: a product's loop over many weight rows checks
-/// once, then calls it for each (with `x` and an `out` of `x.rows` values).
 pub(crate) fn kernel(path: DotPath, dtype: DType, row_len: usize, x: &QRows) -> RowsKernel {
     let nb = x.k / 32;
     assert!(
@@ -168,7 +154,7 @@ unsafe fn bits16(p: *const u8) -> i16 {
 ///
 /// # Safety
 /// The CPU has the enabled features; `row` holds `x.k / 32` blocks and `x` is valid
-/// (checked by [`dot_rows`]).
+/// (checked by [`kernel`]).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
 unsafe fn dot_vnni<const F: u8, const R: usize, const L2: bool>(row: &[u8], x: &QRows) -> [f32; R] {
