@@ -62,6 +62,11 @@ pub struct GraphData {
     /// Nodes made by [`GraphTensor::detach`](crate::GraphTensor::detach): autograd treats
     /// them as constants (no gradient flows through them).
     pub no_grad: HashSet<NodeId>,
+    /// Gradients of attention that [`crate::autograd::Autograd`] built in one piece (see
+    /// [`crate::patterns::AttentionGrad`]): the node stacking `dq, dk, dv`, with the tensors
+    /// it was built from. A hint for backends with a fused kernel; the nodes themselves are
+    /// the semantics (a backend checks the hint against them before using it).
+    pub attention_grads: HashMap<NodeId, crate::patterns::AttentionGrad>,
 }
 
 impl GraphData {
@@ -95,6 +100,7 @@ impl GraphData {
         self.nodes[id.0 as usize] = None;
         self.recompute.remove(&id);
         self.no_grad.remove(&id);
+        self.attention_grads.remove(&id);
     }
 
     /// Points every use of `old` (edges, user handles, outputs) at `new`, which must have the
@@ -131,6 +137,14 @@ impl GraphData {
         }
         let outputs = std::mem::take(&mut self.outputs);
         self.outputs = outputs.into_iter().map(resolve).collect();
+        let hints = std::mem::take(&mut self.attention_grads);
+        self.attention_grads = hints
+            .into_iter()
+            .map(|(id, mut h)| {
+                h.remap(&resolve);
+                (resolve(id), h)
+            })
+            .collect();
         for &old in map.keys() {
             if resolve(old) != old {
                 self.remove_node(old);

@@ -272,6 +272,17 @@ impl Matcher<'_> {
         if a42_ins.len() != 2 {
             return None;
         }
+        // The maximum may come through the copy `detach` makes (softmax detaches it; a
+        // graph that autograd has not seen through CSE still has it).
+        let copied = |id: NodeId| {
+            let n = g.node(id);
+            (n.op == Op::Contiguous && n.dtype == DType::F32 && flat_identity_edge(g, &n.inputs[0]))
+                .then(|| n.inputs[0].node)
+        };
+        let max_of = |id: NodeId| {
+            self.last_axis_reduce(id, ReduceOp::Max)
+                .or_else(|| copied(id).and_then(|m| self.last_axis_reduce(m, ReduceOp::Max)))
+        };
         let (xe, ne) = [(&a42_ins[0], &a42_ins[1]), (&a42_ins[1], &a42_ins[0])]
             .into_iter()
             .find(|(xe, ne)| {
@@ -281,9 +292,7 @@ impl Matcher<'_> {
                     && self.row_broadcast(ne, &st)
                     && self
                         .operands(ne.node, |e| self.const_value(e).is_none())
-                        .is_some_and(|(me, _)| {
-                            self.last_axis_reduce(me.node, ReduceOp::Max) == Some(xe.node)
-                        })
+                        .is_some_and(|(me, _)| max_of(me.node) == Some(xe.node))
             })?;
         let x = xe.node;
         let neg = ne.node;
@@ -291,11 +300,16 @@ impl Matcher<'_> {
         if self.const_value(minus) != Some(-1.0)
             || !self.row_broadcast(me, &g.node(neg).shape)
             || g.node(neg).shape != keep
-            || self.last_axis_reduce(me.node, ReduceOp::Max) != Some(x)
+            || max_of(me.node) != Some(x)
         {
             return None;
         }
-        let max_x = me.node;
+        let (max_x, max_copy) = match copied(me.node) {
+            Some(m) if self.last_axis_reduce(me.node, ReduceOp::Max).is_none() => {
+                (m, Some(me.node))
+            }
+            _ => (me.node, None),
+        };
         // X = S * scale + bias, or X = S * scale
         let scaled = |e: &Edge| {
             mul(e.node)
@@ -354,6 +368,7 @@ impl Matcher<'_> {
         if s_node != x {
             inner.push(s_node);
         }
+        inner.extend(max_copy);
         inner.extend(k_cast.into_iter().chain(v_cast));
         let mut reads: HashMap<NodeId, usize> = HashMap::new();
         for n in inner.iter().chain([&id]) {
@@ -392,6 +407,154 @@ impl Matcher<'_> {
             bias,
             scale,
             batch_dims: nb,
+        })
+    }
+}
+
+/// The gradient of one attention, `softmax(q·kᵀ·scale (+ bias))·v`, as
+/// [`crate::autograd::Autograd`] builds it: one node `[3, batch.., s, d]` stacking `dq`,
+/// `dk` and `dv` (self-attention: `s = t`), computed from the tensors below by the primops
+/// of [`attention_backward`](crate::autograd::attention_backward) — the scores and
+/// probabilities recomputed, nothing kept from the forward pass but q, k and v. A backend
+/// with a fused kernel computes the node in one launch (flash-attention's backward); the
+/// nodes are the semantics, and [`AttentionGrad::find`] checks them before a backend may
+/// rely on the hint.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttentionGrad {
+    /// `q [batch.., s, d]`, `k [batch.., t, d]`, `v [batch.., t, d]` as read.
+    pub q: Edge,
+    pub k: Edge,
+    pub v: Edge,
+    /// The additive bias `[batch.., s, t]` (a mask: no gradient flows into it).
+    pub bias: Option<Edge>,
+    /// The gradient of the attention's output, `[batch.., s, d]`.
+    pub d_out: Edge,
+    pub scale: f32,
+}
+
+/// A checked [`AttentionGrad`]: the hint, and the nodes that compute it besides its root.
+#[derive(Clone, Debug)]
+pub struct AttentionGradMatch {
+    pub grad: AttentionGrad,
+    pub inner: Vec<NodeId>,
+}
+
+impl AttentionGrad {
+    pub(crate) fn remap(&mut self, f: &dyn Fn(NodeId) -> NodeId) {
+        for e in [&mut self.q, &mut self.k, &mut self.v, &mut self.d_out]
+            .into_iter()
+            .chain(self.bias.as_mut())
+        {
+            e.node = f(e.node);
+        }
+    }
+
+    /// The attention gradient whose stacked `[3, batch.., s, d]` result is node `id`, if the
+    /// graph holds a hint for it and the nodes under `id` are still exactly what
+    /// [`attention_backward`](crate::autograd::attention_backward) builds from the hint's
+    /// tensors (a pass that rewrote any of them voids the hint). The check rebuilds the
+    /// backward from the hint in a scratch graph and compares it with the nodes, op by op.
+    pub fn find(g: &GraphData, id: NodeId) -> Option<AttentionGradMatch> {
+        let hint = g.attention_grads.get(&id)?;
+        let leaves: Vec<&Edge> = [&hint.q, &hint.k, &hint.v, &hint.d_out]
+            .into_iter()
+            .chain(hint.bias.as_ref())
+            .collect();
+        if leaves.iter().any(|e| g.try_node(e.node).is_none()) || g.try_node(id).is_none() {
+            return None;
+        }
+        let scratch = crate::graph::Graph::new();
+        let mut inputs: HashMap<NodeId, NodeId> = HashMap::new(); // real → scratch
+        let mut real_of: HashMap<NodeId, NodeId> = HashMap::new(); // scratch → real
+        let mut handle = |e: &Edge| {
+            let n = g.node(e.node);
+            let name = format!("leaf{}", inputs.len());
+            let s = *inputs.entry(e.node).or_insert_with(|| {
+                let t = scratch.input(&name, n.shape.clone(), n.dtype);
+                t.node()
+            });
+            real_of.insert(s, e.node);
+            scratch.new_handle(crate::graph::TensorEntry {
+                node: s,
+                view: e.view.clone(),
+                dtype: n.dtype,
+                label: "leaf".into(),
+            })
+        };
+        let (q, k, v, d_out) = (
+            handle(&hint.q),
+            handle(&hint.k),
+            handle(&hint.v),
+            handle(&hint.d_out),
+        );
+        let bias = hint.bias.as_ref().map(&mut handle);
+        let shapes_ok = {
+            let (qs, ks) = (q.shape(), k.shape());
+            let r = qs.len();
+            r >= 3
+                && ks == qs
+                && v.shape() == qs
+                && d_out.shape() == qs
+                && bias.is_none_or(|b| b.shape() == [&qs[..r - 1], &ks[r - 2..r - 1]].concat())
+                && [q, k, v, d_out]
+                    .iter()
+                    .chain(bias.as_ref())
+                    .all(|t| t.dtype() == DType::F32)
+        };
+        if !shapes_ok {
+            return None;
+        }
+        let built = crate::autograd::attention_backward(q, k, v, bias, d_out, hint.scale);
+        let built_entry = built.entry();
+        let sd = scratch.snapshot();
+        if !built_entry.view.is_contiguous() || sd.node(built_entry.node).shape != g.node(id).shape
+        {
+            return None;
+        }
+        let mut memo: HashMap<NodeId, NodeId> = HashMap::new(); // scratch → real
+        let mut stack = vec![(built_entry.node, id)];
+        while let Some((mut s, r)) = stack.pop() {
+            // Compilation drops identity copies (the one `detach` makes in softmax).
+            while sd.node(s).op == Op::Contiguous
+                && g.try_node(r).is_some_and(|n| n.op != Op::Contiguous)
+                && flat_identity_edge(&sd, &sd.node(s).inputs[0])
+            {
+                s = sd.node(s).inputs[0].node;
+            }
+            if let Some(&seen) = memo.get(&s).or(real_of.get(&s)) {
+                if seen != r {
+                    return None;
+                }
+                continue;
+            }
+            let (sn, rn) = (sd.node(s), g.try_node(r)?);
+            if sn.op != rn.op
+                || sn.dtype != rn.dtype
+                || sn.shape != rn.shape
+                || sn.inputs.len() != rn.inputs.len()
+                || matches!(sn.op, Op::Input { .. })
+            {
+                return None;
+            }
+            memo.insert(s, r);
+            for (se, re) in sn.inputs.iter().zip(&rn.inputs) {
+                if se.view != re.view {
+                    return None;
+                }
+                stack.push((se.node, re.node));
+            }
+        }
+        let leaf_nodes: HashSet<NodeId> = real_of.values().copied().collect();
+        let mut inner: Vec<NodeId> = memo
+            .values()
+            .copied()
+            .filter(|n| *n != id && !leaf_nodes.contains(n))
+            .collect();
+        inner.sort();
+        inner.dedup();
+        Some(AttentionGradMatch {
+            grad: hint.clone(),
+            inner,
         })
     }
 }

@@ -21,8 +21,11 @@
 //! assert_eq!(rt.get::<f32>(dw).unwrap(), vec![2., -4., 1.]);
 //! ```
 
+mod attention;
 pub mod rules;
 mod view;
+
+pub use attention::attention_backward;
 
 use crate::graph::{GraphTensor, NodeId, TensorEntry};
 use crate::shape::ShapeTracker;
@@ -129,6 +132,17 @@ impl<'g> Autograd<'g> {
                 .collect();
             (relevant, nodes)
         };
+        // Edges reading each node, for the attention matcher's "read only inside" check.
+        let uses: HashMap<NodeId, usize> = {
+            let d = cx.data();
+            let mut uses = HashMap::new();
+            for id in d.node_ids() {
+                for e in &d.node(id).inputs {
+                    *uses.entry(e.node).or_insert(0) += 1;
+                }
+            }
+            uses
+        };
         let mut recompute = Recompute::new(cx);
         let mut grads: HashMap<NodeId, GraphTensor<'g>> = HashMap::new();
         let out_entry = output.entry();
@@ -158,6 +172,51 @@ impl<'g> Autograd<'g> {
                 recompute.resolve(seg, id),
                 ShapeTracker::new(node.shape.clone()),
             );
+            // A recognised attention: its gradient in one piece (see `attention.rs`).
+            let found = if attention_grads_enabled() {
+                let d = cx.data();
+                attention::recognise(&d, &uses, id, &|n| nodes.contains_key(&n))
+            } else {
+                None
+            };
+            if let Some(a) = found {
+                let mut operand = |(n, view): (NodeId, ShapeTracker)| {
+                    (handle(recompute.resolve(seg, n), view), n)
+                };
+                let (q, k, v) = (operand(a.q), operand(a.k), operand(a.v));
+                let bias = a.bias.map(&mut operand);
+                let (stacked, parts) =
+                    attention::build(cx, (q.0, k.0, v.0, bias.map(|b| b.0)), g, a.scale);
+                let (qv, kv, vv) = (q.0.entry().view, k.0.entry().view, v.0.entry().view);
+                let one_node = q.1 == k.1 && k.1 == v.1 && nodes.contains_key(&q.1);
+                if let Some(view) = one_node
+                    .then(|| attention::stacked_view((&qv, &kv, &vv)))
+                    .flatten()
+                {
+                    let n = q.1;
+                    let src_shape = nodes[&n].shape.clone();
+                    let gi = view::view_transpose(vec![stacked], &view, &src_shape);
+                    let acc = match grads.get(&n) {
+                        Some(&prev) => prev + gi,
+                        None => gi,
+                    };
+                    grads.insert(n, acc);
+                    continue;
+                }
+                for ((t, n), gi) in [q, k, v].into_iter().zip(parts) {
+                    if !nodes.contains_key(&n) {
+                        continue;
+                    }
+                    let src_shape = nodes[&n].shape.clone();
+                    let gi = view::view_transpose(vec![gi], &t.entry().view, &src_shape);
+                    let acc = match grads.get(&n) {
+                        Some(&prev) => prev + gi,
+                        None => gi,
+                    };
+                    grads.insert(n, acc);
+                }
+                continue;
+            }
             let inputs: Vec<GraphTensor<'g>> = node
                 .inputs
                 .iter()
@@ -285,6 +344,28 @@ impl<'g> Recompute<'g> {
         }
         map
     }
+}
+
+thread_local! {
+    static ATTENTION_GRADS: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Whether autograd builds a recognised attention's gradient in one piece (see
+/// `attention.rs`): on by default, off with `LUMINAL_ATTENTION_GRAD=0`, or as set on this
+/// thread by [`set_attention_grads`].
+fn attention_grads_enabled() -> bool {
+    static ENV: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    ATTENTION_GRADS.get().unwrap_or_else(|| {
+        *ENV.get_or_init(|| std::env::var("LUMINAL_ATTENTION_GRAD").map_or(true, |v| v != "0"))
+    })
+}
+
+/// Chooses, for graphs differentiated on the calling thread, whether a recognised
+/// attention's gradient is built in one piece (`Some(true)`), rule by rule (`Some(false)`:
+/// the forward then keeps its probabilities), or as the environment says (`None`: in one
+/// piece unless `LUMINAL_ATTENTION_GRAD=0`).
+pub fn set_attention_grads(on: Option<bool>) {
+    ATTENTION_GRADS.set(on);
 }
 
 /// The gradients of the scalar `loss` with respect to `params`, in order.

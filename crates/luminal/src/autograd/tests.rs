@@ -505,3 +505,71 @@ fn dynamic_batch_dimension() {
         }
     }
 }
+
+/// `softmax(q·kᵀ·scale + mask)·v` as `luminal_nn::causal_attention` builds it, q, k, v
+/// read from one `[b, s, 3, h, d]` tensor (a fused projection's layout).
+fn causal_attention_of<'g>(qkv: GraphTensor<'g>, masked: bool) -> GraphTensor<'g> {
+    let (s, d) = (
+        qkv.shape()[1].clone(),
+        qkv.shape()[4].as_constant().unwrap(),
+    );
+    let head = |i: i64| qkv.slice(2, i, i + 1).squeeze(2).permute(&[0, 2, 1, 3]);
+    let (q, k, v) = (head(0), head(1), head(2));
+    let scores = q.matmul(k.transpose(-1, -2)) * (1.0 / (d as f32).sqrt());
+    let x = if masked {
+        let cx = qkv.graph;
+        let rows = cx.arange(s.clone()).expand(1, s.clone());
+        let cols = cx.arange(s.clone()).expand(0, s.clone());
+        let mask = cols.gt(rows).cast(DType::F32) * -1e30;
+        scores + mask.unsqueeze(0).unsqueeze(0).expand_to(scores.shape())
+    } else {
+        scores
+    };
+    x.softmax(-1).matmul(v)
+}
+
+#[test]
+fn attention_gradient_in_one_piece_matches_finite_differences() {
+    for masked in [true, false] {
+        check(&[vec![2, 5, 3, 2, 3]], (-1.0, 1.0), |_, p| {
+            weighted(causal_attention_of(p[0], masked), 4)
+        });
+    }
+}
+
+#[test]
+fn attention_gradient_in_one_piece_equals_rule_by_rule() {
+    let data = values(2 * 6 * 3 * 2 * 4, 11, -1.5, 1.5);
+    let run = |one_piece: bool| -> (Vec<f32>, usize) {
+        set_attention_grads(Some(one_piece));
+        let cx = Graph::new();
+        let qkv = cx.tensor("qkv", (2, 6, 3, 2, 4));
+        let loss = weighted(causal_attention_of(qkv, true), 5);
+        let g = gradients(&[qkv], loss)[0].output();
+        set_attention_grads(None);
+        let snap = cx.snapshot();
+        let hints = snap
+            .attention_grads
+            .keys()
+            .filter(|&&id| crate::patterns::AttentionGrad::find(&snap, id).is_some())
+            .count();
+        let mut rt = cx
+            .compile(ReferenceBackend, CompileOptions::default())
+            .unwrap();
+        rt.set(qkv, &data).unwrap();
+        rt.run().unwrap();
+        (rt.get::<f32>(g).unwrap(), hints)
+    };
+    let ((fused, hints), (rules, none)) = (run(true), run(false));
+    assert_eq!(
+        (hints, none),
+        (1, 0),
+        "one checked hint with the one-piece gradient only"
+    );
+    for (i, (a, b)) in fused.iter().zip(&rules).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-5 * b.abs().max(1.0),
+            "element {i}: {a} vs {b}"
+        );
+    }
+}

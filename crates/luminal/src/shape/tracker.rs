@@ -252,6 +252,20 @@ impl ShapeTracker {
     }
 
     /// Insert a new stride-0 dim of length `size` at position `axis` (`0..=rank`).
+    /// This view with a new leading dim of `size` whose steps move `stride` elements (the
+    /// three equal views q, k, v of one projection read as one `[3, ..]` view). `None` for
+    /// a masked view.
+    pub(crate) fn with_leading_dim(&self, size: Expression, stride: Expression) -> Option<Self> {
+        if self.is_masked() {
+            return None;
+        }
+        let mut v = self.clone();
+        v.dims.insert(0, size.clone());
+        v.strides.insert(0, stride);
+        v.mask.insert(0, (Expression::zero(), size));
+        Some(v)
+    }
+
     pub fn expand(&mut self, axis: usize, size: Expression) {
         assert!(
             axis <= self.rank(),

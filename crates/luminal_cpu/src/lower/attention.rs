@@ -22,10 +22,10 @@
 
 use super::{Lowered, Lowering};
 use crate::kernel::BufId;
-use crate::kernels::attention::{AttentionBias, AttentionKernel, QSource};
+use crate::kernels::attention::{AttentionBias, AttentionGradKernel, AttentionKernel, QSource};
 use crate::view::{LaunchExpr, ViewExprs};
 use luminal::graph::NodeId;
-use luminal::patterns::{AttentionMatch, AttentionRules};
+use luminal::patterns::{AttentionGrad, AttentionMatch, AttentionRules};
 use luminal::{DType, Result};
 
 /// Storage the kernel reads keys and values from besides f32: f16, and the block types a
@@ -45,6 +45,21 @@ impl Lowering<'_> {
         AttentionMatch::find(self.g, &self.uses, id, &rules)
     }
 
+    /// The bias of an attention kernel: the fused program of its node, read through `be`'s
+    /// view (None when the node has no fused program).
+    fn attention_bias(&self, be: &luminal::graph::Edge) -> Result<Option<AttentionBias>> {
+        let bn = self.g.node(be.node);
+        let Some(program) = self.node_program(be.node)? else {
+            return Ok(None);
+        };
+        let numel = LaunchExpr::new(&bn.shape.iter().product(), self.names)?;
+        Ok(Some(AttentionBias::new(
+            program,
+            ViewExprs::new(&be.view, self.names)?,
+            numel,
+        )))
+    }
+
     /// The fused attention kernel (see the module docs).
     pub(super) fn attention(&self, id: NodeId) -> Result<Option<Lowered>> {
         let Some(m) = self.match_attention(id) else {
@@ -52,18 +67,10 @@ impl Lowering<'_> {
         };
         let bias = match &m.bias {
             None => None,
-            Some(be) => {
-                let bn = self.g.node(be.node);
-                let Some(program) = self.node_program(be.node)? else {
-                    return Ok(None);
-                };
-                let numel = LaunchExpr::new(&bn.shape.iter().product(), self.names)?;
-                Some(AttentionBias::new(
-                    program,
-                    ViewExprs::new(&be.view, self.names)?,
-                    numel,
-                ))
-            }
+            Some(be) => match self.attention_bias(be)? {
+                Some(b) => Some(b),
+                None => return Ok(None),
+            },
         };
         let views = (
             ViewExprs::new(&m.q.view, self.names)?,
@@ -98,5 +105,51 @@ impl Lowering<'_> {
             None => "attention".into(),
         };
         Ok(Some((name, Box::new(k))))
+    }
+}
+
+impl Lowering<'_> {
+    /// The stacked gradient of an attention that autograd built in one piece
+    /// ([`luminal::patterns::AttentionGrad`], checked against the nodes): one kernel,
+    /// flash-attention's backward over short heads (`kernels/attention/small.rs`).
+    pub(super) fn attention_grad(&self, id: NodeId) -> Result<Option<Lowered>> {
+        let Some(m) = AttentionGrad::find(self.g, id) else {
+            return Ok(None);
+        };
+        let a = &m.grad;
+        let r = a.q.view.rank();
+        let d = a.q.view.dims()[r - 1].as_constant();
+        let s = a.q.view.dims()[r - 2].as_constant();
+        // Short heads and sequences only (the kernel keeps a head's [s, t] bias in
+        // scratch); unit stride along d for every operand, keys adjacent in the bias.
+        let small = d.is_some_and(|d| d as usize <= crate::kernels::attention::SMALL_MAX_D)
+            && s.is_none_or(|s| s as usize <= crate::kernels::attention::SMALL_MAX_T);
+        let unit = |v: &luminal::ShapeTracker| {
+            !v.is_masked() && v.strides()[r - 1].as_constant() == Some(1)
+        };
+        if !small
+            || ![&a.q, &a.k, &a.v, &a.d_out]
+                .into_iter()
+                .chain(a.bias.as_ref())
+                .all(|e| unit(&e.view))
+        {
+            return Ok(None);
+        }
+        let bias = match &a.bias {
+            None => None,
+            Some(be) => match self.attention_bias(be)? {
+                Some(b) => Some(b),
+                None => return Ok(None),
+            },
+        };
+        let exprs = [
+            ViewExprs::new(&a.q.view, self.names)?,
+            ViewExprs::new(&a.k.view, self.names)?,
+            ViewExprs::new(&a.v.view, self.names)?,
+            ViewExprs::new(&a.d_out.view, self.names)?,
+        ];
+        let bufs = [a.q.node, a.k.node, a.v.node, a.d_out.node].map(BufId::of);
+        let k = AttentionGradKernel::new(bufs, exprs, r - 2, a.scale, bias);
+        Ok(Some(("attention_grad".into(), Box::new(k))))
     }
 }

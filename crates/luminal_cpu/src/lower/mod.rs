@@ -738,6 +738,7 @@ type Rule = fn(&Lowering<'_>, NodeId) -> Result<Option<Lowered>>;
 /// ([`PASSES`]): the graph then runs on what remains, with the same results.
 const RULES: &[(&str, Rule)] = &[
     ("write_slice", |l, id| l.write_slice(id)),
+    ("attention_grad", |l, id| l.attention_grad(id)),
     ("terms", |l, id| l.fused_term(id)),
     ("attention", |l, id| l.attention(id)),
     ("encode", |l, id| l.encode(id)),

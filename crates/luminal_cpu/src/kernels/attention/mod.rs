@@ -21,6 +21,7 @@ mod decode;
 #[cfg(target_arch = "x86_64")]
 mod fast;
 mod prefill;
+pub mod small;
 
 use crate::kernel::{BufId, CpuKernel, RunCtx, Scratch};
 use crate::kernels::fused::{eval_par, Program, RowEnv};
@@ -30,6 +31,8 @@ use crate::view::{LaunchExpr, ResolvedView, ViewExprs};
 use decode::{Accumulate, Scores, Softmax};
 use luminal::{LuminalError, Result};
 use prefill::{tiles, AccumulateT, ScoresT, SoftmaxT};
+pub use small::AttentionGradKernel;
+pub use small::{MAX_D as SMALL_MAX_D, MAX_T as SMALL_MAX_T};
 
 /// Query rows per tile when prefilling.
 const QUERY_TILE: usize = 64;
@@ -356,6 +359,24 @@ impl CpuKernel for AttentionKernel {
         if batch * s * d == 0 {
             return Ok(());
         }
+        // Short heads over a few hundred positions (a small model in training): one head
+        // at a time in cache (`small.rs`).
+        if let (Some(qd), KvRows::F32(kd), KvRows::F32(vd)) = (q_buf, k, v) {
+            if s > DECODE_ROWS && d <= small::MAX_FORWARD_D && t <= small::MAX_T {
+                let rows = (
+                    small::Rows::of(qd, &self.q_view, nb, nb),
+                    small::Rows::of(kd, &self.k_view, nb, nb + 1),
+                    small::Rows::of(vd, &self.v_view, nb, nb + 2),
+                );
+                let bias = self
+                    .bias
+                    .as_ref()
+                    .map(|b| (b, small::Rows::of(&[], &b.view, nb, nb)));
+                let sh = small::Shape { batch, s, t, d };
+                small::launch(rows, None, bias, bufs, sh, self.scale, shared, o);
+                return Ok(());
+            }
+        }
         // Offsets of every batch index; order batch indices by the (k, v, bias) they read.
         self.offsets.clear();
         for b in 0..batch {
@@ -679,6 +700,29 @@ impl TileCx<'_> {
                 if bias_at != Some(bo) {
                     bias_at = Some(bo);
                     bias.with_regs(|mut regs| {
+                        // Prefill over every key with the bias rows adjacent (a causal mask
+                        // over `[s, t]`): whole rows per evaluation, not one call per row
+                        // (the per-call cost was most of a short-head launch).
+                        let per = crate::kernels::fused::BLOCK / span.max(1);
+                        if prefill && span == t && b_s == t && per > 1 {
+                            let mut ii = 0;
+                            while ii < nq {
+                                let nr = per.min(nq - ii);
+                                let n = nr * span;
+                                let z0 = bo as usize + (i0 + ii) * b_s;
+                                let tmp = &mut sc[..n];
+                                let src = bias
+                                    .eval(self.bufs, RowEnv::NONE, z0, n, &mut regs, tmp)
+                                    .unwrap_or(tmp);
+                                for r in 0..nr {
+                                    for (jj, &x) in src[r * span..][..span].iter().enumerate() {
+                                        bs[jj * qt + ii + r] = x;
+                                    }
+                                }
+                                ii += nr;
+                            }
+                            return;
+                        }
                         for ii in 0..nq {
                             let mut j = j0;
                             while j < j1 {
