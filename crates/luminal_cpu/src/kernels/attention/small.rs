@@ -584,23 +584,23 @@ fn probabilities_t<const F: bool>(
     let log2e = std::f32::consts::LOG2_E;
     for (blk, &jn) in h.jn.iter().enumerate() {
         let (i0, jn) = (blk * W, jn as usize);
-        gemm::<F>(
-            (jn, W),
-            &|_, _| (0, d),
-            (h.k, d, 1),
-            (&h.qt[i0..], sp),
-            (&mut pt[i0..], sp),
-        );
+        // Scores of eight keys at a time in registers, scaled, biased and folded into the
+        // column maxima before they are stored.
         let mut mx = [f32::NEG_INFINITY; W];
-        for j in 0..jn {
-            let (x, b) = (
-                &mut pt[j * sp + i0..j * sp + i0 + W],
-                &h.bt[j * sp + i0..j * sp + i0 + W],
-            );
-            for l in 0..W {
-                x[l] = x[l] * scale + b[l];
-                mx[l] = if x[l] > mx[l] { x[l] } else { mx[l] };
+        let mut j0 = 0;
+        while j0 < jn {
+            let at = (h, i0, j0, (sp, d), scale);
+            match (jn - j0).min(8) {
+                1 => scores_t::<F, 1>(at, pt, &mut mx),
+                2 => scores_t::<F, 2>(at, pt, &mut mx),
+                3 => scores_t::<F, 3>(at, pt, &mut mx),
+                4 => scores_t::<F, 4>(at, pt, &mut mx),
+                5 => scores_t::<F, 5>(at, pt, &mut mx),
+                6 => scores_t::<F, 6>(at, pt, &mut mx),
+                7 => scores_t::<F, 7>(at, pt, &mut mx),
+                _ => scores_t::<F, 8>(at, pt, &mut mx),
             }
+            j0 += 8;
         }
         let mut sum = [0f32; W];
         for j in 0..jn {
@@ -628,6 +628,35 @@ fn probabilities_t<const F: bool>(
         }
         for j in jn..tp {
             pt[j * sp + i0..j * sp + i0 + W].fill(0.0);
+        }
+    }
+}
+
+/// Rows `j0 .. j0 + MR` of `Sᵀ` for the 16 queries from `i0`: `k·qᵀ·scale + biasᵀ`, stored
+/// in `pt`, their maxima folded into `mx`.
+#[inline(always)]
+fn scores_t<const F: bool, const MR: usize>(
+    (h, i0, j0, (sp, d), scale): (&HeadT<'_>, usize, usize, (usize, usize), f32),
+    pt: &mut [f32],
+    mx: &mut [f32; W],
+) {
+    let mut acc = [[0f32; W]; MR];
+    for c in 0..d {
+        let qc = &h.qt[c * sp + i0..c * sp + i0 + W];
+        for (r, ar) in acc.iter_mut().enumerate() {
+            let kv = h.k[(j0 + r) * d + c];
+            for l in 0..W {
+                ar[l] = simd::fma::<F>(kv, qc[l], ar[l]);
+            }
+        }
+    }
+    for (r, ar) in acc.iter().enumerate() {
+        let at = (j0 + r) * sp + i0;
+        let (x, b) = (&mut pt[at..at + W], &h.bt[at..at + W]);
+        for l in 0..W {
+            let v = ar[l] * scale + b[l];
+            x[l] = v;
+            mx[l] = if v > mx[l] { v } else { mx[l] };
         }
     }
 }
@@ -679,6 +708,7 @@ struct BackwardT<'a> {
     scale: f32,
     pt: &'a mut [f32],
     dst: &'a mut [f32],
+    inv: &'a mut [f32],
     dq: &'a mut [f32],
     dk: &'a mut [f32],
     dv: &'a mut [f32],
@@ -691,10 +721,11 @@ impl Task for BackwardT<'_> {
         let Shape { s, t, d, .. } = self.shape;
         let (sp, tp) = (s.next_multiple_of(W), t.next_multiple_of(W));
         let h = &self.head;
-        probabilities_t::<F>(h, (s, t, d), self.scale, self.pt, None);
+        probabilities_t::<F>(h, (s, t, d), self.scale, self.pt, Some(&mut *self.inv));
         for (blk, &jn) in h.jn.iter().enumerate() {
             let (i0, jn) = (blk * W, jn as usize);
-            // dPᵀ = v·dOᵀ, then D = Σ_j Pᵀ ⊙ dPᵀ and dSᵀ = Pᵀ ⊙ (dPᵀ − D)·scale.
+            // dPᵀ = v·dOᵀ, then P normalised on the way while D = Σ_j Pᵀ ⊙ dPᵀ is summed,
+            // then dSᵀ = Pᵀ ⊙ (dPᵀ − D)·scale.
             gemm::<F>(
                 (jn, W),
                 &|_, _| (0, d),
@@ -702,13 +733,16 @@ impl Task for BackwardT<'_> {
                 (&self.d_out_t[i0..], sp),
                 (&mut self.dst[i0..], sp),
             );
+            let mut il = [0f32; W];
+            il.copy_from_slice(&self.inv[i0..i0 + W]);
             let mut dsum = [0f32; W];
             for j in 0..jn {
                 let (p, dp) = (
-                    &self.pt[j * sp + i0..j * sp + i0 + W],
+                    &mut self.pt[j * sp + i0..j * sp + i0 + W],
                     &self.dst[j * sp + i0..j * sp + i0 + W],
                 );
                 for l in 0..W {
+                    p[l] *= il[l];
                     dsum[l] = simd::fma::<F>(p[l], dp[l], dsum[l]);
                 }
             }
@@ -938,6 +972,7 @@ pub(super) fn launch(
                             scale,
                             pt,
                             dst,
+                            inv,
                             dq: part(0),
                             dk: part(1),
                             dv: part(2),
