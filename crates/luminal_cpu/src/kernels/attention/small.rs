@@ -886,9 +886,15 @@ pub(super) fn launch(
             let (qo, qs) = q.head(b);
             let (ko, ks) = k.head(b);
             let (vo, vs) = v.head(b);
-            gather(q.data, qo, qs, (s, d), qh, None);
-            gather(k.data, ko, ks, (t, d), kh, Some(&mut *kt));
-            gather(v.data, vo, vs, (t, d), vh, d_out.as_ref().map(|_| &mut *vt));
+            // Key-major heads read k and v by rows and q padded (below); the row path also
+            // needs q unpadded and k (v for the backward) transposed.
+            let row_path = !key_major;
+            if row_path {
+                gather(q.data, qo, qs, (s, d), qh, None);
+            }
+            gather(k.data, ko, ks, (t, d), kh, row_path.then_some(&mut *kt));
+            let vt_wanted = row_path && d_out.is_some();
+            gather(v.data, vo, vs, (t, d), vh, vt_wanted.then_some(&mut *vt));
             let (brow, ends): (Option<&[f32]>, &[f32]) = match (bias, shared) {
                 (Some(_), Some(_)) => (Some(shared_rows), shared_ends),
                 (Some((bp, rows)), None) => {
