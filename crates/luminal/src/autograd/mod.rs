@@ -3,7 +3,9 @@
 //! [`Autograd::new`] walks the graph from a scalar loss back to the requested tensors and
 //! adds the backward graph next to the forward one: each primop's gradient rule (in
 //! [`rules`]), then the transpose of the view its input was read through (in `view.rs`),
-//! and an addition wherever a tensor fans out to several consumers. Nothing runs: the
+//! and an addition wherever a tensor fans out to several consumers. A recognised attention
+//! is differentiated as one piece instead (flash-attention's backward, see `attention.rs`),
+//! so its forward keeps nothing but q, k and v. Nothing runs: the
 //! gradients are ordinary tensors of the same graph, so they can be outputs, feed an
 //! optimizer's update, or be differentiated again (gradients of gradients).
 //!

@@ -120,10 +120,11 @@ impl Lowering<'_> {
         let r = a.q.view.rank();
         let d = a.q.view.dims()[r - 1].as_constant();
         let s = a.q.view.dims()[r - 2].as_constant();
-        // Short heads and sequences only (the kernel keeps a head's [s, t] bias in
-        // scratch); unit stride along d for every operand, keys adjacent in the bias.
+        // Heads up to 128 wide over a known sequence of at most 512 positions (the kernel
+        // keeps a head's [s, t] scores in scratch; otherwise the primops run); unit stride
+        // along d for every operand, keys adjacent in the bias.
         let small = d.is_some_and(|d| d as usize <= crate::kernels::attention::SMALL_MAX_D)
-            && s.is_none_or(|s| s as usize <= crate::kernels::attention::SMALL_MAX_T);
+            && s.is_some_and(|s| s as usize <= crate::kernels::attention::SMALL_MAX_T);
         let unit = |v: &luminal::ShapeTracker| {
             !v.is_masked() && v.strides()[r - 1].as_constant() == Some(1)
         };
