@@ -491,7 +491,7 @@ impl AttentionGrad {
         let shapes_ok = {
             let (qs, ks) = (q.shape(), k.shape());
             let r = qs.len();
-            r >= 3
+            r >= 2
                 && ks == qs
                 && v.shape() == qs
                 && d_out.shape() == qs

@@ -83,3 +83,78 @@ fn attention_gradient_kernel_matches_reference_at_every_isa() {
     }
     set_max_isa(best);
 }
+
+/// Bidirectional attention with a key-padding bias per batch row (`[b, 1, 1, t]`: not
+/// shared by every head, and hiding the last keys from every query, so whole blocks of
+/// keys receive no gradient).
+fn run_padded(
+    (b, s, h, d): (usize, usize, usize, usize),
+    lens: &[usize],
+    cpu: Option<CpuBackend>,
+) -> (Vec<f32>, Vec<String>) {
+    set_attention_grads(Some(true));
+    let cx = Graph::new();
+    let qkv = cx.tensor("qkv", (b, s, 3, h, d));
+    let w = cx.tensor("w", (b, h, s, d));
+    let pad = cx.tensor("pad", (b, s));
+    let head = |i: i64| qkv.slice(2, i, i + 1).squeeze(2).permute(&[0, 2, 1, 3]);
+    let (q, k, v) = (head(0), head(1), head(2));
+    let scores = q.matmul(k.transpose(-1, -2)) * (1.0 / (d as f32).sqrt());
+    let bias = pad.unsqueeze(1).unsqueeze(1).expand_to(scores.shape());
+    let out = (scores + bias).softmax(-1).matmul(v);
+    let loss = (out * w).sum(vec![0, 1, 2, 3]);
+    let g = gradients(&[qkv], loss)[0].output();
+    set_attention_grads(None);
+    let pad_data: Vec<f32> = (0..b * s)
+        .map(|i| {
+            if i % s < lens[i / s] {
+                0.0
+            } else {
+                f32::NEG_INFINITY
+            }
+        })
+        .collect();
+    let inputs = |rt: &mut dyn FnMut(GraphTensor, Vec<f32>)| {
+        rt(qkv, data(b * s * 3 * h * d, 3));
+        rt(w, data(b * h * s * d, 4));
+        rt(pad, pad_data.clone());
+    };
+    match cpu {
+        Some(be) => {
+            let mut rt = cx.compile(be, CompileOptions::default()).unwrap();
+            inputs(&mut |t, v| rt.set(t, &v).unwrap());
+            rt.run().unwrap();
+            (rt.get::<f32>(g).unwrap(), rt.kernel_names())
+        }
+        None => {
+            let mut rt = cx
+                .compile(ReferenceBackend, CompileOptions::default())
+                .unwrap();
+            inputs(&mut |t, v| rt.set(t, &v).unwrap());
+            rt.run().unwrap();
+            (rt.get::<f32>(g).unwrap(), vec![])
+        }
+    }
+}
+
+#[test]
+fn attention_gradient_kernel_with_padding_masks() {
+    for (shape, lens) in [
+        ((2, 40, 2, 32), [20, 9]),
+        ((2, 40, 2, 16), [40, 3]),
+        ((2, 23, 2, 8), [5, 23]),
+    ] {
+        let (want, _) = run_padded(shape, &lens, None);
+        let (got, names) = run_padded(shape, &lens, Some(CpuBackend::with_threads(2)));
+        assert!(
+            names.iter().any(|n| n == "attention_grad"),
+            "{shape:?}: no attention_grad kernel in {names:?}"
+        );
+        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (a - b).abs() <= 2e-5 * b.abs().max(1.0),
+                "{shape:?} {lens:?}, element {i}: {a} vs {b}"
+            );
+        }
+    }
+}

@@ -251,7 +251,6 @@ impl ShapeTracker {
         self.normalize_mask(axis);
     }
 
-    /// Insert a new stride-0 dim of length `size` at position `axis` (`0..=rank`).
     /// This view with a new leading dim of `size` whose steps move `stride` elements (the
     /// three equal views q, k, v of one projection read as one `[3, ..]` view). `None` for
     /// a masked view.
@@ -266,6 +265,7 @@ impl ShapeTracker {
         Some(v)
     }
 
+    /// Insert a new stride-0 dim of length `size` at position `axis` (`0..=rank`).
     pub fn expand(&mut self, axis: usize, size: Expression) {
         assert!(
             axis <= self.rank(),

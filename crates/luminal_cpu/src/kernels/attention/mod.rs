@@ -362,7 +362,8 @@ impl CpuKernel for AttentionKernel {
         // Short heads over a few hundred positions (a small model in training): one head
         // at a time in cache (`small.rs`).
         if let (Some(qd), KvRows::F32(kd), KvRows::F32(vd)) = (q_buf, k, v) {
-            if s > DECODE_ROWS && d <= small::MAX_FORWARD_D && t <= small::MAX_T {
+            let short = s <= small::MAX_T && (1..=small::MAX_T).contains(&t);
+            if s > DECODE_ROWS && d <= small::MAX_FORWARD_D && short {
                 let rows = (
                     small::Rows::of(qd, &self.q_view, nb, nb),
                     small::Rows::of(kd, &self.k_view, nb, nb + 1),

@@ -485,6 +485,14 @@ fn gemm<const F: bool>(
         let mr = (m - r0).min(8);
         let (k0, k1) = k_of(r0, mr);
         let k = k1.saturating_sub(k0);
+        if k == 0 {
+            // A zero product (its range may start past the end of A and B).
+            for r in r0..r0 + mr {
+                c[r * ldc..r * ldc + n].fill(0.0);
+            }
+            r0 += mr;
+            continue;
+        }
         for j0 in (0..n).step_by(W) {
             let a_at = (&a[r0 * ars + k0 * acs..], ars, acs);
             let b_at = (&b[k0 * ldb + j0..], ldb);
@@ -959,7 +967,9 @@ pub(super) fn launch(
                 }
                 Some(g) => {
                     let (go, gs) = g.head(b);
-                    gather(g.data, go, gs, (s, d), doh, None);
+                    if head_t.is_none() {
+                        gather(g.data, go, gs, (s, d), doh, None);
+                    }
                     // SAFETY: as above; dq, dk and dv of `b` are disjoint slices of the
                     // `[3, batch, s, d]` output (s = t).
                     let part = |i: usize| unsafe {
