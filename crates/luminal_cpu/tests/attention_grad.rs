@@ -32,11 +32,27 @@ fn run(
     let loss = (out * w).sum(vec![0, 1, 2, 3]);
     let g = gradients(&[qkv], loss)[0].output();
     set_attention_grads(None);
+    let inputs = [
+        (qkv, data(b * s * 3 * h * d, 1)),
+        (w, data(b * h * s * d, 2)),
+    ];
+    eval(&cx, &inputs, g, cpu)
+}
+
+/// `g` after one run with `inputs` set, on the CPU backend `cpu` (with its kernel names)
+/// or on the reference runtime.
+fn eval(
+    cx: &Graph,
+    inputs: &[(GraphTensor<'_>, Vec<f32>)],
+    g: GraphTensor<'_>,
+    cpu: Option<CpuBackend>,
+) -> (Vec<f32>, Vec<String>) {
     match cpu {
         Some(be) => {
             let mut rt = cx.compile(be, CompileOptions::default()).unwrap();
-            rt.set(qkv, &data(b * s * 3 * h * d, 1)).unwrap();
-            rt.set(w, &data(b * h * s * d, 2)).unwrap();
+            for (t, v) in inputs {
+                rt.set(*t, v).unwrap();
+            }
             rt.run().unwrap();
             (rt.get::<f32>(g).unwrap(), rt.kernel_names())
         }
@@ -44,11 +60,26 @@ fn run(
             let mut rt = cx
                 .compile(ReferenceBackend, CompileOptions::default())
                 .unwrap();
-            rt.set(qkv, &data(b * s * 3 * h * d, 1)).unwrap();
-            rt.set(w, &data(b * h * s * d, 2)).unwrap();
+            for (t, v) in inputs {
+                rt.set(*t, v).unwrap();
+            }
             rt.run().unwrap();
             (rt.get::<f32>(g).unwrap(), vec![])
         }
+    }
+}
+
+/// The CPU result used the fused kernel and matches the reference within 2e-5.
+fn check((got, names): (Vec<f32>, Vec<String>), want: &[f32], what: &str) {
+    assert!(
+        names.iter().any(|n| n == "attention_grad"),
+        "{what}: no attention_grad kernel in {names:?}"
+    );
+    for (i, (a, b)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (a - b).abs() <= 2e-5 * b.abs().max(1.0),
+            "{what}, element {i}: {a} vs {b}"
+        );
     }
 }
 
@@ -67,17 +98,9 @@ fn attention_gradient_kernel_matches_reference_at_every_isa() {
         ] {
             let (want, _) = run(shape, window, None);
             for threads in [1, 2] {
-                let (got, names) = run(shape, window, Some(CpuBackend::with_threads(threads)));
-                assert!(
-                    names.iter().any(|n| n == "attention_grad"),
-                    "{isa:?} {shape:?}: no attention_grad kernel in {names:?}"
-                );
-                for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-                    assert!(
-                        (a - b).abs() <= 2e-5 * b.abs().max(1.0),
-                        "{isa:?} {shape:?} {window:?} {threads} threads, element {i}: {a} vs {b}"
-                    );
-                }
+                let got = run(shape, window, Some(CpuBackend::with_threads(threads)));
+                let what = format!("{isa:?} {shape:?} {window:?} {threads} threads");
+                check(got, &want, &what);
             }
         }
     }
@@ -114,27 +137,12 @@ fn run_padded(
             }
         })
         .collect();
-    let inputs = |rt: &mut dyn FnMut(GraphTensor, Vec<f32>)| {
-        rt(qkv, data(b * s * 3 * h * d, 3));
-        rt(w, data(b * h * s * d, 4));
-        rt(pad, pad_data.clone());
-    };
-    match cpu {
-        Some(be) => {
-            let mut rt = cx.compile(be, CompileOptions::default()).unwrap();
-            inputs(&mut |t, v| rt.set(t, &v).unwrap());
-            rt.run().unwrap();
-            (rt.get::<f32>(g).unwrap(), rt.kernel_names())
-        }
-        None => {
-            let mut rt = cx
-                .compile(ReferenceBackend, CompileOptions::default())
-                .unwrap();
-            inputs(&mut |t, v| rt.set(t, &v).unwrap());
-            rt.run().unwrap();
-            (rt.get::<f32>(g).unwrap(), vec![])
-        }
-    }
+    let inputs = [
+        (qkv, data(b * s * 3 * h * d, 3)),
+        (w, data(b * h * s * d, 4)),
+        (pad, pad_data),
+    ];
+    eval(&cx, &inputs, g, cpu)
 }
 
 #[test]
@@ -145,16 +153,7 @@ fn attention_gradient_kernel_with_padding_masks() {
         ((2, 23, 2, 8), [5, 23]),
     ] {
         let (want, _) = run_padded(shape, &lens, None);
-        let (got, names) = run_padded(shape, &lens, Some(CpuBackend::with_threads(2)));
-        assert!(
-            names.iter().any(|n| n == "attention_grad"),
-            "{shape:?}: no attention_grad kernel in {names:?}"
-        );
-        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-            assert!(
-                (a - b).abs() <= 2e-5 * b.abs().max(1.0),
-                "{shape:?} {lens:?}, element {i}: {a} vs {b}"
-            );
-        }
+        let got = run_padded(shape, &lens, Some(CpuBackend::with_threads(2)));
+        check(got, &want, &format!("{shape:?} {lens:?}"));
     }
 }

@@ -246,16 +246,18 @@ fn levels_with_amx(mut levels: Vec<Isa>) -> Vec<(Isa, bool)> {
     out
 }
 
+/// Every SIMD level the host has, portable first.
+fn simd_levels() -> Vec<Isa> {
+    [Isa::Generic, Isa::Avx2, Isa::Avx512]
+        .into_iter()
+        .filter(|&l| l <= detected_isa())
+        .collect()
+}
+
 #[test]
 fn weight_matmuls_match_dequantize_then_matmul_at_every_isa() {
     let _cap = ISA_CAP.lock().unwrap_or_else(|e| e.into_inner());
-    let mut levels = vec![Isa::Generic];
-    if detected_isa() >= Isa::Avx2 {
-        levels.push(Isa::Avx2);
-    }
-    if detected_isa() >= Isa::Avx512 {
-        levels.push(Isa::Avx512);
-    }
+    let levels = simd_levels();
     assert_eq!(formats().len(), 12, "10 block types + f16 + bf16");
     let configs = levels_with_amx(levels);
     for ((isa, amx), int8) in configs.into_iter().flat_map(|l| [(l, true), (l, false)]) {
@@ -307,13 +309,7 @@ fn weight_matmuls_match_dequantize_then_matmul_at_every_isa() {
 #[test]
 fn activation_levels_can_be_chosen() {
     let _cap = ISA_CAP.lock().unwrap_or_else(|e| e.into_inner());
-    let mut levels = vec![Isa::Generic];
-    if detected_isa() >= Isa::Avx2 {
-        levels.push(Isa::Avx2);
-    }
-    if detected_isa() >= Isa::Avx512 {
-        levels.push(Isa::Avx512);
-    }
+    let levels = simd_levels();
     for isa in levels {
         assert_eq!(set_max_isa(isa), isa);
         for want in [1u8, 2] {

@@ -196,26 +196,14 @@ impl<'g> Autograd<'g> {
                     .flatten()
                 {
                     let n = q.1;
-                    let src_shape = nodes[&n].shape.clone();
-                    let gi = view::view_transpose(vec![stacked], &view, &src_shape);
-                    let acc = match grads.get(&n) {
-                        Some(&prev) => prev + gi,
-                        None => gi,
-                    };
-                    grads.insert(n, acc);
+                    add_grad(&mut grads, n, &nodes[&n].shape, vec![stacked], &view);
                     continue;
                 }
                 for ((t, n), gi) in [q, k, v].into_iter().zip(parts) {
                     if !nodes.contains_key(&n) {
                         continue;
                     }
-                    let src_shape = nodes[&n].shape.clone();
-                    let gi = view::view_transpose(vec![gi], &t.entry().view, &src_shape);
-                    let acc = match grads.get(&n) {
-                        Some(&prev) => prev + gi,
-                        None => gi,
-                    };
-                    grads.insert(n, acc);
+                    add_grad(&mut grads, n, &nodes[&n].shape, vec![gi], &t.entry().view);
                 }
                 continue;
             }
@@ -235,13 +223,8 @@ impl<'g> Autograd<'g> {
                 if !wanted {
                     continue;
                 }
-                let src_shape = nodes[&edge.node].shape.clone();
-                let gi = view::view_transpose(factors, &edge.view, &src_shape);
-                let acc = match grads.get(&edge.node) {
-                    Some(&prev) => prev + gi,
-                    None => gi,
-                };
-                grads.insert(edge.node, acc);
+                let shape = &nodes[&edge.node].shape;
+                add_grad(&mut grads, edge.node, shape, factors, &edge.view);
             }
         }
         Autograd {
@@ -346,6 +329,23 @@ impl<'g> Recompute<'g> {
         }
         map
     }
+}
+
+/// Adds to `node`'s gradient the gradient that reached it through `view` (the transpose of
+/// the view applied to `factors`; `shape`: the node's), summing over its consumers.
+fn add_grad<'g>(
+    grads: &mut HashMap<NodeId, GraphTensor<'g>>,
+    node: NodeId,
+    shape: &[crate::shape::Expression],
+    factors: Vec<GraphTensor<'g>>,
+    view: &ShapeTracker,
+) {
+    let gi = view::view_transpose(factors, view, shape);
+    let acc = match grads.get(&node) {
+        Some(&prev) => prev + gi,
+        None => gi,
+    };
+    grads.insert(node, acc);
 }
 
 thread_local! {

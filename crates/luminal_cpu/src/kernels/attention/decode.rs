@@ -1,7 +1,7 @@
 //! The decode path's block steps (a few query rows): direct dot products against each
 //! key, the row-wise online softmax, and the accumulation of value rows.
 
-use super::LANES;
+use super::{fold_lanes, LANES};
 use crate::simd::{self, Task};
 
 /// The online-softmax step of one block for the rows of one group: scores become
@@ -137,7 +137,7 @@ impl Scores<'_> {
                         l[i] = simd::fma::<F>(qr[c * LANES + i], kj[c * LANES + i], l[i]);
                     }
                 }
-                *o = hsum(l);
+                *o = fold_lanes(l, |a, b| a + b);
             }
         }
     }
@@ -157,22 +157,7 @@ fn dot<const F: bool>(a: &[f32], b: &[f32]) -> f32 {
             lanes[i] = simd::fma::<F>(x[i], y[i], lanes[i]);
         }
     }
-    hsum(lanes) + tail
-}
-
-/// The sum of the lanes, as a tree (constant trip counts: shuffles and vector adds).
-#[inline(always)]
-fn hsum(mut l: [f32; LANES]) -> f32 {
-    for i in 0..8 {
-        l[i] += l[i + 8];
-    }
-    for i in 0..4 {
-        l[i] += l[i + 4];
-    }
-    for i in 0..2 {
-        l[i] += l[i + 2];
-    }
-    l[0] + l[1]
+    fold_lanes(lanes, |a, b| a + b) + tail
 }
 
 /// `acc_r += Σ_j p[r][j] v_j` over the block's `n` keys.

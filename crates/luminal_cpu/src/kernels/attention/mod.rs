@@ -45,6 +45,20 @@ const LANES: usize = 16;
 /// Keys per block when decoding, and the least keys a split gets.
 const DECODE_BLOCK: usize = 256;
 
+/// `op` over the lanes as a tree (constant trip counts: shuffles and vector ops; a left
+/// fold is 16 dependent steps).
+#[inline(always)]
+fn fold_lanes(mut a: [f32; LANES], op: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut w = LANES / 2;
+    while w > 0 {
+        for i in 0..w {
+            a[i] = op(a[i], a[i + w]);
+        }
+        w /= 2;
+    }
+    a[0]
+}
+
 /// The additive bias: the fused program of the bias node (evaluated at the node's flat
 /// element indices) and the view the pattern reads it through, `[batch.., s, t]` with unit
 /// stride along `t`.

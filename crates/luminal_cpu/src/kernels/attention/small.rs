@@ -20,7 +20,7 @@
 //! `D = Σ P ⊙ dP`, `dS = P ⊙ (dP − D)·scale`, `dq = dS·k`, `dk = dSᵀ·q`, `dv = Pᵀ·dO`,
 //! written straight into the stacked `[3, batch, s, d]` output.
 
-use super::{backend_err, AttentionBias, SendPtr};
+use super::{backend_err, fold_lanes, AttentionBias, SendPtr};
 use crate::kernel::{BufId, CpuKernel, RunCtx, Scratch};
 use crate::kernels::fused::{RowEnv, BLOCK};
 use crate::simd::{self, Task};
@@ -166,7 +166,7 @@ fn gather(
 
 /// Keys per vector step (rows of keys are padded to a multiple: k and v with zero rows, the
 /// scores with `-inf`).
-const W: usize = 16;
+const W: usize = super::LANES;
 
 /// A row of scores over the first `n` keys (`n` a multiple of [`W`]; `bt` is `d × tp`):
 /// `x[j] = scale · Σ_c a[c] · bt[c·tp + j] + bias[j]` for `j < valid`, `-inf` after.
@@ -279,17 +279,6 @@ fn axpy<const F: bool>(a: f32, x: &[f32], y: &mut [f32]) {
     for (yv, &xv) in yt.iter_mut().zip(&x[split..]) {
         *yv = simd::fma::<F>(a, xv, *yv);
     }
-}
-
-/// `op` over 16 lanes as a tree (vectorises; a left fold was 16 dependent steps).
-#[inline(always)]
-fn fold_lanes(mut a: [f32; 16], op: impl Fn(f32, f32) -> f32) -> f32 {
-    for w in [8, 4, 2, 1] {
-        for i in 0..w {
-            a[i] = op(a[i], a[i + w]);
-        }
-    }
-    a[0]
 }
 
 /// Softmax of `x[..n]` in place (unnormalised), returning the sum of its exponentials.
