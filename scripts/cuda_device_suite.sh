@@ -109,6 +109,107 @@ if [ "$WHAT" = decode ]; then
   for t in op_suite: emulator_fusion:gpu emulator_graphs:gpu; do gputest $t; done
 fi
 
+if [ "$WHAT" = profile ]; then
+  # Where a decode step's device time goes: the GPU tests first (they check the plan's
+  # launches on the device), the skinny products alone against cuBLAS, Nsight Compute's
+  # sections for one up- and one down-shaped skinny product, every kernel's duration in a
+  # Llama-3.2-1B-shaped F16 decode (graphs off, so each launch is its own), the device copy.
+  for t in ${PROFILE_TESTS:-emulator_matmul:gpu llama:gpu emulator_fusion:gpu}; do
+    b=${t%%:*}; f=${t#*:}
+    [ -x .gpu/$b ] || continue
+    step ".gpu/$b $f"
+    timeout 60 .gpu/$b $f --nocapture --test-threads 1 > $OUT/$b.log 2>&1; r=$?
+    grep -E "test result|panicked|FAILED|failed|max" $OUT/$b.log | head -12; took $r
+  done
+  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  echo "ncu: $NCU"
+  step "matvec_gbps 2048 8192 16 50: skinny (all) vs cuBLAS (0)"
+  for t in f16 q8_0 q4_0; do
+    for k in all 0; do LUMINAL_CUDA_SKINNY=$k timeout 60 $B/matvec_gbps 2048 8192 16 50 $t 2>&1 | sed "s/^/SKINNY=$k /"; done
+  done
+  took 0
+  step "ncu: two skinny f16 products (up and down shapes)"
+  LUMINAL_CUDA_GRAPHS=0 LUMINAL_CUDA_SKINNY=all timeout 120 $NCU --clock-control none --launch-skip 64 --launch-count 2 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats --section LaunchStats --section SchedulerStats \
+    $B/matvec_gbps 2048 8192 16 4 f16 > $OUT/ncu_skinny.txt 2>&1; took $?
+  grep -E "lum_|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Stall|Block Limit|Grid Size|Shared Memory Config" $OUT/ncu_skinny.txt | head -60
+  gguf_py
+  G=$WORK/llama1b-shape.F16.gguf
+  step "make the Llama-3.2-1B-shaped F16 GGUF"
+  timeout 90 python3 scripts/make_llama1b_gguf.py "$G" --ref $B/smollm2-tokenizer.gguf --shape llama1b 2>&1 | tail -1; took $?
+  step "luminal bench llama1b-shape F16"
+  timeout 60 $L bench -m $G --device cuda -p 512 -n 128 -r 3 2>&1 | grep -E "^\| llama|rror"; took $?
+  LUMINAL_CUDA_STATS=3 timeout 30 $L generate -m $G --device cuda --prompt "Once upon a time" -n 4 --no-echo > $OUT/stats3.log 2>&1
+  grep -E "luminal_cuda|tok/s" $OUT/stats3.log | tail -8
+  step "ncu: every kernel of a 1B-shaped decode (2 tokens, graphs off)"
+  LUMINAL_CUDA_GRAPHS=0 timeout 150 $NCU --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv \
+    $L generate -m $G --device cuda --prompt "Once upon a time" -n 2 --no-echo > $OUT/ncu_decode.csv 2>&1; took $?
+  wc -l $OUT/ncu_decode.csv
+  rm -f $G
+  [ -x $B/ops_gbps ] && timeout 40 $B/ops_gbps 4096 8192 30 2>&1 | grep d2d
+fi
+
+if [ "$WHAT" = skinny ]; then
+  # The skinny decode products against cuBLAS: GPU tests of the products, the kernels alone
+  # at a 1B model's FFN shapes under their tuning knobs, Nsight Compute's view of the f16 and
+  # q8_0 kernels, then decode of the 1B and SmolLM2 shapes with every float product skinny
+  # (`all`) and by the default bound.
+  for t in emulator_matmul:gpu emulator_quant:gpu llama:gpu; do
+    b=${t%%:*}; f=${t#*:}
+    [ -x .gpu/$b ] || continue
+    step ".gpu/$b $f"
+    timeout 60 .gpu/$b $f --nocapture --test-threads 1 > $OUT/$b.log 2>&1; r=$?
+    grep -E "test result|panicked|FAILED|failed|max" $OUT/$b.log | head -12; took $r
+  done
+  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  mvb() { LUMINAL_CUDA_SKINNY=${S:-all} timeout 60 $B/matvec_gbps 2048 8192 16 50 $1 2>&1 | sed "s/^/$2 /"; }
+  step "matvec_gbps 2048 8192 16 50"
+  for t in f16 bf16; do
+    S=0 mvb $t cuBLAS
+    mvb $t "U2 B4"
+    LUMINAL_CUDA_SKINNY_U=4 LUMINAL_CUDA_SKINNY_BLOCKS=0 mvb $t "U4 B0"
+    LUMINAL_CUDA_SKINNY_U=4 LUMINAL_CUDA_SKINNY_BLOCKS=3 mvb $t "U4 B3"
+    LUMINAL_CUDA_SKINNY_U=1 mvb $t "U1 B4"
+    LUMINAL_CUDA_SKINNY_BLOCKS=0 mvb $t "U2 B0"
+  done
+  for t in q8_0 q4_0 q4_1; do
+    S=0 mvb $t cuBLAS
+    LUMINAL_CUDA_SKINNY_QUANT=0 mvb $t "f16-copy skinny"
+    mvb $t "in place QB4"
+    LUMINAL_CUDA_SKINNY_QBLOCKS=3 mvb $t "in place QB3"
+    LUMINAL_CUDA_SKINNY_QBLOCKS=0 mvb $t "in place QB0"
+  done
+  took 0
+  step "ncu: skinny f16 and q8_0 (up and down shapes)"
+  for t in f16 q8_0; do
+    LUMINAL_CUDA_GRAPHS=0 LUMINAL_CUDA_SKINNY=all timeout 60 $NCU --clock-control none --launch-skip 64 --launch-count 2 \
+      --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+      $B/matvec_gbps 2048 8192 16 4 $t > $OUT/ncu_$t.txt 2>&1
+    grep -E "  lum_|Duration|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit (Reg|Shared)" $OUT/ncu_$t.txt | head -24
+  done
+  took 0
+  gguf_py
+  bench() {
+    step "luminal bench $(basename $1) --device cuda ($2)"
+    env $2 timeout 60 $L bench -m $1 --device cuda -p 512 -n 128 -r 3 2>&1 | grep -E "^\| llama|rror"; took $?
+  }
+  G=$WORK/llama1b-shape.F16.gguf
+  step "make the Llama-3.2-1B-shaped F16 GGUF"
+  timeout 90 python3 scripts/make_llama1b_gguf.py "$G" --ref $B/smollm2-tokenizer.gguf --shape llama1b 2>&1 | tail -1; took $?
+  bench $G LUMINAL_CUDA_SKINNY=all
+  bench $G LUMINAL_CUDA_X=default
+  bench $G LUMINAL_CUDA_SKINNY=all
+  LUMINAL_CUDA_SKINNY=all LUMINAL_CUDA_STATS=2 timeout 30 $L generate -m $G --device cuda --prompt "Once upon a time" -n 8 --no-echo 2>&1 | grep -E "luminal_cuda|tok/s" | tail -3
+  rm -f $G
+  S=$WORK/smollm2-shape.F16.gguf
+  step "make the SmolLM2-shaped F16 GGUF"
+  timeout 60 python3 scripts/make_llama1b_gguf.py "$S" --ref $B/smollm2-tokenizer.gguf --shape smollm2 2>&1 | tail -1; took $?
+  bench $S LUMINAL_CUDA_SKINNY=all
+  bench $S LUMINAL_CUDA_X=default
+  rm -f $S
+  [ -x $B/ops_gbps ] && timeout 40 $B/ops_gbps 4096 8192 30 2>&1 | grep d2d
+fi
+
 if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
   gguf_py
   S=$WORK/smollm2-shape.F16.gguf

@@ -269,6 +269,8 @@ const COOPERATIVE_PRELUDE: &str = r#"#include <stdbool.h>
 #include <omp.h>
 #define __shared__ static
 #define __syncthreads() _Pragma("omp barrier")
+/* Kernels call it uniformly over the block (every warp as often). */
+#define __syncwarp() _Pragma("omp barrier")
 /* A shuffle of type T: every thread of the block stores its value between two barriers and
    reads its partner's. */
 #define LUM_SHFL(T, N) \

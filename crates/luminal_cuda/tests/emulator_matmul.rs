@@ -110,13 +110,23 @@ fn skinny_kernels_compile_with_nvrtc() {
 
 #[test]
 fn large_float_weights_go_to_cublas_in_decode() {
-    // Above SKINNY_MAX_WEIGHTS weight elements an f16 weight's product goes to (emulated)
-    // cuBLAS (measured faster there on an H200); a Q8_0 weight of the same size is still read
-    // in place by the skinny kernel (its blocks are half the bytes of the f16 copy).
+    // Above SKINNY_MAX_WEIGHTS weight elements with rows longer than SKINNY_MAX_K, a decode
+    // product goes to (emulated) cuBLAS (measured faster there on an H200), a Q8_0 weight's
+    // through its f16 copy; with short rows it stays skinny.
     use luminal::prelude::*;
-    let (n, k) = (1025, 1024);
-    assert!((n * k) as u64 > luminal_cuda::plan::SKINNY_MAX_WEIGHTS);
-    for (dtype, skinny) in [(DType::F16, false), (DType::Q8_0, true)] {
+    let max_k = luminal_cuda::plan::SKINNY_MAX_K as usize;
+    for (n, k, dtype, skinny) in [
+        (513, 2 * max_k, DType::F16, false),
+        (513, 2 * max_k, DType::Q8_0, false),
+        (1025, max_k, DType::F16, true),
+        (1025, max_k, DType::Q8_0, true),
+        (8, 2 * max_k, DType::Q8_0, true),
+    ] {
+        assert_eq!(
+            (n * k) as u64 > luminal_cuda::plan::SKINNY_MAX_WEIGHTS,
+            n > 8,
+            "{n} x {k}"
+        );
         let cx = Graph::new();
         let x = cx.tensor("x", (1, k));
         let w = cx.input("w", (n, k), dtype);
@@ -130,6 +140,6 @@ fn large_float_weights_go_to_cublas_in_decode() {
         rt.run().unwrap();
         let out = rt.get_f32(y).unwrap();
         assert_eq!(out.len(), n);
-        assert_eq!(rt.skinny_products() > 0, skinny, "{dtype}");
+        assert_eq!(rt.skinny_products() > 0, skinny, "{dtype} {n} x {k}");
     }
 }

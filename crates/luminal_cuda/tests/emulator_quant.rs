@@ -62,12 +62,21 @@ where
     B: Backend<Runtime = luminal_cuda::plan::PlanRuntime<E>>,
 {
     for dt in LINEAR_TYPES {
-        for m in [1, 3] {
-            let (launches, skinny) = quant_cases::quantized_decode(backend(), dt, m);
-            println!("{dt} decode m {m}: launches per run {launches:?}, {skinny} skinny products");
-            assert_eq!(skinny, 3, "{dt} m {m}");
+        // Rows of 10 blocks (not whole 16-byte pieces: the block-a-lane path), and of 40
+        // (the chunked path: a full chunk of 32 blocks and a partial one).
+        let ks = [2 * dt.block_size().max(160), 1280];
+        for (m, k) in [1, 3].into_iter().flat_map(|m| ks.map(|k| (m, k))) {
+            let (launches, skinny) = quant_cases::quantized_decode(backend(), dt, m, k);
+            println!(
+                "{dt} decode m {m} k {k}: launches per run {launches:?}, {skinny} skinny products"
+            );
+            assert_eq!(skinny, 3, "{dt} m {m} k {k}");
             let in_place = matches!(dt, DType::Q8_0 | DType::Q4_0 | DType::Q4_1);
-            assert_eq!(launches, [if in_place { 1 } else { 6 }, 1], "{dt} m {m}");
+            assert_eq!(
+                launches,
+                [if in_place { 1 } else { 6 }, 1],
+                "{dt} m {m} k {k}"
+            );
         }
     }
 }

@@ -67,40 +67,65 @@ pub fn skinny_kernel(w: DType, x: DType, round: Option<DType>, c: DType) -> Kern
     let wv = widen(w, "wr[lum_e]");
     let xv = rounded(widen(x, "xr[lum_e]"));
     let xq = rounded("lum_x[lum_q]".to_string());
-    let gpu = format!(
+    // Before the activations are staged: the row's first pieces are requested, so the
+    // staging's latency overlaps the weights' (`lum_vec`: the 16-byte path applies).
+    let prefetch = format!(
         r#"    const {wt}* wr = w + lum_oa + (lum_live ? lum_row : 0) * lum_lda;
     const long long lum_end = lum_live ? lum_k : 0;
-    if (lum_stage && ((lum_lda | lum_oa) & 7) == 0) {{
-        /* Lane l: elements [8c, 8c + 8) for c = l, l + 32, ... (16 bytes of halves a load),
-           four pieces' loads issued before any is used (64 bytes in flight a lane). */
-        for (long long lum_k0 = 8 * lum_lane; lum_k0 < lum_end; lum_k0 += 1024) {{
-            unsigned lum_r[4][LUM_SK_RAW_{wn}];
+    const int lum_vec = lum_stage && ((lum_lda | lum_oa) & 7) == 0;
+    unsigned lum_ra[LUM_SK_U_{wn}][LUM_SK_RAW_{wn}], lum_rb[LUM_SK_U_{wn}][LUM_SK_RAW_{wn}];
+    if (lum_vec) {{
 #pragma unroll
-            for (int lum_u = 0; lum_u < 4; ++lum_u)
-                if (lum_k0 + 256 * lum_u < lum_end) lum_sk_raw_{wn}(wr + lum_k0 + 256 * lum_u, lum_r[lum_u]);
-#pragma unroll
-            for (int lum_u = 0; lum_u < 4; ++lum_u) {{
-                if (lum_k0 + 256 * lum_u < lum_end) {{
+        for (int lum_u = 0; lum_u < LUM_SK_U_{wn}; ++lum_u)
+            if (8 * lum_lane + 256 * lum_u < lum_end) lum_sk_raw_{wn}(wr + 8 * lum_lane + 256 * lum_u, lum_ra[lum_u]);
+    }}
+"#
+    );
+    // Lane l takes elements [8c, 8c + 8) for c = l, l + 32, ... (16 bytes of halves a load):
+    // batches of `U` pieces, double-buffered in registers (the next batch is requested
+    // before the current one is used: up to 2·U loads in flight a lane).
+    let consume = |buf: &str, base: &str| {
+        format!(
+            r#"#pragma unroll
+            for (int lum_u = 0; lum_u < LUM_SK_U_{wn}; ++lum_u) {{
+                const long long lum_k1 = {base} + 256 * lum_u;
+                if (lum_k1 < lum_end) {{
                     float lum_w[8], lum_x[8];
-                    lum_sk_cvt_{wn}(lum_r[lum_u], lum_w);
+                    lum_sk_cvt_{wn}({buf}[lum_u], lum_w);
 #pragma unroll
-                    for (int lum_j = 0; lum_j < 8; ++lum_j) {{
+                    for (int lum_j = 0; lum_j < LUM_SK_M; ++lum_j) {{
                         if (lum_j < lum_m) {{
-                            lum_sk_load8_f32(lum_xs + lum_j * lum_k + lum_k0 + 256 * lum_u, lum_x);
+                            lum_sk_load8_f32(lum_xs + lum_j * lum_k + lum_k1, lum_x);
 #pragma unroll
                             for (int lum_q = 0; lum_q < 8; ++lum_q) lum_acc[lum_j] += lum_w[lum_q] * lum_x[lum_q];
                         }}
                     }}
                 }}
             }}
-        }}
+"#
+        )
+    };
+    let load = |buf: &str, base: &str| {
+        format!(
+            r#"#pragma unroll
+            for (int lum_u = 0; lum_u < LUM_SK_U_{wn}; ++lum_u)
+                if ({base} + 256 * lum_u < lum_end) lum_sk_raw_{wn}(wr + {base} + 256 * lum_u, {buf}[lum_u]);
+"#
+        )
+    };
+    let gpu = format!(
+        r#"    if (lum_vec) {{
+        const long long lum_step = 256 * LUM_SK_U_{wn};
+        for (long long lum_k0 = 8 * lum_lane; lum_k0 < lum_end; lum_k0 += 2 * lum_step) {{
+            {load_b}            {use_a}            if (lum_k0 + lum_step >= lum_end) break;
+            {load_a}            {use_b}        }}
     }} else if (((lum_k | lum_lda | lum_ldb | lum_oa | lum_ob) & 7) == 0) {{
 #pragma unroll 2
         for (long long lum_k0 = 8 * lum_lane; lum_k0 < lum_end; lum_k0 += 256) {{
             float lum_w[8], lum_x[8];
             lum_sk_load8_{wn}(wr + lum_k0, lum_w);
 #pragma unroll
-            for (int lum_j = 0; lum_j < 8; ++lum_j) {{
+            for (int lum_j = 0; lum_j < LUM_SK_M; ++lum_j) {{
                 if (lum_j < lum_m) {{
                     lum_sk_load8_{xn}(x + lum_ob + lum_j * lum_ldb + lum_k0, lum_x);
 #pragma unroll
@@ -112,7 +137,7 @@ pub fn skinny_kernel(w: DType, x: DType, round: Option<DType>, c: DType) -> Kern
         for (long long lum_e = lum_lane; lum_e < lum_end; lum_e += 32) {{
             const float lum_wv = {wv};
 #pragma unroll
-            for (int lum_j = 0; lum_j < 8; ++lum_j) {{
+            for (int lum_j = 0; lum_j < LUM_SK_M; ++lum_j) {{
                 if (lum_j < lum_m) {{
                     const {xt}* xr = x + lum_ob + lum_j * lum_ldb;
                     lum_acc[lum_j] += lum_wv * {xv};
@@ -120,12 +145,16 @@ pub fn skinny_kernel(w: DType, x: DType, round: Option<DType>, c: DType) -> Kern
             }}
         }}
     }}
-"#
+"#,
+        load_b = load("lum_rb", "lum_k0 + lum_step"),
+        use_a = consume("lum_ra", "lum_k0"),
+        load_a = load("lum_ra", "lum_k0 + 2 * lum_step"),
+        use_b = consume("lum_rb", "lum_k0 + lum_step"),
     );
     let host = format!(
         r#"    /* One thread per column, summing in order. */
     const {wt}* wr = w + lum_oa + lum_row * lum_lda;
-    for (int lum_j = 0; lum_j < 8 && lum_j < lum_m; ++lum_j) {{
+    for (int lum_j = 0; lum_j < LUM_SK_M && lum_j < lum_m; ++lum_j) {{
         const {xt}* xr = x + lum_ob + lum_j * lum_ldb;
         for (long long lum_e = 0; lum_e < lum_k; ++lum_e) lum_acc[lum_j] += {wv} * {xv};
         out[lum_oc + lum_row + lum_j * lum_ldc] = STORE_C;
@@ -139,8 +168,9 @@ pub fn skinny_kernel(w: DType, x: DType, round: Option<DType>, c: DType) -> Kern
             "((lum_k | lum_ldb | lum_ob) & 7) == 0 && lum_m * lum_k <= LUM_SK_STAGE",
             &xv,
         ),
-        &gpu,
+        (&prefetch, &gpu),
         &host,
+        wn,
     )
 }
 
@@ -154,45 +184,119 @@ pub fn skinny_kernel(w: DType, x: DType, round: Option<DType>, c: DType) -> Kern
 /// core's decoders), so the emulators check the block decoding against them. `None` for
 /// other types.
 pub fn skinny_quant_kernel(q: DType, c: DType) -> Option<Kernel> {
-    let (bytes, decode) = match q {
+    // Per type: block bytes; the whole block's decoding into `lum_q[32]`, `lum_d`, `lum_mn`
+    // (from the 2-byte words `lum_h`); the scales alone; and group `lum_i` of 8 quants into
+    // `lum_g[8]` (for the fast path: fewer registers than 32 decoded values).
+    let (bytes, decode, scales, group) = match q {
         DType::Q8_0 => (
             34,
             "lum_d = lum_sk_lo(lum_h[0]); lum_mn = 0.f;
             for (int lum_i = 0; lum_i < 16; ++lum_i) { const unsigned lum_v = lum_h[1 + lum_i]; lum_q[2 * lum_i] = (float)(signed char)(lum_v & 0xffu); lum_q[2 * lum_i + 1] = (float)(signed char)(lum_v >> 8); }",
+            "lum_d = lum_sk_lo(lum_h[0]); lum_mn = 0.f;",
+            "for (int lum_t = 0; lum_t < 4; ++lum_t) { const unsigned lum_v = lum_h[1 + 4 * lum_i + lum_t]; lum_g[2 * lum_t] = (float)(signed char)(lum_v & 0xffu); lum_g[2 * lum_t + 1] = (float)(signed char)(lum_v >> 8); }",
         ),
         DType::Q4_0 => (
             18,
             "lum_d = lum_sk_lo(lum_h[0]); lum_mn = 0.f;
             for (int lum_i = 0; lum_i < 8; ++lum_i) { const unsigned lum_v = lum_h[1 + lum_i]; lum_q[2 * lum_i] = (float)((int)(lum_v & 15u) - 8); lum_q[2 * lum_i + 1] = (float)((int)((lum_v >> 8) & 15u) - 8); lum_q[2 * lum_i + 16] = (float)((int)((lum_v >> 4) & 15u) - 8); lum_q[2 * lum_i + 17] = (float)((int)(lum_v >> 12) - 8); }",
+            "lum_d = lum_sk_lo(lum_h[0]); lum_mn = 0.f;",
+            "for (int lum_t = 0; lum_t < 4; ++lum_t) { const unsigned lum_v = lum_h[1 + 4 * (lum_i & 1) + lum_t] >> (4 * (lum_i >> 1)); lum_g[2 * lum_t] = (float)((int)(lum_v & 15u) - 8); lum_g[2 * lum_t + 1] = (float)((int)((lum_v >> 8) & 15u) - 8); }",
         ),
         DType::Q4_1 => (
             20,
             "lum_d = lum_sk_lo(lum_h[0]); lum_mn = lum_sk_lo(lum_h[1]);
             for (int lum_i = 0; lum_i < 8; ++lum_i) { const unsigned lum_v = lum_h[2 + lum_i]; lum_q[2 * lum_i] = (float)(lum_v & 15u); lum_q[2 * lum_i + 1] = (float)((lum_v >> 8) & 15u); lum_q[2 * lum_i + 16] = (float)((lum_v >> 4) & 15u); lum_q[2 * lum_i + 17] = (float)(lum_v >> 12); }",
+            "lum_d = lum_sk_lo(lum_h[0]); lum_mn = lum_sk_lo(lum_h[1]);",
+            "for (int lum_t = 0; lum_t < 4; ++lum_t) { const unsigned lum_v = lum_h[2 + 4 * (lum_i & 1) + lum_t] >> (4 * (lum_i >> 1)); lum_g[2 * lum_t] = (float)(lum_v & 15u); lum_g[2 * lum_t + 1] = (float)((lum_v >> 8) & 15u); }",
         ),
         _ => return None,
     };
     let qn = q.name();
+    // uint4 pieces of 32 blocks (a chunk) each lane holds.
+    let pieces = (2 * bytes as usize).div_ceil(32);
     let gpu = format!(
         r#"    const unsigned char* wr = w + ((lum_oa + (lum_live ? lum_row : 0) * lum_lda) / 32) * {bytes};
-    const long long lum_nb = lum_live ? lum_k / 32 : 0;
-    for (long long lum_b = lum_lane; lum_b < lum_nb; lum_b += 32) {{
-        const unsigned short* lum_h = (const unsigned short*)(wr + lum_b * {bytes});
-        float lum_q[32], lum_d, lum_mn;
-        {{
-            {decode}
-        }}
+    /* The fast path (uniform over the launch: every product's rows start 16-byte aligned and
+       the activations are staged): each warp loads its row in chunks of 32 blocks, 16 bytes
+       a lane (the next chunk requested while this one is used), through shared memory. */
+    const int lum_fast = lum_stage && lum_sk_q_aligned(w0, lum_rows0, lum_lda0, lum_oa0, {bytes})
+        && lum_sk_q_aligned(w1, lum_rows1, lum_lda1, lum_oa1, {bytes})
+        && lum_sk_q_aligned(w2, lum_rows2, lum_lda2, lum_oa2, {bytes});
+    if (lum_fast) {{
+        __shared__ float4 lum_wq4[LUM_SK_WARPS * 2 * {bytes}];
+        unsigned short* lum_ws = (unsigned short*)(lum_wq4 + (threadIdx.x >> 5) * 2 * {bytes});
+        const long long lum_nb = lum_k / 32, lum_rowbytes = lum_nb * {bytes};
+        unsigned lum_p[{pieces}][4];
 #pragma unroll
-        for (int lum_j = 0; lum_j < 8; ++lum_j) {{
-            if (lum_j < lum_m) {{
-                float lum_s = 0.f, lum_sx = 0.f;
-                for (int lum_e = 0; lum_e < 32; ++lum_e) {{
-                    const long long lum_at = lum_b * 32 + lum_e;
-                    const float lum_xv = lum_stage ? lum_xs[lum_j * lum_k + lum_at] : lum_sk_round_f16(x[lum_ob + lum_j * lum_ldb + lum_at]);
-                    lum_s += lum_q[lum_e] * lum_xv;
-                    lum_sx += lum_xv;
+        for (int lum_i = 0; lum_i < {pieces}; ++lum_i) {{
+            const long long lum_at = 16 * (lum_lane + 32 * lum_i);
+            if (lum_live && lum_at < lum_rowbytes && lum_at < 32 * {bytes}) lum_sk_words4((const unsigned short*)(wr + lum_at), lum_p[lum_i]);
+        }}
+        for (long long lum_c = 0; 32 * lum_c < lum_nb; ++lum_c) {{
+            const long long lum_cb = 32 * {bytes} * lum_c;
+            __syncwarp();
+#pragma unroll
+            for (int lum_i = 0; lum_i < {pieces}; ++lum_i) {{
+                const long long lum_at = 16 * (lum_lane + 32 * lum_i);
+                if (lum_at < 32 * {bytes} && lum_cb + lum_at < lum_rowbytes) lum_sk_store4(lum_ws + lum_at / 2, lum_p[lum_i]);
+            }}
+            __syncwarp();
+#pragma unroll
+            for (int lum_i = 0; lum_i < {pieces}; ++lum_i) {{
+                const long long lum_at = 16 * (lum_lane + 32 * lum_i), lum_next = lum_cb + 32 * {bytes} + lum_at;
+                if (lum_live && lum_at < 32 * {bytes} && lum_next < lum_rowbytes) lum_sk_words4((const unsigned short*)(wr + lum_next), lum_p[lum_i]);
+            }}
+            const long long lum_b = 32 * lum_c + lum_lane;
+            if (lum_live && lum_b < lum_nb) {{
+                const unsigned short* lum_h = lum_ws + lum_lane * ({bytes} / 2);
+                float lum_d, lum_mn, lum_s[LUM_SK_M], lum_sx[LUM_SK_M];
+                {scales}
+#pragma unroll
+                for (int lum_j = 0; lum_j < LUM_SK_M; ++lum_j) lum_s[lum_j] = lum_sx[lum_j] = 0.f;
+#pragma unroll
+                for (int lum_i = 0; lum_i < 4; ++lum_i) {{
+                    float lum_g[8];
+#pragma unroll
+                    {group}
+#pragma unroll
+                    for (int lum_j = 0; lum_j < LUM_SK_M; ++lum_j) {{
+                        if (lum_j < lum_m) {{
+                            float lum_x[8];
+                            lum_sk_load8_f32(lum_xs + lum_j * lum_k + 32 * lum_b + 8 * lum_i, lum_x);
+#pragma unroll
+                            for (int lum_e = 0; lum_e < 8; ++lum_e) {{
+                                lum_s[lum_j] += lum_g[lum_e] * lum_x[lum_e];
+                                lum_sx[lum_j] += lum_x[lum_e];
+                            }}
+                        }}
+                    }}
                 }}
-                lum_acc[lum_j] += lum_d * lum_s + lum_mn * lum_sx;
+#pragma unroll
+                for (int lum_j = 0; lum_j < LUM_SK_M; ++lum_j)
+                    if (lum_j < lum_m) lum_acc[lum_j] += lum_d * lum_s[lum_j] + lum_mn * lum_sx[lum_j];
+            }}
+        }}
+    }} else {{
+        /* A lane a block, its quants as 2-byte loads. */
+        const long long lum_nb = lum_live ? lum_k / 32 : 0;
+        for (long long lum_b = lum_lane; lum_b < lum_nb; lum_b += 32) {{
+            const unsigned short* lum_h = (const unsigned short*)(wr + lum_b * {bytes});
+            float lum_q[32], lum_d, lum_mn;
+            {{
+                {decode}
+            }}
+#pragma unroll
+            for (int lum_j = 0; lum_j < LUM_SK_M; ++lum_j) {{
+                if (lum_j < lum_m) {{
+                    float lum_s = 0.f, lum_sx = 0.f;
+                    for (int lum_e = 0; lum_e < 32; ++lum_e) {{
+                        const long long lum_at = lum_b * 32 + lum_e;
+                        const float lum_xv = lum_stage ? lum_xs[lum_j * lum_k + lum_at] : lum_sk_round_f16(x[lum_ob + lum_j * lum_ldb + lum_at]);
+                        lum_s += lum_q[lum_e] * lum_xv;
+                        lum_sx += lum_xv;
+                    }}
+                    lum_acc[lum_j] += lum_d * lum_s + lum_mn * lum_sx;
+                }}
             }}
         }}
     }}
@@ -200,7 +304,7 @@ pub fn skinny_quant_kernel(q: DType, c: DType) -> Option<Kernel> {
     );
     let host = format!(
         r#"    /* One thread per column: the core's decoder per element, summing in order. */
-    for (int lum_j = 0; lum_j < 8 && lum_j < lum_m; ++lum_j) {{
+    for (int lum_j = 0; lum_j < LUM_SK_M && lum_j < lum_m; ++lum_j) {{
         for (long long lum_e = 0; lum_e < lum_k; ++lum_e)
             lum_acc[lum_j] += lum_deq_{qn}(w, lum_oa + lum_row * lum_lda + lum_e) * lum_sk_round_f16(x[lum_ob + lum_j * lum_ldb + lum_e]);
         out[lum_oc + lum_row + lum_j * lum_ldc] = STORE_C;
@@ -214,29 +318,33 @@ pub fn skinny_quant_kernel(q: DType, c: DType) -> Option<Kernel> {
             "lum_m * lum_k <= LUM_SK_STAGE",
             "lum_sk_round_f16(xr[lum_e])",
         ),
-        &gpu,
+        ("", &gpu),
         &host,
+        "q",
     ))
 }
 
 /// The frame every skinny kernel shares: the parameters ([`skinny_kernel`]'s), the warp's
 /// product and row, `lum_live` and the accumulators; on a GPU the activations staged into
 /// shared memory (`lum_xs`, `lum_stage`) when `stage.0` holds, each element `stage.1` (of
-/// `xr[lum_e]`), then `gpu` (the row's products into `lum_acc`), the warp butterflies and
-/// the stores; in the host emulator's branch, `host` for lane 0 of a live warp. `STORE_C` in
-/// the bodies is the accumulator stored as the output type. Named `lum_skinny_<tag>_<hash>`.
+/// `xr[lum_e]`), with `prefetch` (the first weight loads) before it, then `gpu` (the row's
+/// products into `lum_acc`), the warp butterflies and the stores; in the host emulator's
+/// branch, `host` for lane 0 of a live warp. `STORE_C` in the bodies is the accumulator
+/// stored as the output type; `bounds` names the launch bounds (`LUM_SK_BOUNDS_<bounds>`).
+/// Named `lum_skinny_<tag>_<hash>`.
 fn skinny_source(
     tag: &str,
     (wt, xt, c): (&'static str, &'static str, DType),
     stage: (&str, &str),
-    gpu: &str,
+    (prefetch, gpu): (&str, &str),
     host: &str,
+    bounds: &str,
 ) -> Kernel {
     let ct = c_type(c).expect("a float type");
     let store_c = store(c, Val::Float, "lum_acc[lum_j]");
     let (stage_if, stage_value) = stage;
     let text = format!(
-        r#"{SKINNY_HELPERS}LUM_EXTERN_C __global__ void KERNEL({ct}* out0, {ct}* out1, {ct}* out2, const {wt}* __restrict__ w0, const {wt}* __restrict__ w1, const {wt}* __restrict__ w2, const {xt}* __restrict__ x, long long lum_m, long long lum_k, long long lum_ldb, long long lum_ob, long long lum_rows0, long long lum_lda0, long long lum_ldc0, long long lum_oa0, long long lum_oc0, long long lum_rows1, long long lum_lda1, long long lum_ldc1, long long lum_oa1, long long lum_oc1, long long lum_rows2, long long lum_lda2, long long lum_ldc2, long long lum_oa2, long long lum_oc2) {{
+        r#"{helpers}LUM_EXTERN_C __global__ void LUM_SK_BOUNDS_{bounds} KERNEL({ct}* out0, {ct}* out1, {ct}* out2, const {wt}* __restrict__ w0, const {wt}* __restrict__ w1, const {wt}* __restrict__ w2, const {xt}* __restrict__ x, long long lum_m, long long lum_k, long long lum_ldb, long long lum_ob, long long lum_rows0, long long lum_lda0, long long lum_ldc0, long long lum_oa0, long long lum_oc0, long long lum_rows1, long long lum_lda1, long long lum_ldc1, long long lum_oa1, long long lum_oc1, long long lum_rows2, long long lum_lda2, long long lum_ldc2, long long lum_oa2, long long lum_oc2) {{
     const long long lum_g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const int lum_lane = (int)(lum_g & 31);
     /* The warp's product and row. */
@@ -252,14 +360,15 @@ fn skinny_source(
         }}
     }}
     const int lum_live = lum_row < lum_rows;
-    float lum_acc[8] = {{0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}};
+    float lum_acc[LUM_SK_M];
+    for (int lum_j = 0; lum_j < LUM_SK_M; ++lum_j) lum_acc[lum_j] = 0.f;
 #ifdef __CUDACC_RTC__
     /* The activations, rounded once per block into shared memory when they fit (every
        thread of the block takes part: no early return before the barrier). */
     __shared__ float4 lum_xs4[LUM_SK_STAGE / 4];
     float* lum_xs = (float*)lum_xs4;
     const int lum_stage = {stage_if};
-    if (lum_stage) {{
+{prefetch}    if (lum_stage) {{
         for (long long lum_i = threadIdx.x; lum_i < lum_m * lum_k; lum_i += blockDim.x) {{
             const long long lum_e = lum_i % lum_k;
             const {xt}* xr = x + lum_ob + (lum_i / lum_k) * lum_ldb;
@@ -269,7 +378,7 @@ fn skinny_source(
     }}
 {gpu}    /* Every lane takes part in the butterflies (no early return). */
 #pragma unroll
-    for (int lum_j = 0; lum_j < 8; ++lum_j) {{
+    for (int lum_j = 0; lum_j < LUM_SK_M; ++lum_j) {{
         if (lum_j < lum_m) {{
             for (int lum_o = 16; lum_o > 0; lum_o >>= 1) lum_acc[lum_j] += __shfl_xor_sync(0xffffffffu, lum_acc[lum_j], lum_o);
             if (lum_live && lum_lane == 0) out[lum_oc + lum_row + lum_j * lum_ldc] = {store_c};
@@ -281,6 +390,7 @@ fn skinny_source(
 }}
 "#,
         host = host.replace("STORE_C", &store_c),
+        helpers = skinny_helpers(),
     );
     let name = format!("lum_skinny_{tag}_{:016x}", fnv1a(&text));
     Kernel {
@@ -299,10 +409,66 @@ fn skinny_source(
 /// loads, in C the prelude's conversions element by element; f16 weights widened by integer
 /// operations in both (the H200 run with a `cvt` per weight and per activation element
 /// streamed a 1B model's weights at a third of the bandwidth: conversions, not memory).
+fn skinny_helpers() -> &'static str {
+    static HELPERS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HELPERS.get_or_init(|| {
+        // For tuning on a device: `LUMINAL_CUDA_SKINNY_U` pieces a lane requests at once per
+        // buffer for half weights (f32: half as many); `LUMINAL_CUDA_SKINNY_BLOCKS` and
+        // `_QBLOCKS` the blocks an SM must fit (a register bound for half and block weights;
+        // 0: the compiler's choice).
+        let env = |name: &str, default: u32| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(default)
+        };
+        let u = env("LUMINAL_CUDA_SKINNY_U", 2).clamp(1, 8);
+        let bounds = |name: &str| match env(name, 4).min(8) {
+            0 => String::new(),
+            blocks => format!("__launch_bounds__(256, {blocks})"),
+        };
+        let (bounds, qbounds) = (
+            bounds("LUMINAL_CUDA_SKINNY_BLOCKS"),
+            bounds("LUMINAL_CUDA_SKINNY_QBLOCKS"),
+        );
+        SKINNY_HELPERS.replace(
+            "LUM_SK_TUNING\n",
+            &format!(
+                "/* Pieces of 8 weights a lane requests at once, per buffer (two buffers in flight). */
+#define LUM_SK_U_f16 {u}
+#define LUM_SK_U_bf16 {u}
+#define LUM_SK_U_f32 {}
+/* Half and block weights: at most 64 registers a thread by default, so four blocks of 8
+   warps fit on an SM (f32 weights would spill more, and keep the compiler's choice). */
+#ifdef __CUDA_ARCH__
+#define LUM_SK_BOUNDS_f16 {bounds}
+#define LUM_SK_BOUNDS_bf16 {bounds}
+#define LUM_SK_BOUNDS_q {qbounds}
+#else
+#define LUM_SK_BOUNDS_f16
+#define LUM_SK_BOUNDS_bf16
+#define LUM_SK_BOUNDS_q
+#endif
+",
+                u.div_ceil(2)
+            ),
+        )
+    })
+}
+
 const SKINNY_HELPERS: &str = r#"#ifndef LUM_SKINNY_HELPERS
 #define LUM_SKINNY_HELPERS
 /* Floats of activations a block stages in shared memory (32 KiB). */
 #define LUM_SK_STAGE 8192
+/* The most activation rows (crate::gemm::SKINNY_ROWS), warps a block (SKINNY_WARPS). */
+#define LUM_SK_M 4
+#define LUM_SK_WARPS 8
+/* Whether a block-quantized product's rows (of `bytes`-byte blocks) all start 16-byte aligned. */
+LUM_DEV int lum_sk_q_aligned(const unsigned char* w, long long rows, long long lda, long long oa, long long bytes) {
+    return rows == 0 || ((((unsigned long long)w + (unsigned long long)((oa / 32) * bytes)) | (unsigned long long)((lda / 32) * bytes)) & 15) == 0;
+}
+LUM_SK_TUNING
+#define LUM_SK_BOUNDS_f32
 /* The two halves of a word as f32 by integer operations and one exact product by 2^112
    (normal and subnormal halves exactly, zeros with their sign; infinities and NaNs, which
    weights do not hold, become large finite values): far cheaper on a GPU than one cvt each. */
@@ -313,6 +479,7 @@ LUM_DEV float lum_sk_h2f(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" 
 LUM_DEV float lum_sk_round_f16(float v) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v)); return lum_sk_h2f(h); }
 LUM_DEV float lum_sk_round_bf16(float v) { unsigned short h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v)); return lum_bf16_to_f32(h); }
 LUM_DEV void lum_sk_words4(const unsigned short* p, unsigned* u) { const uint4 v = *(const uint4*)p; u[0] = v.x; u[1] = v.y; u[2] = v.z; u[3] = v.w; }
+LUM_DEV void lum_sk_store4(unsigned short* p, const unsigned* u) { *(uint4*)p = make_uint4(u[0], u[1], u[2], u[3]); }
 LUM_DEV void lum_sk_load8_f32(const float* p, float* o) {
     const float4 a = *(const float4*)p, b = *(const float4*)(p + 4);
     o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w; o[4] = b.x; o[5] = b.y; o[6] = b.z; o[7] = b.w;
@@ -323,6 +490,7 @@ LUM_DEV float lum_sk_h2f(unsigned short h) { return lum_f16_to_f32(h); }
 LUM_DEV float lum_sk_round_f16(float v) { return lum_f16_to_f32(lum_f32_to_f16(v)); }
 LUM_DEV float lum_sk_round_bf16(float v) { return lum_bf16_to_f32(lum_f32_to_bf16(v)); }
 LUM_DEV void lum_sk_words4(const unsigned short* p, unsigned* u) { memcpy(u, p, 16); }
+LUM_DEV void lum_sk_store4(unsigned short* p, const unsigned* u) { memcpy(p, u, 16); }
 LUM_DEV void lum_sk_load8_f32(const float* p, float* o) { for (int i = 0; i < 8; ++i) o[i] = p[i]; }
 #endif
 /* A piece of 8 weights as raw 32-bit words (loaded), then as floats (converted). */
@@ -343,3 +511,16 @@ LUM_DEV void lum_sk_load8_f16(const unsigned short* p, float* o) { unsigned u[4]
 LUM_DEV void lum_sk_load8_bf16(const unsigned short* p, float* o) { unsigned u[4]; lum_sk_raw_bf16(p, u); lum_sk_cvt_bf16(u, o); }
 #endif
 "#;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn kernel_constants_follow_the_plan() {
+        // The C side's row and warp counts are the plan's (it sizes grids and picks products
+        // by them).
+        let h = super::skinny_helpers();
+        assert!(h.contains(&format!("#define LUM_SK_M {}\n", crate::gemm::SKINNY_ROWS)));
+        assert!(h.contains(&format!("#define LUM_SK_WARPS {}\n", super::SKINNY_WARPS)));
+        assert!(!h.contains("LUM_SK_TUNING"));
+    }
+}

@@ -11,12 +11,21 @@ use luminal::passes::live_order;
 use luminal::{DType, LuminalError, Result};
 use std::collections::{HashMap, HashSet};
 
-/// The most weight elements (N·K) an f32/f16/bf16 weight may have for its product to run as
-/// a skinny kernel by default (`LUMINAL_CUDA_SKINNY` overrides it; Q8_0/Q4_0/Q4_1 blocks read
-/// in place have no bound). On an H200 (benches/README.md) the skinny kernel beat cuBLAS on a
-/// SmolLM2-shaped F16 model (every product ≤ 0.9M weights but `lm_head`: 403 vs 357 t/s) and
-/// lost on a Llama-3.2-1B-shaped one (≥ 1.05M weights each: 390 vs 456 t/s).
+/// The most weight elements (N·K) a weight may have for its decode product to run as a
+/// skinny kernel by default, whatever its row length (`LUMINAL_CUDA_SKINNY` overrides it; see
+/// also [`SKINNY_MAX_K`]). It holds for Q8_0/Q4_0/Q4_1 weights read in place too: above it
+/// they go to cuBLAS through their f16 copy. On an H200 (benches/README.md) the skinny kernel
+/// beat cuBLAS on a SmolLM2-shaped F16 model (every product ≤ 0.9M weights but `lm_head`: 403
+/// vs 357 t/s) and lost on a Llama-3.2-1B-shaped one (≥ 1.05M weights each: 390 vs 456 t/s;
+/// after the kernel's double-buffered loads, 492–549 vs 573); at the 1B model's FFN shapes,
+/// blocks read in place ran 2.3× slower than cuBLAS on the f16 copy (Q8_0: 0.514 vs 0.219 ms
+/// for 16 products).
 pub const SKINNY_MAX_WEIGHTS: u64 = 1_000_000;
+
+/// Rows of at most this many weights go to the skinny kernel whatever their number (a
+/// SmolLM2-shaped model's `lm_head`, 49152 rows of 576: on an H200, 565 t/s with it skinny
+/// against 504 through cuBLAS).
+pub const SKINNY_MAX_K: i32 = 1024;
 
 impl<E: Executor> PlanRuntime<E> {
     /// Generates the kernels of `graph`'s live nodes, elementwise producers fused into their
@@ -280,10 +289,12 @@ impl<E: Executor> PlanRuntime<E> {
                 kernels.len() - 1
             }));
         }
-        // Products over a Q8_0/Q4_0/Q4_1 weight: the skinny kernel reading its blocks.
+        // Products over a Q8_0/Q4_0/Q4_1 weight: the skinny kernel reading its blocks
+        // (`LUMINAL_CUDA_SKINNY_QUANT=0`: the f16 copy instead, for comparisons).
+        let quant_in_place = std::env::var("LUMINAL_CUDA_SKINNY_QUANT").as_deref() != Ok("0");
         let mut skinny_quant_fn = vec![None; patterns.len()];
         for (i, p) in patterns.iter().enumerate() {
-            if !skinny_on || p.dequant != Some(Side::B) {
+            if !skinny_on || !quant_in_place || p.dequant != Some(Side::B) {
                 continue;
             }
             let q = graph.node(p.b.node).dtype;

@@ -15,7 +15,7 @@ mod executor;
 mod launch;
 mod prepare;
 
-pub use compile::SKINNY_MAX_WEIGHTS;
+pub use compile::{SKINNY_MAX_K, SKINNY_MAX_WEIGHTS};
 pub use executor::Executor;
 pub use prepare::threads_per_output;
 

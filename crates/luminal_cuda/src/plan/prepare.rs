@@ -503,11 +503,13 @@ impl<E: Executor> PlanRuntime<E> {
         Ok(expect as usize == n)
     }
 
-    /// Whether `call` may run as a skinny kernel over a float weight ([`gemm::skinny`], at
-    /// most `LUMINAL_CUDA_SKINNY` weight elements, [`super::SKINNY_MAX_WEIGHTS`] by
-    /// default).
+    /// Whether `call` may run as a skinny kernel ([`gemm::skinny`], with at most
+    /// `LUMINAL_CUDA_SKINNY` weight elements, [`super::SKINNY_MAX_WEIGHTS`] by default, or
+    /// rows of at most [`super::SKINNY_MAX_K`]).
     fn skinny_fits(&self, c: &GemmCall) -> bool {
-        gemm::skinny(c) && (c.m.max(0) as u64) * (c.k.max(0) as u64) <= self.skinny_max
+        gemm::skinny(c)
+            && ((c.m.max(0) as u64) * (c.k.max(0) as u64) <= self.skinny_max
+                || c.k <= super::SKINNY_MAX_K)
     }
 
     /// Launches of skinny kernel `f` for product `pi`'s calls into `id`'s buffer, weight `w`,
@@ -561,11 +563,10 @@ impl<E: Executor> PlanRuntime<E> {
         let p = &self.patterns[pi];
         let calls = self.calls[pi].as_ref().expect("resolved");
         // A quantized weight read in place by the skinny kernel when its rows are whole
-        // blocks (no f16 copy needed for this run).
-        // (No size bound: the blocks are 2–4x fewer bytes than the copy cuBLAS would read.)
+        // blocks and it is small enough (`skinny_fits`; no f16 copy needed for this run).
         let whole_blocks = |c: &GemmCall| c.offset_a % 32 == 0 && c.lda % 32 == 0 && c.k % 32 == 0;
         if let Some(f) = self.skinny_quant_fn[pi]
-            .filter(|_| calls.iter().all(|c| gemm::skinny(c) && whole_blocks(c)))
+            .filter(|_| calls.iter().all(|c| self.skinny_fits(c) && whole_blocks(c)))
         {
             let (w, x) = (
                 BufRef::Node(p.b.node),

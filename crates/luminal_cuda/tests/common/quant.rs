@@ -233,13 +233,14 @@ where
 /// with new activations. Returns the launches of both runs and the skinny products: Q8_0,
 /// Q4_0 and Q4_1 weights are read in place by one grouped skinny launch (no dequantizing
 /// launch); other types are dequantized into an f16 copy in the first run (between the
-/// products, which then stay apart), read by one grouped launch in the second.
-pub fn quantized_decode<E, B>(backend: B, dtype: DType, m: usize) -> (Vec<usize>, usize)
+/// products, which then stay apart), read by one grouped launch in the second. `k`: the
+/// row length (the kernel's 16-byte chunk path needs rows of whole 16-byte pieces: `k` a
+/// multiple of 256 for the legacy types; past 1024, more than one chunk of 32 blocks).
+pub fn quantized_decode<E, B>(backend: B, dtype: DType, m: usize, k: usize) -> (Vec<usize>, usize)
 where
     E: luminal_cuda::plan::Executor,
     B: Backend<Runtime = luminal_cuda::plan::PlanRuntime<E>>,
 {
-    let k = 2 * dtype.block_size().max(160);
     let rows = [24, 8, 8];
     let cx = Graph::new();
     let (x, ws, ys) = super::shared_linears(&cx, (m, k), &rows, dtype);
@@ -267,7 +268,7 @@ where
                 // Activations rounded to f16 (2^-11 relative) over k products.
                 assert!(
                 (a - b).abs() <= 2e-3 * scale.max(1e-6),
-                "{dtype} decode m {m} run {run} output {o} element {i}: want {a}, got {b} (max |want| {scale})"
+                "{dtype} decode m {m} k {k} run {run} output {o} element {i}: want {a}, got {b} (max |want| {scale})"
             );
             }
         }
