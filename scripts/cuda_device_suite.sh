@@ -14,7 +14,9 @@
 #   bash scripts/cuda_device_suite.sh --prepare         # copies + strips them into .gpu/
 # then run `bash scripts/cuda_device_suite.sh [tests|bench|all|decode]` there with .gpu carried
 # (`decode`: the product/model tests, decode/prefill with and without the skinny products on
-# F16, Q8_0 and Q4_0 files, then the other tests).
+# F16, Q8_0 and Q4_0 files, then the other tests; `profile`: a few tests, the skinny products
+# against cuBLAS, Nsight Compute on them and on every kernel of a 1B-shaped decode; `skinny`:
+# the skinny kernels under their tuning knobs; `final`: every GPU test, products and decode).
 # Logs go to $OUT (the device tool's output folder) or a temporary folder.
 set -u
 if [ "${1:-}" = --prepare ]; then
@@ -206,6 +208,43 @@ if [ "$WHAT" = skinny ]; then
   timeout 60 python3 scripts/make_llama1b_gguf.py "$S" --ref $B/smollm2-tokenizer.gguf --shape smollm2 2>&1 | tail -1; took $?
   bench $S LUMINAL_CUDA_SKINNY=all
   bench $S LUMINAL_CUDA_X=default
+  rm -f $S
+  [ -x $B/ops_gbps ] && timeout 40 $B/ops_gbps 4096 8192 30 2>&1 | grep d2d
+fi
+
+if [ "$WHAT" = final ]; then
+  # Every GPU test, the skinny products against cuBLAS at a 1B model's FFN shapes, decode of
+  # the 1B and SmolLM2 shapes (default, and every float product skinny) with the host time
+  # per step, the device copy for the roofline.
+  for t in emulator_matmul:gpu emulator_quant:gpu llama:gpu op_suite: emulator_graphs:gpu emulator_fusion:gpu emulator_attention:gpu emulator_reduce:gpu; do
+    b=${t%%:*}; f=${t#*:}
+    [ -x .gpu/$b ] || continue
+    step ".gpu/$b $f"
+    timeout 60 .gpu/$b $f --nocapture --test-threads 1 > $OUT/$b.log 2>&1; r=$?
+    grep -E "test result|panicked|FAILED|failed|max" $OUT/$b.log | head -12; took $r
+  done
+  mvb() { LUMINAL_CUDA_SKINNY=${S:-all} timeout 60 $B/matvec_gbps 2048 8192 16 50 $1 2>&1 | sed "s/^/$2 /"; }
+  step "matvec_gbps 2048 8192 16 50"
+  for t in f16 bf16 q8_0; do S=0 mvb $t cuBLAS; mvb $t skinny; done
+  took 0
+  gguf_py
+  bench() {
+    step "luminal bench $(basename $1) --device cuda ($2)"
+    env $2 timeout 60 $L bench -m $1 --device cuda -p 512 -n 128 -r 3 2>&1 | grep -E "^\| llama|rror"; took $?
+  }
+  G=$WORK/llama1b-shape.F16.gguf
+  step "make the Llama-3.2-1B-shaped F16 GGUF"
+  timeout 90 python3 scripts/make_llama1b_gguf.py "$G" --ref $B/smollm2-tokenizer.gguf --shape llama1b 2>&1 | tail -1; took $?
+  for v in LUMINAL_CUDA_X=default LUMINAL_CUDA_SKINNY=all LUMINAL_CUDA_X=default LUMINAL_CUDA_SKINNY=all; do bench $G $v; done
+  for v in LUMINAL_CUDA_X=default LUMINAL_CUDA_SKINNY=all; do
+    env $v LUMINAL_CUDA_STATS=2 timeout 30 $L generate -m $G --device cuda --prompt "Once upon a time" -n 8 --no-echo 2>&1 | grep -E "luminal_cuda|tok/s" | tail -3 | sed "s/^/$v /"
+  done
+  rm -f $G
+  S=$WORK/smollm2-shape.F16.gguf
+  step "make the SmolLM2-shaped F16 GGUF"
+  timeout 60 python3 scripts/make_llama1b_gguf.py "$S" --ref $B/smollm2-tokenizer.gguf --shape smollm2 2>&1 | tail -1; took $?
+  bench $S LUMINAL_CUDA_X=default
+  LUMINAL_CUDA_STATS=2 timeout 30 $L generate -m $S --device cuda --prompt "Once upon a time" -n 8 --no-echo 2>&1 | grep -E "luminal_cuda|tok/s" | tail -3
   rm -f $S
   [ -x $B/ops_gbps ] && timeout 40 $B/ops_gbps 4096 8192 30 2>&1 | grep d2d
 fi

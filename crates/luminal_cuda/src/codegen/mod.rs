@@ -19,7 +19,10 @@ pub use combine::combined_kernel;
 pub use fusion::{fused_nodes, Fusion, MAX_BROADCAST_COST};
 pub use reduce::MAX_THREADS_PER_OUTPUT;
 use reduce::{reduce_body, ReduceParts};
-pub use skinny::{round_kernel, skinny_kernel, skinny_quant_kernel, SKINNY_GROUPS, SKINNY_WARPS};
+pub use skinny::{
+    round_kernel, skinny_kernel, skinny_quant_kernel, skinny_split, SKINNY_GROUPS,
+    SKINNY_MAX_BLOCKS, SKINNY_WARPS,
+};
 
 use luminal::graph::{Edge, GraphData, Node, NodeId};
 use luminal::op::{BinaryOp, ConstValue, Op, ReduceOp, UnaryOp};

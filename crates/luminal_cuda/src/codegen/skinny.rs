@@ -32,6 +32,28 @@ pub const SKINNY_WARPS: u32 = 8;
 /// Products one [`skinny_kernel`] launch computes (over the same activations).
 pub const SKINNY_GROUPS: usize = 3;
 
+/// The most blocks of a skinny launch: four blocks of [`SKINNY_WARPS`] warps on each of an
+/// H100/H200's 132 SMs (each block then takes several rows per warp, the activations staged
+/// once).
+pub const SKINNY_MAX_BLOCKS: u32 = 4 * 132;
+
+/// Warps that share a weight row of a [`skinny_kernel`] launch over `rows` rows of `k`
+/// (its last scalar; a power of two dividing [`SKINNY_WARPS`]): enough warps in all to fill
+/// an H200 (132 SMs × 64 warps) with each at least 512 of a row's elements. 1 for
+/// [`skinny_quant_kernel`] launches (they take whole rows); 1 with
+/// `LUMINAL_CUDA_SKINNY_SPLIT=0` (for comparisons).
+pub fn skinny_split(rows: i64, k: i64) -> i64 {
+    let mut split = 1;
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if !*ON.get_or_init(|| std::env::var("LUMINAL_CUDA_SKINNY_SPLIT").as_deref() != Ok("0")) {
+        return 1;
+    }
+    while split < SKINNY_WARPS as i64 && rows * split < 132 * 64 && k >= 1024 * split {
+        split *= 2;
+    }
+    split
+}
+
 /// Products with few activation rows (a decode step's linear layers), up to
 /// [`SKINNY_GROUPS`] of them over the same activations in one launch (a layer's q, k and v
 /// projections; gate and up). Each is cuBLAS's column-major `C = op(A)·B` with `A` read
@@ -71,13 +93,13 @@ pub fn skinny_kernel(w: DType, x: DType, round: Option<DType>, c: DType) -> Kern
     // staging's latency overlaps the weights' (`lum_vec`: the 16-byte path applies).
     let prefetch = format!(
         r#"    const {wt}* wr = w + lum_oa + (lum_live ? lum_row : 0) * lum_lda;
-    const long long lum_end = lum_live ? lum_k : 0;
+    const long long lum_end = lum_live ? lum_k_hi : 0;
     const int lum_vec = lum_stage && ((lum_lda | lum_oa) & 7) == 0;
     unsigned lum_ra[LUM_SK_U_{wn}][LUM_SK_RAW_{wn}], lum_rb[LUM_SK_U_{wn}][LUM_SK_RAW_{wn}];
     if (lum_vec) {{
 #pragma unroll
         for (int lum_u = 0; lum_u < LUM_SK_U_{wn}; ++lum_u)
-            if (8 * lum_lane + 256 * lum_u < lum_end) lum_sk_raw_{wn}(wr + 8 * lum_lane + 256 * lum_u, lum_ra[lum_u]);
+            if (lum_k_lo + 8 * lum_lane + 256 * lum_u < lum_end) lum_sk_raw_{wn}(wr + lum_k_lo + 8 * lum_lane + 256 * lum_u, lum_ra[lum_u]);
     }}
 "#
     );
@@ -116,12 +138,12 @@ pub fn skinny_kernel(w: DType, x: DType, round: Option<DType>, c: DType) -> Kern
     let gpu = format!(
         r#"    if (lum_vec) {{
         const long long lum_step = 256 * LUM_SK_U_{wn};
-        for (long long lum_k0 = 8 * lum_lane; lum_k0 < lum_end; lum_k0 += 2 * lum_step) {{
+        for (long long lum_k0 = lum_k_lo + 8 * lum_lane; lum_k0 < lum_end; lum_k0 += 2 * lum_step) {{
             {load_b}            {use_a}            if (lum_k0 + lum_step >= lum_end) break;
             {load_a}            {use_b}        }}
     }} else if (((lum_k | lum_lda | lum_ldb | lum_oa | lum_ob) & 7) == 0) {{
 #pragma unroll 2
-        for (long long lum_k0 = 8 * lum_lane; lum_k0 < lum_end; lum_k0 += 256) {{
+        for (long long lum_k0 = lum_k_lo + 8 * lum_lane; lum_k0 < lum_end; lum_k0 += 256) {{
             float lum_w[8], lum_x[8];
             lum_sk_load8_{wn}(wr + lum_k0, lum_w);
 #pragma unroll
@@ -134,7 +156,7 @@ pub fn skinny_kernel(w: DType, x: DType, round: Option<DType>, c: DType) -> Kern
             }}
         }}
     }} else {{
-        for (long long lum_e = lum_lane; lum_e < lum_end; lum_e += 32) {{
+        for (long long lum_e = lum_k_lo + lum_lane; lum_e < lum_end; lum_e += 32) {{
             const float lum_wv = {wv};
 #pragma unroll
             for (int lum_j = 0; lum_j < LUM_SK_M; ++lum_j) {{
@@ -344,11 +366,27 @@ fn skinny_source(
     let store_c = store(c, Val::Float, "lum_acc[lum_j]");
     let (stage_if, stage_value) = stage;
     let text = format!(
-        r#"{helpers}LUM_EXTERN_C __global__ void LUM_SK_BOUNDS_{bounds} KERNEL({ct}* out0, {ct}* out1, {ct}* out2, const {wt}* __restrict__ w0, const {wt}* __restrict__ w1, const {wt}* __restrict__ w2, const {xt}* __restrict__ x, long long lum_m, long long lum_k, long long lum_ldb, long long lum_ob, long long lum_rows0, long long lum_lda0, long long lum_ldc0, long long lum_oa0, long long lum_oc0, long long lum_rows1, long long lum_lda1, long long lum_ldc1, long long lum_oa1, long long lum_oc1, long long lum_rows2, long long lum_lda2, long long lum_ldc2, long long lum_oa2, long long lum_oc2) {{
-    const long long lum_g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const int lum_lane = (int)(lum_g & 31);
-    /* The warp's product and row. */
-    long long lum_row = lum_g >> 5, lum_rows = lum_rows0, lum_lda = lum_lda0, lum_ldc = lum_ldc0, lum_oa = lum_oa0, lum_oc = lum_oc0;
+        r#"{helpers}LUM_EXTERN_C __global__ void LUM_SK_BOUNDS_{bounds} KERNEL({ct}* out0, {ct}* out1, {ct}* out2, const {wt}* __restrict__ w0, const {wt}* __restrict__ w1, const {wt}* __restrict__ w2, const {xt}* __restrict__ x, long long lum_m, long long lum_k, long long lum_ldb, long long lum_ob, long long lum_rows0, long long lum_lda0, long long lum_ldc0, long long lum_oa0, long long lum_oc0, long long lum_rows1, long long lum_lda1, long long lum_ldc1, long long lum_oa1, long long lum_oc1, long long lum_rows2, long long lum_lda2, long long lum_ldc2, long long lum_oa2, long long lum_oc2, long long lum_split) {{
+    const int lum_lane = (int)(threadIdx.x & 31), lum_warp = (int)(threadIdx.x >> 5);
+    const long long lum_k_len = ((lum_k + lum_split - 1) / lum_split + 7) / 8 * 8;
+#ifdef __CUDACC_RTC__
+    /* The activations, rounded once per block into shared memory when they fit (every
+       thread of the block takes part: no early return before the barrier). */
+    __shared__ float4 lum_xs4[LUM_SK_STAGE / 4];
+    float* lum_xs = (float*)lum_xs4;
+    const int lum_stage = {stage_if};
+#endif
+    /* The block's warps take the launch's (row, part) pairs SKINNY_WARPS at a time, the grid
+       striding over them (every warp of a block iterates as often: barriers stay uniform). */
+    const long long lum_total = (lum_rows0 + lum_rows1 + lum_rows2) * lum_split;
+    for (long long lum_base = (long long)blockIdx.x * LUM_SK_WARPS; lum_base < lum_total; lum_base += (long long)gridDim.x * LUM_SK_WARPS) {{
+    /* The warp's product, row and part of the row: `lum_split` consecutive warps (of one
+       block) share a row, each taking [lum_k_lo, lum_k_hi) of it (multiples of 8). */
+    const long long lum_wg = lum_base + lum_warp;
+    const long long lum_part = lum_wg % lum_split;
+    const long long lum_k_lo = lum_part * lum_k_len < lum_k ? lum_part * lum_k_len : lum_k;
+    const long long lum_k_hi = lum_k_lo + lum_k_len < lum_k ? lum_k_lo + lum_k_len : lum_k;
+    long long lum_row = lum_wg / lum_split, lum_rows = lum_rows0, lum_lda = lum_lda0, lum_ldc = lum_ldc0, lum_oa = lum_oa0, lum_oc = lum_oc0;
     {ct}* out = out0;
     const {wt}* w = w0;
     if (lum_row >= lum_rows0) {{
@@ -363,12 +401,7 @@ fn skinny_source(
     float lum_acc[LUM_SK_M];
     for (int lum_j = 0; lum_j < LUM_SK_M; ++lum_j) lum_acc[lum_j] = 0.f;
 #ifdef __CUDACC_RTC__
-    /* The activations, rounded once per block into shared memory when they fit (every
-       thread of the block takes part: no early return before the barrier). */
-    __shared__ float4 lum_xs4[LUM_SK_STAGE / 4];
-    float* lum_xs = (float*)lum_xs4;
-    const int lum_stage = {stage_if};
-{prefetch}    if (lum_stage) {{
+{prefetch}    if (lum_stage && lum_base == (long long)blockIdx.x * LUM_SK_WARPS) {{
         for (long long lum_i = threadIdx.x; lum_i < lum_m * lum_k; lum_i += blockDim.x) {{
             const long long lum_e = lum_i % lum_k;
             const {xt}* xr = x + lum_ob + (lum_i / lum_k) * lum_ldb;
@@ -378,15 +411,28 @@ fn skinny_source(
     }}
 {gpu}    /* Every lane takes part in the butterflies (no early return). */
 #pragma unroll
-    for (int lum_j = 0; lum_j < LUM_SK_M; ++lum_j) {{
-        if (lum_j < lum_m) {{
+    for (int lum_j = 0; lum_j < LUM_SK_M; ++lum_j)
+        if (lum_j < lum_m)
             for (int lum_o = 16; lum_o > 0; lum_o >>= 1) lum_acc[lum_j] += __shfl_xor_sync(0xffffffffu, lum_acc[lum_j], lum_o);
-            if (lum_live && lum_lane == 0) out[lum_oc + lum_row + lum_j * lum_ldc] = {store_c};
-        }}
+    if (lum_split > 1) {{
+        /* The parts' sums through shared memory, added in order by the row's first warp. */
+        __shared__ float lum_parts[LUM_SK_WARPS][LUM_SK_M];
+        if (lum_lane == 0)
+            for (int lum_j = 0; lum_j < LUM_SK_M; ++lum_j) lum_parts[lum_warp][lum_j] = lum_acc[lum_j];
+        __syncthreads();
+        if (lum_part == 0)
+            for (int lum_j = 0; lum_j < LUM_SK_M; ++lum_j)
+                for (int lum_p = 1; lum_p < lum_split; ++lum_p) lum_acc[lum_j] += lum_parts[lum_warp + lum_p][lum_j];
+        __syncthreads(); /* read before the next rows' parts are written */
     }}
+#pragma unroll
+    for (int lum_j = 0; lum_j < LUM_SK_M; ++lum_j)
+        if (lum_j < lum_m && lum_live && lum_lane == 0 && lum_part == 0) out[lum_oc + lum_row + lum_j * lum_ldc] = {store_c};
 #else
-    if (!lum_live || lum_lane != 0) return;
-{host}#endif
+    if (lum_live && lum_lane == 0 && lum_part == 0) {{
+{host}    }}
+#endif
+    }}
 }}
 "#,
         host = host.replace("STORE_C", &store_c),
@@ -400,7 +446,7 @@ fn skinny_source(
         error_flag: false,
         dims: vec![],
         cooperative: true,
-        scalars: Some(4 + 5 * SKINNY_GROUPS),
+        scalars: Some(5 + 5 * SKINNY_GROUPS),
     }
 }
 
@@ -472,8 +518,8 @@ LUM_SK_TUNING
 /* The two halves of a word as f32 by integer operations and one exact product by 2^112
    (normal and subnormal halves exactly, zeros with their sign; infinities and NaNs, which
    weights do not hold, become large finite values): far cheaper on a GPU than one cvt each. */
-LUM_DEV float lum_sk_lo(unsigned u) { return lum_u2f(lum_f2u(lum_u2f((u & 0x7fffu) << 13) * 0x1p112f) | ((u & 0x8000u) << 16)); }
-LUM_DEV float lum_sk_hi(unsigned u) { return lum_u2f(lum_f2u(lum_u2f((u >> 3) & 0x0fffe000u) * 0x1p112f) | (u & 0x80000000u)); }
+LUM_DEV float lum_sk_lo(unsigned u) { return lum_u2f(((u << 16) & 0x80000000u) | ((u << 13) & 0x0fffe000u)) * 0x1p112f; }
+LUM_DEV float lum_sk_hi(unsigned u) { return lum_u2f((u & 0x80000000u) | ((u >> 3) & 0x0fffe000u)) * 0x1p112f; }
 #ifdef __CUDA_ARCH__
 LUM_DEV float lum_sk_h2f(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 LUM_DEV float lum_sk_round_f16(float v) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v)); return lum_sk_h2f(h); }

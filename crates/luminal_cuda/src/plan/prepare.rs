@@ -33,12 +33,29 @@ pub fn threads_per_output(outputs: usize, len: usize, inner: usize) -> u32 {
     t as u32
 }
 
-/// The blocks of a skinny launch: one warp per weight row of its products.
-fn skinny_grid(scalars: &[i64]) -> u32 {
-    let rows: i64 = (0..codegen::SKINNY_GROUPS)
+/// Rows of a skinny launch's products (its scalars).
+fn skinny_rows(scalars: &[i64]) -> i64 {
+    (0..codegen::SKINNY_GROUPS)
         .map(|g| scalars[4 + 5 * g])
-        .sum();
-    (rows as u32).div_ceil(codegen::SKINNY_WARPS).max(1)
+        .sum()
+}
+
+/// The blocks of a skinny launch: `split` warps (its last scalar) per weight row of its
+/// products, at most [`codegen::SKINNY_MAX_BLOCKS`] blocks (the kernel's blocks stride over
+/// the rest, as evenly as the count allows) unless `LUMINAL_CUDA_SKINNY_PERSIST=0`.
+fn skinny_grid(scalars: &[i64]) -> u32 {
+    static CAP: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    let cap = *CAP.get_or_init(
+        || match std::env::var("LUMINAL_CUDA_SKINNY_PERSIST").as_deref() {
+            Ok("0") => u32::MAX,
+            _ => codegen::SKINNY_MAX_BLOCKS,
+        },
+    );
+    let split = scalars[4 + 5 * codegen::SKINNY_GROUPS];
+    let blocks = ((skinny_rows(scalars) * split) as u32)
+        .div_ceil(codegen::SKINNY_WARPS)
+        .max(1);
+    blocks.div_ceil(blocks.div_ceil(cap))
 }
 
 /// Merges skinny launches (of `skinny`, the plan's skinny kernels) over the same activations
@@ -135,6 +152,10 @@ pub(super) fn merge_skinny(launches: &mut Vec<Launch>, skinny: &[usize]) {
             buffers[used] = out;
             buffers[codegen::SKINNY_GROUPS + used] = w;
             scalars[4 + 5 * used..9 + 5 * used].copy_from_slice(&slot);
+            // More rows want no more warps a row (never more than the first had: 1 stays 1).
+            let split = codegen::skinny_split(skinny_rows(scalars), scalars[1]);
+            let last = &mut scalars[4 + 5 * codegen::SKINNY_GROUPS];
+            *last = (*last).min(split);
             *grid = skinny_grid(scalars);
             j += 1;
         }
@@ -516,7 +537,7 @@ impl<E: Executor> PlanRuntime<E> {
     /// activations `x` (one product a launch; [`merge_skinny`] groups them).
     fn push_skinny(
         &mut self,
-        f: usize,
+        (f, split_rows): (usize, bool),
         id: NodeId,
         w: BufRef,
         x: BufRef,
@@ -540,6 +561,11 @@ impl<E: Executor> PlanRuntime<E> {
                 scalars.push(0);
                 scalars.extend(&slot[1..]);
             }
+            scalars.push(if split_rows {
+                codegen::skinny_split(c.m as i64, c.k as i64)
+            } else {
+                1
+            });
             let c_buf = BufRef::Node(id);
             out.push(Launch::Kernel {
                 function: f,
@@ -572,7 +598,7 @@ impl<E: Executor> PlanRuntime<E> {
                 BufRef::Node(p.b.node),
                 BufRef::Node(self.resolved(p.a.node)),
             );
-            self.push_skinny(f, id, w, x, pi, out);
+            self.push_skinny((f, false), id, w, x, pi, out);
             return Ok(());
         }
         if let Some(side) = p.dequant {
@@ -628,7 +654,7 @@ impl<E: Executor> PlanRuntime<E> {
             } else {
                 BufRef::Node(self.resolved(p.b.node))
             };
-            self.push_skinny(f, id, w, x, pi, out);
+            self.push_skinny((f, true), id, w, x, pi, out);
             return Ok(());
         }
         let p = &self.patterns[pi];

@@ -372,8 +372,11 @@ pub fn skinny<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(
     };
     for dt in [DType::F32, DType::F16, DType::BF16] {
         // (m, K, N, pad, weight scale): activations staged in shared memory (M·K ≤ 8192),
-        // not staged (8208), unaligned (K 13, 21), f16 subnormal weights (scale 1e-5).
+        // not staged (8208), unaligned (K 13, 21), f16 subnormal weights (scale 1e-5), rows
+        // split between warps (K ≥ 1024), more rows than a launch's blocks take at once (2200
+        // rows split in two: 4400 warps, the grid striding over them).
         for (m, k, n, pad, scale) in [
+            (1, 1024, 2200, 0, 1.0),
             (1, 64, 9, 0, 1.0),
             (1, 200, 33, 0, 1.0),
             (2, 13, 5, 0, 1.0),
