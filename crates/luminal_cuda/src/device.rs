@@ -49,6 +49,12 @@ pub struct CudaBackend {
     /// Reductions over long rows run several threads per output
     /// ([`crate::plan::threads_per_output`]); off: one thread per output, as the emulator.
     cooperative: bool,
+    /// Generated kernels launched with programmatic dependent launch (sm_90+, unless
+    /// `LUMINAL_CUDA_PDL=0`): a kernel may be launched while the one before it runs, its
+    /// threads waiting at entry (`griddepcontrol.wait`, [`codegen::cuda_source`]) until that
+    /// one has finished and its writes are visible, so the launch gap between dependent
+    /// kernels is hidden.
+    pdl: bool,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -149,6 +155,7 @@ impl CudaBackend {
             half_products: std::env::var("LUMINAL_CUDA_HALF_PRODUCTS").map_or(true, |v| v != "0"),
             static_steps: true,
             cooperative: std::env::var("LUMINAL_CUDA_COOP").map_or(true, |v| v != "0"),
+            pdl: cc.0 >= 9 && std::env::var("LUMINAL_CUDA_PDL").map_or(true, |v| v != "0"),
         })
     }
 
@@ -481,6 +488,9 @@ impl Executor for CudaExecutor {
         scalars: &[i64],
     ) -> Result<()> {
         let stream = &self.backend.stream;
+        if self.backend.pdl {
+            return launch_dependent(stream, f, (grid, block), buffers, scalars);
+        }
         let mut args = stream.launch_builder(f);
         for b in buffers {
             args.arg(*b);
@@ -704,6 +714,59 @@ pub fn nvrtc_ptx(kernels: &[&Kernel], arch: &str) -> Result<String> {
     }
     let src = codegen::cuda_source(kernels.iter().copied());
     nvrtc_compile(&src, arch, || kernel_names(kernels)).map(|p| p.to_src())
+}
+
+/// A generated kernel's launch on `stream` with programmatic stream serialization allowed
+/// (`cuLaunchKernelEx`): it may start while the kernel before it runs; every generated
+/// kernel waits at entry for its predecessor ([`codegen::cuda_source`]).
+fn launch_dependent(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    (grid, block): (u32, u32),
+    buffers: &[&CudaSlice<u8>],
+    scalars: &[i64],
+) -> Result<()> {
+    use cudarc::driver::sys;
+    let pointers: Vec<sys::CUdeviceptr> = buffers.iter().map(|b| b.device_ptr(stream).0).collect();
+    let mut params: Vec<*mut c_void> = pointers
+        .iter()
+        .map(|p| p as *const sys::CUdeviceptr as *mut c_void)
+        .chain(scalars.iter().map(|s| s as *const i64 as *mut c_void))
+        .collect();
+    // SAFETY: a zeroed attribute value is a valid union of plain integers; the id names the
+    // member set.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let config = sys::CUlaunchConfig {
+        gridDimX: grid,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: block,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: 0,
+        hStream: stream.cu_stream(),
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    stream
+        .context()
+        .bind_to_thread()
+        .map_err(driver("cuCtxSetCurrent"))?;
+    // SAFETY: `params` points at one value per kernel parameter, in order (buffers as device
+    // pointers, scalars as `long long`), alive across the call, as `launch` builds them;
+    // every buffer holds the elements the kernel indexes.
+    unsafe {
+        sys::cuLaunchKernelEx(
+            &config,
+            f.cu_function(),
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    }
+    .result()
+    .map_err(driver("cuLaunchKernelEx"))
 }
 
 /// NVRTC's PTX of `src` for `arch` (`compute_90`); a failure is a typed error naming `what`

@@ -176,8 +176,22 @@ fn model_kernels_compile_with_nvrtc() {
             kernels.iter().any(|k| k.name.starts_with("lum_combo")),
             "{file}: no combined kernel"
         );
-        luminal_cuda::device::nvrtc_ptx(&kernels, "compute_90")
+        let ptx = luminal_cuda::device::nvrtc_ptx(&kernels, "compute_90")
             .unwrap_or_else(|e| panic!("{file}: {e}"));
+        // Every kernel waits for the one launched before it (programmatic dependent launch):
+        // one wait per entry, before the body's first instruction that touches memory.
+        for body in ptx.split(".entry ").skip(1) {
+            let wait = body.find("griddepcontrol.wait");
+            let memory = ["ld.global", "st.global"]
+                .iter()
+                .filter_map(|op| body.find(op))
+                .min();
+            assert!(
+                wait.is_some_and(|w| memory.is_none_or(|m| w < m)),
+                "{file}: {} does not wait first",
+                &body[..body.find('(').unwrap_or(body.len())]
+            );
+        }
     }
 }
 

@@ -71,9 +71,21 @@ pub fn cuda_source<'a>(kernels: impl IntoIterator<Item = &'a Kernel>) -> String 
     s.push_str(prelude::COMMON_PRELUDE);
     s.push_str(prelude::QUANT_PRELUDE);
     for k in kernels {
-        s.push_str(&k.source);
+        s.push_str(&with_pdl_entry(&k.source, &k.name));
     }
     s
+}
+
+/// `source` with `LUM_PDL_ENTRY` (the prelude's wait for the kernel launched before) first in
+/// the body of kernel `name`: a kernel launched as a programmatic dependency
+/// (`CudaBackend`'s `pdl`) touches no memory before its predecessor has finished.
+fn with_pdl_entry(source: &str, name: &str) -> String {
+    let body = source
+        .find(&format!(" {name}("))
+        .and_then(|at| source[at..].find(')').map(|p| at + p))
+        .and_then(|at| source[at..].find('{').map(|b| at + b + 1))
+        .unwrap_or_else(|| panic!("kernel {name}: no body in its source"));
+    format!("{} LUM_PDL_ENTRY{}", &source[..body], &source[body..])
 }
 
 /// The NVRTC architecture for a device's compute capability (`(9, 0)` → `compute_90`).

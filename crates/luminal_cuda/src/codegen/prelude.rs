@@ -25,6 +25,14 @@ static inline unsigned lum_f2u(float f) { unsigned u; memcpy(&u, &f, 4); return 
 /// unmangled in the module.
 pub const CUDA_PRELUDE: &str = r#"#define LUM_EXTERN_C extern "C"
 #define LUM_DEV static __device__ __forceinline__
+/* At every generated kernel's entry (crate::codegen::cuda_source): wait until the kernel
+   before it (launched as a programmatic dependency) has finished and its writes are
+   visible, then let the next one be launched. Both return at once for a plain launch. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define LUM_PDL_ENTRY asm volatile("griddepcontrol.wait;" ::: "memory"); asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#else
+#define LUM_PDL_ENTRY
+#endif
 /* Reductions launch up to 512 threads per block (codegen::MAX_THREADS_PER_OUTPUT). */
 #define LUM_REDUCE_BOUNDS __launch_bounds__(512)
 LUM_DEV float lum_u2f(unsigned u) { return __uint_as_float(u); }
