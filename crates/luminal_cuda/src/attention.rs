@@ -139,7 +139,7 @@ pub fn find(graph: &GraphData, order: &[NodeId]) -> Vec<AttnPattern> {
 /// The expressions a call is resolved from (the operands' dims, strides and offsets), built
 /// once per pattern: views build them anew (simplified) on every call of `dims()`,
 /// `strides()`, `offset()`, which a decode step would otherwise pay per attention per step.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct AttnExprs {
     q_dims: Vec<Expression>,
     strides: [Vec<Expression>; 4],
@@ -155,6 +155,36 @@ impl AttnExprs {
             offsets: edges.map(|e| e.map_or(Expression::from(0), |e| e.view.offset())),
         }
     }
+
+    /// The dims [`resolve`] reads.
+    pub fn variables(&self) -> std::collections::BTreeSet<String> {
+        self.q_dims
+            .iter()
+            .chain(self.strides.iter().flatten())
+            .chain(&self.offsets)
+            .flat_map(|e| e.variables())
+            .collect()
+    }
+}
+
+/// Whether [`resolve`] gives `p` (with expressions `x`) and `q` (`y`) the same call at any
+/// dims: it reads only these (the layers of a model, whose attentions are alike, are then
+/// resolved once a run).
+pub fn resolves_alike(
+    (p, x): (&AttnPattern, &AttnExprs),
+    (q, y): (&AttnPattern, &AttnExprs),
+    dtype_of: &dyn Fn(NodeId) -> DType,
+) -> bool {
+    let types = |p: &AttnPattern| {
+        (
+            [p.q.node, p.k.node, p.v.node].map(dtype_of),
+            p.bias.as_ref().map(|b| dtype_of(b.node)),
+        )
+    };
+    x == y
+        && p.batch_dims == q.batch_dims
+        && p.scale.to_bits() == q.scale.to_bits()
+        && types(p) == types(q)
 }
 
 /// `p`'s call at the current dims (`eval` evaluates an expression; `dtype_of` gives a node's

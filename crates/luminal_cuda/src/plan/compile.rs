@@ -1,7 +1,7 @@
 //! Compiling a graph into a plan: the products, attentions, fused nodes, in-place state
 //! writes and static steps found, the kernels generated and compiled once.
 
-use super::{Executor, IdMap, PlanRuntime, Step};
+use super::{dim_bit, Executor, IdMap, PlanRuntime, Step};
 use crate::attention;
 use crate::codegen::{self, Kernel};
 use crate::gemm::{self, GemmType, Side};
@@ -9,7 +9,7 @@ use luminal::graph::{GraphData, NodeId};
 use luminal::op::Op;
 use luminal::passes::live_order;
 use luminal::{DType, LuminalError, Result};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// The most weight elements (N·K) a weight may have for its decode product to run as a
 /// skinny kernel by default, whatever its row length (`LUMINAL_CUDA_SKINNY` overrides it; see
@@ -155,6 +155,7 @@ impl<E: Executor> PlanRuntime<E> {
                 attn_inner: attn_inner.get(&id).copied(),
                 in_place: in_place.contains(&id),
                 dims_at: dims_len,
+                host_vars: 0,
                 static_deps: None,
                 cooperative: k.cooperative,
                 elide,
@@ -225,6 +226,16 @@ impl<E: Executor> PlanRuntime<E> {
                 step.static_deps = deps.get(&step.node).cloned().flatten();
             }
         }
+        let mut watched: Vec<NodeId> = steps
+            .iter()
+            .flat_map(|s| s.static_deps.iter().flatten().copied())
+            .chain(patterns.iter().filter_map(|p| match p.dequant? {
+                Side::A => Some(p.a.node),
+                Side::B => Some(p.b.node),
+            }))
+            .collect();
+        watched.sort();
+        watched.dedup();
         let mut round_fn = HashMap::new();
         for t in patterns.iter().filter_map(|p| p.round.map(|r| r.1)) {
             round_fn.entry(t).or_insert_with(|| {
@@ -318,10 +329,13 @@ impl<E: Executor> PlanRuntime<E> {
                 dim_slots.push((step.dims_at + i, at));
             }
         }
-        let gemm_vars: Vec<Vec<String>> = patterns
+        // The dims host-side expressions read: products' and attentions' operand views,
+        // and what each step's preparation evaluates; a run resolves and prepares again only
+        // what reads a dim that changed ([`PlanRuntime::prepare_changed`]).
+        let gemm_vars: Vec<BTreeSet<String>> = patterns
             .iter()
             .map(|p| {
-                let mut vars = std::collections::BTreeSet::new();
+                let mut vars = BTreeSet::new();
                 for e in [&p.a, &p.b] {
                     for x in e.view.strides().iter().chain([&e.view.offset()]) {
                         vars.extend(x.variables());
@@ -330,9 +344,47 @@ impl<E: Executor> PlanRuntime<E> {
                 for x in &p.dims {
                     vars.extend(x.variables());
                 }
-                vars.into_iter().collect()
+                vars
             })
             .collect();
+        let attn_exprs: Vec<attention::AttnExprs> =
+            attns.iter().map(attention::AttnExprs::of).collect();
+        // An attention resolved as an earlier one (the same views and types: another layer).
+        let attn_twin: Vec<Option<usize>> = (0..attns.len())
+            .map(|i| {
+                (0..i).find(|&j| {
+                    attention::resolves_alike(
+                        (&attns[i], &attn_exprs[i]),
+                        (&attns[j], &attn_exprs[j]),
+                        &|n| graph.node(n).dtype,
+                    )
+                })
+            })
+            .collect();
+        let attn_vars: Vec<BTreeSet<String>> = attn_exprs.iter().map(|x| x.variables()).collect();
+        let step_vars: Vec<BTreeSet<String>> = steps
+            .iter()
+            .map(|s| step_vars(s, &graph, &patterns, &gemm_vars, &attn_vars))
+            .collect();
+        let host_dims: Vec<String> = step_vars
+            .iter()
+            .chain(&gemm_vars)
+            .chain(&attn_vars)
+            .flatten()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .cloned()
+            .collect();
+        let mask = |vars: &BTreeSet<String>| {
+            vars.iter().fold(0, |m, v| {
+                m | dim_bit(host_dims.iter().position(|d| d == v).expect("listed"))
+            })
+        };
+        for (step, vars) in steps.iter_mut().zip(&step_vars) {
+            step.host_vars = mask(vars);
+        }
+        let gemm_mask = gemm_vars.iter().map(mask).collect();
+        let attn_mask = attn_vars.iter().map(mask).collect();
         let nsteps = steps.len();
         let graphs = exec.graphs_available()
             && std::env::var("LUMINAL_CUDA_GRAPHS").map_or(true, |v| v != "0");
@@ -366,15 +418,21 @@ impl<E: Executor> PlanRuntime<E> {
             buffers: IdMap::default(),
             error_buffer: None,
             dims: HashMap::new(),
+            dim_list: vec![],
+            dim_values: vec![],
             kernels,
             calls: vec![None; patterns.len()],
-            gemm_keys: vec![None; patterns.len()],
-            gemm_vars,
+            gemm_mask,
+            attn_mask,
+            host_dims,
+            resolved_dims: None,
             dim_names,
             dim_slots,
             patterns,
             attn_calls: vec![None; attns.len()],
-            attn_exprs: attns.iter().map(attention::AttnExprs::of).collect(),
+            attn_exprs,
+            attn_at: vec![None; attns.len()],
+            attn_twin,
             attns,
             scratch: IdMap::default(),
             rounded: vec![false; round_owner.len()],
@@ -403,6 +461,11 @@ impl<E: Executor> PlanRuntime<E> {
             fused: fused.len(),
             launches: 0,
             launch_list: vec![],
+            prepared: vec![],
+            prepared_from: vec![0; nsteps + 1],
+            fresh: vec![],
+            epoch: 0,
+            prepared_at: None,
             alias: IdMap::default(),
             pool: Default::default(),
             combine: std::env::var("LUMINAL_CUDA_COMBINE").map_or(true, |v| v != "0"),
@@ -411,6 +474,7 @@ impl<E: Executor> PlanRuntime<E> {
             generation: 0,
             set_at: IdMap::default(),
             computed_at: vec![0; nsteps],
+            watched,
             pending_static: vec![],
             pending_dequant: vec![],
             dequantized: 0,
@@ -419,10 +483,53 @@ impl<E: Executor> PlanRuntime<E> {
             graphs,
             last_signature: vec![],
             captured: None,
+            captured_last: false,
+            table_bytes: vec![],
+            error_zero: false,
             replays: 0,
             captures: 0,
             stats: std::env::var("LUMINAL_CUDA_STATS")
                 .map_or(0, |v| v.parse().unwrap_or(if v.is_empty() { 0 } else { 1 })),
         })
     }
+}
+
+/// The dims whose values preparing `step` reads ([`PlanRuntime::prepare_step`]): those of its
+/// shape, of its source view (a reduction's or `WriteSlice`'s), of an elided copy's view and
+/// its source's shape (whose buffer length it compares), of a `WriteSlice`'s start, and of its
+/// attention's or product's operand views (`attn_vars`, `gemm_vars`; their calls, which decide
+/// whether the step runs) and operands' shapes (a dequantized weight's length, a rounded
+/// operand's buffer length). A run where none of them changed prepares the step's launches as
+/// the last run did.
+fn step_vars(
+    step: &Step,
+    graph: &GraphData,
+    patterns: &[gemm::Pattern],
+    gemm_vars: &[BTreeSet<String>],
+    attn_vars: &[BTreeSet<String>],
+) -> BTreeSet<String> {
+    let node = graph.node(step.node);
+    let mut exprs: Vec<&luminal::Expression> = node.shape.iter().collect();
+    exprs.extend(step.src_dims.iter().flatten());
+    if let Some(view) = &step.elide {
+        exprs.extend(view.dims.iter().chain(&view.strides).chain([&view.offset]));
+        exprs.extend(&graph.node(node.inputs[0].node).shape);
+    }
+    if let Op::WriteSlice { start, .. } = &node.op {
+        exprs.push(start);
+    }
+    let mut vars: BTreeSet<String> = BTreeSet::new();
+    for p in step.gemm.iter().chain(&step.feeds) {
+        for e in [&patterns[*p].a, &patterns[*p].b] {
+            exprs.extend(&graph.node(e.node).shape);
+        }
+        vars.extend(gemm_vars[*p].iter().cloned());
+    }
+    for a in step.attn_out.iter().chain(&step.attn_inner) {
+        vars.extend(attn_vars[*a].iter().cloned());
+    }
+    for e in exprs {
+        vars.extend(e.variables());
+    }
+    vars
 }

@@ -38,6 +38,7 @@ pub(super) fn buffer_of<'a, B>(
 
 /// One launch of a run, prepared before any is issued (so that a run's launches can be
 /// compared with the last run's and replayed from a graph).
+#[derive(Clone)]
 pub(super) enum Launch {
     Kernel {
         function: usize,
@@ -63,6 +64,82 @@ pub(super) enum Launch {
         v: BufRef,
         bias: Option<BufRef>,
     },
+}
+
+impl Launch {
+    /// Whether `self` issues what `other` does as far as a run's [signature]
+    /// (PlanRuntime::signature) sees it, given that no buffer moved: the same function,
+    /// grid, buffers and scalars, the same product, or an attention of the same slot, buffers
+    /// and [shape](attention_shape) (the rest of its call is read from the parameter table).
+    pub(super) fn same_work(&self, other: &Launch) -> bool {
+        match (self, other) {
+            (
+                Launch::Kernel {
+                    function,
+                    grid,
+                    block,
+                    buffers,
+                    scalars,
+                },
+                Launch::Kernel {
+                    function: f,
+                    grid: g,
+                    block: b,
+                    buffers: bs,
+                    scalars: sc,
+                },
+            ) => function == f && grid == g && block == b && buffers == bs && scalars == sc,
+            (
+                Launch::Gemm { call, c, a, b },
+                Launch::Gemm {
+                    call: call2,
+                    c: c2,
+                    a: a2,
+                    b: b2,
+                },
+            ) => call == call2 && (c, a, b) == (c2, a2, b2),
+            (
+                Launch::Attention {
+                    slot,
+                    call,
+                    out,
+                    q,
+                    k,
+                    v,
+                    bias,
+                },
+                Launch::Attention {
+                    slot: slot2,
+                    call: call2,
+                    out: out2,
+                    q: q2,
+                    k: k2,
+                    v: v2,
+                    bias: bias2,
+                },
+            ) => {
+                slot == slot2
+                    && (out, q, k, v, bias) == (out2, q2, k2, v2, bias2)
+                    && attention_shape(call) == attention_shape(call2)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// What an attention launch's shape depends on (grids, kernel, the combine pass): the part
+/// of its call in a run's signature. The rest (the key count, offsets) is read from the
+/// parameter table, so a replayed graph sees this run's.
+fn attention_shape(call: &AttnCall) -> [i64; 7] {
+    [
+        call.s,
+        call.d,
+        call.batches(),
+        call.splits,
+        call.k_f16,
+        call.v_f16,
+        call.has_bias,
+    ]
 }
 
 /// The buffer and scalar lists of the last run's launches, kept for the next run's (a run
@@ -103,6 +180,26 @@ impl ListPool {
         let mut v = self.scalars.pop().unwrap_or_default();
         v.extend_from_slice(values);
         v
+    }
+
+    /// A copy of `l` in lists from the pool.
+    pub(super) fn copy(&mut self, l: &Launch) -> Launch {
+        match l {
+            Launch::Kernel {
+                function,
+                grid,
+                block,
+                buffers,
+                scalars,
+            } => Launch::Kernel {
+                function: *function,
+                grid: *grid,
+                block: *block,
+                buffers: self.buffers(buffers),
+                scalars: self.scalars(scalars),
+            },
+            other => other.clone(),
+        }
     }
 }
 
@@ -174,20 +271,7 @@ impl<E: Executor> PlanRuntime<E> {
                             .as_ref()
                             .map_or(0, |b| self.exec.addr(&b.buf)),
                     );
-                    // What the launches' shapes depend on (grids, kernel, the combine pass);
-                    // the rest of the call (the key count, offsets) is read from the table.
-                    sig.extend(
-                        [
-                            call.s,
-                            call.d,
-                            call.batches(),
-                            call.splits,
-                            call.k_f16,
-                            call.v_f16,
-                            call.has_bias,
-                        ]
-                        .map(|x| x as u64),
-                    );
+                    sig.extend(attention_shape(call).map(|x| x as u64));
                 }
             }
         }
@@ -268,16 +352,28 @@ impl<E: Executor> PlanRuntime<E> {
 
     /// Runs a prepared run's launches: writes the dims and attention tables the kernels read,
     /// then replays the captured graph when the launches are the last captured ones, captures
-    /// them when they repeat the previous run's, or issues them.
-    pub(super) fn execute(&mut self, launches: &[Launch]) -> Result<()> {
+    /// them when they repeat the previous run's, or issues them. `same`: the launches are the
+    /// previous run's (prepared by its fast path, [`PlanRuntime::prepare_changed`]), so their
+    /// signature is the previous run's too unless a table moved.
+    pub(super) fn execute(&mut self, launches: &[Launch], same: bool) -> Result<()> {
         // The dims and thread counts, and the attention calls, where the kernels read them
         // (before any launch or capture).
-        write_table(&mut self.exec, &mut self.dims_table, &self.dims_host)?;
+        let mut moved = write_table(
+            &mut self.exec,
+            &mut self.table_bytes,
+            &mut self.dims_table,
+            &self.dims_host,
+        )?;
         if launches
             .iter()
             .any(|l| matches!(l, Launch::Attention { .. }))
         {
-            write_table(&mut self.exec, &mut self.attn_table, &self.attn_host)?;
+            moved |= write_table(
+                &mut self.exec,
+                &mut self.table_bytes,
+                &mut self.attn_table,
+                &self.attn_host,
+            )?;
         }
         if self.stats >= 3 {
             // Each launch of the run, by kernel name (for finding what to fuse next).
@@ -297,23 +393,29 @@ impl<E: Executor> PlanRuntime<E> {
         if !self.graphs {
             return self.issue(launches);
         }
+        if same && !moved {
+            // The previous run's signature: the captured graph's when that run replayed it
+            // (or captured it), else `last_signature` (that run issued its launches), now seen
+            // twice in a row.
+            if self.captured_last {
+                let (_, graph) = self.captured.as_ref().expect("captured_last");
+                self.exec.replay(graph)?;
+                self.replays += 1;
+                return Ok(());
+            }
+            let sig = self.last_signature.clone();
+            return self.capture(launches, sig);
+        }
         let sig = self.signature(launches)?;
         if let Some((_, graph)) = self.captured.as_ref().filter(|g| g.0 == sig) {
             self.exec.replay(graph)?;
             self.replays += 1;
+            self.captured_last = true;
         } else if sig == self.last_signature {
             // The same launches twice in a row: record them once, then replay.
-            self.captured = None;
-            self.exec.begin_capture()?;
-            let issued = self.issue(launches);
-            let graph = self.exec.end_capture();
-            issued?;
-            let graph = graph?;
-            self.exec.replay(&graph)?;
-            self.captured = Some((sig, graph));
-            self.captures += 1;
-            self.replays += 1;
+            self.capture(launches, sig)?;
         } else {
+            self.captured_last = false;
             self.issue(launches)?;
             if self.stats >= 3 && !self.last_signature.is_empty() {
                 // Why this run was not replayed: where its launches first differ.
@@ -332,28 +434,49 @@ impl<E: Executor> PlanRuntime<E> {
         }
         Ok(())
     }
+
+    /// Records `launches` (of signature `sig`) into a graph, which replaces the captured one,
+    /// and replays it.
+    fn capture(&mut self, launches: &[Launch], sig: Vec<u64>) -> Result<()> {
+        self.captured = None;
+        self.captured_last = false;
+        self.exec.begin_capture()?;
+        let issued = self.issue(launches);
+        let graph = self.exec.end_capture();
+        issued?;
+        let graph = graph?;
+        self.exec.replay(&graph)?;
+        self.captured = Some((sig, graph));
+        self.captured_last = true;
+        self.captures += 1;
+        self.replays += 1;
+        Ok(())
+    }
 }
 
-/// Writes `values` into `table` (allocated, or reallocated when too small, as needed).
+/// Writes `values` into `table` (allocated, or reallocated when too small, as needed; `bytes`
+/// is scratch for their bytes). Returns whether the table moved (a new allocation).
 fn write_table<E: Executor>(
     exec: &mut E,
+    bytes: &mut Vec<u8>,
     table: &mut Option<Buffer<E::Buffer>>,
     values: &[i64],
-) -> Result<()> {
+) -> Result<bool> {
     if values.is_empty() {
-        return Ok(());
+        return Ok(false);
     }
-    let bytes: Vec<u8> = values.iter().flat_map(|x| x.to_le_bytes()).collect();
+    bytes.clear();
+    bytes.extend(values.iter().flat_map(|x| x.to_le_bytes()));
     match table {
-        Some(t) if t.capacity >= bytes.len() => exec.write(&mut t.buf, &bytes),
+        Some(t) if t.capacity >= bytes.len() => exec.write(&mut t.buf, bytes).map(|_| false),
         _ => {
-            let buf = exec.upload(&bytes)?;
+            let buf = exec.upload(bytes)?;
             *table = Some(Buffer {
                 buf,
                 capacity: bytes.len(),
                 len: bytes.len(),
             });
-            Ok(())
+            Ok(true)
         }
     }
 }

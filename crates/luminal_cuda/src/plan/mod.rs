@@ -56,6 +56,13 @@ impl std::hash::Hasher for IdHasher {
 /// A map keyed by node ids or buffer references ([`IdHasher`]).
 pub(crate) type IdMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<IdHasher>>;
 
+/// The bit of the `i`th of the plan's host dims ([`PlanRuntime`]'s `host_dims`) in a mask of
+/// dims; dims past the 63rd share the last bit (a change to one of them counts as a change
+/// to all of them).
+pub(super) fn dim_bit(i: usize) -> u64 {
+    1 << i.min(63)
+}
+
 /// One kernel launch of the plan.
 struct Step {
     node: NodeId,
@@ -78,6 +85,9 @@ struct Step {
     in_place: bool,
     /// Where this kernel's dims start in the dims table.
     dims_at: usize,
+    /// The dims its preparation reads ([`dim_bit`]s of the plan's `host_dims`,
+    /// `compile::step_vars`): while none changes, it prepares the same launches.
+    host_vars: u64,
     /// For a step whose value depends only on inputs that are not state (weights), on no
     /// dim, through no state write: those inputs. Its result is kept and the step skipped
     /// while none of them has been set again (a weight's dequantizing cast runs once).
@@ -133,16 +143,24 @@ pub struct PlanRuntime<E: Executor> {
     buffers: IdMap<NodeId, Buffer<E::Buffer>>,
     error_buffer: Option<E::Buffer>,
     dims: HashMap<String, i64>,
+    /// The same dims, in the order they were first set (looked up by [`PlanRuntime::dim`]).
+    dim_list: Vec<(String, i64)>,
     /// The dims the kernels read, once each, and for every slot of `dims_host` holding a
     /// dim's value, that slot and the dim's index in `dim_names` (filled each run without
     /// looking up each kernel's dims by name).
     dim_names: Vec<String>,
     dim_slots: Vec<(usize, usize)>,
-    /// The dims each product's operands and shape depend on, and their values when its
-    /// calls were last resolved (unchanged values keep the calls: a decode step's linear
-    /// layers are not resolved again).
-    gemm_vars: Vec<Vec<String>>,
-    gemm_keys: Vec<Option<Vec<Option<i64>>>>,
+    /// Scratch for the values of `dim_names`.
+    dim_values: Vec<i64>,
+    /// The dims host-side expressions read (products' and attentions' operand views, the
+    /// steps' shapes and views: [`Step::host_vars`]), and their values when the calls were
+    /// last resolved (`None` before the first run).
+    host_dims: Vec<String>,
+    resolved_dims: Option<Vec<Option<i64>>>,
+    /// The dims each product's and each attention's operand views read ([`dim_bit`]s):
+    /// unchanged values keep the calls (a decode step's linear layers are not resolved again).
+    gemm_mask: Vec<u64>,
+    attn_mask: Vec<u64>,
     /// The distinct kernels (sources) of the plan, for inspection.
     kernels: Vec<Kernel>,
     /// Products that may go to cuBLAS, and their calls at this run's dims (`None`: kernels).
@@ -154,6 +172,10 @@ pub struct PlanRuntime<E: Executor> {
     /// Their operands' expressions ([`attention::AttnExprs`]).
     attn_exprs: Vec<attention::AttnExprs>,
     attn_calls: Vec<Option<AttnCall>>,
+    /// Where each attention's launch is in `launch_list` (when it has one), and the earlier
+    /// attention it resolves as ([`attention::resolves_alike`]).
+    attn_at: Vec<Option<usize>>,
+    attn_twin: Vec<Option<usize>>,
     /// Products' own buffers: an f32 operand rounded to a half type (`BufRef::Scratch`), a
     /// quantized weight's f16 copy (`BufRef::Dequant`).
     scratch: IdMap<launch::BufRef, Buffer<E::Buffer>>,
@@ -190,6 +212,20 @@ pub struct PlanRuntime<E: Executor> {
     launches: usize,
     /// The last run's launches (their lists reused by the next run's, [`launch::ListPool`]).
     launch_list: Vec<launch::Launch>,
+    /// The launches the last fully prepared run listed, before they were merged and
+    /// combined: step `s`'s are `prepared[prepared_from[s]..prepared_from[s + 1]]`
+    /// (compared with a step's launches when it is prepared again,
+    /// [`PlanRuntime::prepare_changed`]), and scratch for those.
+    prepared: Vec<launch::Launch>,
+    prepared_from: Vec<usize>,
+    fresh: Vec<launch::Launch>,
+    /// A counter of changes that can make preparing a run list other launches than the last
+    /// run's at the same dims: a buffer allocated or reallocated (its address changes), an
+    /// input set to a new length, or one that a static step or a weight's copy reads set
+    /// again. And its value when the last run's launches were prepared and issued (`None`
+    /// when that run failed, or ran a static step or wrote a weight's copy).
+    epoch: u64,
+    prepared_at: Option<u64>,
     /// Copies elided this run: the node whose buffer each one reads as.
     alias: IdMap<NodeId, NodeId>,
     pool: launch::ListPool,
@@ -204,6 +240,9 @@ pub struct PlanRuntime<E: Executor> {
     generation: u64,
     set_at: IdMap<NodeId, u64>,
     computed_at: Vec<u64>,
+    /// The inputs static steps and weights' copies read (sorted): setting one changes what a
+    /// run launches (`epoch`).
+    watched: Vec<NodeId>,
     /// Static steps launched by the run being prepared (marked computed once it is issued),
     /// and the products whose weight copy it writes.
     pending_static: Vec<usize>,
@@ -221,6 +260,13 @@ pub struct PlanRuntime<E: Executor> {
     /// same signature as the one before is captured, and replayed while it stays the same.
     last_signature: Vec<u64>,
     captured: Option<(Vec<u64>, E::Graph)>,
+    /// Whether the last run's signature is the captured graph's (it replayed or captured it).
+    captured_last: bool,
+    /// Scratch for a table's bytes.
+    table_bytes: Vec<u8>,
+    /// Whether the gathers' error buffer is known to hold zeros (allocated zeroed, or read
+    /// back as zeros after the last launches): a run then need not clear it.
+    error_zero: bool,
     /// Runs replayed from a graph, and graphs captured, since the runtime was made.
     replays: usize,
     captures: usize,
@@ -300,12 +346,27 @@ impl<E: Executor> PlanRuntime<E> {
         &self.exec
     }
 
-    fn eval(&self, e: &Expression) -> Result<i64> {
-        luminal::shape::eval_bound(e, &self.dims)
+    /// A dim's value: a scan of the few bound dims (`dim_list`), cheaper than hashing the name.
+    fn dim(&self, name: &str) -> Option<i64> {
+        self.dim_list
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|&(_, v)| v)
     }
 
+    /// `e` at the bound dims, as [`luminal::shape::eval_bound`].
+    fn eval(&self, e: &Expression) -> Result<i64> {
+        e.eval_with(&|n| self.dim(n)).map_err(|err| match err {
+            luminal::shape::ExprError::UnboundVariable(v) => LuminalError::UnboundDim(v),
+            other => LuminalError::Expression(other.to_string()),
+        })
+    }
+
+    /// The element count of `shape` at the bound dims, as [`luminal::shape::numel_bound`].
     fn numel(&self, shape: &[Expression]) -> Result<usize> {
-        luminal::shape::numel_bound(shape, &self.dims)
+        shape
+            .iter()
+            .try_fold(1usize, |acc, d| Ok(acc * self.eval(d)?.max(0) as usize))
     }
 
     /// Every input the plan reads is set, with the length its shape has at the bound dims.
@@ -361,11 +422,66 @@ impl<E: Executor> PlanRuntime<E> {
     }
 }
 
+impl<E: Executor> PlanRuntime<E> {
+    /// A new buffer (`epoch` counts it: addresses the last run's launches named may have
+    /// changed).
+    fn alloc(&mut self, bytes: usize) -> Result<E::Buffer> {
+        self.epoch += 1;
+        self.exec.alloc(bytes)
+    }
+
+    /// Takes this run's values of the host dims and resolves again the products and
+    /// attentions whose operand views read one that changed since they were last resolved.
+    /// Returns the changed dims ([`dim_bit`]s; all on the first run).
+    fn resolve_calls(&mut self) -> u64 {
+        let mut values = self.resolved_dims.take();
+        let mut changed = 0;
+        match values.as_mut() {
+            Some(values) => {
+                for (i, (name, value)) in self.host_dims.iter().zip(values).enumerate() {
+                    let now = self.dim(name);
+                    if *value != now {
+                        *value = now;
+                        changed |= dim_bit(i);
+                    }
+                }
+            }
+            None => {
+                values = Some(self.host_dims.iter().map(|d| self.dim(d)).collect());
+                changed = u64::MAX;
+            }
+        }
+        self.resolved_dims = values;
+        let dims = &self.dim_list;
+        let dim = |n: &str| dims.iter().find(|(d, _)| d == n).map(|&(_, v)| v);
+        let eval = |e: &Expression| e.eval_with(&dim).ok();
+        for (pi, p) in self.patterns.iter().enumerate() {
+            if self.gemm_mask[pi] & changed != 0 || changed == u64::MAX {
+                self.calls[pi] = gemm::resolve(p, &eval);
+            }
+        }
+        let graph = &self.graph;
+        for (i, (p, x)) in self.attns.iter().zip(&self.attn_exprs).enumerate() {
+            if self.attn_mask[i] & changed != 0 || changed == u64::MAX {
+                self.attn_calls[i] = match self.attn_twin[i] {
+                    // Resolved above (it reads the same dims).
+                    Some(j) => self.attn_calls[j],
+                    None => attention::resolve(p, x, &|n| graph.node(n).dtype, &eval),
+                };
+            }
+        }
+        changed
+    }
+}
+
 impl<E: Executor> Runtime for PlanRuntime<E> {
     fn set_data(&mut self, tensor: impl Into<TensorRef>, data: HostData) -> Result<()> {
         let node = self.graph.check_input(tensor, &data, &self.dims)?;
         self.generation += 1;
         self.set_at.insert(node, self.generation);
+        if self.watched.binary_search(&node).is_ok() {
+            self.epoch += 1;
+        }
         let bytes = to_bytes(data)?;
         let len = bytes.len();
         // A state that an in-place write holds after a failed run comes back first.
@@ -375,10 +491,14 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
         if let Some(b) = self.buffers.get_mut(&node) {
             if b.capacity >= len && len > 0 {
                 self.exec.write(&mut b.buf, &bytes)?;
+                if b.len != len {
+                    self.epoch += 1;
+                }
                 b.len = len;
                 return Ok(());
             }
         }
+        self.epoch += 1;
         let buf = self.exec.upload(&bytes)?;
         self.buffers.insert(
             node,
@@ -393,90 +513,76 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
 
     fn set_dim(&mut self, name: &str, value: usize) {
         self.dims.insert(name.to_string(), value as i64);
+        match self.dim_list.iter_mut().find(|(n, _)| n == name) {
+            Some((_, v)) => *v = value as i64,
+            None => self.dim_list.push((name.to_string(), value as i64)),
+        }
     }
 
     fn run(&mut self) -> Result<()> {
         // Host time preparing the run (checks, products and attentions resolved, dims,
         // launches listed), for `LUMINAL_CUDA_STATS=2`.
         let t0 = std::time::Instant::now();
+        // Whether the last run's launches may be this run's (unless it completes, not).
+        let prepared_at = self.prepared_at.take();
         // A run that failed after an in-place write took its state's buffer: give it back.
         self.return_state();
-        if let Some(d) = self
-            .needed_dims
-            .iter()
-            .find(|d| !self.dims.contains_key(*d))
-        {
+        if let Some(d) = self.needed_dims.iter().find(|d| self.dim(d).is_none()) {
             return Err(LuminalError::UnboundDim(d.clone()));
         }
         self.check_inputs()?;
-        let dims = &self.dims;
-        for (pi, p) in self.patterns.iter().enumerate() {
-            let vars = &self.gemm_vars[pi];
-            let same = self.gemm_keys[pi].as_ref().is_some_and(|k| {
-                k.iter()
-                    .zip(vars)
-                    .all(|(&value, name)| dims.get(name).copied() == value)
-            });
-            if !same {
-                self.calls[pi] = gemm::resolve(p, &|e| e.eval_with(&|n| dims.get(n).copied()).ok());
-                self.gemm_keys[pi] = Some(vars.iter().map(|v| dims.get(v).copied()).collect());
-            }
-        }
-        let graph = &self.graph;
-        self.attn_calls = self
-            .attns
-            .iter()
-            .zip(&self.attn_exprs)
-            .map(|(p, x)| {
-                attention::resolve(p, x, &|n| graph.node(n).dtype, &|e| {
-                    e.eval_with(&|n| dims.get(n).copied()).ok()
-                })
-            })
-            .collect();
+        let changed = self.resolve_calls();
         let gathers = self.steps.iter().any(|s| s.error_flag);
-        if gathers {
+        if gathers && !self.error_zero {
             match self.error_buffer.as_mut() {
                 Some(b) => self.exec.write(b, &[0u8; 8])?,
-                None => self.error_buffer = Some(self.exec.upload(&[0u8; 8])?),
+                None => self.error_buffer = Some(self.alloc(8)?),
             }
+            self.error_zero = true;
         }
         // This run's dims, where the kernels read them.
-        let values = self
-            .dim_names
-            .iter()
-            .map(|d| {
-                self.dims
-                    .get(d)
-                    .copied()
-                    .ok_or_else(|| LuminalError::UnboundDim(d.clone()))
-            })
-            .collect::<Result<Vec<i64>>>()?;
+        let mut values = std::mem::take(&mut self.dim_values);
+        values.clear();
+        for d in &self.dim_names {
+            values.push(
+                self.dim(d)
+                    .ok_or_else(|| LuminalError::UnboundDim(d.clone()))?,
+            );
+        }
         for &(slot, d) in &self.dim_slots {
             self.dims_host[slot] = values[d];
         }
+        self.dim_values = values;
         let before = self.launches;
+        // The last run's launches where only dims that no launch depends on changed (a decode
+        // step's position, read from the tables), else all of them listed again.
+        let same = prepared_at == Some(self.epoch) && self.prepare_changed(changed)?;
         let mut launches = std::mem::take(&mut self.launch_list);
-        self.pool.recycle(&mut launches);
-        self.pending_static.clear();
-        self.pending_dequant.clear();
-        self.alias.clear();
-        self.rounded.iter_mut().for_each(|r| *r = false);
-        self.skinny = 0;
-        for s in 0..self.steps.len() {
-            self.prepare_step(s, &mut launches)?;
+        if !same {
+            self.prepare_all(&mut launches)?;
+            if self.skinny > 1 {
+                prepare::merge_skinny(&mut launches, &self.skinny_fns);
+            }
+            if self.combine {
+                self.combine_launches(&mut launches)?;
+            }
+            self.launches = launches.len();
+            self.attn_at.iter_mut().for_each(|a| *a = None);
+            for (i, l) in launches.iter().enumerate() {
+                if let launch::Launch::Attention { slot, .. } = l {
+                    self.attn_at[*slot] = Some(i);
+                }
+            }
         }
-        if self.skinny > 1 {
-            prepare::merge_skinny(&mut launches, &self.skinny_fns);
-        }
-        if self.combine {
-            self.combine_launches(&mut launches)?;
-        }
-        self.launches = launches.len();
         let prepared = t0.elapsed();
         let replays_before = self.replays;
-        let executed = self.execute(&launches);
+        self.error_zero &= !gathers;
+        let executed = self.execute(&launches, same);
         self.launch_list = launches;
         executed?;
+        if self.pending_static.is_empty() && self.pending_dequant.is_empty() {
+            self.prepared_at = Some(self.epoch);
+        }
         let at = self.generation.max(1);
         for s in std::mem::take(&mut self.pending_static) {
             self.computed_at[s] = at;
@@ -510,6 +616,7 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
                 let mut d = self.buffers.remove(&dest).expect("inputs checked above");
                 let src = &self.buffers[&step.node];
                 if d.capacity < src.len {
+                    self.epoch += 1;
                     d.buf = self.exec.alloc(src.len)?;
                     d.capacity = src.len;
                 }
@@ -532,6 +639,7 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
         }
         if gathers {
             self.gather_error()?;
+            self.error_zero = true;
         }
         Ok(())
     }

@@ -291,6 +291,91 @@ impl<E: Executor> PlanRuntime<E> {
         Ok(f)
     }
 
+    /// Lists every step's launches into `launches` (emptied first), from the state of a run's
+    /// start, and keeps a copy of them by step (`prepared`) for [`Self::prepare_changed`].
+    pub(super) fn prepare_all(&mut self, launches: &mut Vec<Launch>) -> Result<()> {
+        // What a fast path that found a difference did is undone (its in-place writes' buffers
+        // back to their states) and redone.
+        self.return_state();
+        self.pool.recycle(launches);
+        self.pending_static.clear();
+        self.pending_dequant.clear();
+        self.alias.clear();
+        self.rounded.iter_mut().for_each(|r| *r = false);
+        self.skinny = 0;
+        for s in 0..self.steps.len() {
+            self.prepared_from[s] = launches.len();
+            self.prepare_step(s, launches)?;
+        }
+        self.prepared_from[self.steps.len()] = launches.len();
+        let mut prepared = std::mem::take(&mut self.prepared);
+        self.pool.recycle(&mut prepared);
+        prepared.extend(launches.iter().map(|l| self.pool.copy(l)));
+        self.prepared = prepared;
+        Ok(())
+    }
+
+    /// A run's fast path, when the last run's launches were prepared (by it or an earlier run)
+    /// and issued, and nothing since moved a buffer or set an input a static step reads
+    /// (`epoch`): prepares again only the steps whose preparation reads a dim in `changed`
+    /// ([`super::Step::host_vars`]; a decode step's attentions and cache writes, where the
+    /// position changed), against the last run's state (its elided copies, rounded operands),
+    /// and compares their launches with the ones they had ([`Launch::same_work`]). Returns
+    /// whether all are the same, with no buffer allocated and no static step run: then the
+    /// last run's launches, their attention calls updated, are this run's (the rest of what
+    /// changed, thread counts and attention calls, is in the tables the kernels read). Else
+    /// the run is prepared in full ([`Self::prepare_all`] undoes what this did).
+    pub(super) fn prepare_changed(&mut self, changed: u64) -> Result<bool> {
+        let (epoch, skinny) = (self.epoch, self.skinny);
+        let mut fresh = std::mem::take(&mut self.fresh);
+        let mut same = true;
+        for s in 0..self.steps.len() {
+            let step = &self.steps[s];
+            if step.host_vars & changed == 0 {
+                if step.in_place {
+                    // Its launch writes its state's buffer, as it did in the last run.
+                    let dest = self.graph.node(step.node).inputs[0].node;
+                    let Some(b) = self.buffers.remove(&dest) else {
+                        same = false;
+                        break;
+                    };
+                    self.buffers.insert(step.node, b);
+                }
+                continue;
+            }
+            let prepared = self.prepare_step(s, &mut fresh);
+            let was = &self.prepared[self.prepared_from[s]..self.prepared_from[s + 1]];
+            same = prepared.is_ok()
+                && fresh.len() == was.len()
+                && fresh.iter().zip(was).all(|(a, b)| a.same_work(b));
+            // The calls' key counts and offsets (also in the table) for launches not replayed.
+            for l in fresh.iter() {
+                let Launch::Attention { slot, call, .. } = l else {
+                    continue;
+                };
+                match self.attn_at[*slot].and_then(|i| self.launch_list.get_mut(i)) {
+                    Some(Launch::Attention {
+                        slot: listed,
+                        call: c,
+                        ..
+                    }) if same && listed == slot => **c = **call,
+                    _ => same = false,
+                }
+            }
+            self.pool.recycle(&mut fresh);
+            if !same {
+                prepared?;
+                break;
+            }
+        }
+        self.fresh = fresh;
+        self.skinny = skinny;
+        Ok(same
+            && self.epoch == epoch
+            && self.pending_static.is_empty()
+            && self.pending_dequant.is_empty())
+    }
+
     /// Sizes step `s`'s output buffer (allocating or growing it) and appends its launches.
     pub(super) fn prepare_step(&mut self, s: usize, out: &mut Vec<Launch>) -> Result<()> {
         let step = &self.steps[s];
@@ -373,6 +458,7 @@ impl<E: Executor> PlanRuntime<E> {
             } else {
                 bytes.max(4)
             };
+            self.epoch += 1;
             let buf = self.exec.alloc(capacity)?;
             self.buffers.insert(
                 id,
@@ -414,7 +500,7 @@ impl<E: Executor> PlanRuntime<E> {
                 .is_none_or(|b| b.capacity < bytes)
             {
                 let capacity = bytes.max(4);
-                let buf = self.exec.alloc(capacity)?;
+                let buf = self.alloc(capacity)?;
                 self.attn_scratch = Some(Buffer {
                     buf,
                     capacity,
@@ -436,6 +522,7 @@ impl<E: Executor> PlanRuntime<E> {
             return self.prepare_gemm(id, pi, out);
         }
         if step.error_flag && self.error_buffer.is_none() {
+            self.epoch += 1;
             self.error_buffer = Some(self.exec.alloc(8)?);
         }
         // Threads per output: several on a GPU for long contiguous rows.
@@ -618,7 +705,7 @@ impl<E: Executor> PlanRuntime<E> {
                     .is_some_and(|&at| at >= set && at > 0);
             if !fresh {
                 if !self.scratch.contains_key(&key) {
-                    let buf = self.exec.alloc(2 * n)?;
+                    let buf = self.alloc(2 * n)?;
                     self.scratch.insert(
                         key,
                         Buffer {
@@ -676,7 +763,7 @@ impl<E: Executor> PlanRuntime<E> {
             let key = BufRef::Scratch(owner);
             if self.scratch.get(&key).is_none_or(|b| b.capacity < bytes) {
                 let capacity = bytes.max(4);
-                let buf = self.exec.alloc(capacity)?;
+                let buf = self.alloc(capacity)?;
                 self.scratch.insert(
                     key,
                     Buffer {
