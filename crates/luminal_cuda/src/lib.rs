@@ -100,19 +100,30 @@
 //!   nothing; its readers (and `get`) read the source's buffer (`LUMINAL_CUDA_ELIDE=0` off).
 //! - Skinny products ([`codegen::skinny_kernel`], [`gemm::skinny`]): a product with at most
 //!   [`gemm::SKINNY_ROWS`] activation rows whose weight is read `K`-contiguous (a decode
-//!   step's linear layers and `lm_head`) runs one warp per weight row instead of cuBLAS: f32
-//!   activations rounded to the weight's half type once per block into shared memory (no
-//!   rounding launch), f16 weights widened by integer operations, four 16-byte loads in flight
-//!   a lane, lanes combined by shuffles; up to three products over the same activations (q, k,
-//!   v; gate, up) are one launch. Q8_0, Q4_0 and Q4_1 weights are read as blocks in place
-//!   ([`codegen::skinny_quant_kernel`]; other block types through their f16 copy), so a
-//!   decode step reads 0.56–1.06 bytes a weight. `LUMINAL_CUDA_SKINNY=0` sends these
-//!   products to cuBLAS, a number bounds the weight elements (N·K) of a skinny product.
+//!   step's linear layers and `lm_head`) runs as warps streaming weight rows instead of
+//!   cuBLAS: f32 activations rounded to the weight's half type once per block into shared
+//!   memory (no rounding launch), f16 weights widened by integer operations, 16-byte loads
+//!   double-buffered in registers (the first ones requested before the activations are
+//!   staged), lanes combined by shuffles; long rows shared by several warps
+//!   ([`codegen::skinny_split`], their sums added in order), at most
+//!   [`codegen::SKINNY_MAX_BLOCKS`] blocks striding over the rows; up to three products over
+//!   the same activations (q, k, v; gate, up) are one launch. Q8_0, Q4_0 and Q4_1 weights are
+//!   read as blocks in place ([`codegen::skinny_quant_kernel`]: rows of whole 16-byte pieces
+//!   are loaded 32 blocks at a time through shared memory; other block types through their
+//!   f16 copy), so a decode step reads 0.56–1.06 bytes a weight. By default products with at
+//!   most [`plan::SKINNY_MAX_WEIGHTS`] weights or rows of at most [`plan::SKINNY_MAX_K`] run
+//!   skinny, block weights included (on an H200 cuBLAS, on the f16 copy for block weights,
+//!   was faster on a 1B model's larger products); `LUMINAL_CUDA_SKINNY=0` sends every one to
+//!   cuBLAS, `all` none, a number bounds N·K. Tuning knobs for device runs:
+//!   `LUMINAL_CUDA_SKINNY_U`, `_BLOCKS`, `_QBLOCKS`, `_SPLIT=0`, `_PERSIST=0`, `_QUANT=0`.
 //!   Checked on both emulators (the cooperative one runs the GPU branch: vector pieces, block
-//!   decoding, shuffles) and on an H200 (`benches/README.md`). By default only products over
-//!   float weights of at most [`plan::SKINNY_MAX_WEIGHTS`] elements run skinny (on an H200
-//!   cuBLAS was faster on a 1B model's larger ones); `examples/matvec_gbps.rs` times the two
-//!   paths alone at decode shapes.
+//!   chunks, split rows, striding blocks, shuffles) and on an H200 (`benches/README.md`);
+//!   `examples/matvec_gbps.rs` times the skinny kernels and cuBLAS alone at decode shapes.
+//! - Programmatic dependent launch (sm_90+, `LUMINAL_CUDA_PDL=0` off): generated kernels are
+//!   launched with `cuLaunchKernelEx` allowing programmatic stream serialization, and each
+//!   waits at entry (`griddepcontrol.wait`, inserted by [`codegen::cuda_source`]) for the
+//!   kernel before it, then lets the next one launch; the launch gap between dependent
+//!   kernels overlaps the previous kernel (H200: SmolLM2-shaped decode 630 → 696 t/s).
 //! - [`attention`]: `softmax(q·kᵀ·scale (+ bias))·v` as `luminal_nn`'s attention builds it
 //!   (causal with a KV cache, f16 cache, grouped queries, padding bias or none) is recognised
 //!   at compile time (every inner node private to it) and, when its views resolve at run time,
@@ -149,6 +160,12 @@
 //!     replayed). `LUMINAL_CUDA_STATS=1` prints launches per run, `=2` each run's host time
 //!     preparing, enqueueing and waiting, `=3` also each launch by kernel name and where a
 //!     run's launches first differ from the previous run's (why it was not replayed).
+//!   - Replayed steps are not prepared again: each step knows the dims its host-side
+//!     preparation reads; a run whose dims changed only for some steps (a decode step's
+//!     attention and cache writes) prepares those alone, and when their launches equal the
+//!     last run's it keeps the last launch list and replays without a new signature
+//!     (`tests/emulator_fast_path.rs`; on an H200's host a 1B-shaped step prepares in 16 µs,
+//!     was 260–450).
 //! - [`device`]: device selection, NVRTC (`--gpu-architecture=compute_XY` from the device's
 //!   compute capability; a plan's new kernels compiled in one NVRTC call, one module), a
 //!   per-backend cache of compiled kernels keyed by source text.
@@ -187,9 +204,9 @@
 //!
 //! ## Not done yet
 //! - Decode replays one CUDA graph per step on an H200, but a step is still hundreds of small
-//!   launches (SmolLM2 shape: 401, ~2–3 µs each on the device) plus ~0.2–0.7 ms of host time
-//!   preparing them (the run is prepared on the host every step even when it replays); a
-//!   residual add and the next norm are separate kernels.
+//!   launches (SmolLM2 shape: 400); a residual add and the next norm are separate kernels,
+//!   and the skinny kernel streams a 1B model's larger weights slower than cuBLAS
+//!   (1.4–1.8 TB/s against ~2.5), so those go to cuBLAS with a rounding launch each.
 //! - cuBLASLt epilogues (bias/activation fused into the product); K-quant blocks read in place
 //!   by the skinny kernel (they go through an f16 copy).
 //! - Fusion covers elementwise producers of one reader; a node read twice (softmax's
