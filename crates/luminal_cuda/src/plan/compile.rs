@@ -271,14 +271,18 @@ impl<E: Executor> PlanRuntime<E> {
         // Products with few activation rows (decode): one warp per weight row
         // ([`codegen::skinny_kernel`]), the f32 activations rounded in registers.
         // `LUMINAL_CUDA_SKINNY`: `0` none, `all`, or the most weight elements (N·K) of a
-        // skinny product over a float weight (larger ones go to cuBLAS).
+        // skinny product (larger ones go to cuBLAS); unset, the default bound or rows of at
+        // most `SKINNY_MAX_K` (`skinny_max`: the bound and that row length, 0 for none).
         let skinny_max = match std::env::var("LUMINAL_CUDA_SKINNY").as_deref() {
-            Ok("0") | Ok("off") => 0,
-            Ok("all") => u64::MAX,
-            Ok(v) => v.parse().unwrap_or(SKINNY_MAX_WEIGHTS),
-            Err(_) => SKINNY_MAX_WEIGHTS,
+            Ok("0") | Ok("off") => (0, 0),
+            Ok("all") => (u64::MAX, 0),
+            Ok(v) => match v.parse() {
+                Ok(n) => (n, 0),
+                Err(_) => (SKINNY_MAX_WEIGHTS, SKINNY_MAX_K),
+            },
+            Err(_) => (SKINNY_MAX_WEIGHTS, SKINNY_MAX_K),
         };
-        let skinny_on = skinny_max > 0;
+        let skinny_on = skinny_max.0 > 0;
         let mut skinny_fn = vec![None; patterns.len()];
         for (i, p) in patterns.iter().enumerate() {
             let x = match p.round {

@@ -193,8 +193,9 @@ pub struct PlanRuntime<E: Executor> {
     /// reading its blocks in place (tried before the f16 copy).
     skinny_quant_fn: Vec<Option<usize>>,
     skinny_fns: Vec<usize>,
-    /// The most weight elements of a skinny product (`LUMINAL_CUDA_SKINNY`).
-    skinny_max: u64,
+    /// The most weight elements of a skinny product, and the row length up to which any
+    /// product runs skinny (`LUMINAL_CUDA_SKINNY`; 0: no row rule).
+    skinny_max: (u64, i32),
     skinny: usize,
     /// Per product over a quantized weight ([`gemm::Pattern::dequant`]): the kernel writing
     /// its f16 copy (into `scratch[BufRef::Dequant(pattern)]`), and when it last ran.

@@ -52,6 +52,12 @@ fn skinny_grid(scalars: &[i64]) -> u32 {
         },
     );
     let split = scalars[4 + 5 * codegen::SKINNY_GROUPS];
+    // The kernels combine a row's parts within a block (block-quantized ones take whole
+    // rows: `push_skinny` and `merge_skinny` keep their split at 1).
+    debug_assert!(
+        split > 0 && (split as u32).is_power_of_two() && split as u32 <= codegen::SKINNY_WARPS,
+        "skinny launch split {split}"
+    );
     let blocks = ((skinny_rows(scalars) * split) as u32)
         .div_ceil(codegen::SKINNY_WARPS)
         .max(1);
@@ -612,12 +618,11 @@ impl<E: Executor> PlanRuntime<E> {
     }
 
     /// Whether `call` may run as a skinny kernel ([`gemm::skinny`], with at most
-    /// `LUMINAL_CUDA_SKINNY` weight elements, [`super::SKINNY_MAX_WEIGHTS`] by default, or
-    /// rows of at most [`super::SKINNY_MAX_K`]).
+    /// `LUMINAL_CUDA_SKINNY` weight elements; by default at most
+    /// [`super::SKINNY_MAX_WEIGHTS`], or rows of at most [`super::SKINNY_MAX_K`]).
     fn skinny_fits(&self, c: &GemmCall) -> bool {
-        gemm::skinny(c)
-            && ((c.m.max(0) as u64) * (c.k.max(0) as u64) <= self.skinny_max
-                || c.k <= super::SKINNY_MAX_K)
+        let (max, max_k) = self.skinny_max;
+        gemm::skinny(c) && ((c.m.max(0) as u64) * (c.k.max(0) as u64) <= max || c.k <= max_k)
     }
 
     /// Launches of skinny kernel `f` for product `pi`'s calls into `id`'s buffer, weight `w`,
