@@ -174,6 +174,14 @@ if [ "$WHAT" = skinny ]; then
     LUMINAL_CUDA_SKINNY_U=1 mvb $t "U1 B4"
     LUMINAL_CUDA_SKINNY_BLOCKS=0 mvb $t "U2 B0"
   done
+  # SmolLM2's shapes (30 layers of [1536, 576] and [576, 1536]): rows split or not, blocks
+  # striding or one block per 8 rows (the last session measured these only at 1B shapes).
+  for t in f16 q8_0; do
+    for k in "" "LUMINAL_CUDA_SKINNY_SPLIT=0" "LUMINAL_CUDA_SKINNY_PERSIST=0" "LUMINAL_CUDA_SKINNY_SPLIT=0 LUMINAL_CUDA_SKINNY_PERSIST=0"; do
+      env $k LUMINAL_CUDA_SKINNY=all timeout 60 $B/matvec_gbps 576 1536 30 100 $t 2>&1 | sed "s/^/smollm2 [$k] /"
+    done
+    LUMINAL_CUDA_SKINNY=0 timeout 60 $B/matvec_gbps 576 1536 30 100 $t 2>&1 | sed "s/^/smollm2 cuBLAS /"
+  done
   for t in q8_0 q4_0 q4_1; do
     S=0 mvb $t cuBLAS
     LUMINAL_CUDA_SKINNY_QUANT=0 mvb $t "f16-copy skinny"

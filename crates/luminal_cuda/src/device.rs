@@ -155,7 +155,10 @@ impl CudaBackend {
             half_products: std::env::var("LUMINAL_CUDA_HALF_PRODUCTS").map_or(true, |v| v != "0"),
             static_steps: true,
             cooperative: std::env::var("LUMINAL_CUDA_COOP").map_or(true, |v| v != "0"),
-            pdl: cc.0 >= 9 && std::env::var("LUMINAL_CUDA_PDL").map_or(true, |v| v != "0"),
+            // Programmatic launches recorded into CUDA graphs need a 12.3 driver or newer.
+            pdl: cc.0 >= 9
+                && driver_version() >= 12030
+                && std::env::var("LUMINAL_CUDA_PDL").map_or(true, |v| v != "0"),
         })
     }
 
@@ -714,6 +717,18 @@ pub fn nvrtc_ptx(kernels: &[&Kernel], arch: &str) -> Result<String> {
     }
     let src = codegen::cuda_source(kernels.iter().copied());
     nvrtc_compile(&src, arch, || kernel_names(kernels)).map(|p| p.to_src())
+}
+
+/// The CUDA version the driver supports (`12030` for 12.3; 0 where it cannot say).
+fn driver_version() -> i32 {
+    let mut v = 0;
+    // SAFETY: writes one int; the driver library is loaded (checked by `new`).
+    let ok = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) }.result();
+    if ok.is_ok() {
+        v
+    } else {
+        0
+    }
 }
 
 /// A generated kernel's launch on `stream` with programmatic stream serialization allowed
