@@ -146,7 +146,7 @@ if [ "$WHAT" = profile ]; then
   step "ncu: every kernel of a 1B-shaped decode (2 tokens, graphs off)"
   LUMINAL_CUDA_GRAPHS=0 timeout 150 $NCU --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv \
     $L generate -m $G --device cuda --prompt "Once upon a time" -n 2 --no-echo > $OUT/ncu_decode.csv 2>&1; took $?
-  wc -l $OUT/ncu_decode.csv
+  python3 scripts/ncu_kernel_table.py $OUT/ncu_decode.csv | head -24
   rm -f $G
   [ -x $B/ops_gbps ] && timeout 40 $B/ops_gbps 4096 8192 30 2>&1 | grep d2d
 fi
