@@ -59,17 +59,21 @@ pub fn skinny_split(rows: i64, k: i64) -> i64 {
 /// projections; gate and up). Each is cuBLAS's column-major `C = op(A)·B` with `A` read
 /// transposed (`A[i, k]` at `oa + i·lda + k`: a `[N, K]` weight, `K` contiguous) and `B` not
 /// (`B[k, j]` at `ob + j·ldb + k`: `M` activation rows), `C[i, j]` at `oc + i + j·ldc` —
-/// what [`crate::gemm::GemmCall`] describes. One warp per output column `i` (a weight row,
-/// the products' rows one after another): its lanes stream the row in 16-byte pieces (8
-/// elements) where every offset and stride allows it, else element by element, multiply with
-/// each of the `M ≤ 8` activation rows (staged once per block in shared memory when `M·K ≤
-/// 8192`, else read from cache; f32 activations rounded to `round` first, as cuBLAS reads
-/// them rounded into a scratch buffer, so no rounding launch),
-/// accumulate in f32 and combine the lanes by `__shfl_xor_sync`. Types: `w`, `x` (the
-/// buffers' f32/f16/bf16), `c`. Parameters: `out0, out1, out2, w0, w1, w2, x`, then the
-/// scalars `M, K, ldb, ob` and per product `N, lda, ldc, oa, oc` (`N = 0` for an unused
-/// slot); grid `ceil(ΣN / SKINNY_WARPS)` blocks of `32·SKINNY_WARPS` threads. The host
-/// emulator's branch computes each column with one thread, summing in order.
+/// what [`crate::gemm::GemmCall`] describes. Each output column `i` (a weight row, the
+/// products' rows one after another) is taken by `split` consecutive warps of a block (the
+/// last scalar, [`skinny_split`]; each a part of the row, multiples of 8 elements, their sums
+/// added in order through shared memory): the lanes stream the part in 16-byte pieces (8
+/// elements, double-buffered in registers) where every offset and stride allows it, else
+/// element by element, multiply with each of the `M ≤ SKINNY_ROWS` activation rows (staged
+/// once per block in shared memory when `M·K ≤ 8192`, else read from cache; f32 activations
+/// rounded to `round` first, as cuBLAS reads them rounded into a scratch buffer, so no
+/// rounding launch), accumulate in f32 and combine the lanes by `__shfl_xor_sync`. A block's
+/// warps take (row, part) pairs [`SKINNY_WARPS`] at a time, the grid striding over them.
+/// Types: `w`, `x` (the buffers' f32/f16/bf16), `c`. Parameters: `out0, out1, out2, w0, w1,
+/// w2, x`, then the scalars `M, K, ldb, ob`, per product `N, lda, ldc, oa, oc` (`N = 0` for
+/// an unused slot) and `split`; grid `ceil(ΣN·split / SKINNY_WARPS)` blocks of
+/// `32·SKINNY_WARPS` threads, at most [`SKINNY_MAX_BLOCKS`]. The host emulator's branch
+/// computes each column with one thread, summing in order.
 pub fn skinny_kernel(w: DType, x: DType, round: Option<DType>, c: DType) -> Kernel {
     let ty = |d: DType| c_type(d).expect("a float type");
     let (wt, xt) = (ty(w), ty(x));
@@ -200,9 +204,12 @@ pub fn skinny_kernel(w: DType, x: DType, round: Option<DType>, c: DType) -> Kern
 /// decode step reads 1.06, 0.56 or 0.63 bytes a weight instead of an f16 copy's 2), with f32
 /// activations rounded to f16 as the f16-copy path rounds them. Rows must be whole blocks
 /// (`K`, `lda` and `oa` multiples of 32; the plan checks). Each lane decodes whole blocks of
-/// its warp's row (block `b` for `b = lane, lane + 32, …`: its scale, and the quants as
-/// 2-byte loads) and adds `d·Σ q·x (+ m·Σ x)`; the parameters are [`skinny_kernel`]'s (the
-/// weights as bytes). The host emulator's branch sums `lum_deq_<type>(w, i)·x` in order (the
+/// its warp's row (block `b` for `b = lane, lane + 32, …`: its scale and quants) and adds
+/// `d·Σ q·x (+ m·Σ x)`. Where every product's rows start 16-byte aligned and the activations
+/// are staged, a warp loads its row 32 blocks (a chunk) at a time as 16-byte pieces into
+/// shared memory, requesting the next chunk while the lanes decode this one; else each lane
+/// reads its block as 2-byte loads. The parameters are [`skinny_kernel`]'s (the weights as
+/// bytes; `split` is 1: whole rows). The host emulator's branch sums `lum_deq_<type>(w, i)·x` in order (the
 /// core's decoders), so the emulators check the block decoding against them. `None` for
 /// other types.
 pub fn skinny_quant_kernel(q: DType, c: DType) -> Option<Kernel> {
