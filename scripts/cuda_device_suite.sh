@@ -53,15 +53,28 @@ gguf_py() {
   python3 -c "import gguf" 2>/dev/null && return
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$WORK/site" $B/gguf-*.whl && export PYTHONPATH="$WORK/site"
 }
+# One GPU test binary (`name:filter`): its summary lines here, its whole log appended to
+# $OUT/tests.log (one file: the device tool returns at most 8); returns its exit status.
+gtest() {
+  b=${1%%:*}; f=${1#*:}
+  [ -x .gpu/$b ] || return 0
+  step ".gpu/$b $f"
+  timeout 60 .gpu/$b $f --nocapture --test-threads 1 > $WORK/$b.log 2>&1; r=$?
+  grep -E "^test |test result|positions|skipping|panicked|FAILED|error|decode m|max|replays" $WORK/$b.log | head -30; took $r
+  cat $WORK/$b.log >> $OUT/tests.log
+  return $r
+}
+# `luminal bench` of GGUF $1 on the GPU under the environment assignments $2.
+bench() {
+  step "luminal bench $(basename $1) --device cuda ($2)"
+  env $2 timeout 60 $L bench -m $1 --device cuda -p 512 -n 128 -r 3 2>&1 | grep -E "^\| llama|rror"; took $?
+}
+# Decode-shaped products alone at a 1B model's FFN shapes, weight type $1, every one skinny
+# (or `S=0`: through cuBLAS), each line labelled $2.
+mvb() { LUMINAL_CUDA_SKINNY=${S:-all} timeout 60 $B/matvec_gbps 2048 8192 16 50 $1 2>&1 | sed "s/^/$2 /"; }
 
 if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
-  for t in emulator_matmul:gpu llama:gpu emulator_graphs:gpu emulator_reduce:gpu emulator_attention:gpu op_suite: emulator_fusion:gpu emulator_quant:gpu; do
-    b=${t%%:*}; f=${t#*:}
-    [ -x .gpu/$b ] || continue
-    step ".gpu/$b $f"
-    timeout 40 .gpu/$b $f --nocapture --test-threads 1 > $OUT/$b.log 2>&1; r=$?
-    grep -E "^test |test result|positions|skipping|panicked|error|GFLOP|decode step|gpu|replays" $OUT/$b.log | head -40; took $r
-  done
+  for t in emulator_matmul:gpu llama:gpu emulator_graphs:gpu emulator_reduce:gpu emulator_attention:gpu op_suite: emulator_fusion:gpu emulator_quant:gpu; do gtest $t; done
 fi
 
 if [ "$WHAT" = decode ]; then
@@ -69,14 +82,7 @@ if [ "$WHAT" = decode ]; then
   # model tests, the 1B shape with and without the skinny products, the SmolLM2 shape in F16,
   # Q8_0 and Q4_0 (blocks read in place vs the f16 copy through cuBLAS), the device copy for
   # the roofline, then the remaining GPU tests.
-  gputest() {
-    b=${1%%:*}; f=${1#*:}
-    [ -x .gpu/$b ] || return
-    step ".gpu/$b $f"
-    timeout 60 .gpu/$b $f --nocapture --test-threads 1 > $OUT/$b.log 2>&1; r=$?
-    grep -E "^test |test result|positions|skipping|panicked|error|decode step|decode m|gpu|replays" $OUT/$b.log | head -30; took $r
-  }
-  for t in emulator_matmul:gpu llama:gpu emulator_quant:gpu; do gputest $t; done
+  for t in emulator_matmul:gpu llama:gpu emulator_quant:gpu; do gtest $t; done
   if [ -x $B/matvec_gbps ]; then
     # Decode-shaped products alone: weight GB/s of the skinny kernels against cuBLAS at a
     # 1B model's FFN shapes (16 layers alternating [8192, 2048] and [2048, 8192]).
@@ -87,10 +93,6 @@ if [ "$WHAT" = decode ]; then
     took 0
   fi
   gguf_py
-  bench() {
-    step "luminal bench $(basename $1) --device cuda ($2)"
-    env $2 timeout 60 $L bench -m $1 --device cuda -p 512 -n 128 -r 3 2>&1 | grep -E "^\| llama|rror"; took $?
-  }
   G=$WORK/llama1b-shape.F16.gguf
   step "make the Llama-3.2-1B-shaped F16 GGUF"
   timeout 90 python3 scripts/make_llama1b_gguf.py "$G" --ref $B/smollm2-tokenizer.gguf --shape llama1b 2>&1 | tail -1; took $?
@@ -108,7 +110,7 @@ if [ "$WHAT" = decode ]; then
     LUMINAL_CUDA_STATS=2 timeout 30 $L generate -m $S --device cuda --prompt "Once upon a time" -n 12 --no-echo 2>&1 | grep -E "luminal_cuda|tok/s" | tail -3
     rm -f $S
   done
-  for t in op_suite: emulator_fusion:gpu emulator_graphs:gpu; do gputest $t; done
+  for t in op_suite: emulator_fusion:gpu emulator_graphs:gpu; do gtest $t; done
 fi
 
 if [ "$WHAT" = profile ]; then
@@ -116,13 +118,7 @@ if [ "$WHAT" = profile ]; then
   # launches on the device), the skinny products alone against cuBLAS, Nsight Compute's
   # sections for one up- and one down-shaped skinny product, every kernel's duration in a
   # Llama-3.2-1B-shaped F16 decode (graphs off, so each launch is its own), the device copy.
-  for t in ${PROFILE_TESTS:-emulator_matmul:gpu llama:gpu emulator_fusion:gpu}; do
-    b=${t%%:*}; f=${t#*:}
-    [ -x .gpu/$b ] || continue
-    step ".gpu/$b $f"
-    timeout 60 .gpu/$b $f --nocapture --test-threads 1 > $OUT/$b.log 2>&1; r=$?
-    grep -E "test result|panicked|FAILED|failed|max" $OUT/$b.log | head -12; took $r
-  done
+  for t in ${PROFILE_TESTS:-emulator_matmul:gpu llama:gpu emulator_fusion:gpu}; do gtest $t; done
   NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   echo "ncu: $NCU"
   step "matvec_gbps 2048 8192 16 50: skinny (all) vs cuBLAS (0)"
@@ -139,8 +135,7 @@ if [ "$WHAT" = profile ]; then
   G=$WORK/llama1b-shape.F16.gguf
   step "make the Llama-3.2-1B-shaped F16 GGUF"
   timeout 90 python3 scripts/make_llama1b_gguf.py "$G" --ref $B/smollm2-tokenizer.gguf --shape llama1b 2>&1 | tail -1; took $?
-  step "luminal bench llama1b-shape F16"
-  timeout 60 $L bench -m $G --device cuda -p 512 -n 128 -r 3 2>&1 | grep -E "^\| llama|rror"; took $?
+  bench $G LUMINAL_CUDA_X=default
   LUMINAL_CUDA_STATS=3 timeout 30 $L generate -m $G --device cuda --prompt "Once upon a time" -n 4 --no-echo > $OUT/stats3.log 2>&1
   grep -E "luminal_cuda|tok/s" $OUT/stats3.log | tail -8
   step "ncu: every kernel of a 1B-shaped decode (2 tokens, graphs off)"
@@ -156,15 +151,8 @@ if [ "$WHAT" = skinny ]; then
   # at a 1B model's FFN shapes under their tuning knobs, Nsight Compute's view of the f16 and
   # q8_0 kernels, then decode of the 1B and SmolLM2 shapes with every float product skinny
   # (`all`) and by the default bound.
-  for t in emulator_matmul:gpu emulator_quant:gpu llama:gpu; do
-    b=${t%%:*}; f=${t#*:}
-    [ -x .gpu/$b ] || continue
-    step ".gpu/$b $f"
-    timeout 60 .gpu/$b $f --nocapture --test-threads 1 > $OUT/$b.log 2>&1; r=$?
-    grep -E "test result|panicked|FAILED|failed|max" $OUT/$b.log | head -12; took $r
-  done
+  for t in emulator_matmul:gpu emulator_quant:gpu llama:gpu; do gtest $t; done
   NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-  mvb() { LUMINAL_CUDA_SKINNY=${S:-all} timeout 60 $B/matvec_gbps 2048 8192 16 50 $1 2>&1 | sed "s/^/$2 /"; }
   step "matvec_gbps 2048 8192 16 50"
   for t in f16 bf16; do
     S=0 mvb $t cuBLAS
@@ -199,10 +187,6 @@ if [ "$WHAT" = skinny ]; then
   done
   took 0
   gguf_py
-  bench() {
-    step "luminal bench $(basename $1) --device cuda ($2)"
-    env $2 timeout 60 $L bench -m $1 --device cuda -p 512 -n 128 -r 3 2>&1 | grep -E "^\| llama|rror"; took $?
-  }
   G=$WORK/llama1b-shape.F16.gguf
   step "make the Llama-3.2-1B-shaped F16 GGUF"
   timeout 90 python3 scripts/make_llama1b_gguf.py "$G" --ref $B/smollm2-tokenizer.gguf --shape llama1b 2>&1 | tail -1; took $?
@@ -225,18 +209,8 @@ if [ "$WHAT" = final ]; then
   # CPU backend), the skinny products against cuBLAS at a 1B model's FFN shapes, decode of the
   # 1B and SmolLM2 shapes (by default, every float product skinny, programmatic launches off)
   # with the host time per step, the device copy for the roofline, then every other GPU test.
-  gtest() {
-    b=${1%%:*}; f=${1#*:}
-    [ -x .gpu/$b ] || return
-    step ".gpu/$b $f"
-    timeout 60 .gpu/$b $f --nocapture --test-threads 1 > $WORK/$b.log 2>&1; r=$?
-    grep -E "test result|panicked|FAILED|failed|max" $WORK/$b.log | head -12; took $r
-    cat $WORK/$b.log >> $OUT/tests.log
-    return $r
-  }
   # Programmatic launches are new: where the model test fails with them, the rest runs without.
   gtest llama:gpu || { export LUMINAL_CUDA_PDL=0; echo "llama gpu failed: LUMINAL_CUDA_PDL=0 from here on"; }
-  mvb() { LUMINAL_CUDA_SKINNY=${S:-all} timeout 60 $B/matvec_gbps 2048 8192 16 50 $1 2>&1 | sed "s/^/$2 /"; }
   step "matvec_gbps 2048 8192 16 50"
   S=0 mvb f16 cuBLAS; mvb f16 skinny
   LUMINAL_CUDA_SKINNY_SPLIT=0 mvb f16 "skinny, rows not split"
@@ -244,10 +218,6 @@ if [ "$WHAT" = final ]; then
   S=0 mvb q8_0 cuBLAS; mvb q8_0 skinny
   took 0
   gguf_py
-  bench() {
-    step "luminal bench $(basename $1) --device cuda ($2)"
-    env $2 timeout 60 $L bench -m $1 --device cuda -p 512 -n 128 -r 3 2>&1 | grep -E "^\| llama|rror"; took $?
-  }
   G=$WORK/llama1b-shape.F16.gguf
   step "make the Llama-3.2-1B-shaped F16 GGUF"
   timeout 90 python3 scripts/make_llama1b_gguf.py "$G" --ref $B/smollm2-tokenizer.gguf --shape llama1b 2>&1 | tail -1; took $?
