@@ -558,3 +558,150 @@ impl AttentionGrad {
         })
     }
 }
+
+/// RMSNorm over the last axis as `hl_ops::rms_norm` and `luminal_nn::RmsNorm` build it:
+/// `x · recip(sqrt(Σ x² · scale + eps)) [· w]`, recognised from its primops (operands of
+/// the commutative ops in either order). Backends compute it where its result is read (the
+/// input rows of a decode product) instead of as a kernel of its own.
+#[derive(Clone, Debug)]
+pub struct RmsNormMatch {
+    /// `x` as the pattern reads it: every read of `x` in the pattern is this one flat
+    /// identity view of a producer with the norm's shape.
+    pub x: Edge,
+    /// The learned scale: a rank-1 node of the last axis' length, read broadcast over the
+    /// rows (`None`: no scale).
+    pub weight: Option<Edge>,
+    /// The factor of the sum of squares (`1/len` for the mean) and the epsilon.
+    pub scale: f32,
+    pub eps: f32,
+}
+
+impl RmsNormMatch {
+    /// The RMSNorm whose result is node `id`, if it is one (f32 throughout).
+    pub fn find(g: &GraphData, id: NodeId) -> Option<RmsNormMatch> {
+        let node = g.node(id);
+        if node.op != Op::Binary(BinaryOp::Mul) || node.dtype != DType::F32 {
+            return None;
+        }
+        let r = node.shape.len();
+        if r == 0 {
+            return None;
+        }
+        // With a weight: `normed · w` (either order).
+        for (normed, w) in [(0, 1), (1, 0)] {
+            let (ne, we) = (&node.inputs[normed], &node.inputs[w]);
+            if !flat_identity_edge(g, ne) || g.node(ne.node).shape != node.shape {
+                continue;
+            }
+            let wn = g.node(we.node);
+            let st = we.view.strides();
+            let scale_ok = wn.dtype == DType::F32
+                && wn.shape.len() == 1
+                && wn.shape[0] == node.shape[r - 1]
+                && !we.view.is_masked()
+                && we.view.offset().is_zero()
+                && st[r - 1].as_constant() == Some(1)
+                && st[..r - 1].iter().all(|s| s.is_zero());
+            if !scale_ok {
+                continue;
+            }
+            if let Some(mut m) = Self::unscaled(g, ne.node) {
+                m.weight = Some(we.clone());
+                return Some(m);
+            }
+        }
+        Self::unscaled(g, id)
+    }
+
+    /// `x · recip(sqrt(Σ x² · scale + eps))` at node `id`.
+    fn unscaled(g: &GraphData, id: NodeId) -> Option<RmsNormMatch> {
+        let node = g.node(id);
+        if node.op != Op::Binary(BinaryOp::Mul) || node.dtype != DType::F32 {
+            return None;
+        }
+        let r = node.shape.len();
+        let f32_op = |e: &Edge, op: Op| {
+            let n = g.node(e.node);
+            (n.op == op && n.dtype == DType::F32).then_some(n)
+        };
+        let constant = |e: &Edge| match &g.node(e.node).op {
+            Op::Constant {
+                value: ConstValue::Float(v),
+            } => Some(*v as f32),
+            _ => None,
+        };
+        // One of the operands is the other op of a commutative pair that is a constant.
+        let with_const = |n: &crate::graph::Node| -> Option<(Edge, f32)> {
+            let (a, b) = (&n.inputs[0], &n.inputs[1]);
+            match (constant(a), constant(b)) {
+                (None, Some(c)) => Some((a.clone(), c)),
+                (Some(c), None) => Some((b.clone(), c)),
+                _ => None,
+            }
+        };
+        for (xi, ri) in [(0, 1), (1, 0)] {
+            let (xe, re) = (&node.inputs[xi], &node.inputs[ri]);
+            if !flat_identity_edge(g, xe) || g.node(xe.node).shape != node.shape {
+                continue;
+            }
+            // The factor of row i is read by row i, broadcast along the last axis.
+            let Some(recip) = f32_op(re, Op::Unary(UnaryOp::Recip)) else {
+                continue;
+            };
+            let dims = re.view.dims();
+            let per_row = broadcast_of(&re.view, &recip.shape)
+                .is_some_and(|new| new[r - 1] && (0..r - 1).all(|j| !new[j] || is_one(&dims[j])));
+            if !per_row || !flat_identity_edge(g, &recip.inputs[0]) {
+                continue;
+            }
+            let Some(sqrt) = f32_op(&recip.inputs[0], Op::Unary(UnaryOp::Sqrt)) else {
+                continue;
+            };
+            let Some(add) = f32_op(&sqrt.inputs[0], Op::Binary(BinaryOp::Add)) else {
+                continue;
+            };
+            let Some((scaled, eps)) = with_const(add) else {
+                continue;
+            };
+            let Some(mul) = f32_op(&scaled, Op::Binary(BinaryOp::Mul)) else {
+                continue;
+            };
+            let Some((sum_edge, scale)) = with_const(mul) else {
+                continue;
+            };
+            if !flat_identity_edge(g, &sqrt.inputs[0])
+                || !flat_identity_edge(g, &scaled)
+                || !flat_identity_edge(g, &sum_edge)
+            {
+                continue;
+            }
+            let sum = g.node(sum_edge.node);
+            if sum.op
+                != (Op::Reduce {
+                    op: ReduceOp::Sum,
+                    axis: r - 1,
+                })
+                || sum.dtype != DType::F32
+            {
+                continue;
+            }
+            let sq_edge = &sum.inputs[0];
+            let Some(sq) = f32_op(sq_edge, Op::Binary(BinaryOp::Mul)) else {
+                continue;
+            };
+            if !flat_identity_edge(g, sq_edge)
+                || sq.shape != node.shape
+                || sq.inputs.iter().any(|e| e != xe)
+            {
+                continue;
+            }
+            return Some(RmsNormMatch {
+                x: xe.clone(),
+                weight: None,
+                scale,
+                eps,
+            });
+        }
+        None
+    }
+}

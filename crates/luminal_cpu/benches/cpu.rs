@@ -75,8 +75,26 @@ fn matmul(
     threads: usize,
     reps: usize,
 ) -> (f64, f64) {
+    matmul_views((m, n, k), false, b_transposed, threads, reps)
+}
+
+/// [`matmul`], where `a_transposed` also stores A as `[k, m]` and uses `a.permute([1, 0])`
+/// (a weight gradient: activations transposed).
+fn matmul_views(
+    (m, n, k): (usize, usize, usize),
+    a_transposed: bool,
+    b_transposed: bool,
+    threads: usize,
+    reps: usize,
+) -> (f64, f64) {
     let cx = Graph::new();
-    let a = cx.tensor("a", (m, k));
+    let (a, av) = if a_transposed {
+        let a = cx.tensor("a", (k, m));
+        (a, a.permute(&[1, 0]))
+    } else {
+        let a = cx.tensor("a", (m, k));
+        (a, a)
+    };
     let (b, bv) = if b_transposed {
         let b = cx.tensor("b", (n, k));
         (b, b.permute(&[1, 0]))
@@ -84,7 +102,7 @@ fn matmul(
         let b = cx.tensor("b", (k, n));
         (b, b)
     };
-    let _ = a.matmul(bv).output();
+    let _ = av.matmul(bv).output();
     let mut rt = compile(&cx, threads);
     let (ad, bd) = (data(m * k), data(k * n));
     rt.set(a, &ad).unwrap();
@@ -101,6 +119,12 @@ fn matmul(
         (k as isize, 1)
     } else {
         (1, n as isize)
+    };
+    // a's (column stride, row stride): along K, along M.
+    let (cs_a, rs_a) = if a_transposed {
+        (m as isize, 1)
+    } else {
+        (1, k as isize)
     };
     compare(
         reps,
@@ -119,8 +143,8 @@ fn matmul(
                         n as isize,
                         false,
                         ad.as_ptr(),
-                        1,
-                        k as isize,
+                        cs_a,
+                        rs_a,
                         bd.as_ptr(),
                         cs_b,
                         rs_b,
@@ -499,6 +523,42 @@ fn main() {
         let r: Vec<(f64, f64)> = [1, 2]
             .iter()
             .map(|&t| matmul((m, n, k), transposed, t, reps))
+            .collect();
+        rows.push(format!(
+            "| {name} | {:.1} GFLOP/s | {:.1} GFLOP/s | {:.2}× gemm | {:.2}× gemm | {:.2}× |",
+            flops / r[0].0 / 1e9,
+            flops / r[1].0 / 1e9,
+            r[0].1 / r[0].0,
+            r[1].1 / r[1].0,
+            r[0].0 / r[1].0
+        ));
+    }
+    // A training step's products (the tiny GPT of `examples/tiny_gpt.rs`: 1024 tokens, width
+    // 64, FFN 256): forward `x·Wᵀ`, input gradient `dy·W`, weight gradient `dyᵀ·x`.
+    for &(m, n, k, at, bt) in &[
+        (1024, 192, 64, false, true),
+        (1024, 256, 64, false, true),
+        (1024, 64, 256, false, true),
+        (1024, 64, 192, false, false),
+        (1024, 256, 64, false, false),
+        (1024, 64, 256, false, false),
+        (192, 64, 1024, true, false),
+        (256, 64, 1024, true, false),
+        (64, 256, 1024, true, false),
+    ] {
+        let layout = match (at, bt) {
+            (false, true) => "x·Wᵀ",
+            (false, false) => "dy·W",
+            _ => "dyᵀ·x",
+        };
+        let name = format!("train matmul {m}×{n}×{k} ({layout})");
+        if !wanted(&name) {
+            continue;
+        }
+        let flops = 2.0 * (m * n * k) as f64;
+        let r: Vec<(f64, f64)> = [1, 2]
+            .iter()
+            .map(|&t| matmul_views((m, n, k), at, bt, t, 200))
             .collect();
         rows.push(format!(
             "| {name} | {:.1} GFLOP/s | {:.1} GFLOP/s | {:.2}× gemm | {:.2}× gemm | {:.2}× |",

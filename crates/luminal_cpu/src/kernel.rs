@@ -23,6 +23,14 @@ pub struct HalfScratch {
     pub(crate) out: Vec<f32>,
     /// Accumulators of the half reductions.
     pub(crate) acc: Vec<f64>,
+    /// The normalised activation rows of a product with an RMSNorm prologue
+    /// (`MatmulKernel::norm`), and what they were computed from: the next product of the
+    /// same run that reads the same norm of the same rows (q after k and v, up after gate)
+    /// reuses them.
+    pub(crate) norm: Vec<f32>,
+    pub(crate) norm_of: Option<crate::kernels::matmul::NormRows>,
+    /// Runs of the runtime so far (a key of `norm_of`).
+    pub(crate) run: u64,
 }
 
 /// What a launch sees besides its output buffer.

@@ -77,6 +77,7 @@ const ALL: &[&str] = &[
     "shared",
     "rows",
     "concat",
+    "norm_prologue",
 ];
 
 #[test]

@@ -286,6 +286,7 @@ impl CpuRuntime {
     fn execute(&mut self) -> Result<()> {
         let dims = self.dim_values;
         let profile = self.profile;
+        self.half_scratch.run += 1;
         for (i, k) in self.kernels.iter_mut().enumerate() {
             let start = profile.then(Instant::now);
             let n = eval(&k.numel, &dims)?.max(0) as usize;

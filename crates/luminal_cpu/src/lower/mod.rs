@@ -714,8 +714,25 @@ impl Lowering<'_> {
                 && st[..r - 2].iter().all(|s| s.is_zero())
         });
         let b_buf = BufId::of(weight.map_or(b.node, |(w, _)| w));
+        // A weight product whose rows come from an RMSNorm computes the norm itself (see
+        // `NormPrologue`), reading the norm's input through the same view: that input is the
+        // norm's shape, read as it is laid out, and `a` reads whole rows along K.
+        let norm = if weight.is_some() && !self.disabled("norm_prologue") {
+            let sa = a.view.strides();
+            luminal::patterns::RmsNormMatch::find(self.g, a.node).filter(|m| {
+                !a.view.is_masked()
+                    && sa[r - 1].as_constant() == Some(1)
+                    && self.g.node(m.x.node).shape == self.g.node(a.node).shape
+                    && m.weight.as_ref().is_none_or(|w| {
+                        w.view.offset().is_zero() && self.g.node(w.node).dtype == DType::F32
+                    })
+            })
+        } else {
+            None
+        };
+        let a_buf = BufId::of(norm.as_ref().map_or(a.node, |m| m.x.node));
         let mut k = MatmulKernel::new(
-            BufId::of(a.node),
+            a_buf,
             b_buf,
             ViewExprs::new(&a.view, self.names)?,
             ViewExprs::new(&b.view, self.names)?,
@@ -723,6 +740,13 @@ impl Lowering<'_> {
         );
         (k.split, k.tiles, k.precision) = terms::matmul_layout();
         k.weight = weight.map(|(_, dt)| dt);
+        k.norm = norm.map(|m| crate::kernels::matmul::NormPrologue {
+            weight: m.weight.map(|w| BufId::of(w.node)),
+            scale: m.scale,
+            eps: m.eps,
+            shared: !matches!(self.g.node(m.x.node).op, Op::Input { .. }),
+            node: a.node,
+        });
         Ok(Some(k))
     }
 }
@@ -754,8 +778,9 @@ const RULES: &[(&str, Rule)] = &[
 /// Passes, in order: shared producers computed inside their one fused root (`shared`,
 /// before lowering; see [`absorb_shared`]), then over the lowered kernel list: row fusion
 /// (`kernels/fused/rows.rs`), concatenations found inside elementwise kernels
-/// (`kernels/movement`).
-const PASSES: &[&str] = &["shared", "rows", "concat"];
+/// (`kernels/movement`). `norm_prologue` is not a pass but a choice of the matmul rule: an
+/// RMSNorm whose rows a weight product reads is computed by the product (`NormPrologue`).
+const PASSES: &[&str] = &["shared", "rows", "concat", "norm_prologue"];
 
 /// Where a reduction over the last axis `axis` should move that axis so that it sums whole
 /// contiguous rows instead of strided ones (a bias or norm-weight gradient: a column sum of

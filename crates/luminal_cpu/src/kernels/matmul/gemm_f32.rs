@@ -94,6 +94,12 @@ impl Mat {
     }
 }
 
+/// Told that rows `r0..r1` × columns `c0..c1` of C (in the coordinates of the C a product
+/// was given) hold their final values: a fused epilogue then runs over them while they are
+/// in cache. Every element of C is reported exactly once per product; a product that falls
+/// back from AMX to the SIMD kernel may report some blocks again, after computing them anew.
+pub(crate) type Done<'a> = Option<&'a dyn Fn(usize, usize, usize, usize)>;
+
 /// `C[m × n] = A[m × k] · B[k × n]`, C row-major with row stride `c_rs` (overwritten).
 ///
 /// # Safety
@@ -145,8 +151,9 @@ pub(crate) unsafe fn sgemm_tiled(
     c_rs: usize,
     tiles: Tiles,
     amx: Option<MatmulPrecision>,
+    done: Done<'_>,
 ) {
-    product(m, n, k, a, b, c, c_rs, false, tiles, amx)
+    product(m, n, k, a, b, c, c_rs, false, tiles, amx, done)
 }
 
 /// [`sgemm`], adding the product to C instead when `accumulate` (`C += A·B`).
@@ -175,6 +182,7 @@ pub(crate) unsafe fn sgemm_acc(
         accumulate,
         Tiles::DEFAULT,
         amx_for(n, k).then_some(MatmulPrecision::Highest),
+        None,
     )
 }
 
@@ -205,8 +213,9 @@ pub(crate) unsafe fn sgemm_simd(
             false,
             Kernel::Avx512,
             Tiles::DEFAULT,
+            None,
         ),
-        _ => product(m, n, k, a, b, c, c_rs, false, Tiles::DEFAULT, None),
+        _ => product(m, n, k, a, b, c, c_rs, false, Tiles::DEFAULT, None, None),
     }
 }
 
@@ -222,6 +231,7 @@ unsafe fn product(
     accumulate: bool,
     tiles: Tiles,
     amx: Option<MatmulPrecision>,
+    done: Done<'_>,
 ) {
     if m == 0 || n == 0 || (k == 0 && accumulate) {
         return;
@@ -230,11 +240,14 @@ unsafe fn product(
         for i in 0..m {
             std::slice::from_raw_parts_mut(c.add(i * c_rs), n).fill(0.0);
         }
+        if let Some(done) = done {
+            done(0, m, 0, n);
+        }
         return;
     }
     #[cfg(target_arch = "x86_64")]
     if let (Some(precision), false) = (amx, accumulate) {
-        if super::amx::sgemm(m, n, k, a, b, c, c_rs, precision) {
+        if super::amx::sgemm_done(m, n, k, a, b, c, c_rs, precision, done) {
             return;
         }
         // An operand holds infinities, NaNs or values past bf16's range: the SIMD kernel
@@ -244,9 +257,33 @@ unsafe fn product(
     let _ = amx;
     match isa() {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => blocked::<12, 32>(m, n, k, a, b, c, c_rs, accumulate, Kernel::Avx512, tiles),
+        Isa::Avx512 => blocked::<12, 32>(
+            m,
+            n,
+            k,
+            a,
+            b,
+            c,
+            c_rs,
+            accumulate,
+            Kernel::Avx512,
+            tiles,
+            done,
+        ),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => blocked::<6, 16>(m, n, k, a, b, c, c_rs, accumulate, Kernel::Avx2, tiles),
+        Isa::Avx2 => blocked::<6, 16>(
+            m,
+            n,
+            k,
+            a,
+            b,
+            c,
+            c_rs,
+            accumulate,
+            Kernel::Avx2,
+            tiles,
+            done,
+        ),
         _ => blocked::<PORTABLE_MR, PORTABLE_NR>(
             m,
             n,
@@ -258,6 +295,7 @@ unsafe fn product(
             accumulate,
             Kernel::Portable,
             tiles,
+            done,
         ),
     }
 }
@@ -320,6 +358,7 @@ unsafe fn blocked<const MR: usize, const NR: usize>(
     accumulate: bool,
     kernel: Kernel,
     tiles: Tiles,
+    done: Done<'_>,
 ) {
     let (kc_max, mc_max) = (tiles.kc.max(1), tiles.mc.max(1));
     PACK.with(|pack| {
@@ -365,6 +404,9 @@ unsafe fn blocked<const MR: usize, const NR: usize>(
                             );
                         }
                     }
+                    if let (Some(done), true) = (done, pc + kc == k) {
+                        done(0, m, jc, jc + nc);
+                    }
                     continue;
                 }
                 for ic in (0..m).step_by(mc_max) {
@@ -396,6 +438,9 @@ unsafe fn blocked<const MR: usize, const NR: usize>(
                                 }
                             }
                         }
+                    }
+                    if let (Some(done), true) = (done, pc + kc == k) {
+                        done(ic, ic + mc, jc, jc + nc);
                     }
                 }
             }

@@ -22,6 +22,8 @@ use luminal::{DType, LuminalError, Result};
 
 use crate::kernels::fused::{run_epilogue, Program};
 use crate::simd::{self, Task};
+use luminal::graph::NodeId;
+use std::ops::Range;
 
 #[derive(Debug)]
 pub struct MatmulKernel {
@@ -53,6 +55,103 @@ pub struct MatmulKernel {
     /// with f32 activations (0 = none). Set for graph outputs (the logits): the likely
     /// tokens come out exact (argmax, top-k, their log-probabilities) at int8 speed.
     pub refine: usize,
+    /// An RMSNorm computed as the product's input (weight products only, see
+    /// [`NormPrologue`]): `a` is then the norm's input `x`, read through `a`'s view, and
+    /// the product runs on the normalised rows.
+    pub norm: Option<NormPrologue>,
+}
+
+/// `rows = x · recip(sqrt(Σ x² · scale + eps)) [· w]` per activation row, computed by the
+/// product that reads the rows (a decode step's q, k, v or gate, up products each normalise
+/// the one row themselves instead of waiting for a norm kernel; see
+/// `luminal::patterns::RmsNormMatch`).
+#[derive(Clone, Copy, Debug)]
+pub struct NormPrologue {
+    /// The learned scale (`K` f32 values), if any.
+    pub weight: Option<BufId>,
+    pub scale: f32,
+    pub eps: f32,
+    /// The norm's input is a value computed in the run (not an input, which an in-place
+    /// write could change between two products): products of the same run may share the
+    /// normalised rows.
+    pub shared: bool,
+    /// The norm's node: products that read the same norm share its rows (buffers are
+    /// reused through a run, so the input's buffer alone does not name the values).
+    pub node: NodeId,
+}
+
+/// Which rows the shared scratch holds (`HalfScratch::norm_of`): the run, the norm and the
+/// rows of its input.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NormRows {
+    run: u64,
+    node: NodeId,
+    /// First element, row stride, rows, row length.
+    at: (usize, usize, usize, usize),
+}
+
+/// Normalises rows `rows` of `x` (each `k` values, `row` apart from `off`) into `out`
+/// (`rows.len() · k` values), compiled per instruction set (`simd::run`).
+struct NormTask<'a> {
+    norm: &'a NormPrologue,
+    x: &'a [f32],
+    w: Option<&'a [f32]>,
+    off: usize,
+    row: usize,
+    rows: Range<usize>,
+    out: &'a mut [f32],
+}
+
+impl Task for NormTask<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<const F: bool>(self) {
+        let k = self.out.len() / self.rows.len().max(1);
+        for (i, out) in self.rows.zip(self.out.chunks_exact_mut(k)) {
+            self.norm
+                .row(&self.x[self.off + i * self.row..][..k], self.w, out);
+        }
+    }
+}
+
+impl NormPrologue {
+    /// `out = norm(x)` for one row (`x`, `out`: `K` values; `w`: the scale). The ops and
+    /// roundings of the graph's pattern, in its order: `(Σ x²)·scale + eps`, `sqrt`,
+    /// `recip`, then `(x · r) · w` (the sum's order is this loop's: 16 lanes, then halves).
+    #[inline(always)]
+    fn row(&self, x: &[f32], w: Option<&[f32]>, out: &mut [f32]) {
+        let k = x.len();
+        let mut acc = [0f32; 16];
+        let body = k / 16 * 16;
+        for c in x[..body].chunks_exact(16) {
+            for (a, &v) in acc.iter_mut().zip(c) {
+                *a += v * v;
+            }
+        }
+        for (j, &v) in x[body..].iter().enumerate() {
+            acc[j] += v * v;
+        }
+        let mut width = 16;
+        while width > 1 {
+            width /= 2;
+            for j in 0..width {
+                acc[j] += acc[j + width];
+            }
+        }
+        let r = 1.0 / (acc[0] * self.scale + self.eps).sqrt();
+        match w {
+            Some(w) => {
+                for ((o, &v), &s) in out.iter_mut().zip(x).zip(&w[..k]) {
+                    *o = v * r * s;
+                }
+            }
+            None => {
+                for (o, &v) in out.iter_mut().zip(x) {
+                    *o = v * r;
+                }
+            }
+        }
+    }
 }
 
 /// How a single large f32 product is shared between threads.
@@ -102,6 +201,7 @@ impl MatmulKernel {
             weight: None,
             exact: false,
             refine: 0,
+            norm: None,
         }
     }
 
@@ -138,7 +238,7 @@ impl MatmulKernel {
             let Storage::F32(dst) = out else {
                 return Err(LuminalError::Backend("weight matmul writes f32".into()));
             };
-            self.run_weight(bufs, dtype, dst)?;
+            self.run_weight(bufs, dtype, dst, scratch)?;
             if let Some(e) = &self.epilogue {
                 let (batch, m, n, _) = self.shape();
                 run_epilogue(e, bufs, &mut dst[..batch * m * n]);
@@ -216,7 +316,35 @@ impl MatmulKernel {
         let amx = gemm_f32::amx_for(n, k).then_some(self.precision);
         // Block `[i0, i1) × [j0, j1)` of batch `i`'s product into `d` (that batch's M×N
         // row-major output), single-threaded.
+        // The epilogue over rows `r0..r1` × columns `c0..c1` of batch item `i`'s output
+        // (at `d`), run by the task that computed them, while they are in cache.
+        let finish = |i: usize, d: *mut f32, (r0, r1): (usize, usize), (c0, c1): (usize, usize)| {
+            let Some((e, bufs)) = epilogue else {
+                return;
+            };
+            let base = i * m * n;
+            let piece = |z: usize, len: usize| {
+                // SAFETY: `z .. z + len` lies inside this batch item's `m × n` output at
+                // `d`, in rows the calling task computed and no other task touches.
+                let data = unsafe { std::slice::from_raw_parts_mut(d.add(z), len) };
+                crate::kernels::fused::epilogue_chunk(e, bufs, base + z, data);
+            };
+            if c0 == 0 && c1 == n {
+                piece(r0 * n, (r1 - r0) * n);
+            } else {
+                for r in r0..r1 {
+                    piece(r * n + c0, c1 - c0);
+                }
+            }
+        };
         let block = |i: usize, d: *mut f32, (i0, i1): (usize, usize), (j0, j1): (usize, usize)| {
+            let hook = |r0: usize, r1: usize, c0: usize, c1: usize| {
+                finish(i, d, (i0 + r0, i0 + r1), (j0 + c0, j0 + c1))
+            };
+            let done: gemm_f32::Done<'_> = match epilogue {
+                Some(_) => Some(&hook),
+                None => None,
+            };
             let (oa, ob) = offsets(i);
             let oa = oa + i0 as i64 * sa[r - 3];
             let ob = ob + j0 as i64 * sb[r - 2];
@@ -246,6 +374,7 @@ impl MatmulKernel {
                     n,
                     self.tiles,
                     amx,
+                    done,
                 )
             }
         };
@@ -275,14 +404,8 @@ impl MatmulKernel {
         }
         if batch >= self.threads && flops_per < (1 << 21) && self.threads > 1 {
             // Many small matrices: one gemm per task, each single-threaded (and the
-            // epilogue over its output while it is in cache).
-            crate::exec::par::for_each_chunk(dst, m * n, |i, d| {
-                call(i, d);
-                if let Some((e, bufs)) = epilogue {
-                    crate::kernels::fused::epilogue_chunk(e, bufs, i * m * n, d);
-                }
-            });
-            return Ok(epilogue.is_some());
+            // epilogue, through `finish`, over its output while it is in cache).
+            crate::exec::par::for_each_chunk(dst, m * n, call);
         } else if flops_per >= (1 << 16) && crate::exec::par::threads() > 1 {
             // One product at a time, split into one block per thread: along N in
             // multiples of 16 columns when it is wide enough and at least M, else along M
@@ -316,7 +439,8 @@ impl MatmulKernel {
                 call(i, d);
             }
         }
-        Ok(false)
+        // Every gemm above ran the epilogue over the blocks it finished.
+        Ok(epilogue.is_some())
     }
 }
 
@@ -337,7 +461,19 @@ impl MatmulKernel {
 
     /// The product with `b` a weight `W: [N, K]` of `dtype` read in place (the lowering
     /// checked that `b`'s view is the plain `Wᵀ`, shared by every batch).
-    fn run_weight(&self, bufs: &[Storage], dtype: DType, dst: &mut [f32]) -> Result<()> {
+    fn run_weight(
+        &self,
+        bufs: &[Storage],
+        dtype: DType,
+        dst: &mut [f32],
+        scratch: &mut crate::kernel::HalfScratch,
+    ) -> Result<()> {
+        let crate::kernel::HalfScratch {
+            norm: norm_rows,
+            norm_of,
+            run,
+            ..
+        } = scratch;
         let (batch, m, n, k) = self.shape();
         let w = WeightRef::of(&bufs[self.b], dtype, n, k).ok_or_else(|| {
             LuminalError::Backend(format!(
@@ -361,7 +497,55 @@ impl MatmulKernel {
         };
         for (i, d) in dst.chunks_mut((m * n).max(1)).enumerate() {
             let (oa, _) = self.batch_offsets(i, (self.a_view.offset, 0));
-            let (x, x_off, x_row) = if sa[r - 1] == 1 && sa[r - 3] >= 0 {
+            let (x, x_off, x_row) = if let Some(norm) = &self.norm {
+                // The rows normalised first (the lowering checked that `a`'s view reads
+                // whole rows of K contiguous values).
+                let w = match norm.weight.map(|w| &bufs[w]) {
+                    None => None,
+                    Some(Storage::F32(w)) if w.len() >= k => Some(&w[..k]),
+                    Some(_) => {
+                        return Err(LuminalError::Backend(format!(
+                            "RMSNorm prologue: the scale is not {k} f32 values"
+                        )))
+                    }
+                };
+                let (off, row) = (oa as usize, sa[r - 3] as usize);
+                let key = NormRows {
+                    run: *run,
+                    node: norm.node,
+                    at: (off, row, m, k),
+                };
+                if !(norm.shared && *norm_of == Some(key)) {
+                    if norm_rows.len() < m * k {
+                        norm_rows.resize(m * k, 0.0);
+                    }
+                    let task = |rows: Range<usize>, out: &mut [f32]| {
+                        let (x, norm) = (&a[..], norm);
+                        simd::run(NormTask {
+                            norm,
+                            x,
+                            w,
+                            off,
+                            row,
+                            rows,
+                            out,
+                        })
+                    };
+                    let threads = crate::exec::par::threads();
+                    if m > skinny::MAX_ROWS && threads > 1 {
+                        let per = m.div_ceil(threads * 2);
+                        crate::exec::par::for_each_chunk(
+                            &mut norm_rows[..m * k],
+                            per * k,
+                            |c, out| task(c * per..(c * per + out.len() / k), out),
+                        );
+                    } else {
+                        task(0..m, &mut norm_rows[..m * k]);
+                    }
+                    *norm_of = norm.shared.then_some(key);
+                }
+                (&norm_rows[..], 0, k)
+            } else if sa[r - 1] == 1 && sa[r - 3] >= 0 {
                 (&a[..], oa as usize, sa[r - 3] as usize)
             } else {
                 // Rows not contiguous along K (a transposed activation): gathered first.
@@ -535,11 +719,18 @@ impl CpuKernel for MatmulKernel {
         if let Some(e) = &self.epilogue {
             r.extend(e.reads());
         }
+        r.extend(self.norm.and_then(|n| n.weight));
         r
     }
     fn remap(&mut self, map: &dyn Fn(BufId) -> BufId) {
         self.a = map(self.a);
         self.b = map(self.b);
+        if let Some(NormPrologue {
+            weight: Some(w), ..
+        }) = &mut self.norm
+        {
+            *w = map(*w);
+        }
         if let Some(e) = &mut self.epilogue {
             e.remap(map);
         }
