@@ -566,7 +566,8 @@ impl AttentionGrad {
 #[derive(Clone, Debug)]
 pub struct RmsNormMatch {
     /// `x` as the pattern reads it: every read of `x` in the pattern is this one flat
-    /// identity view of a producer with the norm's shape.
+    /// identity view (the producer's buffer, in order, as the norm's shape: an embedding's
+    /// `[s, d]` read as `[1, s, d]`).
     pub x: Edge,
     /// The learned scale: a rank-1 node of the last axis' length, read broadcast over the
     /// rows (`None`: no scale).
@@ -641,7 +642,7 @@ impl RmsNormMatch {
         };
         for (xi, ri) in [(0, 1), (1, 0)] {
             let (xe, re) = (&node.inputs[xi], &node.inputs[ri]);
-            if !flat_identity_edge(g, xe) || g.node(xe.node).shape != node.shape {
+            if !flat_identity_edge(g, xe) {
                 continue;
             }
             // The factor of row i is read by row i, broadcast along the last axis.

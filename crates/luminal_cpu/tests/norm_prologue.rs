@@ -54,6 +54,8 @@ struct Case {
     k: usize,
     rows: usize,
     scaled: bool,
+    /// The first norm reads its input as `[1, rows, k]` (an embedding's rows, unsqueezed).
+    unsqueeze: bool,
 }
 
 /// The products: name, which norm they read (0: `norm(x + 0.5)`, scaled if the case says
@@ -98,7 +100,12 @@ fn run(c: &Case, backend: Option<CpuBackend>, d: &Data) -> (Vec<Vec<f32>>, Vec<S
         RmsNorm::with_affine(&cx, "n1", c.k, true, 1e-6),
     ];
     // The norms' inputs are computed (a residual sum), as in a transformer block.
-    let h = [norms[0].forward(x + 0.5), norms[1].forward(x * 2.0 + 0.25)];
+    let x0 = if c.unsqueeze {
+        (x + 0.5).unsqueeze(0)
+    } else {
+        x + 0.5
+    };
+    let h = [norms[0].forward(x0), norms[1].forward(x * 2.0 + 0.25)];
     let linears: Vec<Linear> = PRODUCTS
         .iter()
         .map(|&(name, _, n)| Linear::new(&cx, name, c.k, n, false))
@@ -214,24 +221,28 @@ fn norm_is_computed_by_its_weight_products() {
             k: 96,
             rows: 1,
             scaled: true,
+            unsqueeze: false,
         },
         Case {
             dtype: DType::Q4_0,
             k: 64,
             rows: 3,
             scaled: false,
+            unsqueeze: true,
         },
         Case {
             dtype: DType::Q4_K,
             k: 256,
             rows: 1,
             scaled: true,
+            unsqueeze: false,
         },
         Case {
             dtype: DType::F16,
             k: 80,
             rows: 2,
             scaled: true,
+            unsqueeze: false,
         },
         // More rows than a skinny product: the rows are normalised in parallel.
         Case {
@@ -239,6 +250,7 @@ fn norm_is_computed_by_its_weight_products() {
             k: 64,
             rows: 37,
             scaled: true,
+            unsqueeze: true,
         },
     ];
     for (i, c) in cases.iter().enumerate() {

@@ -715,14 +715,14 @@ impl Lowering<'_> {
         });
         let b_buf = BufId::of(weight.map_or(b.node, |(w, _)| w));
         // A weight product whose rows come from an RMSNorm computes the norm itself (see
-        // `NormPrologue`), reading the norm's input through the same view: that input is the
-        // norm's shape, read as it is laid out, and `a` reads whole rows along K.
+        // `NormPrologue`), reading the norm's input through the same view: the pattern reads
+        // that input's buffer as it is laid out (a flat identity view), so the norm's
+        // buffer and it have one layout, and `a` reads whole rows along K.
         let norm = if weight.is_some() && !self.disabled("norm_prologue") {
             let sa = a.view.strides();
             luminal::patterns::RmsNormMatch::find(self.g, a.node).filter(|m| {
                 !a.view.is_masked()
                     && sa[r - 1].as_constant() == Some(1)
-                    && self.g.node(m.x.node).shape == self.g.node(a.node).shape
                     && m.weight.as_ref().is_none_or(|w| {
                         w.view.offset().is_zero() && self.g.node(w.node).dtype == DType::F32
                     })
