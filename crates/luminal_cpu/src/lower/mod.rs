@@ -720,13 +720,8 @@ impl Lowering<'_> {
         // buffer and it have one layout, and `a` reads whole rows along K.
         let norm = if weight.is_some() && !self.disabled("norm_prologue") {
             let sa = a.view.strides();
-            luminal::patterns::RmsNormMatch::find(self.g, a.node).filter(|m| {
-                !a.view.is_masked()
-                    && sa[r - 1].as_constant() == Some(1)
-                    && m.weight.as_ref().is_none_or(|w| {
-                        w.view.offset().is_zero() && self.g.node(w.node).dtype == DType::F32
-                    })
-            })
+            luminal::patterns::RmsNormMatch::find(self.g, a.node)
+                .filter(|_| !a.view.is_masked() && sa[r - 1].as_constant() == Some(1))
         } else {
             None
         };

@@ -314,8 +314,6 @@ impl MatmulKernel {
         let offsets = |i: usize| self.batch_offsets(i, (a_offset, b_offset));
         // AMX or not, for the whole product (a thread's block may be narrower).
         let amx = gemm_f32::amx_for(n, k).then_some(self.precision);
-        // Block `[i0, i1) × [j0, j1)` of batch `i`'s product into `d` (that batch's M×N
-        // row-major output), single-threaded.
         // The epilogue over rows `r0..r1` × columns `c0..c1` of batch item `i`'s output
         // (at `d`), run by the task that computed them, while they are in cache.
         let finish = |i: usize, d: *mut f32, (r0, r1): (usize, usize), (c0, c1): (usize, usize)| {
@@ -337,6 +335,8 @@ impl MatmulKernel {
                 }
             }
         };
+        // Block `[i0, i1) × [j0, j1)` of batch `i`'s product into `d` (that batch's M×N
+        // row-major output), single-threaded, then the epilogue over it.
         let block = |i: usize, d: *mut f32, (i0, i1): (usize, usize), (j0, j1): (usize, usize)| {
             let hook = |r0: usize, r1: usize, c0: usize, c1: usize| {
                 finish(i, d, (i0 + r0, i0 + r1), (j0 + c0, j0 + c1))
