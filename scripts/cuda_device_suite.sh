@@ -64,6 +64,13 @@ gtest() {
   cat $WORK/$b.log >> $OUT/tests.log
   return $r
 }
+# A GGUF of model shape $1 (llama1b or smollm2; random weights, SmolLM2's tokenizer) as
+# file $2, weight type $3 (default F16).
+shaped_gguf() {
+  gguf_py
+  step "make the $1-shaped ${3:-f16} GGUF"
+  timeout 90 python3 scripts/make_llama1b_gguf.py "$2" --ref $B/smollm2-tokenizer.gguf --shape $1 ${3:+--type $3} 2>&1 | tail -1; took $?
+}
 # `luminal bench` of GGUF $1 on the GPU under the environment assignments $2.
 bench() {
   step "luminal bench $(basename $1) --device cuda ($2)"
@@ -92,19 +99,14 @@ if [ "$WHAT" = decode ]; then
     done
     took 0
   fi
-  gguf_py
-  G=$WORK/llama1b-shape.F16.gguf
-  step "make the Llama-3.2-1B-shaped F16 GGUF"
-  timeout 90 python3 scripts/make_llama1b_gguf.py "$G" --ref $B/smollm2-tokenizer.gguf --shape llama1b 2>&1 | tail -1; took $?
+  G=$WORK/llama1b-shape.F16.gguf; shaped_gguf llama1b $G
   bench $G LUMINAL_CUDA_SKINNY=all
   bench $G LUMINAL_CUDA_SKINNY=0
   LUMINAL_CUDA_STATS=2 timeout 30 $L generate -m $G --device cuda --prompt "Once upon a time" -n 12 --no-echo 2>&1 | grep -E "luminal_cuda|tok/s" | tail -4
   rm -f $G
   [ -x $B/ops_gbps ] && timeout 40 $B/ops_gbps 4096 8192 30 2>&1 | grep d2d
   for q in f16 q8_0 q4_0; do
-    S=$WORK/smollm2-shape.$q.gguf
-    step "make the SmolLM2-shaped $q GGUF"
-    timeout 60 python3 scripts/make_llama1b_gguf.py "$S" --ref $B/smollm2-tokenizer.gguf --shape smollm2 --type $q 2>&1 | tail -1; took $?
+    S=$WORK/smollm2-shape.$q.gguf; shaped_gguf smollm2 $S $q
     bench $S LUMINAL_CUDA_SKINNY=all
     bench $S LUMINAL_CUDA_SKINNY=0
     LUMINAL_CUDA_STATS=2 timeout 30 $L generate -m $S --device cuda --prompt "Once upon a time" -n 12 --no-echo 2>&1 | grep -E "luminal_cuda|tok/s" | tail -3
@@ -131,10 +133,7 @@ if [ "$WHAT" = profile ]; then
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats --section LaunchStats --section SchedulerStats \
     $B/matvec_gbps 2048 8192 16 4 f16 > $OUT/ncu_skinny.txt 2>&1; took $?
   grep -E "lum_|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Stall|Block Limit|Grid Size|Shared Memory Config" $OUT/ncu_skinny.txt | head -60
-  gguf_py
-  G=$WORK/llama1b-shape.F16.gguf
-  step "make the Llama-3.2-1B-shaped F16 GGUF"
-  timeout 90 python3 scripts/make_llama1b_gguf.py "$G" --ref $B/smollm2-tokenizer.gguf --shape llama1b 2>&1 | tail -1; took $?
+  G=$WORK/llama1b-shape.F16.gguf; shaped_gguf llama1b $G
   bench $G LUMINAL_CUDA_X=default
   LUMINAL_CUDA_STATS=3 timeout 30 $L generate -m $G --device cuda --prompt "Once upon a time" -n 4 --no-echo > $OUT/stats3.log 2>&1
   grep -E "luminal_cuda|tok/s" $OUT/stats3.log | tail -8
@@ -186,18 +185,13 @@ if [ "$WHAT" = skinny ]; then
     grep -E "  lum_|Duration|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit (Reg|Shared)" $OUT/ncu_$t.txt | head -24
   done
   took 0
-  gguf_py
-  G=$WORK/llama1b-shape.F16.gguf
-  step "make the Llama-3.2-1B-shaped F16 GGUF"
-  timeout 90 python3 scripts/make_llama1b_gguf.py "$G" --ref $B/smollm2-tokenizer.gguf --shape llama1b 2>&1 | tail -1; took $?
+  G=$WORK/llama1b-shape.F16.gguf; shaped_gguf llama1b $G
   bench $G LUMINAL_CUDA_SKINNY=all
   bench $G LUMINAL_CUDA_X=default
   bench $G LUMINAL_CUDA_SKINNY=all
   LUMINAL_CUDA_SKINNY=all LUMINAL_CUDA_STATS=2 timeout 30 $L generate -m $G --device cuda --prompt "Once upon a time" -n 8 --no-echo 2>&1 | grep -E "luminal_cuda|tok/s" | tail -3
   rm -f $G
-  S=$WORK/smollm2-shape.F16.gguf
-  step "make the SmolLM2-shaped F16 GGUF"
-  timeout 60 python3 scripts/make_llama1b_gguf.py "$S" --ref $B/smollm2-tokenizer.gguf --shape smollm2 2>&1 | tail -1; took $?
+  S=$WORK/smollm2-shape.F16.gguf; shaped_gguf smollm2 $S
   bench $S LUMINAL_CUDA_SKINNY=all
   bench $S LUMINAL_CUDA_X=default
   rm -f $S
@@ -217,16 +211,11 @@ if [ "$WHAT" = final ]; then
   LUMINAL_CUDA_SKINNY_PERSIST=0 mvb f16 "skinny, a block per 8 rows"
   S=0 mvb q8_0 cuBLAS; mvb q8_0 skinny
   took 0
-  gguf_py
-  G=$WORK/llama1b-shape.F16.gguf
-  step "make the Llama-3.2-1B-shaped F16 GGUF"
-  timeout 90 python3 scripts/make_llama1b_gguf.py "$G" --ref $B/smollm2-tokenizer.gguf --shape llama1b 2>&1 | tail -1; took $?
+  G=$WORK/llama1b-shape.F16.gguf; shaped_gguf llama1b $G
   for v in LUMINAL_CUDA_X=default LUMINAL_CUDA_SKINNY=all LUMINAL_CUDA_PDL=0 "LUMINAL_CUDA_SKINNY=all LUMINAL_CUDA_PDL=0"; do bench $G "$v"; done
   LUMINAL_CUDA_STATS=2 timeout 30 $L generate -m $G --device cuda --prompt "Once upon a time" -n 8 --no-echo 2>&1 | grep -E "luminal_cuda|tok/s" | tail -3
   rm -f $G
-  S=$WORK/smollm2-shape.F16.gguf
-  step "make the SmolLM2-shaped F16 GGUF"
-  timeout 60 python3 scripts/make_llama1b_gguf.py "$S" --ref $B/smollm2-tokenizer.gguf --shape smollm2 2>&1 | tail -1; took $?
+  S=$WORK/smollm2-shape.F16.gguf; shaped_gguf smollm2 $S
   for v in LUMINAL_CUDA_X=default LUMINAL_CUDA_PDL=0; do bench $S "$v"; done
   LUMINAL_CUDA_STATS=2 timeout 30 $L generate -m $S --device cuda --prompt "Once upon a time" -n 8 --no-echo 2>&1 | grep -E "luminal_cuda|tok/s" | tail -3
   rm -f $S
@@ -235,10 +224,7 @@ if [ "$WHAT" = final ]; then
 fi
 
 if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
-  gguf_py
-  S=$WORK/smollm2-shape.F16.gguf
-  step "make SmolLM2-shaped F16 GGUF"
-  timeout 60 python3 scripts/make_llama1b_gguf.py "$S" --ref $B/smollm2-tokenizer.gguf --shape smollm2 2>&1 | tail -1; took $?
+  S=$WORK/smollm2-shape.F16.gguf; shaped_gguf smollm2 $S
   step "luminal bench SmolLM2-shape F16 --device cuda"
   timeout 60 $L bench -m $S --device cuda -p 128,512 -n 128 -r 3 2>&1; took $?
   step "launches and host/device time per decode step (LUMINAL_CUDA_STATS=2)"
@@ -258,9 +244,7 @@ if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
   step "transformers eager bf16, SmolLM2-shape (random init, same shape)"
   timeout 60 python3 scripts/torch_llama_bench.py llama --shape smollm2 --pp 128 512 --tg 128 --reps 2 --dtype bf16 2>&1 | grep -E "transformers|Error" ; took $?
   rm -f $S
-  G=$WORK/llama1b-shape.F16.gguf
-  step "make Llama-3.2-1B-shaped F16 GGUF"
-  timeout 90 python3 scripts/make_llama1b_gguf.py "$G" --ref $B/smollm2-tokenizer.gguf --shape llama1b 2>&1 | tail -1; took $?
+  G=$WORK/llama1b-shape.F16.gguf; shaped_gguf llama1b $G
   step "luminal bench llama1b-shape F16 --device cuda"
   timeout 90 $L bench -m $G --device cuda -p 512 -n 128 -r 2 2>&1; took $?
   step "transformers eager bf16, random llama1b-shaped"

@@ -490,6 +490,19 @@ fn gather_vs_memcpy(threads: usize, reps: usize) -> (f64, f64) {
     compare(reps, || rt.run().unwrap(), || copy.run())
 }
 
+/// A table row of a product measured at 1 and 2 threads: GFLOP/s, the ratio to the
+/// baseline's time at each, and the 2-thread speedup (`r`: (ours, baseline) seconds).
+fn flops_row(name: &str, flops: f64, r: &[(f64, f64)], baseline: &str) -> String {
+    format!(
+        "| {name} | {:.1} GFLOP/s | {:.1} GFLOP/s | {:.2}× {baseline} | {:.2}× {baseline} | {:.2}× |",
+        flops / r[0].0 / 1e9,
+        flops / r[1].0 / 1e9,
+        r[0].1 / r[0].0,
+        r[1].1 / r[1].0,
+        r[0].0 / r[1].0
+    )
+}
+
 fn main() {
     let filter = std::env::var("LUMINAL_BENCH_FILTER").unwrap_or_default();
     let wanted = |name: &str| name.contains(filter.as_str());
@@ -524,14 +537,7 @@ fn main() {
             .iter()
             .map(|&t| matmul((m, n, k), transposed, t, reps))
             .collect();
-        rows.push(format!(
-            "| {name} | {:.1} GFLOP/s | {:.1} GFLOP/s | {:.2}× gemm | {:.2}× gemm | {:.2}× |",
-            flops / r[0].0 / 1e9,
-            flops / r[1].0 / 1e9,
-            r[0].1 / r[0].0,
-            r[1].1 / r[1].0,
-            r[0].0 / r[1].0
-        ));
+        rows.push(flops_row(&name, flops, &r, "gemm"));
     }
     // A training step's products (the tiny GPT of `examples/tiny_gpt.rs`: 1024 tokens, width
     // 64, FFN 256): forward `x·Wᵀ`, input gradient `dy·W`, weight gradient `dyᵀ·x`.
@@ -560,18 +566,12 @@ fn main() {
             .iter()
             .map(|&t| matmul_views((m, n, k), at, bt, t, 200))
             .collect();
-        rows.push(format!(
-            "| {name} | {:.1} GFLOP/s | {:.1} GFLOP/s | {:.2}× gemm | {:.2}× gemm | {:.2}× |",
-            flops / r[0].0 / 1e9,
-            flops / r[1].0 / 1e9,
-            r[0].1 / r[0].0,
-            r[1].1 / r[1].0,
-            r[0].0 / r[1].0
-        ));
+        rows.push(flops_row(&name, flops, &r, "gemm"));
     }
     for (dtype, baseline) in [(DType::F16, "gemm f16"), (DType::BF16, "gemm f32")] {
         let (m, n, k) = (1024, 1024, 1024);
-        if !wanted(&format!("matmul {dtype} {m}×{n}×{k}")) {
+        let name = format!("matmul {dtype} {m}×{n}×{k}");
+        if !wanted(&name) {
             continue;
         }
         let flops = 2.0 * (m * n * k) as f64;
@@ -579,14 +579,7 @@ fn main() {
             .iter()
             .map(|&t| half_matmul(dtype, (m, n, k), t, 5))
             .collect();
-        rows.push(format!(
-            "| matmul {dtype} {m}×{n}×{k} | {:.1} GFLOP/s | {:.1} GFLOP/s | {:.2}× {baseline} | {:.2}× {baseline} | {:.2}× |",
-            flops / r[0].0 / 1e9,
-            flops / r[1].0 / 1e9,
-            r[0].1 / r[0].0,
-            r[1].1 / r[1].0,
-            r[0].0 / r[1].0
-        ));
+        rows.push(flops_row(&name, flops, &r, baseline));
     }
     for (dtype, transposed) in [
         (DType::F16, true),
@@ -605,14 +598,7 @@ fn main() {
             .iter()
             .map(|&t| half_skinny(dtype, (m, n, k), transposed, t, 300))
             .collect();
-        rows.push(format!(
-            "| {name} | {:.1} GFLOP/s | {:.1} GFLOP/s | {:.2}× f32 matvec | {:.2}× f32 matvec | {:.2}× |",
-            flops / r[0].0 / 1e9,
-            flops / r[1].0 / 1e9,
-            r[0].1 / r[0].0,
-            r[1].1 / r[1].0,
-            r[0].0 / r[1].0
-        ));
+        rows.push(flops_row(&name, flops, &r, "f32 matvec"));
     }
     type Build = for<'g> fn(&'g Graph) -> Vec<GraphTensor<'g>>;
     // Bytes = inputs read + output written; the memcpy copies half that many bytes (so it

@@ -15,7 +15,8 @@ use luminal::{DType, Result};
 
 /// Scratch shared by the kernels of a runtime (they run one at a time): the f16 / bf16
 /// matmuls' widened operands and unrounded product, the half reductions' accumulators
-/// (see `kernels/half.rs`). Grows to the largest use, then is reused.
+/// (see `kernels/half.rs`), the rows of RMSNorms computed by products. Grows to the largest
+/// use, then is reused.
 #[derive(Debug, Default)]
 pub struct HalfScratch {
     pub(crate) a: Vec<f32>,

@@ -6,23 +6,13 @@
 //! entry stays within the int8 rounding bound `Σ|w| · d / 2` (`d` per group of 16), and the
 //! argmax is the exact one.
 
+mod blocks_common;
+
+use blocks_common::Rng;
 use half::f16;
 use luminal::prelude::*;
 use luminal::quant::decode;
 use luminal_cpu::{detected_isa, set_max_isa, CpuBackend, Isa, QuantDots};
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn uniform(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32
-    }
-}
 
 /// Random blocks (random quants; the f16 scale at `scale_at` made small and finite).
 fn random_blocks(dtype: DType, n: usize, scale_at: usize, rng: &mut Rng) -> Vec<u8> {

@@ -247,7 +247,7 @@ unsafe fn product(
     }
     #[cfg(target_arch = "x86_64")]
     if let (Some(precision), false) = (amx, accumulate) {
-        if super::amx::sgemm_done(m, n, k, a, b, c, c_rs, precision, done) {
+        if super::amx::sgemm(m, n, k, a, b, c, c_rs, precision, done) {
             return;
         }
         // An operand holds infinities, NaNs or values past bf16's range: the SIMD kernel

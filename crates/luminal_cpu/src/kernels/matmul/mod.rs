@@ -109,39 +109,22 @@ impl Task for NormTask<'_> {
         let k = self.out.len() / self.rows.len().max(1);
         for (i, out) in self.rows.zip(self.out.chunks_exact_mut(k)) {
             self.norm
-                .row(&self.x[self.off + i * self.row..][..k], self.w, out);
+                .row::<F>(&self.x[self.off + i * self.row..][..k], self.w, out);
         }
     }
 }
 
 impl NormPrologue {
-    /// `out = norm(x)` for one row (`x`, `out`: `K` values; `w`: the scale). The ops and
-    /// roundings of the graph's pattern, in its order: `(Σ x²)·scale + eps`, `sqrt`,
-    /// `recip`, then `(x · r) · w` (the sum's order is this loop's: 16 lanes, then halves).
+    /// `out = norm(x)` for one row (`x`, `out`: `K` values; `w`: the scale). The graph's
+    /// ops in its order: `(Σ x²)·scale + eps`, `sqrt`, `recip`, then `(x · r) · w`; the
+    /// sum of squares as the skinny f32 product sums a dot (`dot_lanes`).
     #[inline(always)]
-    fn row(&self, x: &[f32], w: Option<&[f32]>, out: &mut [f32]) {
-        let k = x.len();
-        let mut acc = [0f32; 16];
-        let body = k / 16 * 16;
-        for c in x[..body].chunks_exact(16) {
-            for (a, &v) in acc.iter_mut().zip(c) {
-                *a += v * v;
-            }
-        }
-        for (j, &v) in x[body..].iter().enumerate() {
-            acc[j] += v * v;
-        }
-        let mut width = 16;
-        while width > 1 {
-            width /= 2;
-            for j in 0..width {
-                acc[j] += acc[j + width];
-            }
-        }
-        let r = 1.0 / (acc[0] * self.scale + self.eps).sqrt();
+    fn row<const F: bool>(&self, x: &[f32], w: Option<&[f32]>, out: &mut [f32]) {
+        let sum = skinny_f32::dot_lanes::<F>(x, x);
+        let r = 1.0 / (sum * self.scale + self.eps).sqrt();
         match w {
             Some(w) => {
-                for ((o, &v), &s) in out.iter_mut().zip(x).zip(&w[..k]) {
+                for ((o, &v), &s) in out.iter_mut().zip(x).zip(w) {
                     *o = v * r * s;
                 }
             }

@@ -14,7 +14,7 @@ const GROUPED_MAX_BYTES: usize = 8 << 20;
 /// `F`: fused multiply-adds (where the CPU has them; without, `mul_add` is a slow library
 /// call and a multiply and an add are used instead).
 #[inline(always)]
-fn dot_lanes<const F: bool>(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn dot_lanes<const F: bool>(a: &[f32], b: &[f32]) -> f32 {
     let fma = crate::simd::fma::<F>;
     const W: usize = 64;
     let mut acc = [0f32; W];

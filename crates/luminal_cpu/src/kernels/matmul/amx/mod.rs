@@ -202,31 +202,13 @@ static CONFIG: Config = {
 /// carry (infinite, NaN, or past bf16's largest finite value, where a piece product such as
 /// `inf · 0` would give NaN for f32's ±inf): the caller computes the product elsewhere.
 ///
+/// `done` (if any) is told of the whole of C once it is finished (see `gemm_f32::Done`).
+///
 /// # Safety
 /// As `gemm_f32::sgemm`, and [`hardware`] must have returned true.
-#[cfg(test)]
 #[must_use]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn sgemm(
-    m: usize,
-    n: usize,
-    k: usize,
-    a: Mat,
-    b: Mat,
-    c: *mut f32,
-    c_rs: usize,
-    precision: MatmulPrecision,
-) -> bool {
-    sgemm_done(m, n, k, a, b, c, c_rs, precision, None)
-}
-
-/// [`sgemm`], telling `done` of each block of C as it is finished (see `gemm_f32::Done`).
-///
-/// # Safety
-/// As [`sgemm`].
-#[must_use]
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn sgemm_done(
     m: usize,
     n: usize,
     k: usize,

@@ -88,7 +88,7 @@ fn values_the_pieces_cannot_carry_give_f32_results() {
         let bm = rows(&b, n);
         for precision in [Highest, High] {
             let mut c = vec![0f32; m * n];
-            assert!(!unsafe { sgemm(m, n, k, am, bm, c.as_mut_ptr(), n, precision) });
+            assert!(!unsafe { sgemm(m, n, k, am, bm, c.as_mut_ptr(), n, precision, None) });
         }
         // Through the dispatcher, on AMX otherwise.
         let mut c = vec![0f32; m * n];
@@ -125,7 +125,7 @@ fn tall_products_run_in_row_groups() {
     let mut c = vec![f32::NAN; m * n];
     let am = rows(&a, k);
     let bm = rows(&b, n);
-    assert!(unsafe { sgemm(m, n, k, am, bm, c.as_mut_ptr(), n, Highest) });
+    assert!(unsafe { sgemm(m, n, k, am, bm, c.as_mut_ptr(), n, Highest, None) });
     for i in [0, group - 1, group, group + 1, m - 1] {
         for j in 0..n {
             let (want, mag) = f64_dot(&a, &b, (i, j), k, n);
@@ -170,7 +170,7 @@ fn check_against_f64(precision: MatmulPrecision, rel: f64) {
         {
             let label = format!("{a_label}, {b_label}");
             let mut c = vec![f32::NAN; m * (n + 3)];
-            assert!(unsafe { sgemm(m, n, k, am, bm, c.as_mut_ptr(), n + 3, precision) });
+            assert!(unsafe { sgemm(m, n, k, am, bm, c.as_mut_ptr(), n + 3, precision, None) });
             for i in 0..m {
                 for j in 0..n {
                     let (want, mag) = f64_dot(&a, &b, (i, j), k, n);
@@ -226,8 +226,8 @@ fn amx_speed() {
             }
             best
         };
-        let t_amx = time(&|c| assert!(unsafe { sgemm(m, n, k, am, bm, c, n, Highest) }));
-        let t_high = time(&|c| assert!(unsafe { sgemm(m, n, k, am, bm, c, n, High) }));
+        let t_amx = time(&|c| assert!(unsafe { sgemm(m, n, k, am, bm, c, n, Highest, None) }));
+        let t_high = time(&|c| assert!(unsafe { sgemm(m, n, k, am, bm, c, n, High, None) }));
         let t_simd =
             time(&|c| unsafe { super::super::gemm_f32::sgemm_simd(m, n, k, am, bm, c, n) });
         let gf = |t: f64| 2.0 * (m * n * k) as f64 / t / 1e9;
