@@ -16,7 +16,8 @@
 # (`decode`: the product/model tests, decode/prefill with and without the skinny products on
 # F16, Q8_0 and Q4_0 files, then the other tests; `profile`: a few tests, the skinny products
 # against cuBLAS, Nsight Compute on them and on every kernel of a 1B-shaped decode; `skinny`:
-# the skinny kernels under their tuning knobs; `final`: every GPU test, products and decode).
+# the skinny kernels under their tuning knobs; `final`: every GPU test, products and decode;
+# `mma`: the tensor-core skinny kernel against cuBLAS and the CUDA-core one, and in decode).
 # Logs go to $OUT (the device tool's output folder) or a temporary folder.
 set -u
 if [ "${1:-}" = --prepare ]; then
@@ -221,6 +222,40 @@ if [ "$WHAT" = final ]; then
   rm -f $S
   [ -x $B/ops_gbps ] && timeout 40 $B/ops_gbps 4096 8192 30 2>&1 | grep d2d
   for t in emulator_matmul:gpu emulator_quant:gpu op_suite: emulator_graphs:gpu emulator_fusion:gpu emulator_attention:gpu emulator_reduce:gpu; do gtest $t; done
+fi
+
+if [ "$WHAT" = mma ]; then
+  # The tensor-core skinny kernel: the product and model tests on the GPU, the kernel alone
+  # against cuBLAS and the CUDA-core kernel at a 1B model's FFN and square shapes and at
+  # SmolLM2's, its tuning knobs, Nsight Compute on two of its launches, then decode of the 1B
+  # and SmolLM2 shapes with it (the default) and without, and the device copy for the roofline.
+  for t in emulator_matmul:gpu llama:gpu; do gtest $t; done
+  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  step "matvec_gbps: cuBLAS, tensor-core kernel (mma), CUDA-core kernel (v4)"
+  for shape in "2048 8192 16 50" "2048 2048 16 100" "576 1536 30 100"; do
+    for t in f16 bf16; do
+      LUMINAL_CUDA_SKINNY=0 timeout 60 $B/matvec_gbps $shape $t 2>&1 | sed "s/^/cuBLAS /"
+      timeout 60 $B/matvec_gbps $shape $t 2>&1 | sed "s/^/mma /"
+      LUMINAL_CUDA_SKINNY_MMA=0 LUMINAL_CUDA_SKINNY=all timeout 60 $B/matvec_gbps $shape $t 2>&1 | sed "s/^/v4 /"
+    done
+  done
+  for k in "LUMINAL_CUDA_SKINNY_MMA_U=2" "LUMINAL_CUDA_SKINNY_MMA_U=8" "LUMINAL_CUDA_SKINNY_MMA_BLOCKS=1" "LUMINAL_CUDA_SKINNY_MMA_BLOCKS=3"; do
+    env $k timeout 60 $B/matvec_gbps 2048 8192 16 50 f16 2>&1 | sed "s/^/mma [$k] /"
+  done
+  took 0
+  step "ncu: the tensor-core kernel (up and down shapes)"
+  LUMINAL_CUDA_GRAPHS=0 timeout 60 $NCU --clock-control none --launch-skip 64 --launch-count 2 \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    $B/matvec_gbps 2048 8192 16 4 f16 > $OUT/ncu_mma.txt 2>&1; took $?
+  grep -E "  lum_|Duration|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Stall" $OUT/ncu_mma.txt | head -24
+  G=$WORK/llama1b-shape.F16.gguf; shaped_gguf llama1b $G
+  for v in LUMINAL_CUDA_X=default LUMINAL_CUDA_SKINNY_MMA=0; do bench $G "$v"; done
+  LUMINAL_CUDA_STATS=2 timeout 30 $L generate -m $G --device cuda --prompt "Once upon a time" -n 8 --no-echo 2>&1 | grep -E "luminal_cuda|tok/s" | tail -3
+  rm -f $G
+  S=$WORK/smollm2-shape.F16.gguf; shaped_gguf smollm2 $S
+  for v in LUMINAL_CUDA_X=default LUMINAL_CUDA_SKINNY_MMA=0; do bench $S "$v"; done
+  rm -f $S
+  [ -x $B/ops_gbps ] && timeout 40 $B/ops_gbps 4096 8192 30 2>&1 | grep d2d
 fi
 
 if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then

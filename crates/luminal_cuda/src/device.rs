@@ -40,6 +40,9 @@ pub struct CudaBackend {
     /// Attention on tensor cores (3xTF32, sm_80+; `LUMINAL_CUDA_ATTENTION=simt` keeps the
     /// CUDA-core kernel).
     attn_mma: bool,
+    /// Skinny products over half weights on tensor cores (sm_80+; `LUMINAL_CUDA_SKINNY_MMA=0`
+    /// off): [`crate::codegen::skinny_mma_kernel`].
+    skinny_mma: bool,
     /// f32 products on TF32 tensor cores (`CUBLAS_COMPUTE_32F_FAST_TF32`).
     tf32: bool,
     /// f32 activations rounded to a half weight's type so cuBLAS reads the weight in place.
@@ -151,6 +154,8 @@ impl CudaBackend {
             sms,
             attn_mma: cc.0 >= 8
                 && std::env::var("LUMINAL_CUDA_ATTENTION").map_or(true, |v| v != "simt"),
+            skinny_mma: cc.0 >= 8
+                && std::env::var("LUMINAL_CUDA_SKINNY_MMA").map_or(true, |v| v != "0"),
             tf32: std::env::var("LUMINAL_CUDA_TF32").is_ok_and(|v| v == "1"),
             half_products: std::env::var("LUMINAL_CUDA_HALF_PRODUCTS").map_or(true, |v| v != "0"),
             static_steps: true,
@@ -202,6 +207,13 @@ impl CudaBackend {
     /// `LUMINAL_CUDA_ATTENTION=simt`; for comparison).
     pub fn without_attention_mma(mut self) -> CudaBackend {
         self.attn_mma = false;
+        self
+    }
+
+    /// Skinny products over half weights on the CUDA-core kernel instead of the tensor-core
+    /// one (also `LUMINAL_CUDA_SKINNY_MMA=0`; for comparison).
+    pub fn without_skinny_mma(mut self) -> CudaBackend {
+        self.skinny_mma = false;
         self
     }
 
@@ -619,6 +631,10 @@ impl Executor for CudaExecutor {
 
     fn cooperative_reductions(&self) -> bool {
         self.backend.cooperative
+    }
+
+    fn skinny_mma(&self) -> bool {
+        self.backend.skinny_mma
     }
 
     fn gemm(

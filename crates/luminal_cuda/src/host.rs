@@ -551,6 +551,12 @@ impl Executor for HostExecutor {
         self.cooperative
     }
 
+    fn skinny_mma(&self) -> bool {
+        // As the GPU's default (`LUMINAL_CUDA_SKINNY_MMA=0`: off), so the emulator tests cover
+        // the tensor-core kernel (its GPU branch on the cooperative emulator).
+        std::env::var("LUMINAL_CUDA_SKINNY_MMA").map_or(true, |v| v != "0")
+    }
+
     fn gemm(
         &mut self,
         call: &GemmCall,

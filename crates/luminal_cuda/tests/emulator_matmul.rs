@@ -70,7 +70,9 @@ fn gpu_products() {
 #[test]
 fn skinny_kernels_compile_with_nvrtc() {
     // Every type combination NVRTC accepts for Hopper, with 16-byte loads of the weight rows
-    // and the PTX conversions; where NVRTC does not load, this prints a line and passes.
+    // and the PTX conversions (the tensor-core kernels with their `mma`); where NVRTC does
+    // not load, this prints a line and passes. `LUMINAL_PTX_OUT=<file>` keeps the PTX (for
+    // `ptxas -v`: registers and spills).
     use luminal::DType::{BF16, F16, F32};
     if !luminal_cuda::nvrtc_available() {
         eprintln!("skipping: NVRTC is not loadable here");
@@ -93,9 +95,21 @@ fn skinny_kernels_compile_with_nvrtc() {
         ]
         .map(|q| luminal_cuda::codegen::skinny_quant_kernel(q, F32).unwrap()),
     )
+    .chain(
+        [
+            (F16, F32, F32),
+            (BF16, F32, F32),
+            (F16, F16, F16),
+            (BF16, BF16, F32),
+        ]
+        .map(|(w, x, c)| luminal_cuda::codegen::skinny_mma_kernel(w, x, c).unwrap()),
+    )
     .collect();
     let ptx =
         luminal_cuda::device::nvrtc_ptx(&kernels.iter().collect::<Vec<_>>(), "compute_90").unwrap();
+    if let Ok(path) = std::env::var("LUMINAL_PTX_OUT") {
+        std::fs::write(path, &ptx).unwrap();
+    }
     for k in &kernels {
         let body = ptx
             .split(".entry ")
@@ -106,27 +120,33 @@ fn skinny_kernels_compile_with_nvrtc() {
         }
     }
     assert!(ptx.contains("cvt.rn.f16.f32") && ptx.contains("cvt.rn.bf16.f32"));
+    for k in kernels.iter().filter(|k| k.name.contains("_mma_")) {
+        let body = ptx
+            .split(".entry ")
+            .find(|b| b.starts_with(&k.name))
+            .unwrap();
+        assert!(
+            body.contains("mma.sync.aligned.m16n8k16"),
+            "{}: no mma",
+            k.name
+        );
+    }
 }
 
 #[test]
-fn large_float_weights_go_to_cublas_in_decode() {
-    // Above SKINNY_MAX_WEIGHTS weight elements with rows longer than SKINNY_MAX_K, a decode
-    // product goes to (emulated) cuBLAS (measured faster there on an H200), a Q8_0 weight's
-    // through its f16 copy; with short rows it stays skinny.
+fn decode_products_of_any_size_run_on_tensor_cores() {
+    // Half weights (and a Q8_0 weight too large to read in place, through its f16 copy) take
+    // the tensor-core skinny kernel whatever their size, the outputs each row's sum of the
+    // weight's (decoded, f16-rounded) values times ones. (Without it, the routing by size of
+    // `emulator_skinny_cuda_cores.rs` holds.)
     use luminal::prelude::*;
     let max_k = luminal_cuda::plan::SKINNY_MAX_K as usize;
-    for (n, k, dtype, skinny) in [
-        (513, 2 * max_k, DType::F16, false),
-        (513, 2 * max_k, DType::Q8_0, false),
-        (1025, max_k, DType::F16, true),
-        (1025, max_k, DType::Q8_0, true),
-        (8, 2 * max_k, DType::Q8_0, true),
+    for (n, k, dtype) in [
+        (513, 2 * max_k, DType::F16),
+        (513, 2 * max_k, DType::Q8_0),
+        (1025, max_k, DType::BF16),
     ] {
-        assert_eq!(
-            (n * k) as u64 > luminal_cuda::plan::SKINNY_MAX_WEIGHTS,
-            n > 8,
-            "{n} x {k}"
-        );
+        assert!((n * k) as u64 > luminal_cuda::plan::SKINNY_MAX_WEIGHTS);
         let cx = Graph::new();
         let x = cx.tensor("x", (1, k));
         let w = cx.input("w", (n, k), dtype);
@@ -135,11 +155,42 @@ fn large_float_weights_go_to_cublas_in_decode() {
             .compile(HostEmulatorBackend, CompileOptions::default())
             .unwrap();
         let data = common::quant::random_storage(dtype, n * k, 1);
+        let HostData::Bytes(bytes) = &data else {
+            panic!("random_storage gives bytes")
+        };
+        let halves = bytes
+            .as_slice()
+            .chunks_exact(2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]));
+        let values: Vec<f32> = match dtype {
+            DType::F16 => halves
+                .map(|h| luminal::half::f16::from_bits(h).to_f32())
+                .collect(),
+            DType::BF16 => halves
+                .map(|h| luminal::half::bf16::from_bits(h).to_f32())
+                .collect(),
+            _ => {
+                let mut v = vec![0f32; n * k];
+                luminal::quant::decode(dtype, bytes.as_slice(), &mut v);
+                v.iter()
+                    .map(|&x| luminal::half::f16::from_f32(x).to_f32())
+                    .collect()
+            }
+        };
         rt.set_data(w, data).unwrap();
         rt.set(x, &vec![1.0; k]).unwrap();
         rt.run().unwrap();
         let out = rt.get_f32(y).unwrap();
         assert_eq!(out.len(), n);
-        assert_eq!(rt.skinny_products() > 0, skinny, "{dtype} {n} x {k}");
+        for (i, &o) in out.iter().enumerate() {
+            let row = &values[i * k..(i + 1) * k];
+            let want: f64 = row.iter().map(|&v| v as f64).sum();
+            let abs: f64 = row.iter().map(|&v| v.abs() as f64).sum();
+            assert!(
+                (o as f64 - want).abs() <= 1e-5 * abs + 1e-6,
+                "{dtype} {n} x {k} row {i}: want {want}, got {o}"
+            );
+        }
+        assert_eq!(rt.skinny_products(), 1, "{dtype} {n} x {k}");
     }
 }

@@ -20,8 +20,10 @@ pub use fusion::{fused_nodes, Fusion, MAX_BROADCAST_COST};
 pub use reduce::MAX_THREADS_PER_OUTPUT;
 use reduce::{reduce_body, ReduceParts};
 pub use skinny::{
-    round_kernel, skinny_kernel, skinny_quant_kernel, skinny_split, SKINNY_GROUPS,
-    SKINNY_MAX_BLOCKS, SKINNY_WARPS,
+    round_kernel, skinny_kernel, skinny_mma_fits, skinny_mma_grid, skinny_mma_kernel,
+    skinny_mma_norm_kernel, skinny_mma_residual_kernel, skinny_quant_kernel, skinny_split,
+    SkinnyNorm, SKINNY_GROUPS, SKINNY_MAX_BLOCKS, SKINNY_MMA_MAX_BLOCKS, SKINNY_MMA_STAGE,
+    SKINNY_WARPS,
 };
 
 use luminal::graph::{Edge, GraphData, Node, NodeId};

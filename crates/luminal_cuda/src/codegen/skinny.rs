@@ -353,6 +353,363 @@ pub fn skinny_quant_kernel(q: DType, c: DType) -> Option<Kernel> {
     ))
 }
 
+/// Blocks at most of a [`skinny_mma_kernel`] launch: two on each of an H100/H200's 132 SMs
+/// (its launch bounds ask for two), striding over the launch's 16-row tiles.
+pub const SKINNY_MMA_MAX_BLOCKS: u32 = 2 * 132;
+
+/// Halves of activations a [`skinny_mma_kernel`] block stages (`M·(K + 32)` at most: rows
+/// padded by 64 bytes, so that two rows' reads fall in different banks).
+pub const SKINNY_MMA_STAGE: i64 = 16384 + 128;
+
+/// Whether a skinny product of `m` activation rows of `k` may run as a
+/// [`skinny_mma_kernel`]: every row and offset a whole 16-byte piece (`lda`, `oa`, `ldb`,
+/// `ob` multiples of 8 elements) and the activations fit its staging.
+pub fn skinny_mma_fits(m: i64, k: i64, lda: i64, oa: i64, ldb: i64, ob: i64) -> bool {
+    (1..=crate::gemm::SKINNY_ROWS as i64).contains(&m)
+        && ((k | lda | oa | ldb | ob) & 7) == 0
+        && k > 0
+        && m * (k + 32) <= SKINNY_MMA_STAGE
+}
+
+/// The blocks of a [`skinny_mma_kernel`] launch over products of `rows` rows: one per 16-row
+/// tile, at most [`SKINNY_MMA_MAX_BLOCKS`].
+pub fn skinny_mma_grid(rows: &[i64]) -> u32 {
+    let tiles: i64 = rows.iter().map(|r| (r + 15) / 16).sum();
+    (tiles.max(1) as u32).min(SKINNY_MMA_MAX_BLOCKS)
+}
+
+/// [`skinny_kernel`] on tensor cores, for f16 or bf16 weights (`w`) and activations of the
+/// same type or f32 rounded to it (`x`): each block takes a tile of 16 weight rows at a time
+/// (the grid striding over the launch's tiles, product after product), its 8 warps the row's
+/// 32-element chunks in turn (warp `w`: chunks `w, w + 8, …`). A lane loads 16 bytes of each
+/// of the tile's rows `g` and `g + 8` (`g` = lane / 4) per chunk, at element `8·(lane % 4)`,
+/// batches of `LUM_SKM_U` chunks double-buffered in registers, and the warp multiplies them
+/// with the activations (staged once per block in shared memory, rounded to the weight's
+/// type) by two `mma.m16n8k16` (f32 accumulation): the k order inside a chunk is permuted
+/// alike for both operands, so the 16-byte pieces are the fragments as loaded, and the
+/// activation rows (`M ≤ 4`) are the fragment's columns. The warps' 16×M sums are added in
+/// order through shared memory and stored. The parameters are [`skinny_kernel`]'s; the last
+/// scalar is unused (1). Rows must meet [`skinny_mma_fits`] (the plan checks); grid
+/// [`skinny_mma_grid`] blocks of `32·SKINNY_WARPS` threads; needs sm_80. On the cooperative
+/// emulator each `mma` is an exchange through memory between two barriers, every warp
+/// calling it alike; on the plain host emulator one thread a row sums in order.
+pub fn skinny_mma_kernel(w: DType, x: DType, c: DType) -> Option<Kernel> {
+    skinny_mma_source(w, x, c, None, false)
+}
+
+/// An RMSNorm that a [`skinny_mma_kernel`] computes while staging its activations
+/// (`luminal::patterns::RmsNormMatch`): row `n` of the product's activations is
+/// `x[n] · recip(sqrt(Σ x[n]² · scale + eps)) [· weight]` of the norm's input `x`, read at the
+/// product's activation offsets (rows of the norm's length), the weight (f32, one per
+/// column) after `x` among the buffers when there is one.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SkinnyNorm {
+    pub weight: bool,
+    pub scale: f32,
+    pub eps: f32,
+}
+
+/// [`skinny_mma_kernel`] over f32 activations that are an RMSNorm of its `x` buffer
+/// ([`SkinnyNorm`]): each block sums its rows' squares (the lanes' sums, the warps' in order
+/// through shared memory), then stages `round(x · r [· weight])` as the norm's kernels and
+/// the product's rounding would (the sum's order aside): the norm then needs no launch of its
+/// own when every reader is such a product.
+pub fn skinny_mma_norm_kernel(w: DType, c: DType, norm: SkinnyNorm) -> Option<Kernel> {
+    skinny_mma_source(w, DType::F32, c, Some(norm), false)
+}
+
+/// [`skinny_mma_kernel`] (or [`skinny_mma_norm_kernel`] with `norm`) adding an f32 residual
+/// to each f32 output as it stores it: `out[i] = Σ + r[i]` with `r` (the last buffer) read
+/// at the output's own index (a residual sum `y = x·Wᵀ + r` over the same layout, whose
+/// kernel then does not run).
+pub fn skinny_mma_residual_kernel(w: DType, x: DType, norm: Option<SkinnyNorm>) -> Option<Kernel> {
+    skinny_mma_source(w, x, DType::F32, norm, true)
+}
+
+fn skinny_mma_source(
+    w: DType,
+    x: DType,
+    c: DType,
+    norm: Option<SkinnyNorm>,
+    residual: bool,
+) -> Option<Kernel> {
+    let wn = match w {
+        DType::F16 => "f16",
+        DType::BF16 => "bf16",
+        _ => return None,
+    };
+    let xt = match x {
+        DType::F32 => "float",
+        _ if x == w => "unsigned short",
+        _ => return None,
+    };
+    let ct = c_type(c).ok()?;
+    // An activation as the weight's type (its bits), and a weight or activation as f32.
+    let (to_bits, half) = match w {
+        DType::F16 => ("lum_skm_bits_f16", "lum_f16_to_f32"),
+        _ => ("lum_skm_bits_bf16", "lum_bf16_to_f32"),
+    };
+    // The activation at `lum_xr[j]` (column `lum_e + j` of row `lum_n`) as the product reads
+    // it: normed by the row's factor `lum_rn[lum_n]` (and the column's weight) first when the
+    // kernel computes a norm.
+    let normed = |j: &str| match norm {
+        Some(SkinnyNorm { weight: true, .. }) => {
+            format!("lum_mul(lum_mul(lum_xr[{j}], lum_rn[lum_n]), lum_nw[lum_e + {j}])")
+        }
+        Some(_) => format!("lum_mul(lum_xr[{j}], lum_rn[lum_n])"),
+        None => format!("lum_xr[{j}]"),
+    };
+    let x_bits = if x == DType::F32 {
+        format!("{to_bits}({})", normed("lum_j"))
+    } else {
+        "lum_xr[lum_j]".to_string()
+    };
+    let x_val = if x == DType::F32 {
+        format!("{half}({to_bits}({}))", normed("0"))
+    } else {
+        format!("{half}(lum_xr[lum_e])")
+    };
+    // The rows' factors `lum_rn` (before the staging; on the host, per row).
+    let (norm_param, norm_gpu, norm_host) = match norm {
+        Some(n) => {
+            let factor = format!(
+                "1.0f / sqrtf(lum_mul(lum_ss, {:e}f) + {:e}f)",
+                n.scale, n.eps
+            );
+            (
+                if n.weight {
+                    ", const float* __restrict__ lum_nw"
+                } else {
+                    ""
+                },
+                format!(
+                    r#"    /* The norm: each row's sum of squares (lanes, then warps in order). */
+    __shared__ float lum_ssp[LUM_SK_WARPS][LUM_SK_M];
+    float lum_rn[LUM_SK_M];
+#pragma unroll
+    for (int lum_n = 0; lum_n < LUM_SK_M; ++lum_n) {{
+        float lum_ss = 0.f;
+        if (lum_n < lum_m)
+            for (int lum_e = (int)threadIdx.x; lum_e < lum_kk; lum_e += (int)blockDim.x) {{
+                const float lum_v = x[lum_ob + lum_n * lum_ldb + lum_e];
+                lum_ss += lum_mul(lum_v, lum_v);
+            }}
+        for (int lum_o = 16; lum_o > 0; lum_o >>= 1) lum_ss += __shfl_xor_sync(0xffffffffu, lum_ss, lum_o);
+        if (lum_lane == 0) lum_ssp[lum_warp][lum_n] = lum_ss;
+    }}
+    __syncthreads();
+#pragma unroll
+    for (int lum_n = 0; lum_n < LUM_SK_M; ++lum_n) {{
+        float lum_ss = 0.f;
+        for (int lum_p = 0; lum_p < LUM_SK_WARPS; ++lum_p) lum_ss += lum_ssp[lum_p][lum_n];
+        lum_rn[lum_n] = {factor};
+    }}
+"#
+                ),
+                format!(
+                    r#"                float lum_rn[1];
+                {{
+                    float lum_ss = 0.f;
+                    for (long long lum_e = 0; lum_e < lum_k; ++lum_e) lum_ss += lum_mul(lum_xr[lum_e], lum_xr[lum_e]);
+                    lum_rn[0] = {factor};
+                }}
+"#
+                ),
+            )
+        }
+        None => ("", String::new(), String::new()),
+    };
+    let load = |buf: &str, batch: &str| {
+        format!(
+            r#"#pragma unroll
+            for (int lum_u = 0; lum_u < LUM_SKM_U; ++lum_u) {{
+                const int lum_e = 32 * (lum_warp + 8 * ({batch} * LUM_SKM_U + lum_u)) + 8 * lum_q;
+                if (lum_e < lum_kk) {{ lum_sk_words4(lum_wa + lum_e, {buf}[lum_u]); lum_sk_words4(lum_wb + lum_e, {buf}[lum_u] + 4); }}
+                else for (int lum_z = 0; lum_z < 8; ++lum_z) {buf}[lum_u][lum_z] = 0u;
+            }}
+"#
+        )
+    };
+    let consume = |buf: &str, batch: &str| {
+        format!(
+            r#"#pragma unroll
+            for (int lum_u = 0; lum_u < LUM_SKM_U; ++lum_u) {{
+                const int lum_e = 32 * (lum_warp + 8 * ({batch} * LUM_SKM_U + lum_u)) + 8 * lum_q;
+                unsigned lum_xv[4] = {{0u, 0u, 0u, 0u}};
+                if (lum_g < lum_m && lum_e < lum_kk) lum_sk_words4(lum_xs + lum_g * lum_ks + lum_e, lum_xv);
+                lum_skm_mma_{wn}(lum_acc, {buf}[lum_u][0], {buf}[lum_u][4], {buf}[lum_u][1], {buf}[lum_u][5], lum_xv[0], lum_xv[1]);
+                lum_skm_mma_{wn}(lum_acc, {buf}[lum_u][2], {buf}[lum_u][6], {buf}[lum_u][3], {buf}[lum_u][7], lum_xv[2], lum_xv[3]);
+            }}
+"#
+        )
+    };
+    // The output index `i` of the stored sum (`lum_s`), with the residual added.
+    let store_at = |i: &str| {
+        if residual {
+            store(c, Val::Float, &format!("lum_s + lum_res[{i}]"))
+        } else {
+            store(c, Val::Float, "lum_s")
+        }
+    };
+    let residual_param = if residual {
+        ", const float* __restrict__ lum_res"
+    } else {
+        ""
+    };
+    let text = format!(
+        r#"{helpers}LUM_EXTERN_C __global__ void LUM_SKM_BOUNDS KERNEL({ct}* out0, {ct}* out1, {ct}* out2, const unsigned short* __restrict__ w0, const unsigned short* __restrict__ w1, const unsigned short* __restrict__ w2, const {xt}* __restrict__ x{norm_param}{residual_param}, long long lum_m, long long lum_k, long long lum_ldb, long long lum_ob, long long lum_rows0, long long lum_lda0, long long lum_ldc0, long long lum_oa0, long long lum_oc0, long long lum_rows1, long long lum_lda1, long long lum_ldc1, long long lum_oa1, long long lum_oc1, long long lum_rows2, long long lum_lda2, long long lum_ldc2, long long lum_oa2, long long lum_oc2, long long lum_unused) {{
+    const long long lum_t0 = (lum_rows0 + 15) / 16, lum_t1 = (lum_rows1 + 15) / 16;
+    const long long lum_tiles = lum_t0 + lum_t1 + (lum_rows2 + 15) / 16;
+    (void)lum_unused;
+#ifdef __CUDACC_RTC__
+    const int lum_lane = (int)(threadIdx.x & 31), lum_warp = (int)(threadIdx.x >> 5);
+    const int lum_g = lum_lane >> 2, lum_q = lum_lane & 3;
+    const int lum_kk = (int)lum_k, lum_ks = lum_kk + 32;
+    /* Chunks of 32 a warp takes, as many for every warp (the last ones zeros where the row
+       has fewer): `mma` is called alike by all. */
+    const int lum_batches = ((lum_kk + 255) / 256 + LUM_SKM_U - 1) / LUM_SKM_U;
+    __shared__ float4 lum_xs4[LUM_SKM_STAGE / 8];
+    __shared__ float lum_parts[LUM_SK_WARPS][16][LUM_SK_M];
+    unsigned short* lum_xs = (unsigned short*)lum_xs4;
+    unsigned lum_ra[LUM_SKM_U][8], lum_rb[LUM_SKM_U][8];
+    long long lum_tile = blockIdx.x;
+    /* The tile's product and rows: `lum_wa`, `lum_wb` rows g and g + 8 (the last row where
+       the tile has fewer: loaded, not stored). */
+    long long lum_row0 = 0, lum_rows = 0, lum_ldc = 0, lum_oc = 0;
+    {ct}* lum_out = out0;
+    const unsigned short *lum_wa = w0, *lum_wb = w0;
+#define LUM_SKM_PICK(T) {{ \
+        long long lum_r = (T), lum_lda, lum_oa; const unsigned short* lum_w; \
+        if (lum_r < lum_t0) {{ lum_rows = lum_rows0; lum_lda = lum_lda0; lum_ldc = lum_ldc0; lum_oa = lum_oa0; lum_oc = lum_oc0; lum_out = out0; lum_w = w0; }} \
+        else if (lum_r < lum_t0 + lum_t1) {{ lum_r -= lum_t0; lum_rows = lum_rows1; lum_lda = lum_lda1; lum_ldc = lum_ldc1; lum_oa = lum_oa1; lum_oc = lum_oc1; lum_out = out1; lum_w = w1; }} \
+        else {{ lum_r -= lum_t0 + lum_t1; lum_rows = lum_rows2; lum_lda = lum_lda2; lum_ldc = lum_ldc2; lum_oa = lum_oa2; lum_oc = lum_oc2; lum_out = out2; lum_w = w2; }} \
+        lum_row0 = 16 * lum_r; \
+        lum_wa = lum_w + lum_oa + (lum_row0 + lum_g < lum_rows ? lum_row0 + lum_g : lum_rows - 1) * lum_lda; \
+        lum_wb = lum_w + lum_oa + (lum_row0 + lum_g + 8 < lum_rows ? lum_row0 + lum_g + 8 : lum_rows - 1) * lum_lda; }}
+    if (lum_tile < lum_tiles) {{
+        LUM_SKM_PICK(lum_tile)
+        {load_a0}    }}
+{norm_gpu}    /* The activations, rounded to the weight's type, once per block (every thread takes
+       part: no return before the barrier). */
+    for (int lum_i = (int)threadIdx.x; lum_i < (int)lum_m * (lum_kk / 4); lum_i += (int)blockDim.x) {{
+        const int lum_n = lum_i / (lum_kk / 4), lum_e = 4 * (lum_i % (lum_kk / 4));
+        const {xt}* lum_xr = x + lum_ob + lum_n * lum_ldb + lum_e;
+        unsigned lum_h[4];
+#pragma unroll
+        for (int lum_j = 0; lum_j < 4; ++lum_j) lum_h[lum_j] = {x_bits};
+        unsigned* lum_d = (unsigned*)(lum_xs + lum_n * lum_ks + lum_e);
+        lum_d[0] = lum_h[0] | (lum_h[1] << 16);
+        lum_d[1] = lum_h[2] | (lum_h[3] << 16);
+    }}
+    __syncthreads();
+    while (lum_tile < lum_tiles) {{
+        float lum_acc[4] = {{0.f, 0.f, 0.f, 0.f}};
+        for (int lum_b = 0; lum_b < lum_batches; lum_b += 2) {{
+            if (lum_b + 1 < lum_batches) {{
+                {load_b}            }}
+            {use_a}            if (lum_b + 1 >= lum_batches) break;
+            if (lum_b + 2 < lum_batches) {{
+                {load_a}            }}
+            {use_b}        }}
+        /* Row g's sums for activation rows 2q, 2q + 1 (and row g + 8's): this warp's part. */
+#pragma unroll
+        for (int lum_i = 0; lum_i < 4; ++lum_i) {{
+            const int lum_n = 2 * lum_q + (lum_i & 1);
+            if (lum_n < lum_m) lum_parts[lum_warp][lum_g + 8 * (lum_i >> 1)][lum_n] = lum_acc[lum_i];
+        }}
+        const long long lum_cur0 = lum_row0, lum_cur_rows = lum_rows, lum_cur_ldc = lum_ldc, lum_cur_oc = lum_oc;
+        {ct}* lum_cur_out = lum_out;
+        /* The next tile's first loads in flight while the parts are added. */
+        lum_tile += gridDim.x;
+        if (lum_tile < lum_tiles) {{
+            LUM_SKM_PICK(lum_tile)
+            {load_a0}        }}
+        __syncthreads();
+        if ((int)threadIdx.x < 16 * (int)lum_m) {{
+            const int lum_r = (int)threadIdx.x & 15, lum_n = (int)threadIdx.x >> 4;
+            float lum_s = 0.f;
+            for (int lum_p = 0; lum_p < LUM_SK_WARPS; ++lum_p) lum_s += lum_parts[lum_p][lum_r][lum_n];
+            const long long lum_i = lum_cur_oc + lum_cur0 + lum_r + lum_n * lum_cur_ldc;
+            if (lum_cur0 + lum_r < lum_cur_rows) lum_cur_out[lum_i] = {store_gpu};
+        }}
+        __syncthreads();
+    }}
+#undef LUM_SKM_PICK
+#else
+    /* One thread a row of each of the block's tiles, summing in order. */
+    if (threadIdx.x < 16) {{
+        for (long long lum_tile = blockIdx.x; lum_tile < lum_tiles; lum_tile += gridDim.x) {{
+            long long lum_r = lum_tile, lum_rows = lum_rows0, lum_lda = lum_lda0, lum_ldc = lum_ldc0, lum_oa = lum_oa0, lum_oc = lum_oc0;
+            {ct}* lum_out = out0;
+            const unsigned short* lum_w = w0;
+            if (lum_r >= lum_t0) {{
+                lum_r -= lum_t0; lum_rows = lum_rows1; lum_lda = lum_lda1; lum_ldc = lum_ldc1; lum_oa = lum_oa1; lum_oc = lum_oc1; lum_out = out1; lum_w = w1;
+                if (lum_r >= lum_t1) {{
+                    lum_r -= lum_t1; lum_rows = lum_rows2; lum_lda = lum_lda2; lum_ldc = lum_ldc2; lum_oa = lum_oa2; lum_oc = lum_oc2; lum_out = out2; lum_w = w2;
+                }}
+            }}
+            const long long lum_row = 16 * lum_r + threadIdx.x;
+            if (lum_row >= lum_rows) continue;
+            for (long long lum_n0 = 0; lum_n0 < lum_m; ++lum_n0) {{
+                const {xt}* lum_xr = x + lum_ob + lum_n0 * lum_ldb;
+                const long long lum_n = 0;
+                (void)lum_n;
+{norm_host}                float lum_s = 0.f;
+                for (long long lum_e = 0; lum_e < lum_k; ++lum_e) lum_s += {half}(lum_w[lum_oa + lum_row * lum_lda + lum_e]) * {x_val_host};
+                const long long lum_i = lum_oc + lum_row + lum_n0 * lum_ldc;
+                lum_out[lum_i] = {store_host};
+            }}
+        }}
+    }}
+#endif
+}}
+"#,
+        helpers = skinny_helpers(),
+        store_gpu = store_at("lum_i"),
+        store_host = store_at("lum_i"),
+        x_val_host = x_val
+            .replace("lum_xr[0]", "lum_xr[lum_e]")
+            .replace("lum_e + 0", "lum_e"),
+        load_a0 = load("lum_ra", "0"),
+        load_a = load("lum_ra", "(lum_b + 2)"),
+        load_b = load("lum_rb", "(lum_b + 1)"),
+        use_a = consume("lum_ra", "lum_b"),
+        use_b = consume("lum_rb", "(lum_b + 1)"),
+    );
+    let name = format!(
+        "lum_skinny_mma_{}{}{wn}_{}_{}_{:016x}",
+        if norm.is_some() { "norm_" } else { "" },
+        if residual { "res_" } else { "" },
+        x.name(),
+        c.name(),
+        fnv1a(&text)
+    );
+    let mut buffer_types = vec![
+        ct,
+        ct,
+        ct,
+        "unsigned short",
+        "unsigned short",
+        "unsigned short",
+        xt,
+    ];
+    if norm.is_some_and(|n| n.weight) {
+        buffer_types.push("float");
+    }
+    if residual {
+        buffer_types.push("float");
+    }
+    Some(Kernel {
+        source: text.replace("KERNEL", &name),
+        name,
+        buffer_types,
+        error_flag: false,
+        dims: vec![],
+        cooperative: true,
+        scalars: Some(5 + 5 * SKINNY_GROUPS),
+    })
+}
+
 /// The frame every skinny kernel shares: the parameters ([`skinny_kernel`]'s), the warp's
 /// product and row, `lum_live` and the accumulators; on a GPU the activations staged into
 /// shared memory (`lum_xs`, `lum_stage`) when `stage.0` holds, each element `stage.1` (of
@@ -476,6 +833,11 @@ fn skinny_helpers() -> &'static str {
                 .unwrap_or(default)
         };
         let u = env("LUMINAL_CUDA_SKINNY_U", 2).clamp(1, 8);
+        let mma_u = env("LUMINAL_CUDA_SKINNY_MMA_U", 4).clamp(1, 8);
+        let mma_bounds = match env("LUMINAL_CUDA_SKINNY_MMA_BLOCKS", 2).min(8) {
+            0 => String::new(),
+            blocks => format!("__launch_bounds__(256, {blocks})"),
+        };
         let bounds = |name: &str| match env(name, 4).min(8) {
             0 => String::new(),
             blocks => format!("__launch_bounds__(256, {blocks})"),
@@ -491,13 +853,17 @@ fn skinny_helpers() -> &'static str {
 #define LUM_SK_U_f16 {u}
 #define LUM_SK_U_bf16 {u}
 #define LUM_SK_U_f32 {}
+/* Chunks of 32 a warp of the tensor-core kernel requests at once, per buffer. */
+#define LUM_SKM_U {mma_u}
 /* Half and block weights: at most 64 registers a thread by default, so four blocks of 8
    warps fit on an SM (f32 weights would spill more, and keep the compiler's choice). */
 #ifdef __CUDA_ARCH__
 #define LUM_SK_BOUNDS_f16 {bounds}
 #define LUM_SK_BOUNDS_bf16 {bounds}
 #define LUM_SK_BOUNDS_q {qbounds}
+#define LUM_SKM_BOUNDS {mma_bounds}
 #else
+#define LUM_SKM_BOUNDS
 #define LUM_SK_BOUNDS_f16
 #define LUM_SK_BOUNDS_bf16
 #define LUM_SK_BOUNDS_q
@@ -516,6 +882,8 @@ const SKINNY_HELPERS: &str = r#"#ifndef LUM_SKINNY_HELPERS
 /* The most activation rows (crate::gemm::SKINNY_ROWS), warps a block (SKINNY_WARPS). */
 #define LUM_SK_M 4
 #define LUM_SK_WARPS 8
+/* Halves of activations the tensor-core kernel stages (crate::codegen::SKINNY_MMA_STAGE). */
+#define LUM_SKM_STAGE 16512
 /* Whether a block-quantized product's rows (of `bytes`-byte blocks) all start 16-byte aligned. */
 LUM_DEV int lum_sk_q_aligned(const unsigned char* w, long long rows, long long lda, long long oa, long long bytes) {
     return rows == 0 || ((((unsigned long long)w + (unsigned long long)((oa / 32) * bytes)) | (unsigned long long)((lda / 32) * bytes)) & 15) == 0;
@@ -562,6 +930,53 @@ LUM_DEV void lum_sk_cvt_bf16(const unsigned* u, float* o) {
 LUM_DEV void lum_sk_cvt_f32(const unsigned* u, float* o) { for (int i = 0; i < 8; ++i) o[i] = lum_u2f(u[i]); }
 LUM_DEV void lum_sk_load8_f16(const unsigned short* p, float* o) { unsigned u[4]; lum_sk_raw_f16(p, u); lum_sk_cvt_f16(u, o); }
 LUM_DEV void lum_sk_load8_bf16(const unsigned short* p, float* o) { unsigned u[4]; lum_sk_raw_bf16(p, u); lum_sk_cvt_bf16(u, o); }
+/* The tensor-core kernel: an f32 activation rounded to the weight's type (its bits), and
+   d += A·B for one m16n8k16 tile (A 16×16 row-major, B 16×8 column-major, f32 d), each
+   lane holding PTX's fragments (A: rows g, g + 8 and columns 2q.., 2q + 8..; B: column g,
+   rows 2q.., 2q + 8..; d: rows g, g + 8 and columns 2q, 2q + 1). */
+#ifdef __CUDA_ARCH__
+LUM_DEV unsigned lum_skm_bits_f16(float v) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v)); return h; }
+LUM_DEV unsigned lum_skm_bits_bf16(float v) { unsigned short h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v)); return h; }
+LUM_DEV void lum_skm_mma_f16(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+LUM_DEV void lum_skm_mma_bf16(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+#else
+LUM_DEV unsigned lum_skm_bits_f16(float v) { return lum_f32_to_f16(v); }
+LUM_DEV unsigned lum_skm_bits_bf16(float v) { return lum_f32_to_bf16(v); }
+#ifdef __CUDACC_RTC__
+/* The cooperative emulator: every thread of the block stores its fragments between two
+   barriers, then computes its four sums from its warp's (each of 16 products in order). */
+static unsigned lum_skm_a[1024][4], lum_skm_b[1024][2];
+LUM_DEV float lum_skm_half(unsigned w, int k, int bf) {
+    const unsigned short h = (unsigned short)((k & 1) ? w >> 16 : w & 0xffffu);
+    return bf ? lum_bf16_to_f32(h) : lum_f16_to_f32(h);
+}
+LUM_DEV void lum_skm_mma(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1, int bf) {
+    const unsigned t = threadIdx.x, base = t & ~31u, lane = t & 31u, g = lane >> 2, q = lane & 3u;
+    _Pragma("omp barrier")
+    lum_skm_a[t][0] = a0; lum_skm_a[t][1] = a1; lum_skm_a[t][2] = a2; lum_skm_a[t][3] = a3;
+    lum_skm_b[t][0] = b0; lum_skm_b[t][1] = b1;
+    _Pragma("omp barrier")
+    for (int i = 0; i < 4; ++i) {
+        const unsigned row = g + (i >= 2 ? 8u : 0u), col = 2u * q + (unsigned)(i & 1);
+        float s = 0.f;
+        for (int k = 0; k < 16; ++k) {
+            const unsigned al = base + (row % 8u) * 4u + (unsigned)(k % 8) / 2u, ar = (row >= 8u ? 1u : 0u) + (k >= 8 ? 2u : 0u);
+            const unsigned bl = base + col * 4u + (unsigned)(k % 8) / 2u, br = k >= 8 ? 1u : 0u;
+            s += lum_skm_half(lum_skm_a[al][ar], k, bf) * lum_skm_half(lum_skm_b[bl][br], k, bf);
+        }
+        d[i] += s;
+    }
+}
+#define lum_skm_mma_f16(d, a0, a1, a2, a3, b0, b1) lum_skm_mma(d, a0, a1, a2, a3, b0, b1, 0)
+#define lum_skm_mma_bf16(d, a0, a1, a2, a3, b0, b1) lum_skm_mma(d, a0, a1, a2, a3, b0, b1, 1)
+#endif
+#endif
 #endif
 "#;
 
@@ -575,5 +990,9 @@ mod tests {
         assert!(h.contains(&format!("#define LUM_SK_M {}\n", crate::gemm::SKINNY_ROWS)));
         assert!(h.contains(&format!("#define LUM_SK_WARPS {}\n", super::SKINNY_WARPS)));
         assert!(!h.contains("LUM_SK_TUNING"));
+        assert!(h.contains(&format!(
+            "#define LUM_SKM_STAGE {}\n",
+            super::SKINNY_MMA_STAGE
+        )));
     }
 }

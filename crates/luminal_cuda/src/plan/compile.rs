@@ -1,7 +1,7 @@
 //! Compiling a graph into a plan: the products, attentions, fused nodes, in-place state
 //! writes and static steps found, the kernels generated and compiled once.
 
-use super::{dim_bit, Executor, IdMap, PlanRuntime, Step};
+use super::{dim_bit, Executor, IdMap, NormProduct, PlanRuntime, Residual, Step};
 use crate::attention;
 use crate::codegen::{self, Kernel};
 use crate::gemm::{self, GemmType, Side};
@@ -154,6 +154,8 @@ impl<E: Executor> PlanRuntime<E> {
                 attn_out: attn_out.get(&id).copied(),
                 attn_inner: attn_inner.get(&id).copied(),
                 in_place: in_place.contains(&id),
+                norm_skip: None,
+                residual_of: None,
                 dims_at: dims_len,
                 host_vars: 0,
                 static_deps: None,
@@ -304,6 +306,157 @@ impl<E: Executor> PlanRuntime<E> {
                 kernels.len() - 1
             }));
         }
+        // The same products on tensor cores where the weight is f16/bf16 and the activations
+        // are (rounded to) its type (`LUMINAL_CUDA_SKINNY_MMA=0`: none, for comparisons).
+        let mut skinny_mma_fn = vec![None; patterns.len()];
+        if exec.skinny_mma() {
+            for (i, p) in patterns.iter().enumerate() {
+                let w = p.b_type.dtype();
+                let x = match p.round {
+                    Some((Side::A, t)) if t.dtype() == w => DType::F32,
+                    None if p.a_type.dtype() == w => w,
+                    _ => continue,
+                };
+                if skinny_fn[i].is_none() {
+                    continue;
+                }
+                if let Some(k) = codegen::skinny_mma_kernel(w, x, p.c_type.dtype()) {
+                    skinny_mma_fn[i] =
+                        Some(*by_source.entry(k.source.clone()).or_insert_with(|| {
+                            kernels.push(k);
+                            kernels.len() - 1
+                        }));
+                }
+            }
+        }
+        // Of those, products whose activations are an RMSNorm of f32 rows: the kernel that
+        // computes the norm as it stages them (`LUMINAL_CUDA_SKINNY_NORM=0`: none). A norm
+        // all of whose readers are such products has no launch of its own in runs where they
+        // take that path (its steps' `norm_skip`).
+        let mut skinny_norm: Vec<Option<NormProduct>> = vec![None; patterns.len()];
+        if std::env::var("LUMINAL_CUDA_SKINNY_NORM").as_deref() != Ok("0") {
+            for (i, p) in patterns.iter().enumerate() {
+                if skinny_mma_fn[i].is_none() || !matches!(p.round, Some((Side::A, _))) {
+                    continue;
+                }
+                // The norm's input and weight must have buffers (not be fused into the norm).
+                let Some(m) = luminal::patterns::RmsNormMatch::find(&graph, p.a.node).filter(|m| {
+                    std::iter::once(&m.x)
+                        .chain(&m.weight)
+                        .all(|e| !fused.contains(&e.node))
+                }) else {
+                    continue;
+                };
+                let norm = codegen::SkinnyNorm {
+                    weight: m.weight.is_some(),
+                    scale: m.scale,
+                    eps: m.eps,
+                };
+                let Some(k) =
+                    codegen::skinny_mma_norm_kernel(p.b_type.dtype(), p.c_type.dtype(), norm)
+                else {
+                    continue;
+                };
+                let Some(len) = graph.node(p.a.node).shape.last().cloned() else {
+                    continue;
+                };
+                let function = *by_source.entry(k.source.clone()).or_insert_with(|| {
+                    kernels.push(k);
+                    kernels.len() - 1
+                });
+                skinny_norm[i] = Some(NormProduct {
+                    function,
+                    norm,
+                    x: m.x.node,
+                    weight: m.weight.map(|e| e.node),
+                    len,
+                });
+            }
+        }
+        mark_norm_steps(&mut steps, &graph, &patterns, &skinny_norm);
+        // Products whose only reader is a residual sum `product + r` (f32, both read one to
+        // one, the sum and `r` with buffers of their own): the tensor-core kernels adding `r`
+        // as they store (`LUMINAL_CUDA_SKINNY_RESIDUAL=0`: none).
+        let mut skinny_residual: Vec<Option<Residual>> = vec![None; patterns.len()];
+        if std::env::var("LUMINAL_CUDA_SKINNY_RESIDUAL").as_deref() != Ok("0") {
+            let mut readers: HashMap<NodeId, Vec<NodeId>> = HashMap::new();
+            for &id in &order {
+                for e in &graph.node(id).inputs {
+                    readers.entry(e.node).or_default().push(id);
+                }
+            }
+            for (i, p) in patterns.iter().enumerate() {
+                if skinny_mma_fn[i].is_none() || p.c_type != GemmType::F32 {
+                    continue;
+                }
+                let out = p.reduce;
+                let Some([add]) = readers.get(&out).map(|r| r.as_slice()) else {
+                    continue;
+                };
+                let a = graph.node(*add);
+                let Some(r) = (match (&a.op, a.inputs.as_slice()) {
+                    (Op::Binary(luminal::op::BinaryOp::Add), [e0, e1])
+                        if a.dtype == DType::F32
+                            && e0.node != e1.node
+                            && luminal::patterns::flat_identity_edge(&graph, e0)
+                            && luminal::patterns::flat_identity_edge(&graph, e1) =>
+                    {
+                        if e0.node == out {
+                            Some(e1.node)
+                        } else {
+                            Some(e0.node)
+                        }
+                    }
+                    _ => None,
+                }) else {
+                    continue;
+                };
+                if graph.outputs.contains(&out)
+                    || fused.contains(add)
+                    || fused.contains(&r)
+                    || graph.node(r).dtype != DType::F32
+                    || graph.node(r).shape != a.shape
+                    || graph.node(out).shape != a.shape
+                    || !steps.iter().any(|st: &Step| st.node == *add)
+                {
+                    continue;
+                }
+                let mut compile = |k: Option<Kernel>| {
+                    k.map(|k| {
+                        *by_source.entry(k.source.clone()).or_insert_with(|| {
+                            kernels.push(k);
+                            kernels.len() - 1
+                        })
+                    })
+                };
+                let w = p.b_type.dtype();
+                let x = if matches!(p.round, Some((Side::A, _))) {
+                    DType::F32
+                } else {
+                    w
+                };
+                let function = compile(codegen::skinny_mma_residual_kernel(w, x, None));
+                let norm_function = compile(skinny_norm[i].as_ref().and_then(|n| {
+                    codegen::skinny_mma_residual_kernel(w, DType::F32, Some(n.norm))
+                }));
+                if function.is_none() || (skinny_norm[i].is_some() && norm_function.is_none()) {
+                    continue;
+                }
+                skinny_residual[i] = Some(Residual {
+                    r,
+                    function,
+                    norm_function,
+                });
+                if let Some(st) = steps.iter_mut().find(|st| st.node == *add) {
+                    st.residual_of = Some(i);
+                }
+            }
+        }
+        // An explicit `LUMINAL_CUDA_SKINNY` bounds the tensor-core kernel's products too.
+        let skinny_mma_max = match std::env::var("LUMINAL_CUDA_SKINNY") {
+            Ok(_) => skinny_max.0,
+            Err(_) => u64::MAX,
+        };
         // Products over a Q8_0/Q4_0/Q4_1 weight: the skinny kernel reading its blocks
         // (`LUMINAL_CUDA_SKINNY_QUANT=0`: the f16 copy instead, for comparisons).
         let quant_in_place = std::env::var("LUMINAL_CUDA_SKINNY_QUANT").as_deref() != Ok("0");
@@ -446,8 +599,33 @@ impl<E: Executor> PlanRuntime<E> {
                 let mut f: Vec<usize> = skinny_fn
                     .iter()
                     .chain(&skinny_quant_fn)
+                    .chain(&skinny_mma_fn)
                     .flatten()
                     .copied()
+                    .chain(skinny_norm.iter().flatten().map(|n| n.function))
+                    .chain(
+                        skinny_residual
+                            .iter()
+                            .flatten()
+                            .flat_map(|r| r.function.into_iter().chain(r.norm_function)),
+                    )
+                    .collect();
+                f.sort();
+                f.dedup();
+                f
+            },
+            skinny_mma_fns: {
+                let mut f: Vec<usize> = skinny_mma_fn
+                    .iter()
+                    .flatten()
+                    .copied()
+                    .chain(skinny_norm.iter().flatten().map(|n| n.function))
+                    .chain(
+                        skinny_residual
+                            .iter()
+                            .flatten()
+                            .flat_map(|r| r.function.into_iter().chain(r.norm_function)),
+                    )
                     .collect();
                 f.sort();
                 f.dedup();
@@ -455,6 +633,10 @@ impl<E: Executor> PlanRuntime<E> {
             },
             skinny_fn,
             skinny_quant_fn,
+            skinny_mma_fn,
+            skinny_mma_max,
+            skinny_norm,
+            skinny_residual,
             skinny_max,
             skinny: 0,
             dequant_fn,
@@ -532,8 +714,83 @@ fn step_vars(
     for a in step.attn_out.iter().chain(&step.attn_inner) {
         vars.extend(attn_vars[*a].iter().cloned());
     }
+    // Whether a norm's steps are skipped depends on its products' calls.
+    for p in step.norm_skip.iter().flatten().chain(&step.residual_of) {
+        vars.extend(gemm_vars[*p].iter().cloned());
+    }
     for e in exprs {
         vars.extend(e.variables());
     }
     vars
+}
+
+/// Marks the steps of each RMSNorm whose every reader is a product computing it in its
+/// skinny kernel (`skinny_norm`): the norm's own step (read only by those products' `Mul`
+/// steps, not a graph output) and, from there, every step read only by marked steps of the
+/// same products (its sum of squares).
+fn mark_norm_steps(
+    steps: &mut [Step],
+    graph: &GraphData,
+    patterns: &[gemm::Pattern],
+    skinny_norm: &[Option<NormProduct>],
+) {
+    let mut readers: HashMap<NodeId, Vec<usize>> = HashMap::new();
+    for (s, step) in steps.iter().enumerate() {
+        for &n in &step.inputs {
+            readers.entry(n).or_default().push(s);
+        }
+    }
+    let step_of: HashMap<NodeId, usize> = steps
+        .iter()
+        .enumerate()
+        .map(|(s, st)| (st.node, s))
+        .collect();
+    let roots: BTreeSet<NodeId> = patterns
+        .iter()
+        .zip(skinny_norm)
+        .filter(|(_, n)| n.is_some())
+        .map(|(p, _)| p.a.node)
+        .collect();
+    for root in roots {
+        let Some(&rs) = step_of.get(&root) else {
+            continue;
+        };
+        if graph.outputs.contains(&root) {
+            continue;
+        }
+        let mut products = vec![];
+        let all_products = readers.get(&root).is_some_and(|rd| {
+            rd.iter().all(|&r| {
+                steps[r].feeds.is_some_and(|p| {
+                    products.push(p);
+                    skinny_norm[p].is_some() && patterns[p].a.node == root
+                })
+            })
+        });
+        if !all_products || products.is_empty() {
+            continue;
+        }
+        products.sort();
+        products.dedup();
+        let mut marked = vec![rs];
+        steps[rs].norm_skip = Some(products.clone());
+        // Steps read only by marked ones (the sum of squares), until none is added.
+        loop {
+            let next = steps.iter().enumerate().position(|(s, st)| {
+                st.norm_skip.is_none()
+                    && !st.in_place
+                    && st.gemm.is_none()
+                    && st.attn_out.is_none()
+                    && !graph.outputs.contains(&st.node)
+                    && readers
+                        .get(&st.node)
+                        .is_some_and(|rd| rd.iter().all(|r| marked.contains(r)))
+                    && marked.iter().any(|&m| steps[m].inputs.contains(&st.node))
+                    && s != rs
+            });
+            let Some(s) = next else { break };
+            steps[s].norm_skip = Some(products.clone());
+            marked.push(s);
+        }
+    }
 }

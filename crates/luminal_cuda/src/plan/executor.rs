@@ -65,6 +65,11 @@ pub trait Executor {
     fn cooperative_reductions(&self) -> bool {
         false
     }
+    /// Whether skinny products over half weights may run on tensor cores
+    /// ([`crate::codegen::skinny_mma_kernel`]: sm_80 or newer).
+    fn skinny_mma(&self) -> bool {
+        false
+    }
     /// Whether [`Executor::gemm`] runs (cuBLAS loaded); without it products run as kernels.
     fn gemm_available(&self) -> bool {
         false

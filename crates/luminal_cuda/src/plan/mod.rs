@@ -83,6 +83,14 @@ struct Step {
     attn_inner: Option<usize>,
     /// A `WriteSlice` into its destination input's buffer ([`codegen::write_in_place`]).
     in_place: bool,
+    /// A step of an RMSNorm whose every reader is one of these products (through their
+    /// tensor-core kernel's norm prologue, [`NormProduct`]), or only read by such a step:
+    /// skipped (no buffer) in runs where all of them take that path.
+    norm_skip: Option<Vec<usize>>,
+    /// A residual sum `product + r` that this product's tensor-core kernel computes as it
+    /// stores ([`Residual`]): skipped in runs where the product takes that kernel, its
+    /// readers reading the product's buffer.
+    residual_of: Option<usize>,
     /// Where this kernel's dims start in the dims table.
     dims_at: usize,
     /// The dims its preparation reads ([`dim_bit`]s of the plan's `host_dims`,
@@ -102,6 +110,29 @@ struct Step {
     /// For a plain copy of a computed node through an unmasked view: that view, to elide the
     /// copy in runs where it is the identity ([`PlanRuntime::resolved`]).
     elide: Option<ElideView>,
+}
+
+/// A product whose activations are an RMSNorm (`luminal::patterns::RmsNormMatch`) of
+/// rows of `len` (the norm's last axis), computed by `function`
+/// ([`crate::codegen::skinny_mma_norm_kernel`]) from the norm's input `x` and its `weight`.
+#[derive(Clone)]
+pub(super) struct NormProduct {
+    function: usize,
+    norm: crate::codegen::SkinnyNorm,
+    x: NodeId,
+    weight: Option<NodeId>,
+    len: Expression,
+}
+
+/// A product whose only reader is `product + r` (both read one to one, f32): its
+/// tensor-core kernels with the residual added as they store (`function` for plain
+/// activations, `norm_function` with its [`NormProduct`]'s norm;
+/// [`crate::codegen::skinny_mma_residual_kernel`]).
+#[derive(Clone)]
+pub(super) struct Residual {
+    r: NodeId,
+    function: Option<usize>,
+    norm_function: Option<usize>,
 }
 
 /// An unmasked view's expressions (a copy elided when they are the identity at a run's dims).
@@ -192,7 +223,21 @@ pub struct PlanRuntime<E: Executor> {
     /// Per product over a Q8_0/Q4_0/Q4_1 weight, the [`crate::codegen::skinny_quant_kernel`]
     /// reading its blocks in place (tried before the f16 copy).
     skinny_quant_fn: Vec<Option<usize>>,
+    /// Per product over an f16/bf16 weight (its activations of that type or f32 rounded to
+    /// it), the [`crate::codegen::skinny_mma_kernel`] that computes its skinny calls on
+    /// tensor cores where their rows allow ([`crate::codegen::skinny_mma_fits`]), tried
+    /// first; with the most weight elements it takes (no bound by default; an explicit
+    /// `LUMINAL_CUDA_SKINNY` bounds it as the other kernels).
+    skinny_mma_fn: Vec<Option<usize>>,
+    skinny_mma_max: u64,
+    /// Per product whose activations are an RMSNorm, the tensor-core kernel computing the
+    /// norm as it stages them ([`crate::codegen::skinny_mma_norm_kernel`]), tried first.
+    skinny_norm: Vec<Option<NormProduct>>,
+    /// Per product read only by a residual sum, the tensor-core kernels that add it.
+    skinny_residual: Vec<Option<Residual>>,
+    /// Every skinny kernel in `functions` (launches of one merge), and the tensor-core ones.
     skinny_fns: Vec<usize>,
+    skinny_mma_fns: Vec<usize>,
     /// The most weight elements of a skinny product, and the row length up to which any
     /// product runs skinny (`LUMINAL_CUDA_SKINNY`; 0: no row rule).
     skinny_max: (u64, i32),
@@ -562,7 +607,7 @@ impl<E: Executor> Runtime for PlanRuntime<E> {
         if !same {
             self.prepare_all(&mut launches)?;
             if self.skinny > 1 {
-                prepare::merge_skinny(&mut launches, &self.skinny_fns);
+                prepare::merge_skinny(&mut launches, &self.skinny_fns, &self.skinny_mma_fns);
             }
             if self.combine {
                 self.combine_launches(&mut launches)?;

@@ -43,7 +43,13 @@ fn skinny_rows(scalars: &[i64]) -> i64 {
 /// The blocks of a skinny launch: `split` warps (its last scalar) per weight row of its
 /// products, at most [`codegen::SKINNY_MAX_BLOCKS`] blocks (the kernel's blocks stride over
 /// the rest, as evenly as the count allows) unless `LUMINAL_CUDA_SKINNY_PERSIST=0`.
-fn skinny_grid(scalars: &[i64]) -> u32 {
+fn skinny_grid(scalars: &[i64], mma: bool) -> u32 {
+    if mma {
+        let rows: Vec<i64> = (0..codegen::SKINNY_GROUPS)
+            .map(|g| scalars[4 + 5 * g])
+            .collect();
+        return codegen::skinny_mma_grid(&rows);
+    }
     static CAP: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     let cap = *CAP.get_or_init(
         || match std::env::var("LUMINAL_CUDA_SKINNY_PERSIST").as_deref() {
@@ -72,7 +78,7 @@ fn skinny_grid(scalars: &[i64]) -> u32 {
 /// earlier one ran: their operands are ready there (the same activations; weights written
 /// before) and nothing between reads their outputs (each node has its own buffer, read only
 /// after the node).
-pub(super) fn merge_skinny(launches: &mut Vec<Launch>, skinny: &[usize]) {
+pub(super) fn merge_skinny(launches: &mut Vec<Launch>, skinny: &[usize], mma: &[usize]) {
     const LOOK_AHEAD: usize = 8;
     let is_skinny = |l: &Launch| match l {
         Launch::Kernel { function, .. } => skinny.contains(function),
@@ -127,7 +133,7 @@ pub(super) fn merge_skinny(launches: &mut Vec<Launch>, skinny: &[usize]) {
                 .count();
             let joins = fi == fj
                 && is_skinny(&launches[j])
-                && bi[x_at] == bj[x_at]
+                && bi[x_at..] == bj[x_at..]
                 && si[..4] == sj[..4]
                 && sj[9] == 0
                 && used < codegen::SKINNY_GROUPS
@@ -147,6 +153,7 @@ pub(super) fn merge_skinny(launches: &mut Vec<Launch>, skinny: &[usize]) {
             slot.copy_from_slice(&sj[4..9]);
             gone[j] = true;
             let Launch::Kernel {
+                function,
                 grid,
                 buffers,
                 scalars,
@@ -155,14 +162,16 @@ pub(super) fn merge_skinny(launches: &mut Vec<Launch>, skinny: &[usize]) {
             else {
                 unreachable!("matched above")
             };
+            let on_tensor_cores = mma.contains(function);
             buffers[used] = out;
             buffers[codegen::SKINNY_GROUPS + used] = w;
             scalars[4 + 5 * used..9 + 5 * used].copy_from_slice(&slot);
             // More rows want no more warps a row (never more than the first had: 1 stays 1).
+            // (The tensor-core kernel's last scalar is unused: 1 stays 1.)
             let split = codegen::skinny_split(skinny_rows(scalars), scalars[1]);
             let last = &mut scalars[4 + 5 * codegen::SKINNY_GROUPS];
             *last = (*last).min(split);
-            *grid = skinny_grid(scalars);
+            *grid = skinny_grid(scalars, on_tensor_cores);
             j += 1;
         }
     }
@@ -396,6 +405,20 @@ impl<E: Executor> PlanRuntime<E> {
             // Read only by its product, which cuBLAS computes from the operands.
             return Ok(());
         }
+        if step
+            .norm_skip
+            .as_ref()
+            .is_some_and(|ps| ps.iter().all(|&p| self.norm_fits(p)))
+        {
+            // A norm that every reader computes in its product's kernel this run.
+            return Ok(());
+        }
+        if let Some(pi) = step.residual_of.filter(|&p| self.takes_mma(p)) {
+            // A residual sum its product's kernel computed: read from the product's buffer.
+            let product = self.patterns[pi].reduce;
+            self.alias.insert(step.node, product);
+            return Ok(());
+        }
         if let Some(deps) = &step.static_deps {
             let newest = deps
                 .iter()
@@ -625,14 +648,75 @@ impl<E: Executor> PlanRuntime<E> {
         gemm::skinny(c) && ((c.m.max(0) as u64) * (c.k.max(0) as u64) <= max || c.k <= max_k)
     }
 
+    /// Whether `call` may run on the tensor-core skinny kernel: a skinny call (with the
+    /// other kernels' switch on) of at most `skinny_mma_max` weight elements whose rows
+    /// [`codegen::skinny_mma_fits`].
+    fn skinny_mma_fits(&self, c: &GemmCall) -> bool {
+        gemm::skinny(c)
+            && self.skinny_max.0 > 0
+            && (c.m.max(0) as u64) * (c.k.max(0) as u64) <= self.skinny_mma_max
+            && codegen::skinny_mma_fits(
+                c.n as i64,
+                c.k as i64,
+                c.lda as i64,
+                c.offset_a,
+                c.ldb as i64,
+                c.offset_b,
+            )
+    }
+
+    /// The skinny kernel reading product `p`'s quantized weight in place this run, if it
+    /// does: its rows whole blocks and small enough (`skinny_fits`; no f16 copy needed).
+    fn quant_in_place(&self, p: usize) -> Option<usize> {
+        let calls = self.calls[p].as_ref()?;
+        let whole_blocks = |c: &GemmCall| c.offset_a % 32 == 0 && c.lda % 32 == 0 && c.k % 32 == 0;
+        self.skinny_quant_fn[p]
+            .filter(|_| calls.iter().all(|c| self.skinny_fits(c) && whole_blocks(c)))
+    }
+
+    /// Whether product `p`'s calls this run are computed by its norm kernel
+    /// (`skinny_norm`): not read in place as blocks, each fits the tensor-core kernel and
+    /// reads whole rows of the norm (its `K` the norm's length, its rows starting at
+    /// multiples of it).
+    fn norm_fits(&self, p: usize) -> bool {
+        let (Some(n), Some(calls)) = (&self.skinny_norm[p], &self.calls[p]) else {
+            return false;
+        };
+        if self.quant_in_place(p).is_some() {
+            return false;
+        }
+        let Ok(len) = self.eval(&n.len) else {
+            return false;
+        };
+        len > 0
+            && calls.iter().all(|c| {
+                self.skinny_mma_fits(c)
+                    && c.k as i64 == len
+                    && (c.ldb as i64) % len == 0
+                    && c.offset_b % len == 0
+            })
+    }
+
+    /// Whether product `p` runs on a tensor-core skinny kernel this run (with its norm or
+    /// not).
+    fn takes_mma(&self, p: usize) -> bool {
+        self.quant_in_place(p).is_none()
+            && (self.norm_fits(p)
+                || (self.skinny_mma_fn[p].is_some()
+                    && self.calls[p]
+                        .as_ref()
+                        .is_some_and(|cs| cs.iter().all(|c| self.skinny_mma_fits(c)))))
+    }
+
     /// Launches of skinny kernel `f` for product `pi`'s calls into `id`'s buffer, weight `w`,
-    /// activations `x` (one product a launch; [`merge_skinny`] groups them).
+    /// activations `x` (one product a launch; [`merge_skinny`] groups them); `split_rows`: rows
+    /// shared between warps ([`codegen::skinny_split`]); `mma`: `f` is the tensor-core kernel.
     fn push_skinny(
         &mut self,
-        (f, split_rows): (usize, bool),
+        (f, split_rows, mma): (usize, bool, bool),
         id: NodeId,
         w: BufRef,
-        x: BufRef,
+        (x, extra): (BufRef, &[BufRef]),
         pi: usize,
         out: &mut Vec<Launch>,
     ) {
@@ -661,9 +745,13 @@ impl<E: Executor> PlanRuntime<E> {
             let c_buf = BufRef::Node(id);
             out.push(Launch::Kernel {
                 function: f,
-                grid: skinny_grid(&scalars),
+                grid: skinny_grid(&scalars, mma),
                 block: 32 * codegen::SKINNY_WARPS,
-                buffers: self.pool.buffers(&[c_buf, c_buf, c_buf, w, w, w, x]),
+                buffers: {
+                    let mut b = vec![c_buf, c_buf, c_buf, w, w, w, x];
+                    b.extend_from_slice(extra);
+                    self.pool.buffers(&b)
+                },
                 scalars,
             });
             self.skinny += 1;
@@ -679,18 +767,12 @@ impl<E: Executor> PlanRuntime<E> {
         out: &mut Vec<Launch>,
     ) -> Result<()> {
         let p = &self.patterns[pi];
-        let calls = self.calls[pi].as_ref().expect("resolved");
-        // A quantized weight read in place by the skinny kernel when its rows are whole
-        // blocks and it is small enough (`skinny_fits`; no f16 copy needed for this run).
-        let whole_blocks = |c: &GemmCall| c.offset_a % 32 == 0 && c.lda % 32 == 0 && c.k % 32 == 0;
-        if let Some(f) = self.skinny_quant_fn[pi]
-            .filter(|_| calls.iter().all(|c| self.skinny_fits(c) && whole_blocks(c)))
-        {
+        if let Some(f) = self.quant_in_place(pi) {
             let (w, x) = (
                 BufRef::Node(p.b.node),
                 BufRef::Node(self.resolved(p.a.node)),
             );
-            self.push_skinny((f, false), id, w, x, pi, out);
+            self.push_skinny((f, false, false), id, w, (x, &[]), pi, out);
             return Ok(());
         }
         if let Some(side) = p.dequant {
@@ -733,8 +815,41 @@ impl<E: Executor> PlanRuntime<E> {
                 self.pending_dequant.push(pi);
             }
         }
+        if self.norm_fits(pi) {
+            // The activations' norm computed by the product's kernel from the norm's input.
+            let p = &self.patterns[pi];
+            let n = self.skinny_norm[pi].clone().expect("norm_fits");
+            let w = if p.dequant == Some(Side::B) {
+                BufRef::Dequant(pi)
+            } else {
+                BufRef::Node(self.resolved(p.b.node))
+            };
+            let x = BufRef::Node(self.resolved(n.x));
+            let mut extra: Vec<BufRef> = n
+                .weight
+                .map(|w| BufRef::Node(self.resolved(w)))
+                .into_iter()
+                .collect();
+            let mut f = n.function;
+            if let Some((rf, r)) = self.skinny_residual[pi]
+                .as_ref()
+                .and_then(|r| Some((r.norm_function?, r.r)))
+            {
+                f = rf;
+                extra.push(BufRef::Node(self.resolved(r)));
+            }
+            self.push_skinny((f, false, true), id, w, (x, &extra), pi, out);
+            return Ok(());
+        }
         let calls = self.calls[pi].as_ref().expect("resolved");
-        if let Some(f) = self.skinny_fn[pi].filter(|_| calls.iter().all(|c| self.skinny_fits(c))) {
+        let mma = self.skinny_mma_fn[pi]
+            .filter(|_| calls.iter().all(|c| self.skinny_mma_fits(c)))
+            .map(|f| (f, false, true));
+        if let Some(f) = mma.or_else(|| {
+            self.skinny_fn[pi]
+                .filter(|_| calls.iter().all(|c| self.skinny_fits(c)))
+                .map(|f| (f, true, false))
+        }) {
             // Few activation rows: one warp per weight row, the f32 activations (the rounding
             // kernel's input) rounded in registers. `a` holds the activations (the f32 source
             // of a rounded operand; a product whose `a` is the weight or is dequantized has
@@ -746,7 +861,16 @@ impl<E: Executor> PlanRuntime<E> {
             } else {
                 BufRef::Node(self.resolved(p.b.node))
             };
-            self.push_skinny((f, true), id, w, x, pi, out);
+            // A residual sum after an f32 tensor-core product: added as it stores.
+            let (f, extra) = match self.skinny_residual[pi]
+                .as_ref()
+                .and_then(|r| Some((r.function?, r.r)))
+                .filter(|_| f.2)
+            {
+                Some((rf, r)) => ((rf, f.1, f.2), vec![BufRef::Node(self.resolved(r))]),
+                None => (f, vec![]),
+            };
+            self.push_skinny(f, id, w, (x, &extra), pi, out);
             return Ok(());
         }
         let p = &self.patterns[pi];

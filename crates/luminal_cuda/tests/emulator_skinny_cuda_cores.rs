@@ -1,0 +1,62 @@
+//! The CUDA-core skinny kernels (`codegen::skinny_kernel`) over half weights, as they run
+//! with the tensor-core kernel switched off (`LUMINAL_CUDA_SKINNY_MMA=0`, set by every test
+//! of this binary before it compiles a graph; by default aligned half products take the
+//! tensor-core kernel), and their routing by size: above `SKINNY_MAX_WEIGHTS` weight elements
+//! with rows longer than `SKINNY_MAX_K` a decode product goes to (emulated) cuBLAS, a Q8_0
+//! weight's through its f16 copy; with short rows it stays skinny.
+
+mod common;
+
+use common::matmul as cases;
+use luminal::prelude::*;
+use luminal_cuda::{HostEmulatorBackend, HostEmulatorCooperative};
+
+fn cuda_cores() {
+    std::env::set_var("LUMINAL_CUDA_SKINNY_MMA", "0");
+}
+
+#[test]
+fn skinny_products_on_the_emulator() {
+    cuda_cores();
+    cases::skinny(|| HostEmulatorBackend, true);
+}
+
+#[test]
+fn skinny_products_with_warps_emulated() {
+    // The kernels' GPU branch (16-byte pieces per lane, warp butterflies) on OpenMP threads.
+    cuda_cores();
+    cases::skinny(|| HostEmulatorCooperative, true);
+}
+
+#[test]
+fn large_float_weights_go_to_cublas_in_decode() {
+    cuda_cores();
+    let max_k = luminal_cuda::plan::SKINNY_MAX_K as usize;
+    for (n, k, dtype, skinny) in [
+        (513, 2 * max_k, DType::F16, false),
+        (513, 2 * max_k, DType::Q8_0, false),
+        (1025, max_k, DType::F16, true),
+        (1025, max_k, DType::Q8_0, true),
+        (8, 2 * max_k, DType::Q8_0, true),
+    ] {
+        assert_eq!(
+            (n * k) as u64 > luminal_cuda::plan::SKINNY_MAX_WEIGHTS,
+            n > 8,
+            "{n} x {k}"
+        );
+        let cx = Graph::new();
+        let x = cx.tensor("x", (1, k));
+        let w = cx.input("w", (n, k), dtype);
+        let y = x.matmul(w.cast(DType::F32).permute([1, 0])).output();
+        let mut rt = cx
+            .compile(HostEmulatorBackend, CompileOptions::default())
+            .unwrap();
+        let data = common::quant::random_storage(dtype, n * k, 1);
+        rt.set_data(w, data).unwrap();
+        rt.set(x, &vec![1.0; k]).unwrap();
+        rt.run().unwrap();
+        let out = rt.get_f32(y).unwrap();
+        assert_eq!(out.len(), n);
+        assert_eq!(rt.skinny_products() > 0, skinny, "{dtype} {n} x {k}");
+    }
+}
