@@ -22,7 +22,7 @@
 set -u
 if [ "${1:-}" = --prepare ]; then
   mkdir -p .gpu/bench
-  for t in op_suite llama emulator_matmul emulator_fusion emulator_quant emulator_attention emulator_reduce emulator_graphs; do
+  for t in op_suite llama emulator_matmul emulator_fusion emulator_quant emulator_attention emulator_reduce emulator_graphs emulator_skinny_norm; do
     f=$(ls -t target/release/deps/$t-* 2>/dev/null | grep -v '\.d$' | head -1)
     [ -n "$f" ] && cp "$f" .gpu/$t && strip .gpu/$t
   done
@@ -225,37 +225,35 @@ if [ "$WHAT" = final ]; then
 fi
 
 if [ "$WHAT" = mma ]; then
-  # The tensor-core skinny kernel: the product and model tests on the GPU, the kernel alone
-  # against cuBLAS and the CUDA-core kernel at a 1B model's FFN and square shapes and at
-  # SmolLM2's, its tuning knobs, Nsight Compute on two of its launches, then decode of the 1B
-  # and SmolLM2 shapes with it (the default) and without, and the device copy for the roofline.
-  for t in emulator_matmul:gpu llama:gpu; do gtest $t; done
+  # The tensor-core skinny kernel: the product, norm/residual and model tests on the GPU, the
+  # kernel alone against cuBLAS and the CUDA-core kernel at a 1B model's FFN and square shapes
+  # and at SmolLM2's under its knobs (tile rows, chunks a batch, grid cap), decode of the 1B
+  # and SmolLM2 shapes with it (the default), with 8-row tiles, without the norm/residual
+  # fusion and without it at all, the device copy for the roofline, then Nsight Compute's
+  # time of every kernel of a 1B decode step.
+  for t in emulator_matmul:gpu emulator_skinny_norm:gpu llama:gpu; do gtest $t; done
   NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  step "matvec_gbps: cuBLAS, tensor-core kernel (mma), CUDA-core kernel (v4)"
+  step "matvec_gbps: cuBLAS, the tensor-core kernel under its knobs, the CUDA-core kernel"
   for shape in "2048 8192 16 50" "2048 2048 16 100" "576 1536 30 100"; do
-    for t in f16 bf16; do
-      LUMINAL_CUDA_SKINNY=0 timeout 60 $B/matvec_gbps $shape $t 2>&1 | sed "s/^/cuBLAS /"
-      timeout 60 $B/matvec_gbps $shape $t 2>&1 | sed "s/^/mma /"
-      LUMINAL_CUDA_SKINNY_MMA=0 LUMINAL_CUDA_SKINNY=all timeout 60 $B/matvec_gbps $shape $t 2>&1 | sed "s/^/v4 /"
+    LUMINAL_CUDA_SKINNY=0 timeout 60 $B/matvec_gbps $shape f16 2>&1 | sed "s/^/cuBLAS /"
+    LUMINAL_CUDA_SKINNY_MMA=0 LUMINAL_CUDA_SKINNY=all timeout 60 $B/matvec_gbps $shape f16 2>&1 | sed "s/^/v4 /"
+    for k in "LUMINAL_CUDA_X=0" "LUMINAL_CUDA_SKINNY_MMA_TILE=8" "LUMINAL_CUDA_SKINNY_MMA_TILE=8 LUMINAL_CUDA_SKINNY_MMA_U=4" "LUMINAL_CUDA_SKINNY_MMA_GRID=528" "LUMINAL_CUDA_SKINNY_MMA_GRID=100000" "LUMINAL_CUDA_SKINNY_MMA_TILE=8 LUMINAL_CUDA_SKINNY_MMA_GRID=528"; do
+      env $k timeout 60 $B/matvec_gbps $shape f16 2>&1 | sed "s/^/mma [$k] /"
     done
   done
-  for k in "LUMINAL_CUDA_SKINNY_MMA_U=2" "LUMINAL_CUDA_SKINNY_MMA_U=8" "LUMINAL_CUDA_SKINNY_MMA_BLOCKS=1" "LUMINAL_CUDA_SKINNY_MMA_BLOCKS=3"; do
-    env $k timeout 60 $B/matvec_gbps 2048 8192 16 50 f16 2>&1 | sed "s/^/mma [$k] /"
-  done
   took 0
-  step "ncu: the tensor-core kernel (up and down shapes)"
-  LUMINAL_CUDA_GRAPHS=0 timeout 60 $NCU --clock-control none --launch-skip 64 --launch-count 2 \
-    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-    $B/matvec_gbps 2048 8192 16 4 f16 > $OUT/ncu_mma.txt 2>&1; took $?
-  grep -E "  lum_|Duration|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Stall" $OUT/ncu_mma.txt | head -24
   G=$WORK/llama1b-shape.F16.gguf; shaped_gguf llama1b $G
-  for v in LUMINAL_CUDA_X=default LUMINAL_CUDA_SKINNY_MMA=0; do bench $G "$v"; done
+  for v in LUMINAL_CUDA_X=default LUMINAL_CUDA_SKINNY_MMA_TILE=8 "LUMINAL_CUDA_SKINNY_NORM=0 LUMINAL_CUDA_SKINNY_RESIDUAL=0" LUMINAL_CUDA_SKINNY_MMA=0 LUMINAL_CUDA_X=default; do bench $G "$v"; done
   LUMINAL_CUDA_STATS=2 timeout 30 $L generate -m $G --device cuda --prompt "Once upon a time" -n 8 --no-echo 2>&1 | grep -E "luminal_cuda|tok/s" | tail -3
-  rm -f $G
   S=$WORK/smollm2-shape.F16.gguf; shaped_gguf smollm2 $S
-  for v in LUMINAL_CUDA_X=default LUMINAL_CUDA_SKINNY_MMA=0; do bench $S "$v"; done
+  for v in LUMINAL_CUDA_X=default LUMINAL_CUDA_SKINNY_MMA_TILE=8 LUMINAL_CUDA_SKINNY_MMA=0; do bench $S "$v"; done
   rm -f $S
   [ -x $B/ops_gbps ] && timeout 40 $B/ops_gbps 4096 8192 30 2>&1 | grep d2d
+  step "ncu: every kernel of a 1B-shaped decode (2 tokens, graphs off)"
+  LUMINAL_CUDA_GRAPHS=0 timeout 150 $NCU --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv \
+    $L generate -m $G --device cuda --prompt "Once upon a time" -n 2 --no-echo > $OUT/ncu_decode.csv 2>&1; took $?
+  python3 scripts/ncu_kernel_table.py $OUT/ncu_decode.csv 123 | head -30
+  rm -f $G
 fi
 
 if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then

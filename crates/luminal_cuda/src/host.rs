@@ -126,8 +126,15 @@ type Launcher = unsafe extern "C" fn(u32, u32, *const *mut std::ffi::c_void, *co
 #[derive(Clone)]
 pub struct HostFunction {
     launcher: Launcher,
+    /// Built for the cooperative emulator: its `__shared__` arrays and exchange slots are
+    /// the library's statics, so its launches run one at a time in the process
+    /// ([`COOPERATIVE_LAUNCH`]; tests run runtimes on several threads).
+    serial: bool,
     _lib: Arc<libloading::Library>,
 }
+
+/// Held by every launch of a cooperative emulator kernel.
+static COOPERATIVE_LAUNCH: Mutex<()> = Mutex::new(());
 
 /// A launch or product recorded by the emulator's graph capture: replayed with the buffers'
 /// contents at replay time, as a CUDA graph is.
@@ -208,6 +215,9 @@ impl HostExecutor {
                     .iter()
                     .map(|&b| b as *mut std::ffi::c_void)
                     .collect();
+                let _one_at_a_time = f
+                    .serial
+                    .then(|| COOPERATIVE_LAUNCH.lock().unwrap_or_else(|e| e.into_inner()));
                 // SAFETY: the launcher reads `buffers.len()` pointers and `scalars.len()`
                 // scalars, the numbers the kernel was generated with (the plan passes them in
                 // that order); the kernels index the buffers within the element counts they
@@ -441,6 +451,7 @@ impl Executor for HostExecutor {
                     self.key(k),
                     HostFunction {
                         launcher,
+                        serial: self.cooperative,
                         _lib: lib.clone(),
                     },
                 );

@@ -371,11 +371,34 @@ pub fn skinny_mma_fits(m: i64, k: i64, lda: i64, oa: i64, ldb: i64, ob: i64) -> 
         && m * (k + 32) <= SKINNY_MMA_STAGE
 }
 
-/// The blocks of a [`skinny_mma_kernel`] launch over products of `rows` rows: one per 16-row
-/// tile, at most [`SKINNY_MMA_MAX_BLOCKS`].
+/// Weight rows a [`skinny_mma_kernel`] block takes at a time: 16 (the `mma` tile's rows,
+/// two rows a lane) or, with `LUMINAL_CUDA_SKINNY_MMA_TILE=8`, 8 (the weights as the `mma`'s
+/// columns, one row a lane: twice the tiles, for launches with fewer tiles than blocks).
+pub fn skinny_mma_tile() -> i64 {
+    static TILE: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    *TILE.get_or_init(
+        || match std::env::var("LUMINAL_CUDA_SKINNY_MMA_TILE").as_deref() {
+            Ok("8") => 8,
+            _ => 16,
+        },
+    )
+}
+
+/// The blocks of a [`skinny_mma_kernel`] launch over products of `rows` rows: one per tile
+/// ([`skinny_mma_tile`] rows), at most [`SKINNY_MMA_MAX_BLOCKS`] (or
+/// `LUMINAL_CUDA_SKINNY_MMA_GRID`, for comparisons).
 pub fn skinny_mma_grid(rows: &[i64]) -> u32 {
-    let tiles: i64 = rows.iter().map(|r| (r + 15) / 16).sum();
-    (tiles.max(1) as u32).min(SKINNY_MMA_MAX_BLOCKS)
+    static CAP: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    let cap = *CAP.get_or_init(|| {
+        std::env::var("LUMINAL_CUDA_SKINNY_MMA_GRID")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(SKINNY_MMA_MAX_BLOCKS)
+            .max(1)
+    });
+    let t = skinny_mma_tile();
+    let tiles: i64 = rows.iter().map(|r| (r + t - 1) / t).sum();
+    (tiles.max(1) as u32).min(cap)
 }
 
 /// [`skinny_kernel`] on tensor cores, for f16 or bf16 weights (`w`) and activations of the
@@ -519,15 +542,25 @@ fn skinny_mma_source(
         }
         None => ("", String::new(), String::new()),
     };
+    // 16-row tiles: a lane loads rows g and g + 8 (8 words a chunk), the weights the `mma`'s
+    // A operand; 8-row tiles: row g (4 words), the weights its B operand.
+    let tile = skinny_mma_tile();
+    let words = if tile == 16 { 8 } else { 4 };
+    let load_rows = if tile == 16 {
+        "lum_sk_words4(lum_wa + lum_e, {buf}[lum_u]); lum_sk_words4(lum_wb + lum_e, {buf}[lum_u] + 4);"
+    } else {
+        "lum_sk_words4(lum_wa + lum_e, {buf}[lum_u]);"
+    };
     let load = |buf: &str, batch: &str| {
         format!(
             r#"#pragma unroll
             for (int lum_u = 0; lum_u < LUM_SKM_U; ++lum_u) {{
                 const int lum_e = 32 * (lum_warp + 8 * ({batch} * LUM_SKM_U + lum_u)) + 8 * lum_q;
-                if (lum_e < lum_kk) {{ lum_sk_words4(lum_wa + lum_e, {buf}[lum_u]); lum_sk_words4(lum_wb + lum_e, {buf}[lum_u] + 4); }}
-                else for (int lum_z = 0; lum_z < 8; ++lum_z) {buf}[lum_u][lum_z] = 0u;
+                if (lum_e < lum_kk) {{ {rows} }}
+                else for (int lum_z = 0; lum_z < {words}; ++lum_z) {buf}[lum_u][lum_z] = 0u;
             }}
-"#
+"#,
+            rows = load_rows.replace("{buf}", buf),
         )
     };
     let consume = |buf: &str, batch: &str| {
@@ -537,10 +570,20 @@ fn skinny_mma_source(
                 const int lum_e = 32 * (lum_warp + 8 * ({batch} * LUM_SKM_U + lum_u)) + 8 * lum_q;
                 unsigned lum_xv[4] = {{0u, 0u, 0u, 0u}};
                 if (lum_g < lum_m && lum_e < lum_kk) lum_sk_words4(lum_xs + lum_g * lum_ks + lum_e, lum_xv);
-                lum_skm_mma_{wn}(lum_acc, {buf}[lum_u][0], {buf}[lum_u][4], {buf}[lum_u][1], {buf}[lum_u][5], lum_xv[0], lum_xv[1]);
-                lum_skm_mma_{wn}(lum_acc, {buf}[lum_u][2], {buf}[lum_u][6], {buf}[lum_u][3], {buf}[lum_u][7], lum_xv[2], lum_xv[3]);
+                {mmas}
             }}
-"#
+"#,
+            mmas = if tile == 16 {
+                format!(
+                    "lum_skm_mma_{wn}(lum_acc, {buf}[lum_u][0], {buf}[lum_u][4], {buf}[lum_u][1], {buf}[lum_u][5], lum_xv[0], lum_xv[1]);
+                lum_skm_mma_{wn}(lum_acc, {buf}[lum_u][2], {buf}[lum_u][6], {buf}[lum_u][3], {buf}[lum_u][7], lum_xv[2], lum_xv[3]);"
+                )
+            } else {
+                format!(
+                    "lum_skm_mma_{wn}(lum_acc, lum_xv[0], 0u, lum_xv[1], 0u, {buf}[lum_u][0], {buf}[lum_u][1]);
+                lum_skm_mma_{wn}(lum_acc, lum_xv[2], 0u, lum_xv[3], 0u, {buf}[lum_u][2], {buf}[lum_u][3]);"
+                )
+            },
         )
     };
     // The output index `i` of the stored sum (`lum_s`), with the residual added.
@@ -558,8 +601,8 @@ fn skinny_mma_source(
     };
     let text = format!(
         r#"{helpers}LUM_EXTERN_C __global__ void LUM_SKM_BOUNDS KERNEL({ct}* out0, {ct}* out1, {ct}* out2, const unsigned short* __restrict__ w0, const unsigned short* __restrict__ w1, const unsigned short* __restrict__ w2, const {xt}* __restrict__ x{norm_param}{residual_param}, long long lum_m, long long lum_k, long long lum_ldb, long long lum_ob, long long lum_rows0, long long lum_lda0, long long lum_ldc0, long long lum_oa0, long long lum_oc0, long long lum_rows1, long long lum_lda1, long long lum_ldc1, long long lum_oa1, long long lum_oc1, long long lum_rows2, long long lum_lda2, long long lum_ldc2, long long lum_oa2, long long lum_oc2, long long lum_unused) {{
-    const long long lum_t0 = (lum_rows0 + 15) / 16, lum_t1 = (lum_rows1 + 15) / 16;
-    const long long lum_tiles = lum_t0 + lum_t1 + (lum_rows2 + 15) / 16;
+    const long long lum_t0 = (lum_rows0 + LUM_SKM_T - 1) / LUM_SKM_T, lum_t1 = (lum_rows1 + LUM_SKM_T - 1) / LUM_SKM_T;
+    const long long lum_tiles = lum_t0 + lum_t1 + (lum_rows2 + LUM_SKM_T - 1) / LUM_SKM_T;
     (void)lum_unused;
 #ifdef __CUDACC_RTC__
     const int lum_lane = (int)(threadIdx.x & 31), lum_warp = (int)(threadIdx.x >> 5);
@@ -571,7 +614,7 @@ fn skinny_mma_source(
     __shared__ float4 lum_xs4[LUM_SKM_STAGE / 8];
     __shared__ float lum_parts[LUM_SK_WARPS][16][LUM_SK_M];
     unsigned short* lum_xs = (unsigned short*)lum_xs4;
-    unsigned lum_ra[LUM_SKM_U][8], lum_rb[LUM_SKM_U][8];
+    unsigned lum_ra[LUM_SKM_U][{words}], lum_rb[LUM_SKM_U][{words}];
     long long lum_tile = blockIdx.x;
     /* The tile's product and rows: `lum_wa`, `lum_wb` rows g and g + 8 (the last row where
        the tile has fewer: loaded, not stored). */
@@ -583,7 +626,7 @@ fn skinny_mma_source(
         if (lum_r < lum_t0) {{ lum_rows = lum_rows0; lum_lda = lum_lda0; lum_ldc = lum_ldc0; lum_oa = lum_oa0; lum_oc = lum_oc0; lum_out = out0; lum_w = w0; }} \
         else if (lum_r < lum_t0 + lum_t1) {{ lum_r -= lum_t0; lum_rows = lum_rows1; lum_lda = lum_lda1; lum_ldc = lum_ldc1; lum_oa = lum_oa1; lum_oc = lum_oc1; lum_out = out1; lum_w = w1; }} \
         else {{ lum_r -= lum_t0 + lum_t1; lum_rows = lum_rows2; lum_lda = lum_lda2; lum_ldc = lum_ldc2; lum_oa = lum_oa2; lum_oc = lum_oc2; lum_out = out2; lum_w = w2; }} \
-        lum_row0 = 16 * lum_r; \
+        lum_row0 = LUM_SKM_T * lum_r; \
         lum_wa = lum_w + lum_oa + (lum_row0 + lum_g < lum_rows ? lum_row0 + lum_g : lum_rows - 1) * lum_lda; \
         lum_wb = lum_w + lum_oa + (lum_row0 + lum_g + 8 < lum_rows ? lum_row0 + lum_g + 8 : lum_rows - 1) * lum_lda; }}
     if (lum_tile < lum_tiles) {{
@@ -611,12 +654,7 @@ fn skinny_mma_source(
             if (lum_b + 2 < lum_batches) {{
                 {load_a}            }}
             {use_b}        }}
-        /* Row g's sums for activation rows 2q, 2q + 1 (and row g + 8's): this warp's part. */
-#pragma unroll
-        for (int lum_i = 0; lum_i < 4; ++lum_i) {{
-            const int lum_n = 2 * lum_q + (lum_i & 1);
-            if (lum_n < lum_m) lum_parts[lum_warp][lum_g + 8 * (lum_i >> 1)][lum_n] = lum_acc[lum_i];
-        }}
+{parts}
         const long long lum_cur0 = lum_row0, lum_cur_rows = lum_rows, lum_cur_ldc = lum_ldc, lum_cur_oc = lum_oc;
         {ct}* lum_cur_out = lum_out;
         /* The next tile's first loads in flight while the parts are added. */
@@ -625,8 +663,8 @@ fn skinny_mma_source(
             LUM_SKM_PICK(lum_tile)
             {load_a0}        }}
         __syncthreads();
-        if ((int)threadIdx.x < 16 * (int)lum_m) {{
-            const int lum_r = (int)threadIdx.x & 15, lum_n = (int)threadIdx.x >> 4;
+        if ((int)threadIdx.x < LUM_SKM_T * (int)lum_m) {{
+            const int lum_r = (int)threadIdx.x % LUM_SKM_T, lum_n = (int)threadIdx.x / LUM_SKM_T;
             float lum_s = 0.f;
             for (int lum_p = 0; lum_p < LUM_SK_WARPS; ++lum_p) lum_s += lum_parts[lum_p][lum_r][lum_n];
             const long long lum_i = lum_cur_oc + lum_cur0 + lum_r + lum_n * lum_cur_ldc;
@@ -637,7 +675,7 @@ fn skinny_mma_source(
 #undef LUM_SKM_PICK
 #else
     /* One thread a row of each of the block's tiles, summing in order. */
-    if (threadIdx.x < 16) {{
+    if (threadIdx.x < LUM_SKM_T) {{
         for (long long lum_tile = blockIdx.x; lum_tile < lum_tiles; lum_tile += gridDim.x) {{
             long long lum_r = lum_tile, lum_rows = lum_rows0, lum_lda = lum_lda0, lum_ldc = lum_ldc0, lum_oa = lum_oa0, lum_oc = lum_oc0;
             {ct}* lum_out = out0;
@@ -648,7 +686,7 @@ fn skinny_mma_source(
                     lum_r -= lum_t1; lum_rows = lum_rows2; lum_lda = lum_lda2; lum_ldc = lum_ldc2; lum_oa = lum_oa2; lum_oc = lum_oc2; lum_out = out2; lum_w = w2;
                 }}
             }}
-            const long long lum_row = 16 * lum_r + threadIdx.x;
+            const long long lum_row = LUM_SKM_T * lum_r + threadIdx.x;
             if (lum_row >= lum_rows) continue;
             for (long long lum_n0 = 0; lum_n0 < lum_m; ++lum_n0) {{
                 const {xt}* lum_xr = x + lum_ob + lum_n0 * lum_ldb;
@@ -665,6 +703,22 @@ fn skinny_mma_source(
 }}
 "#,
         helpers = skinny_helpers(),
+        parts = if tile == 16 {
+            r#"        /* Row g's sums for activation rows 2q, 2q + 1 (and row g + 8's): this warp's part. */
+#pragma unroll
+        for (int lum_i = 0; lum_i < 4; ++lum_i) {
+            const int lum_n = 2 * lum_q + (lum_i & 1);
+            if (lum_n < lum_m) lum_parts[lum_warp][lum_g + 8 * (lum_i >> 1)][lum_n] = lum_acc[lum_i];
+        }
+"#
+        } else {
+            r#"        /* Activation row g's sums for weight rows 2q, 2q + 1: this warp's part. */
+        if (lum_g < lum_m) {
+            lum_parts[lum_warp][2 * lum_q][lum_g] = lum_acc[0];
+            lum_parts[lum_warp][2 * lum_q + 1][lum_g] = lum_acc[1];
+        }
+"#
+        },
         store_gpu = store_at("lum_i"),
         store_host = store_at("lum_i"),
         x_val_host = x_val
@@ -833,7 +887,8 @@ fn skinny_helpers() -> &'static str {
                 .unwrap_or(default)
         };
         let u = env("LUMINAL_CUDA_SKINNY_U", 2).clamp(1, 8);
-        let mma_u = env("LUMINAL_CUDA_SKINNY_MMA_U", 4).clamp(1, 8);
+        let tile = skinny_mma_tile();
+        let mma_u = env("LUMINAL_CUDA_SKINNY_MMA_U", if tile == 16 { 4 } else { 8 }).clamp(1, 16);
         let mma_bounds = match env("LUMINAL_CUDA_SKINNY_MMA_BLOCKS", 2).min(8) {
             0 => String::new(),
             blocks => format!("__launch_bounds__(256, {blocks})"),
@@ -855,6 +910,8 @@ fn skinny_helpers() -> &'static str {
 #define LUM_SK_U_f32 {}
 /* Chunks of 32 a warp of the tensor-core kernel requests at once, per buffer. */
 #define LUM_SKM_U {mma_u}
+/* Weight rows a block takes at a time (crate::codegen::skinny_mma_tile). */
+#define LUM_SKM_T {tile}
 /* Half and block weights: at most 64 registers a thread by default, so four blocks of 8
    warps fit on an SM (f32 weights would spill more, and keep the compiler's choice). */
 #ifdef __CUDA_ARCH__
