@@ -17,7 +17,8 @@
 # F16, Q8_0 and Q4_0 files, then the other tests; `profile`: a few tests, the skinny products
 # against cuBLAS, Nsight Compute on them and on every kernel of a 1B-shaped decode; `skinny`:
 # the skinny kernels under their tuning knobs; `final`: every GPU test, products and decode;
-# `mma`: the tensor-core skinny kernel against cuBLAS and the CUDA-core one, and in decode).
+# `mma`: the tensor-core skinny kernel against cuBLAS and the CUDA-core one, and in decode;
+# `decode2`: the tests, decode with and without split tiles, transformers eager and compiled).
 # Logs go to $OUT (the device tool's output folder) or a temporary folder.
 set -u
 if [ "${1:-}" = --prepare ]; then
@@ -254,6 +255,32 @@ if [ "$WHAT" = mma ]; then
     $L generate -m $G --device cuda --prompt "Once upon a time" -n 2 --no-echo > $OUT/ncu_decode.csv 2>&1; took $?
   python3 scripts/ncu_kernel_table.py $OUT/ncu_decode.csv 123 | head -30
   rm -f $G
+fi
+
+if [ "$WHAT" = decode2 ]; then
+  # The session's last run: the product, norm/residual and model tests on the GPU; the
+  # decode-shaped products alone (tensor-core kernel with and without split tiles, cuBLAS);
+  # decode of the 1B and SmolLM2 shapes by default, without split tiles and with the CUDA-core
+  # attention kernel; the device copy for the roofline; then transformers on the same GPU:
+  # eager bf16 and torch.compile (static cache, CUDA graphs) decode of the 1B shape.
+  for t in emulator_matmul:gpu emulator_skinny_norm:gpu llama:gpu; do gtest $t; done
+  step "matvec_gbps 2048 8192 16 50 f16"
+  LUMINAL_CUDA_SKINNY=0 timeout 60 $B/matvec_gbps 2048 8192 16 50 f16 2>&1 | sed "s/^/cuBLAS /"
+  timeout 60 $B/matvec_gbps 2048 8192 16 50 f16 2>&1 | sed "s/^/mma /"
+  LUMINAL_CUDA_SKINNY_MMA_SPLIT=0 timeout 60 $B/matvec_gbps 2048 8192 16 50 f16 2>&1 | sed "s/^/mma, tiles not split /"
+  took 0
+  G=$WORK/llama1b-shape.F16.gguf; shaped_gguf llama1b $G
+  for v in LUMINAL_CUDA_X=default LUMINAL_CUDA_SKINNY_MMA_SPLIT=0 LUMINAL_CUDA_ATTENTION=simt LUMINAL_CUDA_X=default; do bench $G "$v"; done
+  LUMINAL_CUDA_STATS=2 timeout 30 $L generate -m $G --device cuda --prompt "Once upon a time" -n 8 --no-echo 2>&1 | grep -E "luminal_cuda|tok/s" | tail -3
+  rm -f $G
+  S=$WORK/smollm2-shape.F16.gguf; shaped_gguf smollm2 $S
+  for v in LUMINAL_CUDA_X=default LUMINAL_CUDA_SKINNY_MMA_SPLIT=0 LUMINAL_CUDA_ATTENTION=simt; do bench $S "$v"; done
+  rm -f $S
+  [ -x $B/ops_gbps ] && timeout 40 $B/ops_gbps 4096 8192 30 2>&1 | grep d2d
+  step "transformers eager bf16, random llama1b-shaped"
+  timeout 60 python3 scripts/torch_llama_bench.py llama --shape llama1b --pp 512 --tg 128 --reps 2 --dtype bf16 2>&1 | grep -E "transformers|Error"; took $?
+  step "transformers torch.compile (static cache, reduce-overhead) bf16, random llama1b-shaped"
+  timeout 110 python3 scripts/torch_llama_bench.py llama --shape llama1b --pp 0 --tg 128 --reps 2 --dtype bf16 --static 2>&1 | grep -E "transformers|Error"; took $?
 fi
 
 if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then

@@ -10,12 +10,16 @@ bf16) on the weights of a Llama-family GGUF (loaded with `from_pretrained(dir, g
 dequantized to that type), or, with `--shape llama1b|smollm2` instead of a file, a randomly
 initialised model of that shape (the GGUF of scripts/make_llama1b_gguf.py; weight values do
 not change the time); `--compile` wraps the forward in torch.compile (dynamic shapes);
+`--static` (the setting transformers documents for a compiled decode) runs the decode steps
+through a StaticCache with SDPA attention and `torch.compile(mode="reduce-overhead",
+fullgraph=True)` (CUDA graphs; the cache reset in place between runs, so the graphs are
+recorded once, in the warm-up);
 measured as `luminal bench` does: ppN = one forward of N tokens from an empty cache,
 tgN = N one-token decode steps with the KV cache from an empty cache; one warm-up, then
 REPS timed runs; tokens/s mean ± sample std.
 
 Usage: python3 scripts/torch_llama_bench.py matmul [--n 4096] [--reps 20] [--dtypes f32 tf32 f16 bf16]
-       python3 scripts/torch_llama_bench.py llama MODEL.gguf [--pp 128 512] [--tg 128] [--reps 3] [--dtype bf16] [--compile]
+       python3 scripts/torch_llama_bench.py llama MODEL.gguf [--pp 128 512] [--tg 128] [--reps 3] [--dtype bf16] [--compile] [--static]
        python3 scripts/torch_llama_bench.py llama --shape llama1b [--dtype bf16] ...
 Needs: torch with CUDA; for `llama` transformers and gguf.
 """
@@ -95,7 +99,7 @@ def llama(args):
             num_attention_heads=heads, num_key_value_heads=kv, rope_theta=theta,
             rms_norm_eps=1e-5, tie_word_embeddings=True, max_position_embeddings=8192,
         )
-        config._attn_implementation = "eager"
+        config._attn_implementation = "sdpa" if args.static else "eager"
         torch.manual_seed(0)
         model = LlamaForCausalLM(config).to(dt)
         name = f"random {args.shape}-shaped"
@@ -105,17 +109,19 @@ def llama(args):
             os.path.dirname(path),
             gguf_file=os.path.basename(path),
             dtype=dt,
-            attn_implementation="eager",
+            attn_implementation="sdpa" if args.static else "eager",
         )
         name = os.path.basename(path)
     model = model.to(dev).eval()
     label = f"transformers {'torch.compile' if args.compile else 'eager'} {args.dtype}"
+    if args.static:
+        label = f"transformers torch.compile static cache reduce-overhead sdpa {args.dtype}"
     print(
         f"{label}: {name} loaded in {time.perf_counter() - t:.1f} s, "
         f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters",
         flush=True,
     )
-    if args.compile:
+    if args.compile and not args.static:
         model.forward = torch.compile(model.forward, dynamic=True)
     vocab = model.config.vocab_size
     g = torch.Generator().manual_seed(0)
@@ -129,6 +135,24 @@ def llama(args):
         for i in range(args.tg):
             out = model(ids[:, i : i + 1], past_key_values=past, use_cache=True)
             past = out.past_key_values
+
+    if args.static:
+        from transformers import StaticCache
+
+        cache = StaticCache(config=model.config, max_cache_len=args.tg + 8)
+        fwd = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+
+        def tg():  # noqa: F811
+            cache.reset()
+            for i in range(args.tg):
+                pos = torch.tensor([i], device=dev)
+                fwd(
+                    ids[:, i : i + 1],
+                    past_key_values=cache,
+                    cache_position=pos,
+                    position_ids=pos.unsqueeze(0),
+                    use_cache=True,
+                )
 
     with torch.inference_mode():
         tests = [("pp", n, pp(n)) for n in args.pp] + [("tg", args.tg, tg)]
@@ -162,6 +186,7 @@ def main():
     lm.add_argument("--shape", choices=sorted(SHAPES))
     lm.add_argument("--dtype", default="f32", choices=["f32", "f16", "bf16"])
     lm.add_argument("--compile", action="store_true")
+    lm.add_argument("--static", action="store_true")
     lm.add_argument("--pp", type=int, nargs="+", default=[512])
     lm.add_argument("--tg", type=int, default=128)
     lm.add_argument("--reps", type=int, default=3)

@@ -369,7 +369,7 @@ fn residual<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(
 /// sums) where the products are skinny, none with 5 rows.
 fn residuals<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(backend: impl Fn() -> B) {
     for dtype in [DType::F16, DType::BF16] {
-        for (m, k) in [(1, 64), (3, 200), (5, 64)] {
+        for (m, k) in [(1, 64), (3, 200), (2, 512), (5, 64)] {
             let fused = residual(backend(), (m, k, dtype), false);
             let kept = residual(backend(), (m, k, dtype), true);
             let fewer = if m <= luminal_cuda::gemm::SKINNY_ROWS as usize {
