@@ -119,6 +119,25 @@
 //!   Checked on both emulators (the cooperative one runs the GPU branch: vector pieces, block
 //!   chunks, split rows, striding blocks, shuffles) and on an H200 (`benches/README.md`);
 //!   `examples/matvec_gbps.rs` times the skinny kernels and cuBLAS alone at decode shapes.
+//! - Skinny products on tensor cores ([`codegen::skinny_mma_kernel`], sm_80+, tried first;
+//!   `LUMINAL_CUDA_SKINNY_MMA=0` off): an f16/bf16 weight with activations of its type or
+//!   f32 rounded to it, rows and offsets whole 16-byte pieces, at most 4 activation rows. A
+//!   block takes 16 weight rows at a time, its warps the rows' 32-element chunks in turn; a
+//!   lane's two 16-byte loads (rows g and g + 8) are the `mma.m16n8k16` A fragment as loaded,
+//!   the k order inside a chunk permuted alike in the staged activations (the B fragment),
+//!   f32 accumulation, the warps' sums added in order through shared memory. No conversion
+//!   instructions per weight: on an H200 it streams a 1B model's FFN weights at 2.47–2.53
+//!   TB/s (cuBLAS 2.40–2.47, the CUDA-core kernel 1.38), so every decode product of a half
+//!   weight (and a block weight too large to read in place, through its f16 copy) takes it
+//!   whatever its size, and the rounding launches of the cuBLAS path are gone. Two fusions
+//!   with it: an RMSNorm of the activations (`luminal::patterns::RmsNormMatch`) computed as
+//!   each block stages them ([`codegen::skinny_mma_norm_kernel`]; a norm read only by such
+//!   products then launches nothing, `LUMINAL_CUDA_SKINNY_NORM=0` off), and a residual sum
+//!   `y = x·Wᵀ + r` added as the outputs are stored ([`codegen::skinny_mma_residual_kernel`];
+//!   the sum launches nothing and its readers read the product's buffer,
+//!   `LUMINAL_CUDA_SKINNY_RESIDUAL=0` off). A Llama-3.2-1B-shaped decode step: 346 → 123
+//!   launches (7 a layer). Tested on both emulators (`mma` emulated on the cooperative one)
+//!   and on an H200 (`tests/emulator_skinny_norm.rs`, `tests/emulator_matmul.rs`).
 //! - Programmatic dependent launch (sm_90+, `LUMINAL_CUDA_PDL=0` off): generated kernels are
 //!   launched with `cuLaunchKernelEx` allowing programmatic stream serialization, and each
 //!   waits at entry (`griddepcontrol.wait`, inserted by [`codegen::cuda_source`]) for the
@@ -203,10 +222,12 @@
 //!   compiles its kernels with NVRTC where the library loads (no device needed).
 //!
 //! ## Not done yet
-//! - Decode replays one CUDA graph per step on an H200, but a step is still hundreds of small
-//!   launches (SmolLM2 shape: 400); a residual add and the next norm are separate kernels,
-//!   and the skinny kernel streams a 1B model's larger weights slower than cuBLAS
-//!   (1.4–1.8 TB/s against ~2.5), so those go to cuBLAS with a rounding launch each.
+//! - Decode of a 1B-shaped F16 model reaches 42–46% of the HBM roofline on an H200 (the
+//!   issue asks 80%): the tensor-core skinny kernel streams 2.4–2.5 TB/s of the 3.76 TB/s a
+//!   device copy moves (fewer tiles than SMs for the `o` and `down` projections: 1.7 TB/s),
+//!   a decode attention at short context costs ~9 µs a layer, and SiLU·up, RoPE and the
+//!   cache writes are launches of their own. Splitting a tile's rows among blocks, 8-row
+//!   tiles and other grid caps measured slower (`benches/README.md`).
 //! - cuBLASLt epilogues (bias/activation fused into the product); K-quant blocks read in place
 //!   by the skinny kernel (they go through an f16 copy).
 //! - Fusion covers elementwise producers of one reader; a node read twice (softmax's

@@ -21,9 +21,9 @@ pub use reduce::MAX_THREADS_PER_OUTPUT;
 use reduce::{reduce_body, ReduceParts};
 pub use skinny::{
     round_kernel, skinny_kernel, skinny_mma_fits, skinny_mma_grid, skinny_mma_kernel,
-    skinny_mma_norm_kernel, skinny_mma_residual_kernel, skinny_mma_splits, skinny_quant_kernel,
-    skinny_split, SkinnyNorm, SKINNY_GROUPS, SKINNY_MAX_BLOCKS, SKINNY_MMA_MAX_BLOCKS,
-    SKINNY_MMA_SPLIT_BYTES, SKINNY_MMA_STAGE, SKINNY_WARPS,
+    skinny_mma_norm_kernel, skinny_mma_residual_kernel, skinny_quant_kernel, skinny_split,
+    SkinnyNorm, SKINNY_GROUPS, SKINNY_MAX_BLOCKS, SKINNY_MMA_MAX_BLOCKS, SKINNY_MMA_STAGE,
+    SKINNY_WARPS,
 };
 
 use luminal::graph::{Edge, GraphData, Node, NodeId};

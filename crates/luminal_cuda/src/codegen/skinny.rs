@@ -371,63 +371,11 @@ pub fn skinny_mma_fits(m: i64, k: i64, lda: i64, oa: i64, ldb: i64, ob: i64) -> 
         && m * (k + 32) <= SKINNY_MMA_STAGE
 }
 
-/// Weight rows a [`skinny_mma_kernel`] block takes at a time: 16 (the `mma` tile's rows,
-/// two rows a lane) or, with `LUMINAL_CUDA_SKINNY_MMA_TILE=8`, 8 (the weights as the `mma`'s
-/// columns, one row a lane: twice the tiles, for launches with fewer tiles than blocks).
-pub fn skinny_mma_tile() -> i64 {
-    static TILE: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
-    *TILE.get_or_init(
-        || match std::env::var("LUMINAL_CUDA_SKINNY_MMA_TILE").as_deref() {
-            Ok("8") => 8,
-            _ => 16,
-        },
-    )
-}
-
-/// Items (blocks' work) a [`skinny_mma_kernel`] launch's tile is split into along its rows
-/// (its last scalar): with few tiles (a 1B model's `o` and `down` projections: 128 of 16 rows)
-/// one block a tile leaves SMs half idle, so each tile's 256-element rounds are shared by
-/// up to 4 items while the items stay within [`SKINNY_MMA_MAX_BLOCKS`] and each has a round;
-/// the last item of a tile to finish adds the items' sums in order
-/// (`LUMINAL_CUDA_SKINNY_MMA_SPLIT=0`: 1, for comparisons).
-pub fn skinny_mma_splits(rows: &[i64], k: i64) -> i64 {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if !*ON.get_or_init(|| std::env::var("LUMINAL_CUDA_SKINNY_MMA_SPLIT").as_deref() != Ok("0")) {
-        return 1;
-    }
-    let t = skinny_mma_tile();
-    let tiles: i64 = rows.iter().map(|r| (r + t - 1) / t).sum();
-    let rounds = (k + 255) / 256;
-    let mut s = 1;
-    while s < 4 && tiles * s * 2 <= SKINNY_MMA_MAX_BLOCKS as i64 && rounds >= 2 * s {
-        s *= 2;
-    }
-    s
-}
-
-/// Bytes of the split scratch every [`skinny_mma_kernel`] launch takes: 64 partial sums
-/// (16 rows × 4 activation rows) per item, and a counter per tile (with more than one item a
-/// tile there are at most [`SKINNY_MMA_MAX_BLOCKS`] of either).
-pub const SKINNY_MMA_SPLIT_BYTES: (usize, usize) = (
-    SKINNY_MMA_MAX_BLOCKS as usize * 64 * 4,
-    SKINNY_MMA_MAX_BLOCKS as usize * 4,
-);
-
-/// The blocks of a [`skinny_mma_kernel`] launch over products of `rows` rows split `splits`
-/// ways: one per item ([`skinny_mma_tile`] rows, [`skinny_mma_splits`]), at most
-/// [`SKINNY_MMA_MAX_BLOCKS`] (or `LUMINAL_CUDA_SKINNY_MMA_GRID`, for comparisons).
-pub fn skinny_mma_grid(rows: &[i64], splits: i64) -> u32 {
-    static CAP: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    let cap = *CAP.get_or_init(|| {
-        std::env::var("LUMINAL_CUDA_SKINNY_MMA_GRID")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(SKINNY_MMA_MAX_BLOCKS)
-            .max(1)
-    });
-    let t = skinny_mma_tile();
-    let tiles: i64 = rows.iter().map(|r| (r + t - 1) / t).sum();
-    ((tiles * splits.max(1)).max(1) as u32).min(cap)
+/// The blocks of a [`skinny_mma_kernel`] launch over products of `rows` rows: one per 16-row
+/// tile, at most [`SKINNY_MMA_MAX_BLOCKS`].
+pub fn skinny_mma_grid(rows: &[i64]) -> u32 {
+    let tiles: i64 = rows.iter().map(|r| (r + 15) / 16).sum();
+    (tiles.max(1) as u32).min(SKINNY_MMA_MAX_BLOCKS)
 }
 
 /// [`skinny_kernel`] on tensor cores, for f16 or bf16 weights (`w`) and activations of the
@@ -571,50 +519,29 @@ fn skinny_mma_source(
         }
         None => ("", String::new(), String::new()),
     };
-    // 16-row tiles: a lane loads rows g and g + 8 (8 words a chunk), the weights the `mma`'s
-    // A operand; 8-row tiles: row g (4 words), the weights its B operand.
-    let tile = skinny_mma_tile();
-    let words = if tile == 16 { 8 } else { 4 };
-    let load_rows = if tile == 16 {
-        "lum_sk_words4(lum_wa + lum_e, {buf}[lum_u]); lum_sk_words4(lum_wb + lum_e, {buf}[lum_u] + 4);"
-    } else {
-        "lum_sk_words4(lum_wa + lum_e, {buf}[lum_u]);"
-    };
+    // A lane loads rows g and g + 8 of the tile (8 words a chunk).
     let load = |buf: &str, batch: &str| {
         format!(
             r#"#pragma unroll
             for (int lum_u = 0; lum_u < LUM_SKM_U; ++lum_u) {{
-                const int lum_round = lum_rlo + {batch} * LUM_SKM_U + lum_u;
-                const int lum_e = 32 * (lum_warp + 8 * lum_round) + 8 * lum_q;
-                if (lum_round < lum_rhi && lum_e < lum_kk) {{ {rows} }}
-                else for (int lum_z = 0; lum_z < {words}; ++lum_z) {buf}[lum_u][lum_z] = 0u;
+                const int lum_e = 32 * (lum_warp + 8 * ({batch} * LUM_SKM_U + lum_u)) + 8 * lum_q;
+                if (lum_e < lum_kk) {{ lum_sk_words4(lum_wa + lum_e, {buf}[lum_u]); lum_sk_words4(lum_wb + lum_e, {buf}[lum_u] + 4); }}
+                else for (int lum_z = 0; lum_z < 8; ++lum_z) {buf}[lum_u][lum_z] = 0u;
             }}
-"#,
-            rows = load_rows.replace("{buf}", buf),
+"#
         )
     };
     let consume = |buf: &str, batch: &str| {
         format!(
             r#"#pragma unroll
             for (int lum_u = 0; lum_u < LUM_SKM_U; ++lum_u) {{
-                const int lum_round = lum_rlo + {batch} * LUM_SKM_U + lum_u;
-                const int lum_e = 32 * (lum_warp + 8 * lum_round) + 8 * lum_q;
+                const int lum_e = 32 * (lum_warp + 8 * ({batch} * LUM_SKM_U + lum_u)) + 8 * lum_q;
                 unsigned lum_xv[4] = {{0u, 0u, 0u, 0u}};
-                if (lum_g < lum_m && lum_round < lum_rhi && lum_e < lum_kk) lum_sk_words4(lum_xs + lum_g * lum_ks + lum_e, lum_xv);
-                {mmas}
+                if (lum_g < lum_m && lum_e < lum_kk) lum_sk_words4(lum_xs + lum_g * lum_ks + lum_e, lum_xv);
+                lum_skm_mma_{wn}(lum_acc, {buf}[lum_u][0], {buf}[lum_u][4], {buf}[lum_u][1], {buf}[lum_u][5], lum_xv[0], lum_xv[1]);
+                lum_skm_mma_{wn}(lum_acc, {buf}[lum_u][2], {buf}[lum_u][6], {buf}[lum_u][3], {buf}[lum_u][7], lum_xv[2], lum_xv[3]);
             }}
-"#,
-            mmas = if tile == 16 {
-                format!(
-                    "lum_skm_mma_{wn}(lum_acc, {buf}[lum_u][0], {buf}[lum_u][4], {buf}[lum_u][1], {buf}[lum_u][5], lum_xv[0], lum_xv[1]);
-                lum_skm_mma_{wn}(lum_acc, {buf}[lum_u][2], {buf}[lum_u][6], {buf}[lum_u][3], {buf}[lum_u][7], lum_xv[2], lum_xv[3]);"
-                )
-            } else {
-                format!(
-                    "lum_skm_mma_{wn}(lum_acc, lum_xv[0], 0u, lum_xv[1], 0u, {buf}[lum_u][0], {buf}[lum_u][1]);
-                lum_skm_mma_{wn}(lum_acc, lum_xv[2], 0u, lum_xv[3], 0u, {buf}[lum_u][2], {buf}[lum_u][3]);"
-                )
-            },
+"#
         )
     };
     // The output index `i` of the stored sum (`lum_s`), with the residual added.
@@ -631,46 +558,37 @@ fn skinny_mma_source(
         ""
     };
     let text = format!(
-        r#"{helpers}LUM_EXTERN_C __global__ void LUM_SKM_BOUNDS KERNEL({ct}* out0, {ct}* out1, {ct}* out2, const unsigned short* __restrict__ w0, const unsigned short* __restrict__ w1, const unsigned short* __restrict__ w2, const {xt}* __restrict__ x{norm_param}{residual_param}, float* __restrict__ lum_sums, unsigned* __restrict__ lum_count, long long lum_m, long long lum_k, long long lum_ldb, long long lum_ob, long long lum_rows0, long long lum_lda0, long long lum_ldc0, long long lum_oa0, long long lum_oc0, long long lum_rows1, long long lum_lda1, long long lum_ldc1, long long lum_oa1, long long lum_oc1, long long lum_rows2, long long lum_lda2, long long lum_ldc2, long long lum_oa2, long long lum_oc2, long long lum_splits) {{
-    const long long lum_t0 = (lum_rows0 + LUM_SKM_T - 1) / LUM_SKM_T, lum_t1 = (lum_rows1 + LUM_SKM_T - 1) / LUM_SKM_T;
-    const long long lum_tiles = lum_t0 + lum_t1 + (lum_rows2 + LUM_SKM_T - 1) / LUM_SKM_T;
-    /* Work items: (tile, split) pairs, a tile's rounds of 8 chunks (256 elements) shared by
-       its `lum_splits` items. */
-    const long long lum_items = lum_tiles * lum_splits;
+        r#"{helpers}LUM_EXTERN_C __global__ void LUM_SKM_BOUNDS KERNEL({ct}* out0, {ct}* out1, {ct}* out2, const unsigned short* __restrict__ w0, const unsigned short* __restrict__ w1, const unsigned short* __restrict__ w2, const {xt}* __restrict__ x{norm_param}{residual_param}, long long lum_m, long long lum_k, long long lum_ldb, long long lum_ob, long long lum_rows0, long long lum_lda0, long long lum_ldc0, long long lum_oa0, long long lum_oc0, long long lum_rows1, long long lum_lda1, long long lum_ldc1, long long lum_oa1, long long lum_oc1, long long lum_rows2, long long lum_lda2, long long lum_ldc2, long long lum_oa2, long long lum_oc2, long long lum_unused) {{
+    const long long lum_t0 = (lum_rows0 + 15) / 16, lum_t1 = (lum_rows1 + 15) / 16;
+    const long long lum_tiles = lum_t0 + lum_t1 + (lum_rows2 + 15) / 16;
+    (void)lum_unused;
 #ifdef __CUDACC_RTC__
     const int lum_lane = (int)(threadIdx.x & 31), lum_warp = (int)(threadIdx.x >> 5);
     const int lum_g = lum_lane >> 2, lum_q = lum_lane & 3;
     const int lum_kk = (int)lum_k, lum_ks = lum_kk + 32;
     /* Chunks of 32 a warp takes, as many for every warp (the last ones zeros where the row
        has fewer): `mma` is called alike by all. */
-    const int lum_rounds = (lum_kk + 255) / 256;
-    int lum_rlo = 0, lum_rhi = 0, lum_batches = 0;
-    __shared__ int lum_last;
+    const int lum_batches = ((lum_kk + 255) / 256 + LUM_SKM_U - 1) / LUM_SKM_U;
     __shared__ float4 lum_xs4[LUM_SKM_STAGE / 8];
     __shared__ float lum_parts[LUM_SK_WARPS][16][LUM_SK_M];
     unsigned short* lum_xs = (unsigned short*)lum_xs4;
-    unsigned lum_ra[LUM_SKM_U][{words}], lum_rb[LUM_SKM_U][{words}];
-    long long lum_item = blockIdx.x, lum_tile = 0;
+    unsigned lum_ra[LUM_SKM_U][8], lum_rb[LUM_SKM_U][8];
+    long long lum_tile = blockIdx.x;
     /* The tile's product and rows: `lum_wa`, `lum_wb` rows g and g + 8 (the last row where
        the tile has fewer: loaded, not stored). */
     long long lum_row0 = 0, lum_rows = 0, lum_ldc = 0, lum_oc = 0;
     {ct}* lum_out = out0;
     const unsigned short *lum_wa = w0, *lum_wb = w0;
-#define LUM_SKM_PICK(I) {{ \
-        lum_tile = (I) / lum_splits; \
-        const int lum_split = (int)((I) % lum_splits); \
-        lum_rlo = (int)(lum_split * lum_rounds / lum_splits); \
-        lum_rhi = (int)((lum_split + 1) * lum_rounds / lum_splits); \
-        lum_batches = (lum_rhi - lum_rlo + LUM_SKM_U - 1) / LUM_SKM_U; \
-        long long lum_r = lum_tile, lum_lda, lum_oa; const unsigned short* lum_w; \
+#define LUM_SKM_PICK(T) {{ \
+        long long lum_r = (T), lum_lda, lum_oa; const unsigned short* lum_w; \
         if (lum_r < lum_t0) {{ lum_rows = lum_rows0; lum_lda = lum_lda0; lum_ldc = lum_ldc0; lum_oa = lum_oa0; lum_oc = lum_oc0; lum_out = out0; lum_w = w0; }} \
         else if (lum_r < lum_t0 + lum_t1) {{ lum_r -= lum_t0; lum_rows = lum_rows1; lum_lda = lum_lda1; lum_ldc = lum_ldc1; lum_oa = lum_oa1; lum_oc = lum_oc1; lum_out = out1; lum_w = w1; }} \
         else {{ lum_r -= lum_t0 + lum_t1; lum_rows = lum_rows2; lum_lda = lum_lda2; lum_ldc = lum_ldc2; lum_oa = lum_oa2; lum_oc = lum_oc2; lum_out = out2; lum_w = w2; }} \
-        lum_row0 = LUM_SKM_T * lum_r; \
+        lum_row0 = 16 * lum_r; \
         lum_wa = lum_w + lum_oa + (lum_row0 + lum_g < lum_rows ? lum_row0 + lum_g : lum_rows - 1) * lum_lda; \
         lum_wb = lum_w + lum_oa + (lum_row0 + lum_g + 8 < lum_rows ? lum_row0 + lum_g + 8 : lum_rows - 1) * lum_lda; }}
-    if (lum_item < lum_items) {{
-        LUM_SKM_PICK(lum_item)
+    if (lum_tile < lum_tiles) {{
+        LUM_SKM_PICK(lum_tile)
         {load_a0}    }}
 {norm_gpu}    /* The activations, rounded to the weight's type, once per block (every thread takes
        part: no return before the barrier). */
@@ -685,7 +603,7 @@ fn skinny_mma_source(
         lum_d[1] = lum_h[2] | (lum_h[3] << 16);
     }}
     __syncthreads();
-    while (lum_item < lum_items) {{
+    while (lum_tile < lum_tiles) {{
         float lum_acc[4] = {{0.f, 0.f, 0.f, 0.f}};
         for (int lum_b = 0; lum_b < lum_batches; lum_b += 2) {{
             if (lum_b + 1 < lum_batches) {{
@@ -694,41 +612,24 @@ fn skinny_mma_source(
             if (lum_b + 2 < lum_batches) {{
                 {load_a}            }}
             {use_b}        }}
-{parts}
+        /* Row g's sums for activation rows 2q, 2q + 1 (and row g + 8's): this warp's part. */
+#pragma unroll
+        for (int lum_i = 0; lum_i < 4; ++lum_i) {{
+            const int lum_n = 2 * lum_q + (lum_i & 1);
+            if (lum_n < lum_m) lum_parts[lum_warp][lum_g + 8 * (lum_i >> 1)][lum_n] = lum_acc[lum_i];
+        }}
         const long long lum_cur0 = lum_row0, lum_cur_rows = lum_rows, lum_cur_ldc = lum_ldc, lum_cur_oc = lum_oc;
-        const long long lum_cur_item = lum_item, lum_cur_tile = lum_tile;
         {ct}* lum_cur_out = lum_out;
-        /* The next item's first loads in flight while the parts are added. */
-        lum_item += gridDim.x;
-        if (lum_item < lum_items) {{
-            LUM_SKM_PICK(lum_item)
+        /* The next tile's first loads in flight while the parts are added. */
+        lum_tile += gridDim.x;
+        if (lum_tile < lum_tiles) {{
+            LUM_SKM_PICK(lum_tile)
             {load_a0}        }}
         __syncthreads();
-        const int lum_mine = (int)threadIdx.x < LUM_SKM_T * (int)lum_m;
-        const int lum_r = (int)threadIdx.x % LUM_SKM_T, lum_n = (int)threadIdx.x / LUM_SKM_T;
-        float lum_s = 0.f;
-        if (lum_mine)
+        if ((int)threadIdx.x < 16 * (int)lum_m) {{
+            const int lum_r = (int)threadIdx.x & 15, lum_n = (int)threadIdx.x >> 4;
+            float lum_s = 0.f;
             for (int lum_p = 0; lum_p < LUM_SK_WARPS; ++lum_p) lum_s += lum_parts[lum_p][lum_r][lum_n];
-        if (lum_splits > 1) {{
-            /* A split's sums to the scratch; the tile's last split to finish (counted in
-               `lum_count`, reset by it) adds them in split order and stores. */
-            if (lum_mine) lum_sums[lum_cur_item * 64 + lum_r * 4 + lum_n] = lum_s;
-            lum_skm_fence();
-            __syncthreads();
-            if (threadIdx.x == 0) lum_last = lum_skm_count(lum_count + lum_cur_tile) == (unsigned)lum_splits - 1u;
-            __syncthreads();
-            if (lum_last) {{
-                lum_skm_fence();
-                lum_s = 0.f;
-                if (lum_mine)
-                    for (long long lum_p = 0; lum_p < lum_splits; ++lum_p)
-                        lum_s += ((volatile float*)lum_sums)[(lum_cur_tile * lum_splits + lum_p) * 64 + lum_r * 4 + lum_n];
-                if (threadIdx.x == 0) lum_count[lum_cur_tile] = 0u;
-            }}
-        }} else {{
-            lum_last = 1;
-        }}
-        if (lum_mine && lum_last) {{
             const long long lum_i = lum_cur_oc + lum_cur0 + lum_r + lum_n * lum_cur_ldc;
             if (lum_cur0 + lum_r < lum_cur_rows) lum_cur_out[lum_i] = {store_gpu};
         }}
@@ -737,10 +638,9 @@ fn skinny_mma_source(
 #undef LUM_SKM_PICK
 #else
     /* One thread a row of each of the block's tiles, summing in order. */
-    if (threadIdx.x < LUM_SKM_T) {{
-        for (long long lum_item = blockIdx.x; lum_item < lum_items; lum_item += gridDim.x) {{
-            if (lum_item % lum_splits != 0) continue;
-            long long lum_r = lum_item / lum_splits, lum_rows = lum_rows0, lum_lda = lum_lda0, lum_ldc = lum_ldc0, lum_oa = lum_oa0, lum_oc = lum_oc0;
+    if (threadIdx.x < 16) {{
+        for (long long lum_tile = blockIdx.x; lum_tile < lum_tiles; lum_tile += gridDim.x) {{
+            long long lum_r = lum_tile, lum_rows = lum_rows0, lum_lda = lum_lda0, lum_ldc = lum_ldc0, lum_oa = lum_oa0, lum_oc = lum_oc0;
             {ct}* lum_out = out0;
             const unsigned short* lum_w = w0;
             if (lum_r >= lum_t0) {{
@@ -749,7 +649,7 @@ fn skinny_mma_source(
                     lum_r -= lum_t1; lum_rows = lum_rows2; lum_lda = lum_lda2; lum_ldc = lum_ldc2; lum_oa = lum_oa2; lum_oc = lum_oc2; lum_out = out2; lum_w = w2;
                 }}
             }}
-            const long long lum_row = LUM_SKM_T * lum_r + threadIdx.x;
+            const long long lum_row = 16 * lum_r + threadIdx.x;
             if (lum_row >= lum_rows) continue;
             for (long long lum_n0 = 0; lum_n0 < lum_m; ++lum_n0) {{
                 const {xt}* lum_xr = x + lum_ob + lum_n0 * lum_ldb;
@@ -766,22 +666,6 @@ fn skinny_mma_source(
 }}
 "#,
         helpers = skinny_helpers(),
-        parts = if tile == 16 {
-            r#"        /* Row g's sums for activation rows 2q, 2q + 1 (and row g + 8's): this warp's part. */
-#pragma unroll
-        for (int lum_i = 0; lum_i < 4; ++lum_i) {
-            const int lum_n = 2 * lum_q + (lum_i & 1);
-            if (lum_n < lum_m) lum_parts[lum_warp][lum_g + 8 * (lum_i >> 1)][lum_n] = lum_acc[lum_i];
-        }
-"#
-        } else {
-            r#"        /* Activation row g's sums for weight rows 2q, 2q + 1: this warp's part. */
-        if (lum_g < lum_m) {
-            lum_parts[lum_warp][2 * lum_q][lum_g] = lum_acc[0];
-            lum_parts[lum_warp][2 * lum_q + 1][lum_g] = lum_acc[1];
-        }
-"#
-        },
         store_gpu = store_at("lum_i"),
         store_host = store_at("lum_i"),
         x_val_host = x_val
@@ -816,8 +700,6 @@ fn skinny_mma_source(
     if residual {
         buffer_types.push("float");
     }
-    // The split scratch: partial sums, then the tiles' counters.
-    buffer_types.extend(["float", "unsigned"]);
     Some(Kernel {
         source: text.replace("KERNEL", &name),
         name,
@@ -952,8 +834,7 @@ fn skinny_helpers() -> &'static str {
                 .unwrap_or(default)
         };
         let u = env("LUMINAL_CUDA_SKINNY_U", 2).clamp(1, 8);
-        let tile = skinny_mma_tile();
-        let mma_u = env("LUMINAL_CUDA_SKINNY_MMA_U", if tile == 16 { 4 } else { 8 }).clamp(1, 16);
+        let mma_u = env("LUMINAL_CUDA_SKINNY_MMA_U", 4).clamp(1, 8);
         let mma_bounds = match env("LUMINAL_CUDA_SKINNY_MMA_BLOCKS", 2).min(8) {
             0 => String::new(),
             blocks => format!("__launch_bounds__(256, {blocks})"),
@@ -975,8 +856,6 @@ fn skinny_helpers() -> &'static str {
 #define LUM_SK_U_f32 {}
 /* Chunks of 32 a warp of the tensor-core kernel requests at once, per buffer. */
 #define LUM_SKM_U {mma_u}
-/* Weight rows a block takes at a time (crate::codegen::skinny_mma_tile). */
-#define LUM_SKM_T {tile}
 /* Half and block weights: at most 64 registers a thread by default, so four blocks of 8
    warps fit on an SM (f32 weights would spill more, and keep the compiler's choice). */
 #ifdef __CUDA_ARCH__
@@ -1067,12 +946,7 @@ LUM_DEV void lum_skm_mma_bf16(float* d, unsigned a0, unsigned a1, unsigned a2, u
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
-LUM_DEV void lum_skm_fence(void) { __threadfence(); }
-LUM_DEV unsigned lum_skm_count(unsigned* c) { return atomicAdd(c, 1u); }
 #else
-/* The emulators run a launch's blocks one after another: plain memory. */
-LUM_DEV void lum_skm_fence(void) {}
-LUM_DEV unsigned lum_skm_count(unsigned* c) { const unsigned o = *c; *c = o + 1u; return o; }
 LUM_DEV unsigned lum_skm_bits_f16(float v) { return lum_f32_to_f16(v); }
 LUM_DEV unsigned lum_skm_bits_bf16(float v) { return lum_f32_to_bf16(v); }
 #ifdef __CUDACC_RTC__

@@ -12,8 +12,9 @@ use luminal::{DType, LuminalError, Result};
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// The most weight elements (N·K) a weight may have for its decode product to run as a
-/// skinny kernel by default, whatever its row length (`LUMINAL_CUDA_SKINNY` overrides it; see
-/// also [`SKINNY_MAX_K`]). It holds for Q8_0/Q4_0/Q4_1 weights read in place too: above it
+/// CUDA-core skinny kernel by default, whatever its row length (`LUMINAL_CUDA_SKINNY`
+/// overrides it; see also [`SKINNY_MAX_K`]; products that take the tensor-core kernel,
+/// [`crate::codegen::skinny_mma_kernel`], have no bound by default). It holds for Q8_0/Q4_0/Q4_1 weights read in place too: above it
 /// they go to cuBLAS through their f16 copy. On an H200 (benches/README.md) the skinny kernel
 /// beat cuBLAS on a SmolLM2-shaped F16 model (every product ≤ 0.9M weights but `lm_head`: 403
 /// vs 357 t/s) and lost on a Llama-3.2-1B-shaped one (≥ 1.05M weights each: 390 vs 456 t/s;

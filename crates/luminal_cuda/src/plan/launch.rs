@@ -15,10 +15,6 @@ pub(super) enum BufRef {
     Scratch(usize),
     /// A product's dequantized weight copy.
     Dequant(usize),
-    /// The tensor-core skinny kernel's split scratch: partial sums, and the tiles' counters
-    /// (zero between launches).
-    SplitSums,
-    SplitCounts,
     Error,
     Dims,
 }
@@ -33,9 +29,7 @@ pub(super) fn buffer_of<'a, B>(
 ) -> Result<&'a B> {
     match r {
         BufRef::Node(id) => buffers.get(&id).map(|b| &b.buf),
-        BufRef::Scratch(_) | BufRef::Dequant(_) | BufRef::SplitSums | BufRef::SplitCounts => {
-            scratch.get(&r).map(|b| &b.buf)
-        }
+        BufRef::Scratch(_) | BufRef::Dequant(_) => scratch.get(&r).map(|b| &b.buf),
         BufRef::Error => error.as_ref(),
         BufRef::Dims => dims.as_ref().map(|b| &b.buf),
     }

@@ -48,7 +48,7 @@ fn skinny_grid(scalars: &[i64], mma: bool) -> u32 {
         let rows: Vec<i64> = (0..codegen::SKINNY_GROUPS)
             .map(|g| scalars[4 + 5 * g])
             .collect();
-        return codegen::skinny_mma_grid(&rows, scalars[4 + 5 * codegen::SKINNY_GROUPS]);
+        return codegen::skinny_mma_grid(&rows);
     }
     static CAP: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     let cap = *CAP.get_or_init(
@@ -167,22 +167,10 @@ pub(super) fn merge_skinny(launches: &mut Vec<Launch>, skinny: &[usize], mma: &[
             buffers[codegen::SKINNY_GROUPS + used] = w;
             scalars[4 + 5 * used..9 + 5 * used].copy_from_slice(&slot);
             // More rows want no more warps a row (never more than the first had: 1 stays 1).
-            // The last scalar: the CUDA-core kernel's warps a row (1 stays 1), the tensor-core
-            // kernel's items a tile (for the merged rows).
-            let split = if on_tensor_cores {
-                let rows: Vec<i64> = (0..codegen::SKINNY_GROUPS)
-                    .map(|g| scalars[4 + 5 * g])
-                    .collect();
-                codegen::skinny_mma_splits(&rows, scalars[1])
-            } else {
-                codegen::skinny_split(skinny_rows(scalars), scalars[1])
-            };
+            // (The tensor-core kernel's last scalar is unused: 1 stays 1.)
+            let split = codegen::skinny_split(skinny_rows(scalars), scalars[1]);
             let last = &mut scalars[4 + 5 * codegen::SKINNY_GROUPS];
-            *last = if on_tensor_cores {
-                split
-            } else {
-                (*last).min(split)
-            };
+            *last = (*last).min(split);
             *grid = skinny_grid(scalars, on_tensor_cores);
             j += 1;
         }
@@ -731,23 +719,7 @@ impl<E: Executor> PlanRuntime<E> {
         (x, extra): (BufRef, &[BufRef]),
         pi: usize,
         out: &mut Vec<Launch>,
-    ) -> Result<()> {
-        if mma && !self.scratch.contains_key(&BufRef::SplitSums) {
-            // The tensor-core kernel's split scratch (one for every launch: they run in
-            // order, each leaving the counters at zero).
-            let (sums, counts) = codegen::SKINNY_MMA_SPLIT_BYTES;
-            for (key, capacity) in [(BufRef::SplitSums, sums), (BufRef::SplitCounts, counts)] {
-                let buf = self.alloc(capacity)?;
-                self.scratch.insert(
-                    key,
-                    Buffer {
-                        buf,
-                        capacity,
-                        len: capacity,
-                    },
-                );
-            }
-        }
+    ) {
         for c in self.calls[pi].as_ref().expect("resolved") {
             let slot = [
                 c.m as i64,
@@ -767,8 +739,6 @@ impl<E: Executor> PlanRuntime<E> {
             }
             scalars.push(if split_rows {
                 codegen::skinny_split(c.m as i64, c.k as i64)
-            } else if mma {
-                codegen::skinny_mma_splits(&[c.m as i64], c.k as i64)
             } else {
                 1
             });
@@ -780,16 +750,12 @@ impl<E: Executor> PlanRuntime<E> {
                 buffers: {
                     let mut b = vec![c_buf, c_buf, c_buf, w, w, w, x];
                     b.extend_from_slice(extra);
-                    if mma {
-                        b.extend([BufRef::SplitSums, BufRef::SplitCounts]);
-                    }
                     self.pool.buffers(&b)
                 },
                 scalars,
             });
             self.skinny += 1;
         }
-        Ok(())
     }
 
     /// Product `pi` into `id`'s buffer through [`Executor::gemm`], after rounding its f32
@@ -806,7 +772,7 @@ impl<E: Executor> PlanRuntime<E> {
                 BufRef::Node(p.b.node),
                 BufRef::Node(self.resolved(p.a.node)),
             );
-            self.push_skinny((f, false, false), id, w, (x, &[]), pi, out)?;
+            self.push_skinny((f, false, false), id, w, (x, &[]), pi, out);
             return Ok(());
         }
         if let Some(side) = p.dequant {
@@ -872,7 +838,7 @@ impl<E: Executor> PlanRuntime<E> {
                 f = rf;
                 extra.push(BufRef::Node(self.resolved(r)));
             }
-            self.push_skinny((f, false, true), id, w, (x, &extra), pi, out)?;
+            self.push_skinny((f, false, true), id, w, (x, &extra), pi, out);
             return Ok(());
         }
         let calls = self.calls[pi].as_ref().expect("resolved");
@@ -904,7 +870,7 @@ impl<E: Executor> PlanRuntime<E> {
                 Some((rf, r)) => ((rf, f.1, f.2), vec![BufRef::Node(self.resolved(r))]),
                 None => (f, vec![]),
             };
-            self.push_skinny(f, id, w, (x, &extra), pi, out)?;
+            self.push_skinny(f, id, w, (x, &extra), pi, out);
             return Ok(());
         }
         let p = &self.patterns[pi];
