@@ -104,6 +104,22 @@ fn skinny_kernels_compile_with_nvrtc() {
         ]
         .map(|(w, x, c)| luminal_cuda::codegen::skinny_mma_kernel(w, x, c).unwrap()),
     )
+    .chain({
+        // The norm and residual variants (with and without a norm weight).
+        use luminal_cuda::codegen::{skinny_mma_norm_kernel, skinny_mma_residual_kernel};
+        let norm = |weight| luminal_cuda::codegen::SkinnyNorm {
+            weight,
+            scale: 1.0 / 2048.0,
+            eps: 1e-5,
+        };
+        [
+            skinny_mma_norm_kernel(F16, F32, norm(true)),
+            skinny_mma_norm_kernel(BF16, F32, norm(false)),
+            skinny_mma_residual_kernel(F16, F32, None),
+            skinny_mma_residual_kernel(F16, F32, Some(norm(true))),
+        ]
+        .map(Option::unwrap)
+    })
     .collect();
     let ptx =
         luminal_cuda::device::nvrtc_ptx(&kernels.iter().collect::<Vec<_>>(), "compute_90").unwrap();

@@ -475,6 +475,24 @@ impl<E: Executor> PlanRuntime<E> {
                     }));
             }
         }
+        // Every tensor-core kernel (their launches take one grid rule).
+        let skinny_mma_fns: Vec<usize> = {
+            let mut f: Vec<usize> = skinny_mma_fn
+                .iter()
+                .flatten()
+                .copied()
+                .chain(skinny_norm.iter().flatten().map(|n| n.function))
+                .chain(
+                    skinny_residual
+                        .iter()
+                        .flatten()
+                        .flat_map(|r| r.function.into_iter().chain(r.norm_function)),
+                )
+                .collect();
+            f.sort();
+            f.dedup();
+            f
+        };
         let functions = exec.compile(&kernels.iter().collect::<Vec<_>>())?;
         let mut dim_names: Vec<String> = vec![];
         let mut dim_slots = vec![];
@@ -600,38 +618,15 @@ impl<E: Executor> PlanRuntime<E> {
                 let mut f: Vec<usize> = skinny_fn
                     .iter()
                     .chain(&skinny_quant_fn)
-                    .chain(&skinny_mma_fn)
                     .flatten()
                     .copied()
-                    .chain(skinny_norm.iter().flatten().map(|n| n.function))
-                    .chain(
-                        skinny_residual
-                            .iter()
-                            .flatten()
-                            .flat_map(|r| r.function.into_iter().chain(r.norm_function)),
-                    )
+                    .chain(skinny_mma_fns.iter().copied())
                     .collect();
                 f.sort();
                 f.dedup();
                 f
             },
-            skinny_mma_fns: {
-                let mut f: Vec<usize> = skinny_mma_fn
-                    .iter()
-                    .flatten()
-                    .copied()
-                    .chain(skinny_norm.iter().flatten().map(|n| n.function))
-                    .chain(
-                        skinny_residual
-                            .iter()
-                            .flatten()
-                            .flat_map(|r| r.function.into_iter().chain(r.norm_function)),
-                    )
-                    .collect();
-                f.sort();
-                f.dedup();
-                f
-            },
+            skinny_mma_fns,
             skinny_fn,
             skinny_quant_fn,
             skinny_mma_fn,
