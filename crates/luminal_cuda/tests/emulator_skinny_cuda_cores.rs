@@ -11,8 +11,11 @@ use common::matmul as cases;
 use luminal::prelude::*;
 use luminal_cuda::{HostEmulatorBackend, HostEmulatorCooperative};
 
+/// Sets the switch once, before any test of the binary compiles a graph (every test calls
+/// this first; the others wait in `call_once` while it is set).
 fn cuda_cores() {
-    std::env::set_var("LUMINAL_CUDA_SKINNY_MMA", "0");
+    static SET: std::sync::Once = std::sync::Once::new();
+    SET.call_once(|| std::env::set_var("LUMINAL_CUDA_SKINNY_MMA", "0"));
 }
 
 #[test]

@@ -386,6 +386,135 @@ fn residuals<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(backend: impl Fn
     }
 }
 
+/// `want` (the reference runtime, activations not rounded) against `got`: within the
+/// activations' f16 rounding (`0.05 + 2%`; the hazards below give wrong values by far more,
+/// or fail).
+fn close(label: &str, want: &[f32], got: &[f32]) {
+    assert_eq!(want.len(), got.len(), "{label}");
+    for (i, (a, b)) in want.iter().zip(got).enumerate() {
+        assert!(
+            (a - b).abs() <= 0.05 + 2e-2 * a.abs(),
+            "{label} element {i}: want {a}, got {b}"
+        );
+    }
+}
+
+/// Graphs where a norm's or a residual sum's step must not be skipped or read early, each
+/// against the reference runtime over several runs (a stale buffer shows in a later run):
+/// - a final norm whose input is computed and read only by the norm (the input's step runs:
+///   the norm kernel reads it), prefill (6 rows, products through the emulated cuBLAS) then
+///   decode;
+/// - the last layer: a residual sum read only by the final norm (it is the norm's input);
+/// - a residual operand computed after the product in the graph's order (not added by the
+///   product's kernel);
+/// - the sum of two products (`x1·W1ᵀ + x2·W2ᵀ`: the later adds the earlier).
+fn hazards<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(backend: impl Fn() -> B) {
+    let k = 64;
+    let half = |n: usize, seed: u32, scale: f32| -> HostData {
+        HostData::F16(
+            data(n, seed)
+                .iter()
+                .map(|&v| f16::from_f32(v * scale))
+                .collect(),
+        )
+    };
+    let check_runs = |label: &str,
+                      cx: &Graph,
+                      inputs: &[(GraphTensor, usize)],
+                      weights: &[(GraphTensor, HostData)],
+                      y: GraphTensor,
+                      rows: &[usize]| {
+        let mut reference = cx
+            .compile(ReferenceBackend, CompileOptions::default())
+            .unwrap();
+        let mut rt = cx.compile(backend(), CompileOptions::default()).unwrap();
+        for (t, d) in weights {
+            rt.set_data(*t, d.clone()).unwrap();
+            reference.set_data(*t, d.clone()).unwrap();
+        }
+        for (run, &s) in rows.iter().enumerate() {
+            rt.set_dim("s", s);
+            reference.set_dim("s", s);
+            for (i, &(t, width)) in inputs.iter().enumerate() {
+                let v = data(s * width, 10 + 7 * run as u32 + i as u32);
+                rt.set(t, &v).unwrap();
+                reference.set(t, &v).unwrap();
+            }
+            reference.run().unwrap();
+            rt.run()
+                .unwrap_or_else(|e| panic!("{label} run {run} ({s} rows): {e}"));
+            close(
+                &format!("{label} run {run} ({s} rows)"),
+                &reference.get_f32(y).unwrap(),
+                &rt.get_f32(y).unwrap(),
+            );
+        }
+    };
+    {
+        let cx = Graph::new();
+        let x = cx.tensor("x", ("s", k));
+        let w = cx.input("w", (16, k), DType::F16);
+        let h = x + 0.5;
+        let y = h
+            .rms_norm(-1, 1e-5)
+            .matmul(w.cast(DType::F32).permute([1, 0]))
+            .output();
+        let wd = half(16 * k, 4, 0.5);
+        check_runs("final norm", &cx, &[(x, k)], &[(w, wd)], y, &[6, 1, 1]);
+    }
+    {
+        let cx = Graph::new();
+        let (x, a) = (cx.tensor("x", ("s", k)), cx.tensor("a", ("s", k)));
+        let w1 = cx.input("w1", (k, k), DType::F16);
+        let w2 = cx.input("w2", (16, k), DType::F16);
+        let h = (x + 0.5).output();
+        let y = a.matmul(w1.cast(DType::F32).permute([1, 0])) + h;
+        let z = y
+            .rms_norm(-1, 1e-5)
+            .matmul(w2.cast(DType::F32).permute([1, 0]))
+            .output();
+        let ws = [(w1, half(k * k, 4, 0.1)), (w2, half(16 * k, 6, 0.5))];
+        check_runs("last layer", &cx, &[(x, k), (a, k)], &ws, z, &[1, 1, 2]);
+    }
+    {
+        let cx = Graph::new();
+        let (a, b) = (cx.tensor("a", ("s", k)), cx.tensor("b", ("s", k)));
+        let w = cx.input("w", (k, k), DType::F16);
+        let p = a.matmul(w.cast(DType::F32).permute([1, 0]));
+        let r = (b * 2.0 + 1.0).output();
+        let y = (p + r).output();
+        check_runs(
+            "late residual",
+            &cx,
+            &[(a, k), (b, k)],
+            &[(w, half(k * k, 4, 0.1))],
+            y,
+            &[1, 1],
+        );
+    }
+    {
+        let cx = Graph::new();
+        let (a, b) = (cx.tensor("a", ("s", k)), cx.tensor("b", ("s", k)));
+        let w1 = cx.input("w1", (k, k), DType::F16);
+        let w2 = cx.input("w2", (k, k), DType::F16);
+        let y = (a.matmul(w1.cast(DType::F32).permute([1, 0]))
+            + b.matmul(w2.cast(DType::F32).permute([1, 0])))
+        .output();
+        let ws = [(w1, half(k * k, 4, 0.1)), (w2, half(k * k, 5, 0.1))];
+        check_runs("two products", &cx, &[(a, k), (b, k)], &ws, y, &[1, 1, 3]);
+    }
+}
+
+#[test]
+fn plan_hazards_on_the_emulator() {
+    hazards(|| HostEmulatorBackend);
+}
+
+#[test]
+fn plan_hazards_with_warps_emulated() {
+    hazards(|| HostEmulatorCooperative);
+}
+
 #[test]
 fn norms_in_skinny_products_on_the_emulator() {
     all(|| HostEmulatorBackend);
@@ -412,6 +541,7 @@ fn gpu_norms_and_residual_sums_in_skinny_products() {
         Ok(b) => {
             all(|| b.clone());
             residuals(|| b.clone());
+            hazards(|| b.clone());
         }
         Err(e) => eprintln!("skipping the GPU norms: {e}"),
     }

@@ -412,13 +412,25 @@ impl<E: Executor> PlanRuntime<E> {
                 }) else {
                     continue;
                 };
+                // `r` must be ready when the product runs: an input, or a step before the
+                // product's (a product summed with a later one, `x1·W1ᵀ + x2·W2ᵀ`, adds its
+                // own result to the later one's instead); one product a sum.
+                let step_at = |n: NodeId| steps.iter().position(|st: &Step| st.node == n);
+                let r_ready = match (step_at(r), step_at(out)) {
+                    (Some(rs), Some(ps)) => rs < ps,
+                    (None, Some(_)) => matches!(graph.node(r).op, Op::Input { .. }),
+                    _ => false,
+                };
                 if graph.outputs.contains(&out)
                     || fused.contains(add)
                     || fused.contains(&r)
+                    || !r_ready
                     || graph.node(r).dtype != DType::F32
                     || graph.node(r).shape != a.shape
                     || graph.node(out).shape != a.shape
-                    || !steps.iter().any(|st: &Step| st.node == *add)
+                    || steps
+                        .iter()
+                        .all(|st: &Step| st.node != *add || st.residual_of.is_some())
                 {
                     continue;
                 }
@@ -768,12 +780,22 @@ fn mark_norm_steps(
         }
         products.sort();
         products.dedup();
+        // The norm's input (which its kernels read) and its weight are never skipped; only
+        // nodes on a path from the input to the norm are (its sum of squares).
+        let Some(x) = products
+            .iter()
+            .find_map(|&p| skinny_norm[p].as_ref().map(|n| n.x))
+        else {
+            continue;
+        };
+        let inside = between(graph, x, root);
         let mut marked = vec![rs];
         steps[rs].norm_skip = Some(products.clone());
         // Steps read only by marked ones (the sum of squares), until none is added.
         loop {
             let next = steps.iter().enumerate().position(|(s, st)| {
                 st.norm_skip.is_none()
+                    && inside.contains(&st.node)
                     && !st.in_place
                     && st.gemm.is_none()
                     && st.attn_out.is_none()
@@ -789,4 +811,42 @@ fn mark_norm_steps(
             marked.push(s);
         }
     }
+}
+
+/// The nodes strictly between `from` and `to`: ancestors of `to` (not through `from`) that
+/// have `from` as an ancestor.
+fn between(graph: &GraphData, from: NodeId, to: NodeId) -> HashSet<NodeId> {
+    // Ancestors of `to`, not expanding `from`.
+    let mut ancestors: Vec<NodeId> = vec![];
+    let mut seen: HashSet<NodeId> = HashSet::new();
+    let mut stack = vec![to];
+    while let Some(n) = stack.pop() {
+        if !seen.insert(n) || n == from {
+            continue;
+        }
+        ancestors.push(n);
+        stack.extend(graph.node(n).inputs.iter().map(|e| e.node));
+    }
+    // Which of them reach `from` (memoised, inputs first).
+    let mut reaches: HashMap<NodeId, bool> = HashMap::new();
+    fn reach(g: &GraphData, n: NodeId, from: NodeId, memo: &mut HashMap<NodeId, bool>) -> bool {
+        if n == from {
+            return true;
+        }
+        if let Some(&r) = memo.get(&n) {
+            return r;
+        }
+        memo.insert(n, false);
+        let r = g
+            .node(n)
+            .inputs
+            .iter()
+            .any(|e| reach(g, e.node, from, memo));
+        memo.insert(n, r);
+        r
+    }
+    ancestors
+        .into_iter()
+        .filter(|&n| n != to && reach(graph, n, from, &mut reaches))
+        .collect()
 }

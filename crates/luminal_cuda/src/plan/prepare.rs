@@ -137,8 +137,9 @@ pub(super) fn merge_skinny(launches: &mut Vec<Launch>, skinny: &[usize], mma: &[
                 && si[..4] == sj[..4]
                 && sj[9] == 0
                 && used < codegen::SKINNY_GROUPS
-                && [bj[0], bj[codegen::SKINNY_GROUPS], bj[x_at]]
+                && [bj[0], bj[codegen::SKINNY_GROUPS]]
                     .iter()
+                    .chain(&bj[x_at..])
                     .all(|b| !between.contains(b));
             if !joins {
                 if used == codegen::SKINNY_GROUPS {
