@@ -110,11 +110,13 @@
 //!   the same activations (q, k, v; gate, up) are one launch. Q8_0, Q4_0 and Q4_1 weights are
 //!   read as blocks in place ([`codegen::skinny_quant_kernel`]: rows of whole 16-byte pieces
 //!   are loaded 32 blocks at a time through shared memory; other block types through their
-//!   f16 copy), so a decode step reads 0.56–1.06 bytes a weight. By default products with at
-//!   most [`plan::SKINNY_MAX_WEIGHTS`] weights or rows of at most [`plan::SKINNY_MAX_K`] run
-//!   skinny, block weights included (on an H200 cuBLAS, on the f16 copy for block weights,
-//!   was faster on a 1B model's larger products); `LUMINAL_CUDA_SKINNY=0` sends every one to
-//!   cuBLAS, `all` none, a number bounds N·K. Tuning knobs for device runs:
+//!   f16 copy), so a decode step reads 0.56–1.06 bytes a weight. Where the tensor-core kernel
+//!   below does not apply (f32 weights, unaligned rows, or with it switched off), products
+//!   with at most [`plan::SKINNY_MAX_WEIGHTS`] weights or rows of at most
+//!   [`plan::SKINNY_MAX_K`] run on these kernels, block weights included (on an H200 cuBLAS,
+//!   on the f16 copy for block weights, was faster on a 1B model's larger products);
+//!   `LUMINAL_CUDA_SKINNY=0` sends every one to cuBLAS, `all` none, a number bounds N·K (for
+//!   the tensor-core kernel too). Tuning knobs for device runs:
 //!   `LUMINAL_CUDA_SKINNY_U`, `_BLOCKS`, `_QBLOCKS`, `_SPLIT=0`, `_PERSIST=0`, `_QUANT=0`.
 //!   Checked on both emulators (the cooperative one runs the GPU branch: vector pieces, block
 //!   chunks, split rows, striding blocks, shuffles) and on an H200 (`benches/README.md`);
