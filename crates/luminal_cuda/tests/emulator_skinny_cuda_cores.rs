@@ -47,19 +47,7 @@ fn large_float_weights_go_to_cublas_in_decode() {
             n > 8,
             "{n} x {k}"
         );
-        let cx = Graph::new();
-        let x = cx.tensor("x", (1, k));
-        let w = cx.input("w", (n, k), dtype);
-        let y = x.matmul(w.cast(DType::F32).permute([1, 0])).output();
-        let mut rt = cx
-            .compile(HostEmulatorBackend, CompileOptions::default())
-            .unwrap();
-        let data = common::quant::random_storage(dtype, n * k, 1);
-        rt.set_data(w, data).unwrap();
-        rt.set(x, &vec![1.0; k]).unwrap();
-        rt.run().unwrap();
-        let out = rt.get_f32(y).unwrap();
-        assert_eq!(out.len(), n);
-        assert_eq!(rt.skinny_products() > 0, skinny, "{dtype} {n} x {k}");
+        let (_, _, skinny_products) = cases::ones_product(n, k, dtype);
+        assert_eq!(skinny_products > 0, skinny, "{dtype} {n} x {k}");
     }
 }

@@ -225,6 +225,16 @@ fn nv_unrounded(h: &[f64], k: usize, w: Option<&[f32]>, eps: f64) -> Vec<f64> {
         .collect()
 }
 
+/// Launches the fusions save per norm (its sum of squares and its chain) or per pair of
+/// residual sums: 2 where the products of `m` rows are skinny, none otherwise.
+fn fewer_launches(m: usize) -> usize {
+    if m <= luminal_cuda::gemm::SKINNY_ROWS as usize {
+        2
+    } else {
+        0
+    }
+}
+
 /// Every case on `backend`; a norm read only by skinny products launches nothing: two
 /// launches fewer per such norm than the same graph with the first norm also an output
 /// (both norms' two kernels, a sum of squares and its elementwise chain, are skipped when
@@ -250,11 +260,7 @@ fn all<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(backend: impl Fn() -> 
                         ..case
                     },
                 );
-                let fewer = if m <= luminal_cuda::gemm::SKINNY_ROWS as usize {
-                    2
-                } else {
-                    0
-                };
+                let fewer = fewer_launches(m);
                 assert_eq!(
                     kept - skipped,
                     fewer,
@@ -372,11 +378,7 @@ fn residuals<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(backend: impl Fn
         for (m, k) in [(1, 64), (3, 200), (2, 512), (5, 64)] {
             let fused = residual(backend(), (m, k, dtype), false);
             let kept = residual(backend(), (m, k, dtype), true);
-            let fewer = if m <= luminal_cuda::gemm::SKINNY_ROWS as usize {
-                2
-            } else {
-                0
-            };
+            let fewer = fewer_launches(m);
             assert_eq!(
                 kept - fused,
                 fewer,

@@ -507,11 +507,11 @@ fn skinny_mma_source(
 "#
                 ),
                 format!(
-                    r#"                float lum_rn[1];
+                    r#"                float lum_rn;
                 {{
                     float lum_ss = 0.f;
                     for (long long lum_e = 0; lum_e < lum_k; ++lum_e) lum_ss += lum_mul(lum_xr[lum_e], lum_xr[lum_e]);
-                    lum_rn[0] = {factor};
+                    lum_rn = {factor};
                 }}
 "#
                 ),
@@ -544,13 +544,11 @@ fn skinny_mma_source(
 "#
         )
     };
-    // The output index `i` of the stored sum (`lum_s`), with the residual added.
-    let store_at = |i: &str| {
-        if residual {
-            store(c, Val::Float, &format!("lum_s + lum_res[{i}]"))
-        } else {
-            store(c, Val::Float, "lum_s")
-        }
+    // The sum `lum_s` stored at output index `lum_i`, with the residual added.
+    let store_c = if residual {
+        store(c, Val::Float, "lum_s + lum_res[lum_i]")
+    } else {
+        store(c, Val::Float, "lum_s")
     };
     let residual_param = if residual {
         ", const float* __restrict__ lum_res"
@@ -562,6 +560,17 @@ fn skinny_mma_source(
     const long long lum_t0 = (lum_rows0 + 15) / 16, lum_t1 = (lum_rows1 + 15) / 16;
     const long long lum_tiles = lum_t0 + lum_t1 + (lum_rows2 + 15) / 16;
     (void)lum_unused;
+    /* Tile T's product: its rows, strides, offsets, output and weight, and the tile's first
+       row (both branches). */
+    long long lum_row0 = 0, lum_rows = 0, lum_lda = 0, lum_ldc = 0, lum_oa = 0, lum_oc = 0;
+    {ct}* lum_out = out0;
+    const unsigned short* lum_w = w0;
+#define LUM_SKM_PICK(T) {{ \
+        long long lum_r = (T); \
+        if (lum_r < lum_t0) {{ lum_rows = lum_rows0; lum_lda = lum_lda0; lum_ldc = lum_ldc0; lum_oa = lum_oa0; lum_oc = lum_oc0; lum_out = out0; lum_w = w0; }} \
+        else if (lum_r < lum_t0 + lum_t1) {{ lum_r -= lum_t0; lum_rows = lum_rows1; lum_lda = lum_lda1; lum_ldc = lum_ldc1; lum_oa = lum_oa1; lum_oc = lum_oc1; lum_out = out1; lum_w = w1; }} \
+        else {{ lum_r -= lum_t0 + lum_t1; lum_rows = lum_rows2; lum_lda = lum_lda2; lum_ldc = lum_ldc2; lum_oa = lum_oa2; lum_oc = lum_oc2; lum_out = out2; lum_w = w2; }} \
+        lum_row0 = 16 * lum_r; }}
 #ifdef __CUDACC_RTC__
     const int lum_lane = (int)(threadIdx.x & 31), lum_warp = (int)(threadIdx.x >> 5);
     const int lum_g = lum_lane >> 2, lum_q = lum_lane & 3;
@@ -574,21 +583,15 @@ fn skinny_mma_source(
     unsigned short* lum_xs = (unsigned short*)lum_xs4;
     unsigned lum_ra[LUM_SKM_U][8], lum_rb[LUM_SKM_U][8];
     long long lum_tile = blockIdx.x;
-    /* The tile's product and rows: `lum_wa`, `lum_wb` rows g and g + 8 (the last row where
-       the tile has fewer: loaded, not stored). */
-    long long lum_row0 = 0, lum_rows = 0, lum_ldc = 0, lum_oc = 0;
-    {ct}* lum_out = out0;
+    /* The lane's rows g and g + 8 of the tile (the last row where the tile has fewer:
+       loaded, not stored). */
     const unsigned short *lum_wa = w0, *lum_wb = w0;
-#define LUM_SKM_PICK(T) {{ \
-        long long lum_r = (T), lum_lda, lum_oa; const unsigned short* lum_w; \
-        if (lum_r < lum_t0) {{ lum_rows = lum_rows0; lum_lda = lum_lda0; lum_ldc = lum_ldc0; lum_oa = lum_oa0; lum_oc = lum_oc0; lum_out = out0; lum_w = w0; }} \
-        else if (lum_r < lum_t0 + lum_t1) {{ lum_r -= lum_t0; lum_rows = lum_rows1; lum_lda = lum_lda1; lum_ldc = lum_ldc1; lum_oa = lum_oa1; lum_oc = lum_oc1; lum_out = out1; lum_w = w1; }} \
-        else {{ lum_r -= lum_t0 + lum_t1; lum_rows = lum_rows2; lum_lda = lum_lda2; lum_ldc = lum_ldc2; lum_oa = lum_oa2; lum_oc = lum_oc2; lum_out = out2; lum_w = w2; }} \
-        lum_row0 = 16 * lum_r; \
+#define LUM_SKM_TILE(T) {{ \
+        LUM_SKM_PICK(T) \
         lum_wa = lum_w + lum_oa + (lum_row0 + lum_g < lum_rows ? lum_row0 + lum_g : lum_rows - 1) * lum_lda; \
         lum_wb = lum_w + lum_oa + (lum_row0 + lum_g + 8 < lum_rows ? lum_row0 + lum_g + 8 : lum_rows - 1) * lum_lda; }}
     if (lum_tile < lum_tiles) {{
-        LUM_SKM_PICK(lum_tile)
+        LUM_SKM_TILE(lum_tile)
         {load_a0}    }}
 {norm_gpu}    /* The activations, rounded to the weight's type, once per block (every thread takes
        part: no return before the barrier). */
@@ -623,7 +626,7 @@ fn skinny_mma_source(
         /* The next tile's first loads in flight while the parts are added. */
         lum_tile += gridDim.x;
         if (lum_tile < lum_tiles) {{
-            LUM_SKM_PICK(lum_tile)
+            LUM_SKM_TILE(lum_tile)
             {load_a0}        }}
         __syncthreads();
         if ((int)threadIdx.x < 16 * (int)lum_m) {{
@@ -631,76 +634,62 @@ fn skinny_mma_source(
             float lum_s = 0.f;
             for (int lum_p = 0; lum_p < LUM_SK_WARPS; ++lum_p) lum_s += lum_parts[lum_p][lum_r][lum_n];
             const long long lum_i = lum_cur_oc + lum_cur0 + lum_r + lum_n * lum_cur_ldc;
-            if (lum_cur0 + lum_r < lum_cur_rows) lum_cur_out[lum_i] = {store_gpu};
+            if (lum_cur0 + lum_r < lum_cur_rows) lum_cur_out[lum_i] = {store_c};
         }}
         __syncthreads();
     }}
-#undef LUM_SKM_PICK
+#undef LUM_SKM_TILE
 #else
     /* One thread a row of each of the block's tiles, summing in order. */
     if (threadIdx.x < 16) {{
         for (long long lum_tile = blockIdx.x; lum_tile < lum_tiles; lum_tile += gridDim.x) {{
-            long long lum_r = lum_tile, lum_rows = lum_rows0, lum_lda = lum_lda0, lum_ldc = lum_ldc0, lum_oa = lum_oa0, lum_oc = lum_oc0;
-            {ct}* lum_out = out0;
-            const unsigned short* lum_w = w0;
-            if (lum_r >= lum_t0) {{
-                lum_r -= lum_t0; lum_rows = lum_rows1; lum_lda = lum_lda1; lum_ldc = lum_ldc1; lum_oa = lum_oa1; lum_oc = lum_oc1; lum_out = out1; lum_w = w1;
-                if (lum_r >= lum_t1) {{
-                    lum_r -= lum_t1; lum_rows = lum_rows2; lum_lda = lum_lda2; lum_ldc = lum_ldc2; lum_oa = lum_oa2; lum_oc = lum_oc2; lum_out = out2; lum_w = w2;
-                }}
-            }}
-            const long long lum_row = 16 * lum_r + threadIdx.x;
+            LUM_SKM_PICK(lum_tile)
+            const long long lum_row = lum_row0 + threadIdx.x;
             if (lum_row >= lum_rows) continue;
-            for (long long lum_n0 = 0; lum_n0 < lum_m; ++lum_n0) {{
-                const {xt}* lum_xr = x + lum_ob + lum_n0 * lum_ldb;
-                const long long lum_n = 0;
-                (void)lum_n;
+            for (long long lum_n = 0; lum_n < lum_m; ++lum_n) {{
+                const {xt}* lum_xr = x + lum_ob + lum_n * lum_ldb;
 {norm_host}                float lum_s = 0.f;
                 for (long long lum_e = 0; lum_e < lum_k; ++lum_e) lum_s += {half}(lum_w[lum_oa + lum_row * lum_lda + lum_e]) * {x_val_host};
-                const long long lum_i = lum_oc + lum_row + lum_n0 * lum_ldc;
-                lum_out[lum_i] = {store_host};
+                const long long lum_i = lum_oc + lum_row + lum_n * lum_ldc;
+                lum_out[lum_i] = {store_c};
             }}
         }}
     }}
 #endif
+#undef LUM_SKM_PICK
 }}
 "#,
         helpers = skinny_helpers(),
-        store_gpu = store_at("lum_i"),
-        store_host = store_at("lum_i"),
         x_val_host = x_val
             .replace("lum_xr[0]", "lum_xr[lum_e]")
-            .replace("lum_e + 0", "lum_e"),
+            .replace("lum_e + 0", "lum_e")
+            .replace("lum_rn[lum_n]", "lum_rn"),
         load_a0 = load("lum_ra", "0"),
         load_a = load("lum_ra", "(lum_b + 2)"),
         load_b = load("lum_rb", "(lum_b + 1)"),
         use_a = consume("lum_ra", "lum_b"),
         use_b = consume("lum_rb", "(lum_b + 1)"),
     );
-    let name = format!(
-        "lum_skinny_mma_{}{}{wn}_{}_{}_{:016x}",
+    let tag = format!(
+        "mma_{}{}{wn}_{}_{}",
         if norm.is_some() { "norm_" } else { "" },
         if residual { "res_" } else { "" },
         x.name(),
         c.name(),
-        fnv1a(&text)
     );
-    let mut buffer_types = vec![
-        ct,
-        ct,
-        ct,
-        "unsigned short",
-        "unsigned short",
-        "unsigned short",
-        xt,
-    ];
-    if norm.is_some_and(|n| n.weight) {
-        buffer_types.push("float");
-    }
-    if residual {
-        buffer_types.push("float");
-    }
-    Some(Kernel {
+    let hs = "unsigned short";
+    let mut buffer_types = vec![ct, ct, ct, hs, hs, hs, xt];
+    // The norm's weight, then the residual (f32 each).
+    let extra = usize::from(norm.is_some_and(|n| n.weight)) + usize::from(residual);
+    buffer_types.extend(std::iter::repeat_n("float", extra));
+    Some(skinny_named(&tag, &text, buffer_types))
+}
+
+/// A skinny kernel of source `text` (its name `KERNEL`) named `lum_skinny_<tag>_<hash>`, with
+/// [`skinny_kernel`]'s scalars after `buffer_types`.
+fn skinny_named(tag: &str, text: &str, buffer_types: Vec<&'static str>) -> Kernel {
+    let name = format!("lum_skinny_{tag}_{:016x}", fnv1a(text));
+    Kernel {
         source: text.replace("KERNEL", &name),
         name,
         buffer_types,
@@ -708,7 +697,7 @@ fn skinny_mma_source(
         dims: vec![],
         cooperative: true,
         scalars: Some(5 + 5 * SKINNY_GROUPS),
-    })
+    }
 }
 
 /// The frame every skinny kernel shares: the parameters ([`skinny_kernel`]'s), the warp's
@@ -803,16 +792,7 @@ fn skinny_source(
         host = host.replace("STORE_C", &store_c),
         helpers = skinny_helpers(),
     );
-    let name = format!("lum_skinny_{tag}_{:016x}", fnv1a(&text));
-    Kernel {
-        source: text.replace("KERNEL", &name),
-        name,
-        buffer_types: vec![ct, ct, ct, wt, wt, wt, xt],
-        error_flag: false,
-        dims: vec![],
-        cooperative: true,
-        scalars: Some(5 + 5 * SKINNY_GROUPS),
-    }
+    skinny_named(tag, &text, vec![ct, ct, ct, wt, wt, wt, xt])
 }
 
 /// Conversions and 8-element loads of [`skinny_kernel`] (once per module): on a GPU the PTX

@@ -374,7 +374,13 @@ impl<E: Executor> PlanRuntime<E> {
                 });
             }
         }
-        mark_norm_steps(&mut steps, &graph, &patterns, &skinny_norm);
+        // Each node's step, if it has one (steps are in launch order).
+        let step_of: HashMap<NodeId, usize> = steps
+            .iter()
+            .enumerate()
+            .map(|(s, st)| (st.node, s))
+            .collect();
+        mark_norm_steps(&mut steps, &step_of, &graph, &patterns, &skinny_norm);
         // Products whose only reader is a residual sum `product + r` (f32, both read one to
         // one, the sum and `r` with buffers of their own): the tensor-core kernels adding `r`
         // as they store (`LUMINAL_CUDA_SKINNY_RESIDUAL=0`: none).
@@ -415,11 +421,13 @@ impl<E: Executor> PlanRuntime<E> {
                 // `r` must be ready when the product runs: an input, or a step before the
                 // product's (a product summed with a later one, `x1·W1ᵀ + x2·W2ᵀ`, adds its
                 // own result to the later one's instead); one product a sum.
-                let step_at = |n: NodeId| steps.iter().position(|st: &Step| st.node == n);
-                let r_ready = match (step_at(r), step_at(out)) {
+                let r_ready = match (step_of.get(&r), step_of.get(&out)) {
                     (Some(rs), Some(ps)) => rs < ps,
                     (None, Some(_)) => matches!(graph.node(r).op, Op::Input { .. }),
                     _ => false,
+                };
+                let Some(&add_step) = step_of.get(add) else {
+                    continue;
                 };
                 if graph.outputs.contains(&out)
                     || fused.contains(add)
@@ -428,9 +436,7 @@ impl<E: Executor> PlanRuntime<E> {
                     || graph.node(r).dtype != DType::F32
                     || graph.node(r).shape != a.shape
                     || graph.node(out).shape != a.shape
-                    || steps
-                        .iter()
-                        .all(|st: &Step| st.node != *add || st.residual_of.is_some())
+                    || steps[add_step].residual_of.is_some()
                 {
                     continue;
                 }
@@ -460,9 +466,7 @@ impl<E: Executor> PlanRuntime<E> {
                     function,
                     norm_function,
                 });
-                if let Some(st) = steps.iter_mut().find(|st| st.node == *add) {
-                    st.residual_of = Some(i);
-                }
+                steps[add_step].residual_of = Some(i);
             }
         }
         // An explicit `LUMINAL_CUDA_SKINNY` bounds the tensor-core kernel's products too.
@@ -738,6 +742,7 @@ fn step_vars(
 /// same products (its sum of squares).
 fn mark_norm_steps(
     steps: &mut [Step],
+    step_of: &HashMap<NodeId, usize>,
     graph: &GraphData,
     patterns: &[gemm::Pattern],
     skinny_norm: &[Option<NormProduct>],
@@ -748,11 +753,6 @@ fn mark_norm_steps(
             readers.entry(n).or_default().push(s);
         }
     }
-    let step_of: HashMap<NodeId, usize> = steps
-        .iter()
-        .enumerate()
-        .map(|(s, st)| (st.node, s))
-        .collect();
     let roots: BTreeSet<NodeId> = patterns
         .iter()
         .zip(skinny_norm)

@@ -45,9 +45,7 @@ fn skinny_rows(scalars: &[i64]) -> i64 {
 /// the rest, as evenly as the count allows) unless `LUMINAL_CUDA_SKINNY_PERSIST=0`.
 fn skinny_grid(scalars: &[i64], mma: bool) -> u32 {
     if mma {
-        let rows: Vec<i64> = (0..codegen::SKINNY_GROUPS)
-            .map(|g| scalars[4 + 5 * g])
-            .collect();
+        let rows: [i64; codegen::SKINNY_GROUPS] = std::array::from_fn(|g| scalars[4 + 5 * g]);
         return codegen::skinny_mma_grid(&rows);
     }
     static CAP: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
@@ -749,9 +747,10 @@ impl<E: Executor> PlanRuntime<E> {
                 grid: skinny_grid(&scalars, mma),
                 block: 32 * codegen::SKINNY_WARPS,
                 buffers: {
-                    let mut b = vec![c_buf, c_buf, c_buf, w, w, w, x];
-                    b.extend_from_slice(extra);
-                    self.pool.buffers(&b)
+                    // The products' outputs and weights, the activations, then the extras.
+                    let mut b = [c_buf, c_buf, c_buf, w, w, w, x, x, x];
+                    b[7..7 + extra.len()].copy_from_slice(extra);
+                    self.pool.buffers(&b[..7 + extra.len()])
                 },
                 scalars,
             });
@@ -816,62 +815,48 @@ impl<E: Executor> PlanRuntime<E> {
                 self.pending_dequant.push(pi);
             }
         }
-        if self.norm_fits(pi) {
-            // The activations' norm computed by the product's kernel from the norm's input.
-            let p = &self.patterns[pi];
-            let n = self.skinny_norm[pi].clone().expect("norm_fits");
-            let w = if p.dequant == Some(Side::B) {
-                BufRef::Dequant(pi)
-            } else {
-                BufRef::Node(self.resolved(p.b.node))
-            };
-            let x = BufRef::Node(self.resolved(n.x));
-            let mut extra: Vec<BufRef> = n
-                .weight
-                .map(|w| BufRef::Node(self.resolved(w)))
-                .into_iter()
-                .collect();
-            let mut f = n.function;
-            if let Some((rf, r)) = self.skinny_residual[pi]
-                .as_ref()
-                .and_then(|r| Some((r.norm_function?, r.r)))
-            {
-                f = rf;
-                extra.push(BufRef::Node(self.resolved(r)));
-            }
-            self.push_skinny((f, false, true), id, w, (x, &extra), pi, out);
-            return Ok(());
-        }
+        // Few activation rows: a skinny kernel, the f32 activations (the rounding kernel's
+        // input) rounded as they are staged. `a` holds the activations (the f32 source of a
+        // rounded operand; a product whose `a` is the weight or is dequantized has no skinny
+        // kernel). Tried in order: the tensor-core kernel computing the activations' norm
+        // from the norm's input, the tensor-core kernel, the CUDA-core one (one warp a row).
+        // A tensor-core kernel adds the product's residual sum as it stores, if it has one.
         let calls = self.calls[pi].as_ref().expect("resolved");
-        let mma = self.skinny_mma_fn[pi]
-            .filter(|_| calls.iter().all(|c| self.skinny_mma_fits(c)))
-            .map(|f| (f, false, true));
-        if let Some(f) = mma.or_else(|| {
+        let p = &self.patterns[pi];
+        let residual = self.skinny_residual[pi].as_ref();
+        let with_residual = |plain: usize, summing: Option<usize>| match (summing, residual) {
+            (Some(f), Some(r)) => (f, Some(r.r)),
+            _ => (plain, None),
+        };
+        // ((function, rows split between warps, tensor cores), activations, extra buffers).
+        let chosen = if self.norm_fits(pi) {
+            let n = self.skinny_norm[pi].as_ref().expect("norm_fits");
+            let (f, r) = with_residual(n.function, residual.and_then(|r| r.norm_function));
+            Some(((f, false, true), n.x, [n.weight, r]))
+        } else if let Some(f) =
+            self.skinny_mma_fn[pi].filter(|_| calls.iter().all(|c| self.skinny_mma_fits(c)))
+        {
+            let (f, r) = with_residual(f, residual.and_then(|r| r.function));
+            Some(((f, false, true), p.a.node, [None, r]))
+        } else {
             self.skinny_fn[pi]
                 .filter(|_| calls.iter().all(|c| self.skinny_fits(c)))
-                .map(|f| (f, true, false))
-        }) {
-            // Few activation rows: one warp per weight row, the f32 activations (the rounding
-            // kernel's input) rounded in registers. `a` holds the activations (the f32 source
-            // of a rounded operand; a product whose `a` is the weight or is dequantized has
-            // no skinny kernel).
-            let p = &self.patterns[pi];
-            let x = BufRef::Node(self.resolved(p.a.node));
+                .map(|f| ((f, true, false), p.a.node, [None, None]))
+        };
+        if let Some((f, x, extra)) = chosen {
             let w = if p.dequant == Some(Side::B) {
                 BufRef::Dequant(pi)
             } else {
                 BufRef::Node(self.resolved(p.b.node))
             };
-            // A residual sum after an f32 tensor-core product: added as it stores.
-            let (f, extra) = match self.skinny_residual[pi]
-                .as_ref()
-                .and_then(|r| Some((r.function?, r.r)))
-                .filter(|_| f.2)
-            {
-                Some((rf, r)) => ((rf, f.1, f.2), vec![BufRef::Node(self.resolved(r))]),
-                None => (f, vec![]),
-            };
-            self.push_skinny(f, id, w, (x, &extra), pi, out);
+            let x = BufRef::Node(self.resolved(x));
+            let mut bufs = [x; 2];
+            let mut n = 0;
+            for node in extra.into_iter().flatten() {
+                bufs[n] = BufRef::Node(self.resolved(node));
+                n += 1;
+            }
+            self.push_skinny(f, id, w, (x, &bufs[..n]), pi, out);
             return Ok(());
         }
         let p = &self.patterns[pi];

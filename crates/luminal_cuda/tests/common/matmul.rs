@@ -350,6 +350,26 @@ pub fn time_product<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(
     )
 }
 
+/// One decode product `ones[1, k] · Wᵀ` over a random `[n, k]` weight of `dtype`
+/// (`quant::random_storage`, seed 1) on the host emulator: its outputs, the weight's storage
+/// and the products that ran skinny.
+pub fn ones_product(n: usize, k: usize, dtype: DType) -> (Vec<f32>, HostData, usize) {
+    let cx = Graph::new();
+    let x = cx.tensor("x", (1, k));
+    let w = cx.input("w", (n, k), dtype);
+    let y = x.matmul(w.cast(DType::F32).permute([1, 0])).output();
+    let mut rt = cx
+        .compile(luminal_cuda::HostEmulatorBackend, CompileOptions::default())
+        .unwrap();
+    let data = super::quant::random_storage(dtype, n * k, 1);
+    rt.set_data(w, data.clone()).unwrap();
+    rt.set(x, &vec![1.0; k]).unwrap();
+    rt.run().unwrap();
+    let out = rt.get_f32(y).unwrap();
+    assert_eq!(out.len(), n);
+    (out, data, rt.skinny_products())
+}
+
 /// Linear layers with few activation rows (a decode step's): `x [m, K] · Wᵀ` for a `[N, K]`
 /// weight in f32, f16 or bf16 (f32 activations, rounded to the weight's half type), a pure
 /// f16 product, a sliced activation (offset, row stride past K), K a multiple of 8 (16-byte
