@@ -142,6 +142,23 @@ grads["causal_attention"] = grad_case(
     lambda q, k, v, w: (w * F.scaled_dot_product_attention(q, k, v, is_causal=True)).sum())
 
 # ---------------------------------------------------------------- losses
+
+# GELU (tanh) of a product and of a non-contiguous view of it, x over ±6 (autograd builds a
+# recognised gelu_tanh's gradient as one expression: checked here against torch). Its own
+# generator, so the cases above and below keep their inputs.
+_rng_gelu = np.random.default_rng(4321)
+
+
+def rand_gelu(shape, lo, hi):
+    return np.asarray(_rng_gelu.uniform(lo, hi, size=shape), dtype=np.float32).astype(np.float64)
+
+
+grads["gelu_tanh"] = grad_case(
+    {"a": rand_gelu((2, 3, 4), -2, 2), "b": rand_gelu((4, 5), -2, 2)},
+    {"w": rand_gelu((2, 3, 5), -1, 1), "v": rand_gelu((5, 3, 2), -1, 1)},
+    lambda a, b, w, v: (F.gelu(a @ b, approximate="tanh") * w).sum()
+    + (F.gelu((a @ b).permute(2, 1, 0) * 1.5, approximate="tanh") * v).sum())
+
 losses = {}
 
 

@@ -456,17 +456,55 @@ impl AttentionGrad {
     /// backward from the hint in a scratch graph and compares it with the nodes, op by op.
     pub fn find(g: &GraphData, id: NodeId) -> Option<AttentionGradMatch> {
         let hint = g.attention_grads.get(&id)?;
-        let leaves: Vec<&Edge> = [&hint.q, &hint.k, &hint.v, &hint.d_out]
-            .into_iter()
-            .chain(hint.bias.as_ref())
-            .collect();
-        if leaves.iter().any(|e| g.try_node(e.node).is_none()) || g.try_node(id).is_none() {
-            return None;
-        }
-        let scratch = crate::graph::Graph::new();
-        let mut inputs: HashMap<NodeId, NodeId> = HashMap::new(); // real → scratch
-        let mut real_of: HashMap<NodeId, NodeId> = HashMap::new(); // scratch → real
-        let mut handle = |e: &Edge| {
+        let mut leaves = vec![
+            hint.q.clone(),
+            hint.k.clone(),
+            hint.v.clone(),
+            hint.d_out.clone(),
+        ];
+        leaves.extend(hint.bias.clone());
+        let inner = rebuilt_match(g, id, &leaves, |t| {
+            let (q, k, v, d_out, bias) = (t[0], t[1], t[2], t[3], t.get(4).copied());
+            let (qs, ks) = (q.shape(), k.shape());
+            let r = qs.len();
+            let shapes_ok = r >= 2
+                && ks == qs
+                && v.shape() == qs
+                && d_out.shape() == qs
+                && bias.is_none_or(|b| b.shape() == [&qs[..r - 1], &ks[r - 2..r - 1]].concat())
+                && t.iter().all(|t| t.dtype() == DType::F32);
+            shapes_ok.then(|| crate::autograd::attention_backward(q, k, v, bias, d_out, hint.scale))
+        })?;
+        Some(AttentionGradMatch {
+            grad: hint.clone(),
+            inner,
+        })
+    }
+}
+
+/// Whether node `id` is exactly what `build` makes from tensors read through `leaves`
+/// (each leaf's node as a scratch input of its shape and dtype, read through the leaf's
+/// view): `build` runs in a scratch graph, and its result is compared with `id` op by op,
+/// down to the leaves (views, shapes, dtypes and constants equal; identity copies that
+/// compilation dropped are skipped). Returns the nodes under `id` that are not leaves, or
+/// `None` (also when `build` returns `None`).
+pub fn rebuilt_match(
+    g: &GraphData,
+    id: NodeId,
+    leaves: &[Edge],
+    build: impl for<'s> FnOnce(
+        &[crate::graph::GraphTensor<'s>],
+    ) -> Option<crate::graph::GraphTensor<'s>>,
+) -> Option<Vec<NodeId>> {
+    if leaves.iter().any(|e| g.try_node(e.node).is_none()) || g.try_node(id).is_none() {
+        return None;
+    }
+    let scratch = crate::graph::Graph::new();
+    let mut inputs: HashMap<NodeId, NodeId> = HashMap::new(); // real → scratch
+    let mut real_of: HashMap<NodeId, NodeId> = HashMap::new(); // scratch → real
+    let handles: Vec<_> = leaves
+        .iter()
+        .map(|e| {
             let n = g.node(e.node);
             let name = format!("leaf{}", inputs.len());
             let s = *inputs.entry(e.node).or_insert_with(|| {
@@ -480,82 +518,127 @@ impl AttentionGrad {
                 dtype: n.dtype,
                 label: "leaf".into(),
             })
-        };
-        let (q, k, v, d_out) = (
-            handle(&hint.q),
-            handle(&hint.k),
-            handle(&hint.v),
-            handle(&hint.d_out),
-        );
-        let bias = hint.bias.as_ref().map(&mut handle);
-        let shapes_ok = {
-            let (qs, ks) = (q.shape(), k.shape());
-            let r = qs.len();
-            r >= 2
-                && ks == qs
-                && v.shape() == qs
-                && d_out.shape() == qs
-                && bias.is_none_or(|b| b.shape() == [&qs[..r - 1], &ks[r - 2..r - 1]].concat())
-                && [q, k, v, d_out]
-                    .iter()
-                    .chain(bias.as_ref())
-                    .all(|t| t.dtype() == DType::F32)
-        };
-        if !shapes_ok {
-            return None;
+        })
+        .collect();
+    let built = build(&handles)?;
+    let built_entry = built.entry();
+    let sd = scratch.snapshot();
+    if !built_entry.view.is_contiguous() || sd.node(built_entry.node).shape != g.node(id).shape {
+        return None;
+    }
+    let mut memo: HashMap<NodeId, NodeId> = HashMap::new(); // scratch → real
+    let mut stack = vec![(built_entry.node, id)];
+    while let Some((mut s, r)) = stack.pop() {
+        // Compilation drops identity copies (the one `detach` makes in softmax).
+        while sd.node(s).op == Op::Contiguous
+            && g.try_node(r).is_some_and(|n| n.op != Op::Contiguous)
+            && flat_identity_edge(&sd, &sd.node(s).inputs[0])
+        {
+            s = sd.node(s).inputs[0].node;
         }
-        let built = crate::autograd::attention_backward(q, k, v, bias, d_out, hint.scale);
-        let built_entry = built.entry();
-        let sd = scratch.snapshot();
-        if !built_entry.view.is_contiguous() || sd.node(built_entry.node).shape != g.node(id).shape
+        if let Some(&seen) = memo.get(&s).or(real_of.get(&s)) {
+            if seen != r {
+                return None;
+            }
+            continue;
+        }
+        let (sn, rn) = (sd.node(s), g.try_node(r)?);
+        if sn.op != rn.op
+            || sn.dtype != rn.dtype
+            || sn.shape != rn.shape
+            || sn.inputs.len() != rn.inputs.len()
+            || matches!(sn.op, Op::Input { .. })
         {
             return None;
         }
-        let mut memo: HashMap<NodeId, NodeId> = HashMap::new(); // scratch → real
-        let mut stack = vec![(built_entry.node, id)];
-        while let Some((mut s, r)) = stack.pop() {
-            // Compilation drops identity copies (the one `detach` makes in softmax).
-            while sd.node(s).op == Op::Contiguous
-                && g.try_node(r).is_some_and(|n| n.op != Op::Contiguous)
-                && flat_identity_edge(&sd, &sd.node(s).inputs[0])
-            {
-                s = sd.node(s).inputs[0].node;
-            }
-            if let Some(&seen) = memo.get(&s).or(real_of.get(&s)) {
-                if seen != r {
-                    return None;
-                }
-                continue;
-            }
-            let (sn, rn) = (sd.node(s), g.try_node(r)?);
-            if sn.op != rn.op
-                || sn.dtype != rn.dtype
-                || sn.shape != rn.shape
-                || sn.inputs.len() != rn.inputs.len()
-                || matches!(sn.op, Op::Input { .. })
-            {
+        memo.insert(s, r);
+        for (se, re) in sn.inputs.iter().zip(&rn.inputs) {
+            if se.view != re.view {
                 return None;
             }
-            memo.insert(s, r);
-            for (se, re) in sn.inputs.iter().zip(&rn.inputs) {
-                if se.view != re.view {
-                    return None;
+            stack.push((se.node, re.node));
+        }
+    }
+    let leaf_nodes: HashSet<NodeId> = real_of.values().copied().collect();
+    let mut inner: Vec<NodeId> = memo
+        .values()
+        .copied()
+        .filter(|n| *n != id && !leaf_nodes.contains(n))
+        .collect();
+    inner.sort();
+    inner.dedup();
+    Some(inner)
+}
+
+/// Which elementwise function a [`GeluTanhMatch`] computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GeluTanhFn {
+    /// `x.gelu_tanh()`.
+    Value,
+    /// `x.gelu_tanh_grad()`, its derivative.
+    Grad,
+}
+
+/// [`GraphTensor::gelu_tanh`](crate::graph::GraphTensor::gelu_tanh) or its derivative
+/// [`GraphTensor::gelu_tanh_grad`](crate::graph::GraphTensor::gelu_tanh_grad) of one f32
+/// tensor, recognised from the primops they build (each checked by rebuilding it from `x`
+/// and comparing, op by op). A backend evaluates the function in one step instead of its
+/// 8 (or 14) primops; autograd differentiates a recognised `gelu_tanh` as
+/// `dy · x.gelu_tanh_grad()`.
+#[derive(Clone, Debug)]
+pub struct GeluTanhMatch {
+    pub f: GeluTanhFn,
+    /// `x` as the function reads it (every read of `x` inside is this view).
+    pub x: Edge,
+    /// The function's nodes besides its root.
+    pub inner: Vec<NodeId>,
+}
+
+impl GeluTanhMatch {
+    /// The function whose result is node `id`, if it is one.
+    pub fn find(g: &GraphData, id: NodeId) -> Option<GeluTanhMatch> {
+        let node = g.try_node(id)?;
+        if node.op != Op::Binary(BinaryOp::Mul) || node.dtype != DType::F32 {
+            return None;
+        }
+        // Both end in `_ · recip(exp2(w) + 1)` (value) or `recip(exp2(w) + 1) · _` (grad):
+        // the recip's input chain gives `x` (`w = x · (…)`), then a rebuild decides.
+        let is = |e: &Edge, op: Op| g.node(e.node).op == op;
+        for (f, s_side) in [(GeluTanhFn::Value, 1), (GeluTanhFn::Grad, 0)] {
+            let se = &node.inputs[s_side];
+            if !is(se, Op::Unary(UnaryOp::Recip)) || !flat_identity_edge(g, se) {
+                continue;
+            }
+            let add = &g.node(se.node).inputs[0];
+            if !is(add, Op::Binary(BinaryOp::Add)) {
+                continue;
+            }
+            for ae in &g.node(add.node).inputs {
+                if !is(ae, Op::Unary(UnaryOp::Exp2)) {
+                    continue;
                 }
-                stack.push((se.node, re.node));
+                let we = &g.node(ae.node).inputs[0];
+                if !is(we, Op::Binary(BinaryOp::Mul)) {
+                    continue;
+                }
+                for x in &g.node(we.node).inputs {
+                    let inner = rebuilt_match(g, id, std::slice::from_ref(x), |t| {
+                        (t[0].dtype() == DType::F32).then(|| match f {
+                            GeluTanhFn::Value => t[0].gelu_tanh(),
+                            GeluTanhFn::Grad => t[0].gelu_tanh_grad(),
+                        })
+                    });
+                    if let Some(inner) = inner {
+                        return Some(GeluTanhMatch {
+                            f,
+                            x: x.clone(),
+                            inner,
+                        });
+                    }
+                }
             }
         }
-        let leaf_nodes: HashSet<NodeId> = real_of.values().copied().collect();
-        let mut inner: Vec<NodeId> = memo
-            .values()
-            .copied()
-            .filter(|n| *n != id && !leaf_nodes.contains(n))
-            .collect();
-        inner.sort();
-        inner.dedup();
-        Some(AttentionGradMatch {
-            grad: hint.clone(),
-            inner,
-        })
+        None
     }
 }
 

@@ -661,3 +661,61 @@ fn gelu_outputs_are_never_subnormal() {
         }
     }
 }
+
+/// `gelu_tanh` and its derivative (the form autograd builds, `dy · x.gelu_tanh_grad()`)
+/// are each evaluated as one function step (`GeluTanh`, `GeluTanhGrad`) of a fused kernel,
+/// read through a permuted view too, and equal the reference runtime's primops and the
+/// same graph with the `functions` pass switched off.
+#[test]
+fn gelu_tanh_and_its_gradient_are_one_function_step() {
+    let xs: Vec<f32> = (0..48 * 40)
+        .map(|i| ((i * 7919) % 4001) as f32 / 200.0 - 10.0)
+        .collect();
+    let gs = noise(48 * 40, 5);
+    let cx = Graph::new();
+    let x = cx.tensor("x", (48, 40));
+    let w = cx.tensor("w", (40, 48));
+    let y = x.gelu_tanh() + x.permute(&[1, 0]).gelu_tanh().permute(&[1, 0]);
+    let loss = (y * w.permute(&[1, 0])).sum(1).sum(0);
+    let dx = luminal::autograd::gradients(&[x], loss)[0].output();
+    let y = y.output();
+    let run = |backend: CpuBackend| {
+        let mut rt = cx.compile(backend, CompileOptions::default()).unwrap();
+        rt.set(x, &xs).unwrap();
+        rt.set(w, &gs).unwrap();
+        rt.run().unwrap();
+        let names = rt.kernel_names().join(" ");
+        (rt.get::<f32>(y).unwrap(), rt.get::<f32>(dx).unwrap(), names)
+    };
+    let (y_fn, dx_fn, names) = run(CpuBackend::default());
+    assert!(
+        names.contains("GeluTanh") && names.contains("GeluTanhGrad") && !names.contains("Exp2"),
+        "{names}"
+    );
+    let (y_ops, dx_ops, names_ops) = run(CpuBackend::default().disable_rules(&["functions"]));
+    assert!(
+        names_ops.contains("Exp2") && !names_ops.contains("GeluTanh"),
+        "{names_ops}"
+    );
+    let mut re = cx
+        .compile(ReferenceBackend, CompileOptions::default())
+        .unwrap();
+    re.set(x, &xs).unwrap();
+    re.set(w, &gs).unwrap();
+    re.run().unwrap();
+    let (y_ref, dx_ref) = (re.get::<f32>(y).unwrap(), re.get::<f32>(dx).unwrap());
+    for (label, got, want) in [
+        ("gelu_tanh", &y_fn, &y_ref),
+        ("gradient", &dx_fn, &dx_ref),
+        ("gelu_tanh (primops)", &y_ops, &y_ref),
+        ("gradient (primops)", &dx_ops, &dx_ref),
+    ] {
+        for (i, (a, b)) in got.iter().zip(want.iter()).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                "{label} [{i}] (x = {}): {a} vs {b}",
+                xs[i]
+            );
+        }
+    }
+}

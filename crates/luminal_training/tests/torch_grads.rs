@@ -44,6 +44,10 @@ fn build_case<'g>(name: &str, t: &HashMap<String, GraphTensor<'g>>) -> GraphTens
         "conv2d" => all(t["x"].conv2d(t["k"], (1, 1), (0, 0), (1, 1), 1) * t["w"]),
         "conv2d_pad_stride" => all(t["x"].conv2d(t["k"], (2, 2), (1, 1), (1, 1), 1) * t["w"]),
         "batched_matmul_gelu" => all(t["a"].matmul(t["b"]).gelu() * t["w"]),
+        "gelu_tanh" => {
+            let h = t["a"].matmul(t["b"]);
+            all(h.gelu_tanh() * t["w"]) + all((h.permute(&[2, 1, 0]) * 1.5).gelu_tanh() * t["v"])
+        }
         "elementwise_hl_ops" => {
             let (x, w) = (t["x"], t["w"]);
             let wi = |i: i64| w.slice(0, i, i + 1).squeeze(0);

@@ -30,6 +30,7 @@ mod view;
 pub use attention::attention_backward;
 
 use crate::graph::{GraphTensor, NodeId, TensorEntry};
+use crate::patterns::{GeluTanhFn, GeluTanhMatch};
 use crate::shape::ShapeTracker;
 use std::collections::HashMap;
 
@@ -170,6 +171,27 @@ impl<'g> Autograd<'g> {
             };
             // Inside a checkpointed segment the rule reads the segment's recomputed values.
             let seg = recompute.segment_of(id);
+            // A recognised `gelu_tanh`: `dy · gelu_tanh'(x)` as one expression (see
+            // `GeluTanhMatch`), instead of its primops' rules one by one. Its inner nodes get
+            // no gradient from this path (any other reader of them adds its own).
+            let gelu = {
+                let d = cx.data();
+                GeluTanhMatch::find(&d, id).filter(|m| m.f == GeluTanhFn::Value)
+            };
+            if let Some(m) = gelu {
+                if nodes.contains_key(&m.x.node) {
+                    let x = handle(recompute.resolve(seg, m.x.node), m.x.view.clone());
+                    let dx = g * x.gelu_tanh_grad();
+                    add_grad(
+                        &mut grads,
+                        m.x.node,
+                        &nodes[&m.x.node].shape,
+                        vec![dx],
+                        &m.x.view,
+                    );
+                }
+                continue;
+            }
             let out = handle(
                 recompute.resolve(seg, id),
                 ShapeTracker::new(node.shape.clone()),

@@ -573,3 +573,55 @@ fn attention_gradient_in_one_piece_equals_rule_by_rule() {
         );
     }
 }
+
+/// A recognised `gelu_tanh` is differentiated as `dy · x.gelu_tanh_grad()` (one expression,
+/// see `patterns::GeluTanhMatch`): the gradient is right (through a permuted view too, and
+/// over the range where the exponential saturates), and the graph holds that expression of
+/// the right tensor.
+#[test]
+fn gelu_tanh_gradient_in_one_expression() {
+    check(&[vec![4, 6]], (-5.0, 5.0), |_, p| {
+        weighted(p[0].gelu_tanh(), 1) + weighted(p[0].permute(&[1, 0]).gelu_tanh() * 1.5, 2)
+    });
+    let cx = Graph::new();
+    let x = cx.tensor("x", (3, 5));
+    let loss = weighted(x.gelu_tanh(), 1);
+    let _ = gradients(&[x], loss);
+    let d = cx.snapshot();
+    let found: Vec<_> = d
+        .node_ids()
+        .filter_map(|id| crate::patterns::GeluTanhMatch::find(&d, id))
+        .map(|m| (m.f, m.x.node))
+        .collect();
+    assert!(
+        found.contains(&(crate::patterns::GeluTanhFn::Value, x.node()))
+            && found.contains(&(crate::patterns::GeluTanhFn::Grad, x.node())),
+        "{found:?}"
+    );
+}
+
+/// `gelu_tanh_grad` against the derivative of the tanh form, in f64.
+#[test]
+fn gelu_tanh_grad_values() {
+    let xs: Vec<f32> = values(64, 3, -9.0, 9.0);
+    let cx = Graph::new();
+    let x = cx.tensor("x", 64);
+    let d = x.gelu_tanh_grad().output();
+    let mut rt = cx
+        .compile(ReferenceBackend, CompileOptions::default())
+        .unwrap();
+    rt.set(x, &xs).unwrap();
+    rt.run().unwrap();
+    let got = rt.get::<f32>(d).unwrap();
+    let c = (2.0 / std::f64::consts::PI).sqrt();
+    for (&x, &g) in xs.iter().zip(&got) {
+        let x = x as f64;
+        let u = c * (x + 0.044715 * x * x * x);
+        let t = u.tanh();
+        let want = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x);
+        assert!(
+            (g as f64 - want).abs() <= 1e-5 * want.abs().max(1.0),
+            "x = {x}: {g} vs {want}"
+        );
+    }
+}

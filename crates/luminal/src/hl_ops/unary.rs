@@ -6,6 +6,20 @@ use std::f32::consts::{LN_2, LOG2_E, PI};
 /// `p` of the Abramowitz & Stegun 7.1.26 erf: `t = 1 / (1 + p·|z|)`.
 const ERF_P: f32 = 0.3275911;
 
+/// The constants of [`GraphTensor::gelu_tanh`]'s exponent `w = x·(k₁ + k₂·x²)`:
+/// `k₁ = −2·√(2/π)·log₂e`, `k₂ = 0.044715·k₁` (f32, as the graph holds them).
+pub fn gelu_tanh_constants() -> (f32, f32) {
+    let k1 = -2.0 * (2.0 / PI).sqrt() * LOG2_E;
+    (k1, k1 * 0.044715)
+}
+
+/// The constants of [`GraphTensor::gelu_tanh_grad`]'s `q = c₁ + c₂·x²`: `c₁ = −ln 2·k₁`,
+/// `c₂ = −3·ln 2·k₂`.
+pub fn gelu_tanh_grad_constants() -> (f32, f32) {
+    let (k1, k2) = gelu_tanh_constants();
+    (-LN_2 * k1, -3.0 * LN_2 * k2)
+}
+
 /// The 7.1.26 polynomial `t·(a₁ + t·(a₂ + …))`: `erf(z) ≈ 1 − poly(t)·e^(−z²)` for z ≥ 0
 /// (|error| ≤ 1.5e-7).
 fn erf_poly(t: GraphTensor<'_>) -> GraphTensor<'_> {
@@ -129,12 +143,26 @@ impl<'g> GraphTensor<'g> {
     /// about 10, so `x·σ` stays above 2^-126. (No `maximum` floor: its gradient's tie masks
     /// doubled a training step.)
     pub fn gelu_tanh(self) -> GraphTensor<'g> {
-        let k1 = -2.0 * (2.0 / PI).sqrt() * LOG2_E;
-        let k2 = k1 * 0.044715;
+        let (k1, k2) = gelu_tanh_constants();
         self.graph.checkpoint(|| {
             let w = self * (self * self * k2 + k1);
             self * (w.exp2() + 1.0).recip()
         })
+    }
+    /// The derivative of [`GraphTensor::gelu_tanh`] at each element: with
+    /// `s = 1 / (1 + 2^w)`, `w = x·(k₁ + k₂·x²)`, it is `s·(1 + x·q·(1 − s))` where
+    /// `q = −ln 2·(k₁ + 3k₂·x²)`. Autograd builds a recognised `gelu_tanh`'s gradient as
+    /// `dy · x.gelu_tanh_grad()` (one expression a backend can evaluate as one function;
+    /// see [`crate::patterns::GeluTanhMatch`]) instead of differentiating its primops one
+    /// by one.
+    pub fn gelu_tanh_grad(self) -> GraphTensor<'g> {
+        let (k1, k2) = gelu_tanh_constants();
+        let (c1, c2) = gelu_tanh_grad_constants();
+        let xx = self * self;
+        let w = self * (xx * k2 + k1);
+        let s = (w.exp2() + 1.0).recip();
+        let q = xx * c2 + c1;
+        s * (self * q * (s * -1.0 + 1.0) + 1.0)
     }
     /// Rounds toward −inf (floats only).
     pub fn floor(self) -> GraphTensor<'g> {

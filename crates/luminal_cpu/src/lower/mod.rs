@@ -177,6 +177,9 @@ struct Lowering<'a> {
     uses: HashMap<NodeId, usize>,
     /// `maximum` pairs lowered as elementwise `Max` (see [`pair_max`]).
     pair_max: HashMap<NodeId, [Edge; 2]>,
+    /// Nodes that are a recognised function of one value (`GeluTanhMatch`), evaluated as
+    /// one `Instr::Fn` of the value read through the edge (the `functions` pass).
+    fns: HashMap<NodeId, (crate::simd::FnOp, Edge)>,
     /// While lowering an f32 elementwise root: whether it may absorb a matmul producer as
     /// its epilogue, and the matmul (with its reads) once it did.
     epilogue_ok: Cell<bool>,
@@ -200,7 +203,8 @@ impl Lowering<'_> {
         // A node the search made a fused term is that term's kernel, never inlined.
         (fusable(self.g, id)
             || crate::kernels::half::fusable(self.g, id)
-            || self.pair_max.contains_key(&id))
+            || self.pair_max.contains_key(&id)
+            || self.fns.contains_key(&id))
             && !terms::is_term(id)
     }
 
@@ -337,6 +341,13 @@ impl Lowering<'_> {
     ) -> Result<Option<usize>> {
         let node = self.g.node(id);
         let mut args = [0usize; 2];
+        if let Some((f, x)) = self.fns.get(&id) {
+            let Some(a) = self.emit_edge(x, prog, xfs)? else {
+                return Ok(None);
+            };
+            prog.instrs.push(Instr::Fn(*f, a));
+            return Ok(Some(prog.instrs.len() - 1));
+        }
         if let Some(pair) = self.pair_max.get(&id) {
             for (i, e) in pair.iter().enumerate() {
                 match self.emit_edge(e, prog, xfs)? {
@@ -390,6 +401,7 @@ impl Lowering<'_> {
                 Instr::Binary(b, _, _) => Some(b.name().to_string()),
                 Instr::NotZero(_) => Some("NotZero".into()),
                 Instr::Max(..) => Some("Max".into()),
+                Instr::Fn(f, _) => Some(f.name().into()),
                 _ => None,
             })
             .collect();
@@ -775,7 +787,7 @@ const RULES: &[(&str, Rule)] = &[
 /// (`kernels/fused/rows.rs`), concatenations found inside elementwise kernels
 /// (`kernels/movement`). `norm_prologue` is not a pass but a choice of the matmul rule: an
 /// RMSNorm whose rows a weight product reads is computed by the product (`NormPrologue`).
-const PASSES: &[&str] = &["shared", "rows", "concat", "norm_prologue"];
+const PASSES: &[&str] = &["shared", "rows", "concat", "norm_prologue", "functions"];
 
 /// Where a reduction over the last axis `axis` should move that axis so that it sums whole
 /// contiguous rows instead of strided ones (a bias or norm-weight gradient: a column sum of
@@ -919,10 +931,26 @@ pub fn lower(
         .iter()
         .filter_map(|&id| Some((id, pair_max(g, id, &uses)?)))
         .collect();
+    let fns = if disabled.contains(&"functions") {
+        HashMap::new()
+    } else {
+        live_order
+            .iter()
+            .filter_map(|&id| {
+                let m = luminal::patterns::GeluTanhMatch::find(g, id)?;
+                let f = match m.f {
+                    luminal::patterns::GeluTanhFn::Value => crate::simd::FnOp::GeluTanh,
+                    luminal::patterns::GeluTanhFn::Grad => crate::simd::FnOp::GeluTanhGrad,
+                };
+                Some((id, (f, m.x)))
+            })
+            .collect()
+    };
     let mut lw = Lowering {
         g,
         uses,
         pair_max,
+        fns,
         epilogue_ok: Cell::new(false),
         epilogue: RefCell::new(None),
         names,

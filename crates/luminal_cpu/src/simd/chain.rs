@@ -13,6 +13,8 @@ pub enum ChainOp {
     /// `max(acc, b)` ([`max_one`]; the order of the operands is immaterial).
     Max,
     Unary(UnaryOp),
+    /// A recognised function of the running value ([`FnOp`]).
+    Fn(FnOp),
     /// `acc != 0` as 0/1.
     NotZero,
     /// `acc` rounded to a half type.
@@ -207,7 +209,7 @@ pub(crate) fn chain_in_place<const F: bool>(op: ChainOp, b: Operand<'_>, i: usiz
         (ChainOp::Max, Operand::Scalar(s)) => with_s!(|p| max_one(*p, s)),
         (ChainOp::NotZero, _) => with_s!(|p| (*p != 0.0) as u8 as f32),
         // The slice loops read and write different buffers: a piece at a time via the stack.
-        (ChainOp::Unary(_) | ChainOp::Round(_), _) => {
+        (ChainOp::Unary(_) | ChainOp::Round(_) | ChainOp::Fn(_), _) => {
             let mut tmp = [0f32; 64];
             for piece in x.chunks_mut(64) {
                 let tmp = &mut tmp[..piece.len()];
@@ -215,6 +217,7 @@ pub(crate) fn chain_in_place<const F: bool>(op: ChainOp, b: Operand<'_>, i: usiz
                 match op {
                     ChainOp::Unary(u) => unary::<F>(u, tmp, piece),
                     ChainOp::Round(kind) => crate::simd::half::round_block(kind, tmp, piece),
+                    ChainOp::Fn(f) => fn_slice::<F>(f, tmp, piece),
                     _ => unreachable!(),
                 }
             }

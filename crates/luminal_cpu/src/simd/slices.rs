@@ -145,3 +145,74 @@ pub fn binary_scalar(op: BinaryOp, a: &[f32], s: f32, scalar_first: bool, out: &
 pub fn not_zero(a: &[f32], out: &mut [f32]) {
     map1!(out, a, |x| (x != 0.0) as u8 as f32)
 }
+
+/// A function of one value that a fused program evaluates in one step instead of the
+/// primops it was built from (recognised by a core matcher, see `lower`). Each evaluates
+/// the same ops in the same order as the primops (no fused multiply-add), so it differs
+/// from them only where `exp2` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FnOp {
+    /// `GraphTensor::gelu_tanh`: `x / (1 + 2^(x·(x·x·k₂ + k₁)))`.
+    GeluTanh,
+    /// `GraphTensor::gelu_tanh_grad`: `s·(x·q·(1 − s) + 1)`, `s = 1 / (1 + 2^w)` as above,
+    /// `q = x·x·c₂ + c₁`.
+    GeluTanhGrad,
+}
+
+impl FnOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            FnOp::GeluTanh => "GeluTanh",
+            FnOp::GeluTanhGrad => "GeluTanhGrad",
+        }
+    }
+}
+
+/// The constants of [`FnOp`]: `(k₁, k₂, c₁, c₂)`, from the core's builders.
+#[inline]
+fn fn_constants() -> (f32, f32, f32, f32) {
+    let (k1, k2) = luminal::hl_ops::gelu_tanh_constants();
+    let (c1, c2) = luminal::hl_ops::gelu_tanh_grad_constants();
+    (k1, k2, c1, c2)
+}
+
+#[inline(always)]
+fn gelu_tanh_parts<const F: bool>(x: f32, k1: f32, k2: f32) -> (f32, f32) {
+    let xx = x * x;
+    let w = x * (xx * k2 + k1);
+    (xx, 1.0 / (exp2::<F>(w) + 1.0))
+}
+
+/// [`FnOp`] of one value.
+#[inline(always)]
+pub fn fn_one<const F: bool>(op: FnOp, x: f32) -> f32 {
+    let (k1, k2, c1, c2) = fn_constants();
+    let (xx, s) = gelu_tanh_parts::<F>(x, k1, k2);
+    match op {
+        FnOp::GeluTanh => x * s,
+        FnOp::GeluTanhGrad => s * (x * (xx * c2 + c1) * (s * -1.0 + 1.0) + 1.0),
+    }
+}
+
+/// [`FnOp`] over a slice (vectorised: the loop bodies are branch-free).
+#[inline(always)]
+pub fn fn_slice<const F: bool>(op: FnOp, a: &[f32], out: &mut [f32]) {
+    let n = out.len();
+    let a = &a[..n];
+    let (k1, k2, c1, c2) = fn_constants();
+    match op {
+        FnOp::GeluTanh => {
+            for i in 0..n {
+                let x = a[i];
+                out[i] = x * gelu_tanh_parts::<F>(x, k1, k2).1;
+            }
+        }
+        FnOp::GeluTanhGrad => {
+            for i in 0..n {
+                let x = a[i];
+                let (xx, s) = gelu_tanh_parts::<F>(x, k1, k2);
+                out[i] = s * (x * (xx * c2 + c1) * (s * -1.0 + 1.0) + 1.0);
+            }
+        }
+    }
+}

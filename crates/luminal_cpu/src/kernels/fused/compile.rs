@@ -57,6 +57,12 @@ pub(crate) enum Step {
         b: u32,
         out: u32,
     },
+    /// A recognised function of a scalar.
+    SFn {
+        f: crate::simd::FnOp,
+        a: u32,
+        out: u32,
+    },
     /// A scalar rounded to half precision.
     SRound {
         kind: HalfKind,
@@ -195,7 +201,9 @@ impl<'p> Compiler<'p> {
         let mut uses = vec![0usize; n];
         for ins in instrs {
             match *ins {
-                Instr::Unary(_, a) | Instr::NotZero(a) | Instr::Round(_, a) => uses[value[a]] += 1,
+                Instr::Unary(_, a) | Instr::NotZero(a) | Instr::Round(_, a) | Instr::Fn(_, a) => {
+                    uses[value[a]] += 1
+                }
                 Instr::Binary(_, a, b) | Instr::Max(a, b) => {
                     uses[value[a]] += 1;
                     uses[value[b]] += 1;
@@ -301,6 +309,16 @@ impl<'p> Compiler<'p> {
                 ChainOp::Unary(op) => Step::Unary { op, a: l.a, out },
                 ChainOp::NotZero => Step::NotZero { a: l.a, out },
                 ChainOp::Round(kind) => Step::Round { kind, a: l.a, out },
+                ChainOp::Fn(_) => {
+                    let start = self.chains.len() as u32;
+                    self.chains.push(l.ops[0]);
+                    Step::Chain {
+                        a: l.a,
+                        start,
+                        len: 1,
+                        out,
+                    }
+                }
             }
         } else {
             let start = self.chains.len() as u32;
@@ -414,6 +432,16 @@ impl<'p> Compiler<'p> {
                     self.src[i] = Some(Src::Scalar(out));
                 } else {
                     self.extend_with(i, va, |l| l.push(ChainOp::Unary(op), Operand::None, None));
+                }
+            }
+            Instr::Fn(f, a) => {
+                let va = val(a);
+                if let Some(a) = self.scalar_of(va) {
+                    let out = self.slot();
+                    self.steps.push(Step::SFn { f, a, out });
+                    self.src[i] = Some(Src::Scalar(out));
+                } else {
+                    self.extend_with(i, va, |l| l.push(ChainOp::Fn(f), Operand::None, None));
                 }
             }
             Instr::Round(kind, a) => {

@@ -51,6 +51,8 @@ pub enum Instr {
     /// Constant `i` of the program's constant table.
     Const(usize),
     Unary(UnaryOp, usize),
+    /// A recognised function of one value (see [`simd::FnOp`]).
+    Fn(simd::FnOp, usize),
     Binary(BinaryOp, usize, usize),
     /// `x != 0` as 0/1 (a cast to Bool).
     NotZero(usize),
@@ -382,6 +384,9 @@ impl Program {
             }
             Step::SNotZero { a, out } => {
                 slots[out as usize] = (slots[a as usize] != 0.0) as u8 as f32
+            }
+            Step::SFn { f, a, out } => {
+                slots[out as usize] = simd::fn_one::<F>(f, slots[a as usize])
             }
             Step::SRound { kind, a, out } => {
                 slots[out as usize] = crate::simd::half::round_one(kind, slots[a as usize])
