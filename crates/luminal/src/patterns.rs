@@ -570,75 +570,118 @@ pub fn rebuilt_match(
     Some(inner)
 }
 
-/// Which elementwise function a [`GeluTanhMatch`] computes.
+/// Which elementwise function a [`GeluMatch`] computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GeluTanhFn {
+pub enum GeluFn {
     /// `x.gelu_tanh()`.
-    Value,
+    Tanh,
     /// `x.gelu_tanh_grad()`, its derivative.
-    Grad,
+    TanhGrad,
+    /// `x.gelu()` (the erf form).
+    Erf,
 }
 
-/// [`GraphTensor::gelu_tanh`](crate::graph::GraphTensor::gelu_tanh) or its derivative
-/// [`GraphTensor::gelu_tanh_grad`](crate::graph::GraphTensor::gelu_tanh_grad) of one f32
-/// tensor, recognised from the primops they build (each checked by rebuilding it from `x`
-/// and comparing, op by op). A backend evaluates the function in one step instead of its
-/// 8 (or 14) primops; autograd differentiates a recognised `gelu_tanh` as
+/// [`GraphTensor::gelu`](crate::graph::GraphTensor::gelu),
+/// [`GraphTensor::gelu_tanh`](crate::graph::GraphTensor::gelu_tanh) or the latter's
+/// derivative [`GraphTensor::gelu_tanh_grad`](crate::graph::GraphTensor::gelu_tanh_grad) of
+/// one f32 tensor, recognised from the primops they build (each checked by rebuilding it
+/// from `x` and comparing, op by op). A backend evaluates the function in one step instead
+/// of its 8 to 25 primops; autograd differentiates a recognised `gelu_tanh` as
 /// `dy · x.gelu_tanh_grad()`.
 #[derive(Clone, Debug)]
-pub struct GeluTanhMatch {
-    pub f: GeluTanhFn,
+pub struct GeluMatch {
+    pub f: GeluFn,
     /// `x` as the function reads it (every read of `x` inside is this view).
     pub x: Edge,
     /// The function's nodes besides its root.
     pub inner: Vec<NodeId>,
 }
 
-impl GeluTanhMatch {
+impl GeluMatch {
     /// The function whose result is node `id`, if it is one.
-    pub fn find(g: &GraphData, id: NodeId) -> Option<GeluTanhMatch> {
+    pub fn find(g: &GraphData, id: NodeId) -> Option<GeluMatch> {
         let node = g.try_node(id)?;
-        if node.op != Op::Binary(BinaryOp::Mul) || node.dtype != DType::F32 {
+        if node.dtype != DType::F32 {
             return None;
         }
-        // Both end in `_ · recip(exp2(w) + 1)` (value) or `recip(exp2(w) + 1) · _` (grad):
-        // the recip's input chain gives `x` (`w = x · (…)`), then a rebuild decides.
         let is = |e: &Edge, op: Op| g.node(e.node).op == op;
-        for (f, s_side) in [(GeluTanhFn::Value, 1), (GeluTanhFn::Grad, 0)] {
-            let se = &node.inputs[s_side];
-            if !is(se, Op::Unary(UnaryOp::Recip)) || !flat_identity_edge(g, se) {
-                continue;
-            }
-            let add = &g.node(se.node).inputs[0];
-            if !is(add, Op::Binary(BinaryOp::Add)) {
-                continue;
-            }
-            for ae in &g.node(add.node).inputs {
-                if !is(ae, Op::Unary(UnaryOp::Exp2)) {
-                    continue;
-                }
-                let we = &g.node(ae.node).inputs[0];
-                if !is(we, Op::Binary(BinaryOp::Mul)) {
-                    continue;
-                }
-                for x in &g.node(we.node).inputs {
-                    let inner = rebuilt_match(g, id, std::slice::from_ref(x), |t| {
-                        (t[0].dtype() == DType::F32).then(|| match f {
-                            GeluTanhFn::Value => t[0].gelu_tanh(),
-                            GeluTanhFn::Grad => t[0].gelu_tanh_grad(),
-                        })
-                    });
-                    if let Some(inner) = inner {
-                        return Some(GeluTanhMatch {
-                            f,
-                            x: x.clone(),
-                            inner,
-                        });
+        let rebuild = |f: GeluFn, x: &Edge| {
+            let inner = rebuilt_match(g, id, std::slice::from_ref(x), |t| {
+                (t[0].dtype() == DType::F32).then(|| match f {
+                    GeluFn::Tanh => t[0].gelu_tanh(),
+                    GeluFn::TanhGrad => t[0].gelu_tanh_grad(),
+                    GeluFn::Erf => t[0].gelu(),
+                })
+            })?;
+            Some(GeluMatch {
+                f,
+                x: x.clone(),
+                inner,
+            })
+        };
+        match node.op {
+            // The tanh forms end in `_ · recip(exp2(w) + 1)` (value) or
+            // `recip(exp2(w) + 1) · _` (derivative): `w = x · (…)` gives the candidates.
+            Op::Binary(BinaryOp::Mul) => {
+                for (f, s_side) in [(GeluFn::Tanh, 1), (GeluFn::TanhGrad, 0)] {
+                    let se = &node.inputs[s_side];
+                    if !is(se, Op::Unary(UnaryOp::Recip)) || !flat_identity_edge(g, se) {
+                        continue;
+                    }
+                    let add = &g.node(se.node).inputs[0];
+                    if !is(add, Op::Binary(BinaryOp::Add)) {
+                        continue;
+                    }
+                    for ae in &g.node(add.node).inputs {
+                        if !is(ae, Op::Unary(UnaryOp::Exp2)) {
+                            continue;
+                        }
+                        let we = &g.node(ae.node).inputs[0];
+                        if !is(we, Op::Binary(BinaryOp::Mul)) {
+                            continue;
+                        }
+                        for x in &g.node(we.node).inputs {
+                            if let Some(m) = rebuild(f, x) {
+                                return Some(m);
+                            }
+                        }
                     }
                 }
+                None
             }
+            // The erf form ends in `(x + |x|) · ½ + c·q·½`.
+            Op::Binary(BinaryOp::Add) => {
+                for h in &node.inputs {
+                    if !is(h, Op::Binary(BinaryOp::Mul)) {
+                        continue;
+                    }
+                    for a in &g.node(h.node).inputs {
+                        // `x + |x|`, `|x|` a `maximum` (a max-reduce of a stacked pair).
+                        let abs_in = |a: &Edge| {
+                            g.node(a.node).inputs.iter().any(|e| {
+                                matches!(
+                                    g.node(e.node).op,
+                                    Op::Reduce {
+                                        op: ReduceOp::Max,
+                                        ..
+                                    }
+                                )
+                            })
+                        };
+                        if !is(a, Op::Binary(BinaryOp::Add)) || !abs_in(a) {
+                            continue;
+                        }
+                        for x in &g.node(a.node).inputs {
+                            if let Some(m) = rebuild(GeluFn::Erf, x) {
+                                return Some(m);
+                            }
+                        }
+                    }
+                }
+                None
+            }
+            _ => None,
         }
-        None
     }
 }
 

@@ -30,7 +30,7 @@ mod view;
 pub use attention::attention_backward;
 
 use crate::graph::{GraphTensor, NodeId, TensorEntry};
-use crate::patterns::{GeluTanhFn, GeluTanhMatch};
+use crate::patterns::{GeluFn, GeluMatch};
 use crate::shape::ShapeTracker;
 use std::collections::HashMap;
 
@@ -172,11 +172,11 @@ impl<'g> Autograd<'g> {
             // Inside a checkpointed segment the rule reads the segment's recomputed values.
             let seg = recompute.segment_of(id);
             // A recognised `gelu_tanh`: `dy · gelu_tanh'(x)` as one expression (see
-            // `GeluTanhMatch`), instead of its primops' rules one by one. Its inner nodes get
+            // `GeluMatch`), instead of its primops' rules one by one. Its inner nodes get
             // no gradient from this path (any other reader of them adds its own).
             let gelu = {
                 let d = cx.data();
-                GeluTanhMatch::find(&d, id).filter(|m| m.f == GeluTanhFn::Value)
+                GeluMatch::find(&d, id).filter(|m| m.f == GeluFn::Tanh)
             };
             if let Some(m) = gelu {
                 if nodes.contains_key(&m.x.node) {

@@ -575,7 +575,7 @@ fn attention_gradient_in_one_piece_equals_rule_by_rule() {
 }
 
 /// A recognised `gelu_tanh` is differentiated as `dy · x.gelu_tanh_grad()` (one expression,
-/// see `patterns::GeluTanhMatch`): the gradient is right (through a permuted view too, and
+/// see `patterns::GeluMatch`): the gradient is right (through a permuted view too, and
 /// over the range where the exponential saturates), and the graph holds that expression of
 /// the right tensor.
 #[test]
@@ -590,12 +590,12 @@ fn gelu_tanh_gradient_in_one_expression() {
     let d = cx.snapshot();
     let found: Vec<_> = d
         .node_ids()
-        .filter_map(|id| crate::patterns::GeluTanhMatch::find(&d, id))
+        .filter_map(|id| crate::patterns::GeluMatch::find(&d, id))
         .map(|m| (m.f, m.x.node))
         .collect();
     assert!(
-        found.contains(&(crate::patterns::GeluTanhFn::Value, x.node()))
-            && found.contains(&(crate::patterns::GeluTanhFn::Grad, x.node())),
+        found.contains(&(crate::patterns::GeluFn::Tanh, x.node()))
+            && found.contains(&(crate::patterns::GeluFn::TanhGrad, x.node())),
         "{found:?}"
     );
 }

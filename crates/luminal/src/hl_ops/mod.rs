@@ -15,7 +15,7 @@ mod unary;
 
 pub use binary::Operand;
 pub use conv::{ConvOptions, PoolOptions};
-pub use unary::{gelu_tanh_constants, gelu_tanh_grad_constants};
+pub use unary::{gelu_constants, gelu_tanh_constants, gelu_tanh_grad_constants, ERF_A};
 
 use crate::dtype::DType;
 use crate::graph::{Graph, GraphTensor, IntoDim, ToShape};

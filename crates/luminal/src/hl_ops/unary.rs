@@ -20,18 +20,26 @@ pub fn gelu_tanh_grad_constants() -> (f32, f32) {
     (-LN_2 * k1, -3.0 * LN_2 * k2)
 }
 
+/// The coefficients a₁ … a₅ of the 7.1.26 polynomial.
+pub const ERF_A: [f32; 5] = [
+    0.254829592,
+    -0.284496736,
+    1.421413741,
+    -1.453152027,
+    1.061405429,
+];
+
+/// The constants of [`GraphTensor::gelu`]: `p/√2` (the erf's `p` for `x/√2`) and the
+/// exponent factor `−log₂e / 2` (f32, as the graph holds them).
+pub fn gelu_constants() -> (f32, f32) {
+    (ERF_P * std::f32::consts::FRAC_1_SQRT_2, -0.5 * LOG2_E)
+}
+
 /// The 7.1.26 polynomial `t·(a₁ + t·(a₂ + …))`: `erf(z) ≈ 1 − poly(t)·e^(−z²)` for z ≥ 0
 /// (|error| ≤ 1.5e-7).
 fn erf_poly(t: GraphTensor<'_>) -> GraphTensor<'_> {
-    const A: [f32; 5] = [
-        0.254829592,
-        -0.284496736,
-        1.421413741,
-        -1.453152027,
-        1.061405429,
-    ];
-    let mut poly = t * A[4];
-    for a in A[..4].iter().rev() {
+    let mut poly = t * ERF_A[4];
+    for a in ERF_A[..4].iter().rev() {
         poly = (poly + *a) * t;
     }
     poly
@@ -117,17 +125,17 @@ impl<'g> GraphTensor<'g> {
     /// inside the correction (`½|x|·q < 1e-30` beyond), so no output is subnormal (and
     /// `gelu(inf) = inf`; `gelu(−inf)` is NaN, as PyTorch's).
     pub fn gelu(self) -> GraphTensor<'g> {
-        const P: f32 = ERF_P * std::f32::consts::FRAC_1_SQRT_2;
+        let (p, e) = gelu_constants();
         self.graph.checkpoint(|| {
             // c = −min(|x|, 12), kept negative: its sign goes into the constants below.
             let ax = self.abs();
             let c = (-ax).maximum(-12.0);
-            let t = (c * -P + 1.0).recip();
+            let t = (c * -p + 1.0).recip();
             let poly = erf_poly(t);
             // e^(−x²/2) = 2^(x·x·(−log2(e)/2)), from the capped |x| too: the smallest
             // correction is then ~2e-32, never a subnormal (an FFN product reading
             // subnormal activations ran 8× slower).
-            let q = poly * (c * c * (-0.5 * LOG2_E)).exp2();
+            let q = poly * (c * c * e).exp2();
             // relu(x) = (x + |x|)/2: no third `maximum` (each adds tie masks to the
             // backward pass).
             (self + ax) * 0.5 + c * q * 0.5
@@ -153,7 +161,7 @@ impl<'g> GraphTensor<'g> {
     /// `s = 1 / (1 + 2^w)`, `w = x·(k₁ + k₂·x²)`, it is `s·(1 + x·q·(1 − s))` where
     /// `q = −ln 2·(k₁ + 3k₂·x²)`. Autograd builds a recognised `gelu_tanh`'s gradient as
     /// `dy · x.gelu_tanh_grad()` (one expression a backend can evaluate as one function;
-    /// see [`crate::patterns::GeluTanhMatch`]) instead of differentiating its primops one
+    /// see [`crate::patterns::GeluMatch`]) instead of differentiating its primops one
     /// by one.
     pub fn gelu_tanh_grad(self) -> GraphTensor<'g> {
         let (k1, k2) = gelu_tanh_constants();

@@ -177,7 +177,7 @@ struct Lowering<'a> {
     uses: HashMap<NodeId, usize>,
     /// `maximum` pairs lowered as elementwise `Max` (see [`pair_max`]).
     pair_max: HashMap<NodeId, [Edge; 2]>,
-    /// Nodes that are a recognised function of one value (`GeluTanhMatch`), evaluated as
+    /// Nodes that are a recognised function of one value (`GeluMatch`), evaluated as
     /// one `Instr::Fn` of the value read through the edge (the `functions` pass).
     fns: HashMap<NodeId, (crate::simd::FnOp, Edge)>,
     /// While lowering an f32 elementwise root: whether it may absorb a matmul producer as
@@ -937,10 +937,11 @@ pub fn lower(
         live_order
             .iter()
             .filter_map(|&id| {
-                let m = luminal::patterns::GeluTanhMatch::find(g, id)?;
+                let m = luminal::patterns::GeluMatch::find(g, id)?;
                 let f = match m.f {
-                    luminal::patterns::GeluTanhFn::Value => crate::simd::FnOp::GeluTanh,
-                    luminal::patterns::GeluTanhFn::Grad => crate::simd::FnOp::GeluTanhGrad,
+                    luminal::patterns::GeluFn::Tanh => crate::simd::FnOp::GeluTanh,
+                    luminal::patterns::GeluFn::TanhGrad => crate::simd::FnOp::GeluTanhGrad,
+                    luminal::patterns::GeluFn::Erf => crate::simd::FnOp::GeluErf,
                 };
                 Some((id, (f, m.x)))
             })

@@ -157,6 +157,9 @@ pub enum FnOp {
     /// `GraphTensor::gelu_tanh_grad`: `s·(x·q·(1 − s) + 1)`, `s = 1 / (1 + 2^w)` as above,
     /// `q = x·x·c₂ + c₁`.
     GeluTanhGrad,
+    /// `GraphTensor::gelu` (erf form): `(x + |x|)·½ + c·q·½`, `c = max(−|x|, −12)`,
+    /// `q = poly(1 / (c·(−p) + 1)) · 2^(c·c·e)`.
+    GeluErf,
 }
 
 impl FnOp {
@@ -164,6 +167,7 @@ impl FnOp {
         match self {
             FnOp::GeluTanh => "GeluTanh",
             FnOp::GeluTanhGrad => "GeluTanhGrad",
+            FnOp::GeluErf => "GeluErf",
         }
     }
 }
@@ -183,6 +187,22 @@ fn gelu_tanh_parts<const F: bool>(x: f32, k1: f32, k2: f32) -> (f32, f32) {
     (xx, 1.0 / (exp2::<F>(w) + 1.0))
 }
 
+/// `GraphTensor::gelu` of one value, op for op (`p`, `e`: `gelu_constants`).
+#[inline(always)]
+fn gelu_erf<const F: bool>(x: f32, p: f32, e: f32) -> f32 {
+    let a = luminal::hl_ops::ERF_A;
+    let ax = max_one(x, x * -1.0);
+    let c = max_one(ax * -1.0, -12.0);
+    let t = 1.0 / (c * -p + 1.0);
+    let mut poly = t * a[4];
+    poly = (poly + a[3]) * t;
+    poly = (poly + a[2]) * t;
+    poly = (poly + a[1]) * t;
+    poly = (poly + a[0]) * t;
+    let q = poly * exp2::<F>(c * c * e);
+    (x + ax) * 0.5 + c * q * 0.5
+}
+
 /// [`FnOp`] of one value.
 #[inline(always)]
 pub fn fn_one<const F: bool>(op: FnOp, x: f32) -> f32 {
@@ -191,6 +211,10 @@ pub fn fn_one<const F: bool>(op: FnOp, x: f32) -> f32 {
     match op {
         FnOp::GeluTanh => x * s,
         FnOp::GeluTanhGrad => s * (x * (xx * c2 + c1) * (s * -1.0 + 1.0) + 1.0),
+        FnOp::GeluErf => {
+            let (p, e) = luminal::hl_ops::gelu_constants();
+            gelu_erf::<F>(x, p, e)
+        }
     }
 }
 
@@ -212,6 +236,12 @@ pub fn fn_slice<const F: bool>(op: FnOp, a: &[f32], out: &mut [f32]) {
                 let x = a[i];
                 let (xx, s) = gelu_tanh_parts::<F>(x, k1, k2);
                 out[i] = s * (x * (xx * c2 + c1) * (s * -1.0 + 1.0) + 1.0);
+            }
+        }
+        FnOp::GeluErf => {
+            let (p, e) = luminal::hl_ops::gelu_constants();
+            for i in 0..n {
+                out[i] = gelu_erf::<F>(a[i], p, e);
             }
         }
     }
