@@ -159,6 +159,14 @@ grads["gelu_tanh"] = grad_case(
     lambda a, b, w, v: (F.gelu(a @ b, approximate="tanh") * w).sum()
     + (F.gelu((a @ b).permute(2, 1, 0) * 1.5, approximate="tanh") * v).sum())
 
+# LayerNorm with its affine, of a row-major input and of a transposed one (autograd builds
+# a recognised layer norm's gradient as one expression: checked here against torch).
+grads["layer_norm_affine_views"] = grad_case(
+    {"x": rand_gelu((5, 8), -3, 3), "w": rand_gelu((8,), 0.5, 1.5), "b": rand_gelu((8,), -1, 1)},
+    {"u": rand_gelu((5, 8), -1, 1), "v": rand_gelu((8, 5), -1, 1)},
+    lambda x, w, b, u, v: (F.layer_norm(x, (8,), w, b, eps=1e-5) * u).sum()
+    + (F.layer_norm(x.t() * 2.0, (5,), eps=1e-3) * v).sum())
+
 losses = {}
 
 

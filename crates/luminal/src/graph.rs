@@ -67,6 +67,9 @@ pub struct GraphData {
     /// it was built from. A hint for backends with a fused kernel; the nodes themselves are
     /// the semantics (a backend checks the hint against them before using it).
     pub attention_grads: HashMap<NodeId, crate::patterns::AttentionGrad>,
+    /// Gradients of layer norms that autograd built as one expression (see
+    /// [`crate::patterns::LayerNormGrad`]): a hint like `attention_grads`.
+    pub layer_norm_grads: HashMap<NodeId, crate::patterns::LayerNormGrad>,
 }
 
 impl GraphData {
@@ -101,6 +104,7 @@ impl GraphData {
         self.recompute.remove(&id);
         self.no_grad.remove(&id);
         self.attention_grads.remove(&id);
+        self.layer_norm_grads.remove(&id);
     }
 
     /// Points every use of `old` (edges, user handles, outputs) at `new`, which must have the
@@ -142,6 +146,16 @@ impl GraphData {
             .into_iter()
             .map(|(id, mut h)| {
                 h.remap(&resolve);
+                (resolve(id), h)
+            })
+            .collect();
+        let hints = std::mem::take(&mut self.layer_norm_grads);
+        self.layer_norm_grads = hints
+            .into_iter()
+            .map(|(id, mut h)| {
+                for e in [&mut h.x, &mut h.xhat, &mut h.dy] {
+                    e.node = resolve(e.node);
+                }
                 (resolve(id), h)
             })
             .collect();

@@ -520,19 +520,49 @@ pub fn rebuilt_match(
             })
         })
         .collect();
-    let built = build(&handles)?;
+    let built = build(&handles)?.output();
     let built_entry = built.entry();
-    let sd = scratch.snapshot();
-    if !built_entry.view.is_contiguous() || sd.node(built_entry.node).shape != g.node(id).shape {
+    if !built_entry.view.is_contiguous() {
         return None;
     }
+    // As built (autograd matches before compilation), else as the generic passes leave it
+    // (a compiled graph: constants folded, duplicates merged).
+    let sd = scratch.snapshot();
+    if let Some(inner) = compare_rebuilt(g, id, &sd, built_entry.node, &real_of) {
+        return Some(inner);
+    }
+    let mut sd = sd;
+    crate::passes::Pass::run(&mut crate::passes::GenericPasses::default(), &mut sd);
+    let root = *sd.outputs.iter().next()?;
+    // The passes keep inputs' ids; the leaves map as before.
+    compare_rebuilt(g, id, &sd, root, &real_of)
+}
+
+/// The op-by-op comparison of [`rebuilt_match`]: scratch node `built` of `sd` against `id`
+/// of `g`, scratch inputs standing for the real nodes in `real_of`.
+fn compare_rebuilt(
+    g: &GraphData,
+    id: NodeId,
+    sd: &GraphData,
+    built: NodeId,
+    real_of: &HashMap<NodeId, NodeId>,
+) -> Option<Vec<NodeId>> {
+    if sd.node(built).shape != g.node(id).shape {
+        return None;
+    }
+    let built_entry = crate::graph::TensorEntry {
+        node: built,
+        view: ShapeTracker::new(sd.node(built).shape.clone()),
+        dtype: sd.node(built).dtype,
+        label: String::new(),
+    };
     let mut memo: HashMap<NodeId, NodeId> = HashMap::new(); // scratch → real
     let mut stack = vec![(built_entry.node, id)];
     while let Some((mut s, r)) = stack.pop() {
         // Compilation drops identity copies (the one `detach` makes in softmax).
         while sd.node(s).op == Op::Contiguous
             && g.try_node(r).is_some_and(|n| n.op != Op::Contiguous)
-            && flat_identity_edge(&sd, &sd.node(s).inputs[0])
+            && flat_identity_edge(sd, &sd.node(s).inputs[0])
         {
             s = sd.node(s).inputs[0].node;
         }
@@ -682,6 +712,119 @@ impl GeluMatch {
             }
             _ => None,
         }
+    }
+}
+
+/// `x.layer_norm(-1, eps)` of an f32 tensor (`(x − mean) · recip(sqrt(var + eps))` over the
+/// last axis, no affine), recognised from its primops (checked by rebuilding it from `x`
+/// and comparing, op by op). Autograd differentiates it as one expression
+/// ([`GraphTensor::layer_norm_grad`](crate::graph::GraphTensor::layer_norm_grad)), so its
+/// intermediates are read only inside it.
+#[derive(Clone, Debug)]
+pub struct LayerNormMatch {
+    /// `x` as the norm reads it.
+    pub x: Edge,
+    pub eps: f32,
+    /// The norm's nodes besides its root.
+    pub inner: Vec<NodeId>,
+}
+
+impl LayerNormMatch {
+    /// The layer norm whose result is node `id`, if it is one.
+    pub fn find(g: &GraphData, id: NodeId) -> Option<LayerNormMatch> {
+        let node = g.try_node(id)?;
+        if node.op != Op::Binary(BinaryOp::Mul) || node.dtype != DType::F32 {
+            return None;
+        }
+        let is = |e: &Edge, op: Op| g.node(e.node).op == op;
+        // `centered · recip(sqrt(var + eps))`: eps from the sum, `x` from `centered`.
+        for (ci, ri) in [(0, 1), (1, 0)] {
+            let re = &node.inputs[ri];
+            if !is(re, Op::Unary(UnaryOp::Recip)) {
+                continue;
+            }
+            let se = &g.node(re.node).inputs[0];
+            if !is(se, Op::Unary(UnaryOp::Sqrt)) {
+                continue;
+            }
+            let ae = &g.node(se.node).inputs[0];
+            if !is(ae, Op::Binary(BinaryOp::Add)) {
+                continue;
+            }
+            let eps = g
+                .node(ae.node)
+                .inputs
+                .iter()
+                .find_map(|e| match g.node(e.node).op {
+                    Op::Constant {
+                        value: ConstValue::Float(v),
+                    } => Some(v as f32),
+                    _ => None,
+                })?;
+            let ce = &node.inputs[ci];
+            if !is(ce, Op::Binary(BinaryOp::Add)) {
+                continue;
+            }
+            // `centered = x + mean · (−1)`: `x` is the input that is not the negated mean.
+            let negated = |e: &Edge| {
+                is(e, Op::Binary(BinaryOp::Mul))
+                    && g.node(e.node).inputs.iter().any(|c| {
+                        g.node(c.node).op
+                            == Op::Constant {
+                                value: ConstValue::Float(-1.0),
+                            }
+                    })
+            };
+            let ins = &g.node(ce.node).inputs;
+            for (x, other) in [(&ins[0], &ins[1]), (&ins[1], &ins[0])] {
+                if !negated(other) {
+                    continue;
+                }
+                let inner = rebuilt_match(g, id, std::slice::from_ref(x), |t| {
+                    (t[0].dtype() == DType::F32 && t[0].rank() > 0)
+                        .then(|| t[0].layer_norm(-1, eps))
+                });
+                if let Some(inner) = inner {
+                    return Some(LayerNormMatch {
+                        x: x.clone(),
+                        eps,
+                        inner,
+                    });
+                }
+            }
+        }
+        None
+    }
+}
+
+/// The gradient of a layer norm as autograd builds it:
+/// [`GraphTensor::layer_norm_grad`](crate::graph::GraphTensor::layer_norm_grad) of `x`,
+/// the norm's output `xhat` and the output gradient `dy` (f32, one shape). A hint in the
+/// graph (`GraphData::layer_norm_grads`); [`LayerNormGrad::find`] checks it against the
+/// nodes before a backend relies on it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerNormGrad {
+    pub x: Edge,
+    pub xhat: Edge,
+    pub dy: Edge,
+    pub eps: f32,
+}
+
+impl LayerNormGrad {
+    /// The layer-norm gradient whose result is node `id`, if the graph holds a hint for it
+    /// and the nodes under `id` are still exactly what `layer_norm_grad` builds from the
+    /// hint's tensors.
+    pub fn find(g: &GraphData, id: NodeId) -> Option<LayerNormGrad> {
+        let hint = g.layer_norm_grads.get(&id)?;
+        let leaves = [hint.x.clone(), hint.xhat.clone(), hint.dy.clone()];
+        rebuilt_match(g, id, &leaves, |t| {
+            (t.iter().all(|t| t.dtype() == DType::F32)
+                && t[0].rank() > 0
+                && t[0].shape() == t[1].shape()
+                && t[0].shape() == t[2].shape())
+            .then(|| t[0].layer_norm_grad(t[1], t[2], hint.eps))
+        })?;
+        Some(hint.clone())
     }
 }
 

@@ -719,3 +719,65 @@ fn gelu_forms_and_the_tanh_gradient_are_one_function_step() {
         }
     }
 }
+
+/// A layer norm of a training step runs as one row loop (`layer_norm`), and the gradient
+/// autograd builds for it as another (`layer_norm_grad`, also where it feeds a sum of
+/// gradients: a residual stream), with rows of 64 and of 37 (a remainder past the 16-lane
+/// sums); both equal the reference runtime and the same graph with the rule switched off.
+#[test]
+fn layer_norm_and_its_gradient_are_row_loops() {
+    for (rows, len) in [(48usize, 64usize), (9, 37)] {
+        let n = rows * len;
+        let xs: Vec<f32> = noise(n, 3).iter().map(|v| v * 3.0 + 0.5).collect();
+        let (ws, us) = (noise(len, 4), noise(n, 5));
+        let cx = Graph::new();
+        let x = cx.tensor("x", (rows, len));
+        let w = cx.tensor("w", len);
+        let u = cx.tensor("u", (rows, len));
+        // x + LN(x)·w: the norm's input is also read by the residual sum (x's gradient
+        // is the sum of both paths).
+        let h = x + x.layer_norm(-1, 1e-5) * w.expand_to((rows, len));
+        let loss = (h * u).sum(1).sum(0);
+        let grads = luminal::autograd::gradients(&[x, w], loss);
+        let (dx, dw) = (grads[0].output(), grads[1].output());
+        let h = h.output();
+        let run = |backend: CpuBackend| {
+            let mut rt = cx.compile(backend, CompileOptions::default()).unwrap();
+            rt.set(x, &xs).unwrap();
+            rt.set(w, &ws).unwrap();
+            rt.set(u, &us).unwrap();
+            rt.run().unwrap();
+            let names = rt.kernel_names();
+            let got = [h, dx, dw].map(|t| rt.get::<f32>(t).unwrap());
+            (got, names)
+        };
+        let (fast, names) = run(CpuBackend::default());
+        assert!(
+            names.iter().any(|k| k == "layer_norm") && names.iter().any(|k| k == "layer_norm_grad"),
+            "{names:?}"
+        );
+        let (ops, names_ops) = run(CpuBackend::default().disable_rules(&["layer_norm"]));
+        assert!(
+            !names_ops.iter().any(|k| k.starts_with("layer_norm")),
+            "{names_ops:?}"
+        );
+        let mut re = cx
+            .compile(ReferenceBackend, CompileOptions::default())
+            .unwrap();
+        re.set(x, &xs).unwrap();
+        re.set(w, &ws).unwrap();
+        re.set(u, &us).unwrap();
+        re.run().unwrap();
+        for (i, label) in ["h", "dx", "dw"].iter().enumerate() {
+            let want = re.get::<f32>([h, dx, dw][i]).unwrap();
+            for (got, which) in [(&fast[i], "layer_norm kernels"), (&ops[i], "primops")] {
+                for (j, (a, b)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (a - b).abs() <= 2e-5 * (1.0 + b.abs()),
+                        "{label}[{j}] ({which}, rows of {len}): {a} vs {b}"
+                    );
+                }
+            }
+        }
+    }
+}

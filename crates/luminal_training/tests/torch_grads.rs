@@ -44,6 +44,11 @@ fn build_case<'g>(name: &str, t: &HashMap<String, GraphTensor<'g>>) -> GraphTens
         "conv2d" => all(t["x"].conv2d(t["k"], (1, 1), (0, 0), (1, 1), 1) * t["w"]),
         "conv2d_pad_stride" => all(t["x"].conv2d(t["k"], (2, 2), (1, 1), (1, 1), 1) * t["w"]),
         "batched_matmul_gelu" => all(t["a"].matmul(t["b"]).gelu() * t["w"]),
+        "layer_norm_affine_views" => {
+            let (x, w, b) = (t["x"], t["w"], t["b"]);
+            let y = x.layer_norm(1, 1e-5) * w.expand_to((5, 8)) + b.expand_to((5, 8));
+            all(y * t["u"]) + all((x.permute(&[1, 0]) * 2.0).layer_norm(1, 1e-3) * t["v"])
+        }
         "gelu_tanh" => {
             let h = t["a"].matmul(t["b"]);
             all(h.gelu_tanh() * t["w"]) + all((h.permute(&[2, 1, 0]) * 1.5).gelu_tanh() * t["v"])

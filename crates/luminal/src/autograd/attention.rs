@@ -123,7 +123,6 @@ pub(super) fn build<'g>(
 ) -> (GraphTensor<'g>, [GraphTensor<'g>; 3]) {
     let start = cx.data().nodes.len() as u32;
     let stacked = attention_backward(q, k, v, bias, d_out, scale);
-    let end = cx.data().nodes.len() as u32;
     let e = stacked.entry();
     let hint = AttentionGrad {
         q: q.edge(),
@@ -133,21 +132,30 @@ pub(super) fn build<'g>(
         d_out: d_out.edge(),
         scale,
     };
+    tag_recomputation(cx, start);
     {
         let mut d = cx.data_mut();
-        let tag = d.recompute.values().copied().max().unwrap_or(0) + 1;
-        for raw in start..end {
-            let id = NodeId(raw);
-            if d.try_node(id).is_some() {
-                d.recompute.insert(id, tag);
-            }
-        }
         if e.view.is_contiguous() && e.view.dims() == d.node(e.node).shape {
             d.attention_grads.insert(e.node, hint);
         }
     }
     let part = |i: i64| stacked.slice(0, i, i + 1).squeeze(0);
     (stacked, [part(0), part(1), part(2)])
+}
+
+/// Tags the nodes made since node id `start` as one recomputation: CSE never merges them
+/// with nodes outside it (the forward's), so what the forward computes stays read only by
+/// the forward.
+pub(super) fn tag_recomputation(cx: &crate::graph::Graph, start: u32) {
+    let mut d = cx.data_mut();
+    let end = d.nodes.len() as u32;
+    let tag = d.recompute.values().copied().max().unwrap_or(0) + 1;
+    for raw in start..end {
+        let id = NodeId(raw);
+        if d.try_node(id).is_some() {
+            d.recompute.insert(id, tag);
+        }
+    }
 }
 
 /// When q, k and v are the same view of one node at three offsets evenly apart (the

@@ -30,7 +30,7 @@ mod view;
 pub use attention::attention_backward;
 
 use crate::graph::{GraphTensor, NodeId, TensorEntry};
-use crate::patterns::{GeluFn, GeluMatch};
+use crate::patterns::{GeluFn, GeluMatch, LayerNormMatch};
 use crate::shape::ShapeTracker;
 use std::collections::HashMap;
 
@@ -178,6 +178,42 @@ impl<'g> Autograd<'g> {
                 let d = cx.data();
                 GeluMatch::find(&d, id).filter(|m| m.f == GeluFn::Tanh)
             };
+            // A recognised layer norm: its gradient from `x` alone, the recomputed
+            // statistics kept apart from the forward's (see `layer_norm_grad`).
+            let ln = {
+                let d = cx.data();
+                LayerNormMatch::find(&d, id)
+            };
+            if let Some(m) = ln {
+                if nodes.contains_key(&m.x.node) {
+                    let x = handle(recompute.resolve(seg, m.x.node), m.x.view.clone());
+                    let xhat = handle(
+                        recompute.resolve(seg, id),
+                        ShapeTracker::new(node.shape.clone()),
+                    );
+                    let start = cx.data().nodes.len() as u32;
+                    let dx = x.layer_norm_grad(xhat, g, m.eps);
+                    attention::tag_recomputation(cx, start);
+                    let e = dx.entry();
+                    if e.view.is_contiguous() && e.view.dims() == node.shape {
+                        let hint = crate::patterns::LayerNormGrad {
+                            x: x.edge(),
+                            xhat: xhat.edge(),
+                            dy: g.edge(),
+                            eps: m.eps,
+                        };
+                        cx.data_mut().layer_norm_grads.insert(e.node, hint);
+                    }
+                    add_grad(
+                        &mut grads,
+                        m.x.node,
+                        &nodes[&m.x.node].shape,
+                        vec![dx],
+                        &m.x.view,
+                    );
+                }
+                continue;
+            }
             if let Some(m) = gelu {
                 if nodes.contains_key(&m.x.node) {
                     let x = handle(recompute.resolve(seg, m.x.node), m.x.view.clone());

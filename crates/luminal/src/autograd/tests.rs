@@ -625,3 +625,45 @@ fn gelu_tanh_grad_values() {
         );
     }
 }
+
+/// A recognised layer norm is differentiated as `x.layer_norm_grad(x̂, dy, eps)` (one
+/// expression reading x, the norm's output and dy, hinted for backends): the gradient is
+/// right (also through a permuted input and an affine), and nothing outside the forward
+/// reads the forward's intermediates (mean, centered values, variance), so it can run as
+/// one kernel.
+#[test]
+fn layer_norm_gradient_in_one_expression() {
+    check(&[vec![3, 7], vec![7]], (-2.0, 2.0), |_, p| {
+        let (x, w) = (p[0], p[1]);
+        weighted(x.layer_norm(-1, 1e-5) * w.expand_to((3, 7)), 1)
+            + weighted(x.permute(&[1, 0]).layer_norm(-1, 1e-3), 2)
+    });
+    let cx = Graph::new();
+    let x = cx.tensor("x", (4, 6));
+    let y = x.layer_norm(-1, 1e-5);
+    let loss = weighted(y, 1);
+    let d0 = cx.snapshot();
+    let m = crate::patterns::LayerNormMatch::find(&d0, y.node()).expect("the norm is recognised");
+    assert_eq!((m.x.node, m.eps), (x.node(), 1e-5));
+    let dx = gradients(&[x], loss)[0];
+    let d = cx.snapshot();
+    let hint = d
+        .layer_norm_grads
+        .values()
+        .next()
+        .expect("a layer-norm gradient hint");
+    assert_eq!((hint.x.node, hint.xhat.node), (x.node(), y.node()));
+    assert!(crate::patterns::LayerNormGrad::find(&d, dx.node()).is_some());
+    let inner: std::collections::HashSet<_> = m.inner.iter().copied().collect();
+    for id in d.node_ids() {
+        for e in &d.node(id).inputs {
+            if inner.contains(&e.node) {
+                assert!(
+                    inner.contains(&id) || id == y.node(),
+                    "node {id:?} outside the forward norm reads its intermediate {:?}",
+                    e.node
+                );
+            }
+        }
+    }
+}

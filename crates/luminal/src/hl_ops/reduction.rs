@@ -151,6 +151,32 @@ impl<'g> GraphTensor<'g> {
         let var = centered.square().mean_keepdim(axes);
         centered * (var + eps).sqrt().recip()
     }
+    /// The gradient of `xhat = x.layer_norm(-1, eps)` (`x` = `self`) for the output
+    /// gradient `dy` (all three of one shape): `dx = (dy − mean(dy) − x̂·mean(dy·x̂))·rstd`
+    /// over the last axis, with `rstd = 1/√(var + eps)` recomputed from `x` as `layer_norm`
+    /// computes it. Autograd builds a recognised layer norm's gradient this way (see
+    /// [`crate::patterns::LayerNormMatch`]): the backward reads the norm's output and `x`,
+    /// never its intermediates, so the forward runs as one row kernel, and so does this
+    /// (each per-row value it makes is read once).
+    pub fn layer_norm_grad(
+        self,
+        xhat: GraphTensor<'g>,
+        dy: GraphTensor<'g>,
+        eps: f32,
+    ) -> GraphTensor<'g> {
+        assert!(
+            self.shape() == dy.shape() && xhat.shape() == dy.shape(),
+            "layer_norm_grad: x {:?}, xhat {:?} and dy {:?} differ in shape",
+            self.shape(),
+            xhat.shape(),
+            dy.shape()
+        );
+        let centered = self - self.mean_keepdim(-1);
+        let rstd = (centered.square().mean_keepdim(-1) + eps).sqrt().recip();
+        let g1 = dy.mean_keepdim(-1);
+        let g2 = (dy * xhat).mean_keepdim(-1);
+        (dy - g1 - xhat * g2) * rstd
+    }
     /// x / sqrt(mean(x²) + eps) over `axes` (no affine).
     pub fn rms_norm(self, axes: impl ToAxes, eps: f32) -> GraphTensor<'g> {
         let axes = self.axes(axes, "rms_norm");

@@ -8,4 +8,5 @@ pub(crate) mod fused;
 pub(crate) mod half;
 pub(crate) mod matmul;
 pub(crate) mod movement;
+pub(crate) mod norm;
 pub(crate) mod quant;

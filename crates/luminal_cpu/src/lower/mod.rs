@@ -180,6 +180,9 @@ struct Lowering<'a> {
     /// Nodes that are a recognised function of one value (`GeluMatch`), evaluated as
     /// one `Instr::Fn` of the value read through the edge (the `functions` pass).
     fns: HashMap<NodeId, (crate::simd::FnOp, Edge)>,
+    /// Layer-norm gradients (`LayerNormGrad`, every operand read one to one) that get the
+    /// `layer_norm` rule's kernel: never inlined into a consumer (an accumulating sum).
+    ln_grads: HashMap<NodeId, luminal::patterns::LayerNormGrad>,
     /// While lowering an f32 elementwise root: whether it may absorb a matmul producer as
     /// its epilogue, and the matmul (with its reads) once it did.
     epilogue_ok: Cell<bool>,
@@ -206,6 +209,7 @@ impl Lowering<'_> {
             || self.pair_max.contains_key(&id)
             || self.fns.contains_key(&id))
             && !terms::is_term(id)
+            && !self.ln_grads.contains_key(&id)
     }
 
     /// A fusable single-use producer that is not an output.
@@ -665,6 +669,33 @@ impl Lowering<'_> {
         unreachable!("the fallback rule applies to every node")
     }
 
+    /// A layer norm over the last axis, or the gradient autograd builds for one, as one
+    /// row loop (`kernels/norm.rs`). Every operand must be read one to one; a forward whose
+    /// input is a private elementwise tree keeps the row fusion, which computes that tree
+    /// inside its row kernel (a residual sum feeding the norm).
+    fn layer_norm(&self, id: NodeId) -> Result<Option<Lowered>> {
+        use crate::kernels::norm::LayerNormKernel;
+        let node = self.g.node(id);
+        if node.dtype != DType::F32 || node.shape.is_empty() {
+            return Ok(None);
+        }
+        let len = self.names.compile(node.shape.last().unwrap())?;
+        let flat = |e: &Edge| flat_identity_edge(self.g, e);
+        if let Some(h) = self.ln_grads.get(&id) {
+            let [x, xh, dy] = [&h.x, &h.xhat, &h.dy].map(|e| BufId::of(e.node));
+            let k = LayerNormKernel::grad(x, xh, dy, len, h.eps);
+            return Ok(Some(("layer_norm_grad".into(), Box::new(k))));
+        }
+        let Some(m) = luminal::patterns::LayerNormMatch::find(self.g, id) else {
+            return Ok(None);
+        };
+        if !flat(&m.x) || self.private_fusable(&m.x) {
+            return Ok(None);
+        }
+        let k = LayerNormKernel::forward(BufId::of(m.x.node), len, m.eps);
+        Ok(Some(("layer_norm".into(), Box::new(k))))
+    }
+
     /// A private f32 matmul read through the identity: the consumer can be its epilogue.
     fn epilogue_matmul(&self, e: &Edge) -> Result<Option<MatmulKernel>> {
         let p = self.g.node(e.node);
@@ -770,6 +801,7 @@ type Rule = fn(&Lowering<'_>, NodeId) -> Result<Option<Lowered>>;
 const RULES: &[(&str, Rule)] = &[
     ("write_slice", |l, id| l.write_slice(id)),
     ("attention_grad", |l, id| l.attention_grad(id)),
+    ("layer_norm", |l, id| l.layer_norm(id)),
     ("terms", |l, id| l.fused_term(id)),
     ("attention", |l, id| l.attention(id)),
     ("encode", |l, id| l.encode(id)),
@@ -947,11 +979,26 @@ pub fn lower(
             })
             .collect()
     };
+    let ln_grads = if disabled.contains(&"layer_norm") {
+        HashMap::new()
+    } else {
+        live_order
+            .iter()
+            .filter_map(|&id| {
+                let h = luminal::patterns::LayerNormGrad::find(g, id)?;
+                let flat = [&h.x, &h.xhat, &h.dy]
+                    .into_iter()
+                    .all(|e| flat_identity_edge(g, e));
+                (flat && g.node(id).dtype == DType::F32).then_some((id, h))
+            })
+            .collect()
+    };
     let mut lw = Lowering {
         g,
         uses,
         pair_max,
         fns,
+        ln_grads,
         epilogue_ok: Cell::new(false),
         epilogue: RefCell::new(None),
         names,

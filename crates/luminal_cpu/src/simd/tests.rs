@@ -180,6 +180,9 @@ fn chains_match_op_by_op() {
         ChainOp::NotZero,
         ChainOp::Round(HalfKind::F16),
         ChainOp::Round(HalfKind::BF16),
+        ChainOp::Fn(FnOp::GeluTanh),
+        ChainOp::Fn(FnOp::GeluTanhGrad),
+        ChainOp::Fn(FnOp::GeluErf),
     ];
     let levels: &[u8] = match (crate::simd::half::fast(), detected_isa() == Isa::Avx512) {
         (true, true) => &[0, 1, 2],
@@ -256,6 +259,7 @@ fn chains_match_op_by_op() {
                         ChainOp::Unary(u) => unary_one::<true>(u, x),
                         ChainOp::NotZero => (x != 0.0) as u8 as f32,
                         ChainOp::Round(kind) => crate::simd::half::round_one(kind, x),
+                        ChainOp::Fn(f) => fn_one::<true>(f, x),
                     }
                 })
             })

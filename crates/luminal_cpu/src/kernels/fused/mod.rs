@@ -836,6 +836,169 @@ pub fn epilogue_chunk(prog: &Program, bufs: &[Storage], z0: usize, data: &mut [f
     })
 }
 
+/// An operand of an [`affine`](Program::affine) epilogue.
+#[derive(Clone, Copy, Debug)]
+pub enum AffineSrc {
+    Leaf(usize),
+    Const(usize),
+}
+
+impl Program {
+    /// When the program is `acc op₁ v₁ op₂ v₂ …` over row register 0 (a product's value),
+    /// each op an f32 `Add` or `Mul` and each `vᵢ` a leaf or a constant (a bias, a
+    /// residual, a scale): those ops in order. Such an epilogue runs in place over rows
+    /// ([`epilogue_rows`]), reading its leaves where they lie.
+    pub fn affine(&self) -> Option<Vec<(BinaryOp, AffineSrc)>> {
+        let mut acc = None;
+        let mut ops = vec![];
+        let operand = |i: usize| match self.instrs[i] {
+            Instr::Load(l) => Some(AffineSrc::Leaf(l)),
+            Instr::Const(c) => Some(AffineSrc::Const(c)),
+            _ => None,
+        };
+        for (i, ins) in self.instrs.iter().enumerate() {
+            match *ins {
+                Instr::RowReg(0) if acc.is_none() => acc = Some(i),
+                Instr::Load(_) | Instr::Const(_) => {}
+                Instr::Binary(op @ (BinaryOp::Add | BinaryOp::Mul), a, b) => {
+                    let other = match acc {
+                        Some(x) if a == x => b,
+                        Some(x) if b == x => a,
+                        _ => return None,
+                    };
+                    ops.push((op, operand(other)?));
+                    acc = Some(i);
+                }
+                _ => return None,
+            }
+        }
+        (acc == Some(self.instrs.len() - 1) && !ops.is_empty()).then_some(ops)
+    }
+}
+
+/// An [`affine`](Program::affine) epilogue over `rows` rows of `len` values, row `r` at
+/// `data[r·stride ..]` and at logical element `z0 + r·stride`, in place. Each leaf must be
+/// an f32 buffer read either linearly (a residual) or as one row broadcast over every
+/// other dim (a bias: unit stride along the last dim, zero elsewhere, each row segment
+/// inside one of its runs); then its start in each row is exact without per-row index
+/// arithmetic. Returns false, touching nothing, when a leaf is read any other way.
+///
+/// # Safety
+/// `data` points at `rows` rows as described, which no other thread touches.
+pub unsafe fn epilogue_rows(
+    prog: &Program,
+    ops: &[(BinaryOp, AffineSrc)],
+    bufs: &[Storage],
+    z0: usize,
+    (rows, len, stride): (usize, usize, usize),
+    data: *mut f32,
+) -> bool {
+    const MAX_OPS: usize = 8;
+    if ops.len() > MAX_OPS {
+        return false;
+    }
+    if rows == 0 || len == 0 {
+        return true;
+    }
+    // Each leaf: its buffer, first start and step per row.
+    let mut leaves: [(&[f32], usize, isize); MAX_OPS] = [(&[], 0, 0); MAX_OPS];
+    for (j, &(_, src)) in ops.iter().enumerate() {
+        let AffineSrc::Leaf(l) = src else { continue };
+        let v = &prog.leaves[l].view;
+        let Storage::F32(buf) = &bufs[prog.leaves[l].buf] else {
+            return false;
+        };
+        let (s0, step) = if v.linear {
+            ((v.offset + z0 as i64) as usize, stride as isize)
+        } else {
+            let r = v.dims.len();
+            let run = v.dims.last().copied().unwrap_or(0).max(1) as usize;
+            let bias = !v.masked
+                && r > 0
+                && v.strides[r - 1] == 1
+                && (0..r - 1).all(|i| v.strides[i] == 0 || v.dims[i] == 1)
+                && stride % run == 0
+                && z0 % run + len <= run;
+            if !bias {
+                return false;
+            }
+            ((v.offset + (z0 % run) as i64) as usize, 0)
+        };
+        let last = s0 as isize + step * (rows as isize - 1);
+        if last < 0 || last as usize + len > buf.len() || s0 + len > buf.len() {
+            return false;
+        }
+        leaves[j] = (&buf[..], s0, step);
+    }
+    simd::run(AffineRows {
+        prog,
+        ops,
+        leaves: &leaves[..ops.len()],
+        rows,
+        len,
+        stride,
+        data,
+    });
+    true
+}
+
+struct AffineRows<'a> {
+    prog: &'a Program,
+    ops: &'a [(BinaryOp, AffineSrc)],
+    leaves: &'a [(&'a [f32], usize, isize)],
+    rows: usize,
+    len: usize,
+    stride: usize,
+    data: *mut f32,
+}
+
+impl Task for AffineRows<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<const F: bool>(self) {
+        let AffineRows {
+            prog,
+            ops,
+            leaves,
+            rows,
+            len,
+            stride,
+            data,
+        } = self;
+        for r in 0..rows {
+            // SAFETY: the caller's contract (row `r` of `len` values at `r·stride`).
+            let d = unsafe { std::slice::from_raw_parts_mut(data.add(r * stride), len) };
+            for (&(op, src), &(buf, s0, step)) in ops.iter().zip(leaves) {
+                match src {
+                    AffineSrc::Leaf(_) => {
+                        let at = (s0 as isize + step * r as isize) as usize;
+                        let v = &buf[at..at + len];
+                        match op {
+                            BinaryOp::Add => {
+                                for i in 0..len {
+                                    d[i] += v[i];
+                                }
+                            }
+                            _ => {
+                                for i in 0..len {
+                                    d[i] *= v[i];
+                                }
+                            }
+                        }
+                    }
+                    AffineSrc::Const(c) => {
+                        let c = prog.const_values[c];
+                        match op {
+                            BinaryOp::Add => d.iter_mut().for_each(|x| *x += c),
+                            _ => d.iter_mut().for_each(|x| *x *= c),
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 struct EpilogueTask<'a, 'o, 'r, 's> {
     prog: &'a Program,
     bufs: &'a [Storage],

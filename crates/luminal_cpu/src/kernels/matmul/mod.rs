@@ -59,6 +59,9 @@ pub struct MatmulKernel {
     /// [`NormPrologue`]): `a` is then the norm's input `x`, read through `a`'s view, and
     /// the product runs on the normalised rows.
     pub norm: Option<NormPrologue>,
+    /// The epilogue's ops when it is a bias / residual / scale chain
+    /// ([`Program::affine`]), found at the first `prepare` (`None` until then).
+    affine: Option<Option<Vec<(luminal::op::BinaryOp, crate::kernels::fused::AffineSrc)>>>,
 }
 
 /// `rows = x · recip(sqrt(Σ x² · scale + eps)) [· w]` per activation row, computed by the
@@ -185,6 +188,7 @@ impl MatmulKernel {
             exact: false,
             refine: 0,
             norm: None,
+            affine: None,
         }
     }
 
@@ -195,6 +199,9 @@ impl MatmulKernel {
         self.b_view.check_bounds(bufs[self.b].len())?;
         if let Some(e) = &mut self.epilogue {
             e.prepare(dims, bufs)?;
+            if self.affine.is_none() {
+                self.affine = Some(e.affine());
+            }
         }
         Ok(())
     }
@@ -299,11 +306,33 @@ impl MatmulKernel {
         let amx = gemm_f32::amx_for(n, k).then_some(self.precision);
         // The epilogue over rows `r0..r1` × columns `c0..c1` of batch item `i`'s output
         // (at `d`), run by the task that computed them, while they are in cache.
+        // A bias / residual / scale epilogue runs in place row by row (`epilogue_rows`).
+        // (`affine` describes `self.epilogue`, the only epilogue callers pass.)
+        debug_assert!(epilogue
+            .is_none_or(|(e, _)| self.epilogue.as_ref().is_some_and(|s| std::ptr::eq(e, s))));
+        let affine = self.affine.as_ref().and_then(|a| a.as_deref());
         let finish = |i: usize, d: *mut f32, (r0, r1): (usize, usize), (c0, c1): (usize, usize)| {
             let Some((e, bufs)) = epilogue else {
                 return;
             };
             let base = i * m * n;
+            if let Some(ops) = affine {
+                // SAFETY: rows `r0..r1` × columns `c0..c1` of this batch item's `m × n`
+                // output at `d`, which the calling task computed and no other touches.
+                let done = unsafe {
+                    crate::kernels::fused::epilogue_rows(
+                        e,
+                        ops,
+                        bufs,
+                        base + r0 * n + c0,
+                        (r1 - r0, c1 - c0, n),
+                        d.add(r0 * n + c0),
+                    )
+                };
+                if done {
+                    return;
+                }
+            }
             let piece = |z: usize, len: usize| {
                 // SAFETY: `z .. z + len` lies inside this batch item's `m × n` output at
                 // `d`, in rows the calling task computed and no other task touches.
