@@ -781,3 +781,40 @@ fn layer_norm_and_its_gradient_are_row_loops() {
         }
     }
 }
+
+/// Epilogues that are a chain of adds and multiplies by leaves and constants (a bias, a
+/// residual, a scale) run in place row by row; checked on 1 and 2 threads (2 threads split
+/// a wide product by columns, so rows are pieces), on batched rows, and with a leaf that
+/// is neither a row bias nor a linear read (a per-batch bias: the block path).
+#[test]
+fn bias_and_residual_epilogues_row_by_row() {
+    for threads in [1, 2] {
+        let cx = Graph::new();
+        let (bt, s, d, h) = (3, 37, 96, 160);
+        let x = cx.tensor("x", (bt, s, d));
+        let w = cx.tensor("w", (h, d));
+        let b = cx.tensor("b", h);
+        let r = cx.tensor("r", (bt, s, h));
+        let pb = cx.tensor("pb", (bt, 1, h));
+        let biased = ((x.matmul(w.permute(&[1, 0])) + b.expand_to((bt, s, h))) * 0.5 + r).output();
+        // The same product of x with w's negation (a product of its own).
+        let scaled = (x.matmul((-w).permute(&[1, 0])) * 2.0 + pb.expand_to((bt, s, h))).output();
+        let rt = cx
+            .compile(CpuBackend::with_threads(threads), CompileOptions::default())
+            .unwrap();
+        let names = rt.kernel_names();
+        assert!(
+            names.iter().filter(|n| n.starts_with("matmul+")).count() == 2,
+            "{names:?}"
+        );
+        let inputs = [
+            (x, noise(bt * s * d, 21)),
+            (w, noise(h * d, 22)),
+            (b, noise(h, 23)),
+            (r, noise(bt * s * h, 24)),
+            (pb, noise(bt * h, 25)),
+        ];
+        check_against_reference(&cx, &inputs, biased);
+        check_against_reference(&cx, &inputs, scaled);
+    }
+}
