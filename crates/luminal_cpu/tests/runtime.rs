@@ -799,12 +799,20 @@ fn bias_and_residual_epilogues_row_by_row() {
         let biased = ((x.matmul(w.permute(&[1, 0])) + b.expand_to((bt, s, h))) * 0.5 + r).output();
         // The same product of x with w's negation (a product of its own).
         let scaled = (x.matmul((-w).permute(&[1, 0])) * 2.0 + pb.expand_to((bt, s, h))).output();
+        // A GELU after the bias (an encoder's FFN), and a product times the GELU
+        // derivative of a leaf (the gradient through a GELU).
+        let w2 = w * 0.5;
+        let gelu = (x.matmul(w2.permute(&[1, 0])) + b.expand_to((bt, s, h)))
+            .gelu()
+            .output();
+        let w3 = w * 0.25;
+        let dgelu = (x.matmul(w3.permute(&[1, 0])) * r.gelu_tanh_grad()).output();
         let rt = cx
             .compile(CpuBackend::with_threads(threads), CompileOptions::default())
             .unwrap();
         let names = rt.kernel_names();
         assert!(
-            names.iter().filter(|n| n.starts_with("matmul+")).count() == 2,
+            names.iter().filter(|n| n.starts_with("matmul+")).count() == 4,
             "{names:?}"
         );
         let inputs = [
@@ -816,5 +824,7 @@ fn bias_and_residual_epilogues_row_by_row() {
         ];
         check_against_reference(&cx, &inputs, biased);
         check_against_reference(&cx, &inputs, scaled);
+        check_against_reference(&cx, &inputs, gelu);
+        check_against_reference(&cx, &inputs, dgelu);
     }
 }

@@ -836,37 +836,60 @@ pub fn epilogue_chunk(prog: &Program, bufs: &[Storage], z0: usize, data: &mut [f
     })
 }
 
-/// An operand of an [`affine`](Program::affine) epilogue.
+/// An operand of an [`affine`](Program::affine) epilogue: a leaf, a constant, or a
+/// recognised function of a leaf (`f(leaf)`: the GELU derivative a product's gradient is
+/// multiplied by).
 #[derive(Clone, Copy, Debug)]
 pub enum AffineSrc {
     Leaf(usize),
     Const(usize),
+    FnLeaf(simd::FnOp, usize),
+}
+
+/// One step of an [`affine`](Program::affine) epilogue on the running value.
+#[derive(Clone, Copy, Debug)]
+pub enum EpiStep {
+    /// `acc op v`.
+    Bin(BinaryOp, AffineSrc),
+    /// `f(acc)` (a GELU after the bias).
+    Apply(simd::FnOp),
 }
 
 impl Program {
-    /// When the program is `acc op₁ v₁ op₂ v₂ …` over row register 0 (a product's value),
-    /// each op an f32 `Add` or `Mul` and each `vᵢ` a leaf or a constant (a bias, a
-    /// residual, a scale): those ops in order. Such an epilogue runs in place over rows
+    /// When the program is a chain of steps on row register 0 (a product's value), each an
+    /// f32 `Add` or `Mul` by a leaf, a constant or a recognised function of a leaf, or a
+    /// recognised function of the running value (a bias, a residual, a scale, a GELU):
+    /// those steps in order. Such an epilogue runs in place over rows
     /// ([`epilogue_rows`]), reading its leaves where they lie.
-    pub fn affine(&self) -> Option<Vec<(BinaryOp, AffineSrc)>> {
+    pub fn affine(&self) -> Option<Vec<EpiStep>> {
         let mut acc = None;
         let mut ops = vec![];
         let operand = |i: usize| match self.instrs[i] {
             Instr::Load(l) => Some(AffineSrc::Leaf(l)),
             Instr::Const(c) => Some(AffineSrc::Const(c)),
+            Instr::Fn(f, a) => match self.instrs[a] {
+                Instr::Load(l) => Some(AffineSrc::FnLeaf(f, l)),
+                _ => None,
+            },
             _ => None,
         };
         for (i, ins) in self.instrs.iter().enumerate() {
             match *ins {
                 Instr::RowReg(0) if acc.is_none() => acc = Some(i),
                 Instr::Load(_) | Instr::Const(_) => {}
+                Instr::Fn(f, a) if Some(a) == acc => {
+                    ops.push(EpiStep::Apply(f));
+                    acc = Some(i);
+                }
+                // A function of a leaf: an operand (checked where it is used).
+                Instr::Fn(_, a) if matches!(self.instrs[a], Instr::Load(_)) => {}
                 Instr::Binary(op @ (BinaryOp::Add | BinaryOp::Mul), a, b) => {
                     let other = match acc {
                         Some(x) if a == x => b,
                         Some(x) if b == x => a,
                         _ => return None,
                     };
-                    ops.push((op, operand(other)?));
+                    ops.push(EpiStep::Bin(op, operand(other)?));
                     acc = Some(i);
                 }
                 _ => return None,
@@ -887,7 +910,7 @@ impl Program {
 /// `data` points at `rows` rows as described, which no other thread touches.
 pub unsafe fn epilogue_rows(
     prog: &Program,
-    ops: &[(BinaryOp, AffineSrc)],
+    ops: &[EpiStep],
     bufs: &[Storage],
     z0: usize,
     (rows, len, stride): (usize, usize, usize),
@@ -902,8 +925,11 @@ pub unsafe fn epilogue_rows(
     }
     // Each leaf: its buffer, first start and step per row.
     let mut leaves: [(&[f32], usize, isize); MAX_OPS] = [(&[], 0, 0); MAX_OPS];
-    for (j, &(_, src)) in ops.iter().enumerate() {
-        let AffineSrc::Leaf(l) = src else { continue };
+    for (j, step) in ops.iter().enumerate() {
+        let l = match *step {
+            EpiStep::Bin(_, AffineSrc::Leaf(l) | AffineSrc::FnLeaf(_, l)) => l,
+            _ => continue,
+        };
         let v = &prog.leaves[l].view;
         let Storage::F32(buf) = &bufs[prog.leaves[l].buf] else {
             return false;
@@ -944,7 +970,7 @@ pub unsafe fn epilogue_rows(
 
 struct AffineRows<'a> {
     prog: &'a Program,
-    ops: &'a [(BinaryOp, AffineSrc)],
+    ops: &'a [EpiStep],
     leaves: &'a [(&'a [f32], usize, isize)],
     rows: usize,
     len: usize,
@@ -965,13 +991,14 @@ impl Task for AffineRows<'_> {
             stride,
             data,
         } = self;
+        let mut tmp = [0f32; 256];
         for r in 0..rows {
             // SAFETY: the caller's contract (row `r` of `len` values at `r·stride`).
             let d = unsafe { std::slice::from_raw_parts_mut(data.add(r * stride), len) };
-            for (&(op, src), &(buf, s0, step)) in ops.iter().zip(leaves) {
-                match src {
-                    AffineSrc::Leaf(_) => {
-                        let at = (s0 as isize + step * r as isize) as usize;
+            for (&step, &(buf, s0, st)) in ops.iter().zip(leaves) {
+                let at = (s0 as isize + st * r as isize) as usize;
+                match step {
+                    EpiStep::Bin(op, AffineSrc::Leaf(_)) => {
                         let v = &buf[at..at + len];
                         match op {
                             BinaryOp::Add => {
@@ -986,11 +1013,38 @@ impl Task for AffineRows<'_> {
                             }
                         }
                     }
-                    AffineSrc::Const(c) => {
+                    EpiStep::Bin(op, AffineSrc::Const(c)) => {
                         let c = prog.const_values[c];
                         match op {
                             BinaryOp::Add => d.iter_mut().for_each(|x| *x += c),
                             _ => d.iter_mut().for_each(|x| *x *= c),
+                        }
+                    }
+                    EpiStep::Bin(op, AffineSrc::FnLeaf(f, _)) => {
+                        // f(leaf) a piece at a time through the stack, then the op.
+                        for (p, dp) in d.chunks_mut(tmp.len()).enumerate() {
+                            let v = &buf[at + p * tmp.len()..at + p * tmp.len() + dp.len()];
+                            let t = &mut tmp[..dp.len()];
+                            simd::fn_slice::<F>(f, v, t);
+                            match op {
+                                BinaryOp::Add => {
+                                    for i in 0..dp.len() {
+                                        dp[i] += t[i];
+                                    }
+                                }
+                                _ => {
+                                    for i in 0..dp.len() {
+                                        dp[i] *= t[i];
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    EpiStep::Apply(f) => {
+                        for dp in d.chunks_mut(tmp.len()) {
+                            let t = &mut tmp[..dp.len()];
+                            t.copy_from_slice(dp);
+                            simd::fn_slice::<F>(f, t, dp);
                         }
                     }
                 }

@@ -61,7 +61,7 @@ pub struct MatmulKernel {
     pub norm: Option<NormPrologue>,
     /// The epilogue's ops when it is a bias / residual / scale chain
     /// ([`Program::affine`]), found at the first `prepare` (`None` until then).
-    affine: Option<Option<Vec<(luminal::op::BinaryOp, crate::kernels::fused::AffineSrc)>>>,
+    affine: Option<Option<Vec<crate::kernels::fused::EpiStep>>>,
 }
 
 /// `rows = x · recip(sqrt(Σ x² · scale + eps)) [· w]` per activation row, computed by the
