@@ -828,3 +828,42 @@ fn bias_and_residual_epilogues_row_by_row() {
         check_against_reference(&cx, &inputs, dgelu);
     }
 }
+
+/// Column reductions of a short row-major buffer (bias gradients) split their rows over
+/// the threads and combine the partial results: sums, maxima and a fused product, for
+/// lengths that do not split evenly.
+#[test]
+fn column_reductions_split_by_rows() {
+    for threads in [1, 2, 3] {
+        for (rows, cols) in [(1000usize, 100usize), (1031, 64), (257, 512)] {
+            let cx = Graph::new();
+            let x = cx.tensor("x", (rows, cols));
+            let y = cx.tensor("y", (rows, cols));
+            let sum = x.sum(0).output();
+            let max = x.max(0).output();
+            let dot = (x * y).sum(0).output();
+            let mut rt = cx
+                .compile(CpuBackend::with_threads(threads), CompileOptions::default())
+                .unwrap();
+            let mut re = cx
+                .compile(ReferenceBackend, CompileOptions::default())
+                .unwrap();
+            let (xs, ys) = (noise(rows * cols, 31), noise(rows * cols, 32));
+            for (t, d) in [(x, &xs), (y, &ys)] {
+                rt.set(t, d).unwrap();
+                re.set(t, d).unwrap();
+            }
+            rt.run().unwrap();
+            re.run().unwrap();
+            for t in [sum, max, dot] {
+                let (a, b) = (rt.get::<f32>(t).unwrap(), re.get::<f32>(t).unwrap());
+                for (j, (p, q)) in a.iter().zip(&b).enumerate() {
+                    assert!(
+                        (p - q).abs() <= 1e-4 * (1.0 + q.abs()),
+                        "{threads} threads, {rows}×{cols}, column {j}: {p} vs {q}"
+                    );
+                }
+            }
+        }
+    }
+}

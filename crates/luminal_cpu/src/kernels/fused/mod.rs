@@ -1092,6 +1092,11 @@ impl Task for EpilogueTask<'_, '_, '_, '_> {
     }
 }
 
+/// Column reductions of at most this many outputs split their rows over the threads
+/// (partial results on the stack, at most [`MAX_PARTS`] of them).
+const COLUMN_PARTS_MAX: usize = 512;
+const MAX_PARTS: usize = 8;
+
 /// Shape of a reduction: `outer` rows of `len` reduced elements, `inner` apart.
 #[derive(Clone, Copy, Debug)]
 pub struct ReduceShape {
@@ -1126,6 +1131,48 @@ pub fn run_reduce(op: ReduceOp, prog: &Program, bufs: &[Storage], out: &mut [f32
                 })
             })
         });
+    } else if s.outer == 1
+        && s.inner <= COLUMN_PARTS_MAX
+        && crate::exec::par::threads() > 1
+        && s.len >= 64 * crate::exec::par::threads()
+    {
+        // A column sum over a short row-major buffer (a bias gradient: `[tokens, 64..512]`
+        // summed over tokens): tasks take contiguous runs of rows into partial results,
+        // which are then combined in order. (Split by columns instead, every row's cache
+        // lines would be shared by the cores.)
+        let parts = crate::exec::par::threads().min(MAX_PARTS);
+        let per = s.len.div_ceil(parts);
+        let mut partial = [0f32; MAX_PARTS * COLUMN_PARTS_MAX];
+        let stride = COLUMN_PARTS_MAX;
+        crate::exec::par::for_each_chunk(&mut partial[..parts * stride], stride, |t, c| {
+            let (l0, l1) = ((t * per).min(s.len), ((t + 1) * per).min(s.len));
+            let sub = ReduceShape {
+                outer: 1,
+                len: l1 - l0,
+                inner: s.inner,
+            };
+            let c = &mut c[..s.inner];
+            if sub.len == 0 {
+                c.fill(reduce_identity(op));
+                return;
+            }
+            prog.with_regs(|mut regs| {
+                simd::run(ReduceMiddleTask {
+                    op,
+                    prog,
+                    bufs,
+                    q0: 0,
+                    z_base: l0 * s.inner,
+                    out: c,
+                    s: sub,
+                    regs: &mut regs,
+                })
+            })
+        });
+        out.copy_from_slice(&partial[..s.inner]);
+        for t in 1..parts {
+            simd::combine(op, out, &partial[t * stride..t * stride + s.inner]);
+        }
     } else {
         let threads = crate::exec::par::threads();
         let chunk = if s.inner >= 512 && s.outer < 2 * threads {
@@ -1143,6 +1190,7 @@ pub fn run_reduce(op: ReduceOp, prog: &Program, bufs: &[Storage], out: &mut [f32
                     prog,
                     bufs,
                     q0: t * chunk,
+                    z_base: 0,
                     out: c,
                     s,
                     regs: &mut regs,
@@ -1250,6 +1298,9 @@ struct ReduceMiddleTask<'a, 'r, 's> {
     prog: &'a Program,
     bufs: &'a [Storage],
     q0: usize,
+    /// Logical element of the program where the values start (a task of a column
+    /// reduction split by rows).
+    z_base: usize,
     out: &'a mut [f32],
     s: ReduceShape,
     regs: &'r mut Regs<'s>,
@@ -1264,6 +1315,7 @@ impl Task for ReduceMiddleTask<'_, '_, '_> {
             prog,
             bufs,
             q0,
+            z_base,
             out,
             s,
             regs,
@@ -1284,7 +1336,7 @@ impl Task for ReduceMiddleTask<'_, '_, '_> {
                 let mut z = z_start;
                 while z < z_end {
                     let n = BLOCK.min(z_end - z);
-                    let vals = match prog.eval(bufs, RowEnv::NONE, z, n, regs, &mut tmp) {
+                    let vals = match prog.eval(bufs, RowEnv::NONE, z_base + z, n, regs, &mut tmp) {
                         Some(v) => v,
                         None => &tmp[..n],
                     };
@@ -1309,7 +1361,8 @@ impl Task for ReduceMiddleTask<'_, '_, '_> {
                 let mut p = 0;
                 while p < w {
                     let n = BLOCK.min(w - p);
-                    let vals = match prog.eval(bufs, RowEnv::NONE, z + p, n, regs, &mut tmp) {
+                    let at = z_base + z + p;
+                    let vals = match prog.eval(bufs, RowEnv::NONE, at, n, regs, &mut tmp) {
                         Some(v) => v,
                         None => &tmp[..n],
                     };
