@@ -78,6 +78,8 @@ const ALL: &[&str] = &[
     "rows",
     "concat",
     "norm_prologue",
+    "functions",
+    "layer_norm",
 ];
 
 #[test]
