@@ -760,7 +760,8 @@ impl LayerNormMatch {
                         value: ConstValue::Float(v),
                     } => Some(v as f32),
                     _ => None,
-                })?;
+                });
+            let Some(eps) = eps else { continue };
             let ce = &node.inputs[ci];
             if !is(ce, Op::Binary(BinaryOp::Add)) {
                 continue;

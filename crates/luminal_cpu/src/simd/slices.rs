@@ -206,15 +206,15 @@ fn gelu_erf<const F: bool>(x: f32, p: f32, e: f32) -> f32 {
 /// [`FnOp`] of one value.
 #[inline(always)]
 pub fn fn_one<const F: bool>(op: FnOp, x: f32) -> f32 {
+    if op == FnOp::GeluErf {
+        let (p, e) = luminal::hl_ops::gelu_constants();
+        return gelu_erf::<F>(x, p, e);
+    }
     let (k1, k2, c1, c2) = fn_constants();
     let (xx, s) = gelu_tanh_parts::<F>(x, k1, k2);
     match op {
         FnOp::GeluTanh => x * s,
-        FnOp::GeluTanhGrad => s * (x * (xx * c2 + c1) * (s * -1.0 + 1.0) + 1.0),
-        FnOp::GeluErf => {
-            let (p, e) = luminal::hl_ops::gelu_constants();
-            gelu_erf::<F>(x, p, e)
-        }
+        _ => s * (x * (xx * c2 + c1) * (s * -1.0 + 1.0) + 1.0),
     }
 }
 

@@ -895,7 +895,7 @@ impl Program {
                 _ => return None,
             }
         }
-        (acc == Some(self.instrs.len() - 1) && !ops.is_empty()).then_some(ops)
+        (acc.is_some() && acc == self.instrs.len().checked_sub(1) && !ops.is_empty()).then_some(ops)
     }
 }
 
