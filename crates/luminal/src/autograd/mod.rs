@@ -171,60 +171,49 @@ impl<'g> Autograd<'g> {
             };
             // Inside a checkpointed segment the rule reads the segment's recomputed values.
             let seg = recompute.segment_of(id);
-            // A recognised `gelu_tanh`: `dy · gelu_tanh'(x)` as one expression (see
-            // `GeluMatch`), instead of its primops' rules one by one. Its inner nodes get
-            // no gradient from this path (any other reader of them adds its own).
-            let gelu = {
-                let d = cx.data();
-                GeluMatch::find(&d, id).filter(|m| m.f == GeluFn::Tanh)
-            };
-            // A recognised layer norm: its gradient from `x` alone, the recomputed
-            // statistics kept apart from the forward's (see `layer_norm_grad`).
-            let ln = {
+            // A recognised function of one tensor `x` is differentiated as one expression
+            // instead of its primops' rules one by one: a layer norm from `x` alone, the
+            // recomputed statistics kept apart from the forward's (`layer_norm_grad`); a
+            // `gelu_tanh` as `dy · gelu_tanh'(x)` (see `GeluMatch`). Its inner nodes get no
+            // gradient from this path (any other reader of them adds its own).
+            let one_piece = {
                 let d = cx.data();
                 LayerNormMatch::find(&d, id)
+                    .map(|m| (m.x, Some(m.eps)))
+                    .or_else(|| {
+                        GeluMatch::find(&d, id)
+                            .filter(|m| m.f == GeluFn::Tanh)
+                            .map(|m| (m.x, None))
+                    })
             };
-            if let Some(m) = ln {
-                if nodes.contains_key(&m.x.node) {
-                    let x = handle(recompute.resolve(seg, m.x.node), m.x.view.clone());
-                    let xhat = handle(
-                        recompute.resolve(seg, id),
-                        ShapeTracker::new(node.shape.clone()),
-                    );
-                    let start = cx.data().nodes.len() as u32;
-                    let dx = x.layer_norm_grad(xhat, g, m.eps);
-                    attention::tag_recomputation(cx, start);
-                    let e = dx.entry();
-                    if e.view.is_contiguous() && e.view.dims() == node.shape {
-                        let hint = crate::patterns::LayerNormGrad {
-                            x: x.edge(),
-                            xhat: xhat.edge(),
-                            dy: g.edge(),
-                            eps: m.eps,
-                        };
-                        cx.data_mut().layer_norm_grads.insert(e.node, hint);
-                    }
-                    add_grad(
-                        &mut grads,
-                        m.x.node,
-                        &nodes[&m.x.node].shape,
-                        vec![dx],
-                        &m.x.view,
-                    );
-                }
-                continue;
-            }
-            if let Some(m) = gelu {
-                if nodes.contains_key(&m.x.node) {
-                    let x = handle(recompute.resolve(seg, m.x.node), m.x.view.clone());
-                    let dx = g * x.gelu_tanh_grad();
-                    add_grad(
-                        &mut grads,
-                        m.x.node,
-                        &nodes[&m.x.node].shape,
-                        vec![dx],
-                        &m.x.view,
-                    );
+            if let Some((xe, eps)) = one_piece {
+                if nodes.contains_key(&xe.node) {
+                    let x = handle(recompute.resolve(seg, xe.node), xe.view.clone());
+                    let dx = match eps {
+                        Some(eps) => {
+                            let xhat = handle(
+                                recompute.resolve(seg, id),
+                                ShapeTracker::new(node.shape.clone()),
+                            );
+                            let start = cx.data().nodes.len() as u32;
+                            let dx = x.layer_norm_grad(xhat, g, eps);
+                            attention::tag_recomputation(cx, start);
+                            let e = dx.entry();
+                            if e.view.is_contiguous() && e.view.dims() == node.shape {
+                                let hint = crate::patterns::LayerNormGrad {
+                                    x: x.edge(),
+                                    xhat: xhat.edge(),
+                                    dy: g.edge(),
+                                    eps,
+                                };
+                                cx.data_mut().layer_norm_grads.insert(e.node, hint);
+                            }
+                            dx
+                        }
+                        None => g * x.gelu_tanh_grad(),
+                    };
+                    let shape = &nodes[&xe.node].shape;
+                    add_grad(&mut grads, xe.node, shape, vec![dx], &xe.view);
                 }
                 continue;
             }
