@@ -25,9 +25,6 @@ use std::cell::RefCell;
 
 const NC: usize = 1024;
 
-/// Most elements of a row-major A read in place by the AVX-512 kernels (see `blocked`).
-const DIRECT_A_MAX: usize = 64 * 64;
-
 /// The cache blocking of a product: `kc`-deep slices of K, `mc`-row blocks of A (the packed
 /// A block, `mc × kc` floats, is meant to stay in L2). A schedule choice of the search
 /// (`tiles=KCxMC`, see `search.rs`); results depend on `kc` (the summation order over K), not
@@ -366,14 +363,17 @@ unsafe fn blocked<const MR: usize, const NR: usize>(
         let (pa, pb) = &mut *pack;
         grow_packs(pa, pb, tiles, MR);
         let mut tile = [0f32; 12 * 32];
-        // A read in place (no packing) when it is row-major or column-major and small: its
-        // rows then stay in L1 across the column panels, and packing would cost as much as
-        // the product (the attention products of a training step: 64 × 16 and 64 × 64 per
-        // head; the backward pass's `Pᵀ·dO` and `dSᵀ·Q` read A column-major).
+        // A read in place (no packing) when it is row-major or column-major and the product
+        // is at most two column panels wide: a tile of A rows then meets both panels while
+        // it is in L1, and packing A (each value then feeds at most 64 columns) costs a
+        // large part of the product — 12-17% of a training step's `1024 × 64 × 256`
+        // products, one thread (`cargo bench -p luminal_cpu --bench cpu`, "train matmul"),
+        // and the attention products of a training step (64 × 16 and 64 × 64 per head; the
+        // backward pass's `Pᵀ·dO` and `dSᵀ·Q` read A column-major). No dependence on M, so a
+        // row's result does not depend on the rows computed with it.
         #[cfg(target_arch = "x86_64")]
         let direct_a = is_avx512(kernel)
             && ((a.cs == 1 && a.rs > 0) || (a.rs == 1 && a.cs > 0))
-            && m * k <= DIRECT_A_MAX
             && n <= 2 * NR;
         for jc in (0..n).step_by(NC) {
             let nc = NC.min(n - jc);
@@ -382,30 +382,35 @@ unsafe fn blocked<const MR: usize, const NR: usize>(
                 pack_b::<NR>(b, pc, kc, jc, nc, pb);
                 #[cfg(target_arch = "x86_64")]
                 if direct_a {
-                    // Small row-major A: the kernels read it in place.
-                    for jr in (0..nc).step_by(NR) {
-                        let cols = NR.min(nc - jr);
-                        let bp = pb.as_ptr().add(jr * kc);
-                        for ir in (0..m).step_by(MR) {
-                            let rows = MR.min(m - ir);
+                    // The kernels read A in place: each `MR`-row tile of A meets every
+                    // column panel while it is in L1, and each `mc`-row block of C is
+                    // finished (and its epilogue run) while it is in cache.
+                    for ic in (0..m).step_by(mc_max) {
+                        let mc = mc_max.min(m - ic);
+                        for ir in (ic..ic + mc).step_by(MR) {
+                            let rows = MR.min(ic + mc - ir);
                             let ap = a.ptr.offset(ir as isize * a.rs + pc as isize * a.cs);
-                            let dst = c.add(ir * c_rs + jc + jr);
-                            let first = pc == 0 && !accumulate;
-                            x86::cut_avx512(
-                                kc,
-                                ap,
-                                Some((a.rs as usize, a.cs as usize)),
-                                bp,
-                                dst,
-                                c_rs,
-                                first,
-                                rows,
-                                cols,
-                            );
+                            for jr in (0..nc).step_by(NR) {
+                                let cols = NR.min(nc - jr);
+                                let bp = pb.as_ptr().add(jr * kc);
+                                let dst = c.add(ir * c_rs + jc + jr);
+                                let first = pc == 0 && !accumulate;
+                                x86::cut_avx512(
+                                    kc,
+                                    ap,
+                                    Some((a.rs as usize, a.cs as usize)),
+                                    bp,
+                                    dst,
+                                    c_rs,
+                                    first,
+                                    rows,
+                                    cols,
+                                );
+                            }
                         }
-                    }
-                    if let (Some(done), true) = (done, pc + kc == k) {
-                        done(0, m, jc, jc + nc);
+                        if let (Some(done), true) = (done, pc + kc == k) {
+                            done(ic, ic + mc, jc, jc + nc);
+                        }
                     }
                     continue;
                 }
@@ -546,8 +551,14 @@ unsafe fn pack_b<const NR: usize>(
             for kk in 0..kc {
                 let src = b.ptr.offset((pc + kk) as isize * b.rs + (jc + jr) as isize);
                 let row = &mut panel[kk * NR..(kk + 1) * NR];
-                row[..cols].copy_from_slice(std::slice::from_raw_parts(src, cols));
-                row[cols..].fill(0.0);
+                if cols == NR {
+                    // A whole panel row: a fixed-size copy (vector moves, not a memcpy call).
+                    *<&mut [f32; NR]>::try_from(row).unwrap_unchecked() =
+                        *(src as *const [f32; NR]);
+                } else {
+                    row[..cols].copy_from_slice(std::slice::from_raw_parts(src, cols));
+                    row[cols..].fill(0.0);
+                }
             }
         } else {
             // Column-contiguous (a transposed weight): read each column along K, four
@@ -596,18 +607,36 @@ unsafe fn pack_a<const MR: usize>(
     kc: usize,
     out: &mut [f32],
 ) {
+    if a.rs == 1 {
+        // Column-major A (a transposed activation, as in a weight gradient `Xᵀ·dY`): at
+        // one K step the block's `mc` values are contiguous. K outermost, so each such run
+        // is read once, front to back, and dealt out to the panels (panel-outer reading
+        // fetched the lines two panels share twice, at a stride that keeps few of them in
+        // L1).
+        let panels = mc.div_ceil(MR);
+        for kk in 0..kc {
+            let src = std::slice::from_raw_parts(
+                a.ptr.offset(ic as isize + (pc + kk) as isize * a.cs),
+                mc,
+            );
+            for p in 0..panels {
+                let dst = &mut out[p * MR * kc + kk * MR..p * MR * kc + (kk + 1) * MR];
+                let ir = p * MR;
+                if ir + MR <= mc {
+                    let chunk: &[f32; MR] = src[ir..ir + MR].try_into().unwrap_unchecked();
+                    *<&mut [f32; MR]>::try_from(dst).unwrap_unchecked() = *chunk;
+                } else {
+                    let rows = mc - ir;
+                    dst[..rows].copy_from_slice(&src[ir..]);
+                    dst[rows..].fill(0.0);
+                }
+            }
+        }
+        return;
+    }
     for (p, ir) in (0..mc).step_by(MR).enumerate() {
         let rows = MR.min(mc - ir);
         let panel = &mut out[p * MR * kc..(p + 1) * MR * kc];
-        if rows == MR && a.rs == 1 {
-            // Column-major A (a transposed activation, as in a weight gradient `Xᵀ·dY`):
-            // the panel's rows at one K step are contiguous.
-            for kk in 0..kc {
-                let src = a.ptr.offset((ic + ir) as isize + (pc + kk) as isize * a.cs);
-                panel[kk * MR..(kk + 1) * MR].copy_from_slice(std::slice::from_raw_parts(src, MR));
-            }
-            continue;
-        }
         if rows == MR && a.cs == 1 && MR % 4 == 0 {
             // Row-major A: 4×4 transposes of four rows × four K steps, the rest of K
             // element by element.
@@ -940,10 +969,13 @@ mod tests {
                 (150, 70, 300),
                 (40, 1030, 20),
                 (3, 2049, 9),
-                // Small enough that A is read in place (row- or column-major).
+                // At most 64 columns: A is read in place (row- or column-major), in
+                // row blocks (tall ones: several blocks, a partial last tile, K slices).
                 (64, 16, 64),
                 (30, 64, 100),
                 (7, 40, 520),
+                (300, 64, 70),
+                (1030, 40, 300),
             ] {
                 let a = vals(m * k, 1);
                 let b = vals(k * n, 2);
@@ -992,8 +1024,8 @@ mod tests {
     /// level: the first 10 rows of a 34-row product equal a 10-row product bit for bit (a
     /// prefill of 10 tokens against a full recompute; with a quantized KV cache a last-bit
     /// difference can move a key across a rounding boundary). Shapes include a quantized
-    /// product's decoded tile (n = 16, K = 1536) and one where the 10-row A is read in place
-    /// and the 34-row one packed.
+    /// product's decoded tile (n = 16, K = 1536), products whose A is read in place (at most
+    /// 64 columns) and one whose A is packed (80 columns).
     #[test]
     fn rows_do_not_depend_on_the_rows_beside_them() {
         let before = isa();
@@ -1001,7 +1033,7 @@ mod tests {
             if crate::simd::set_max_isa(level) != level {
                 continue;
             }
-            for &(n, k) in &[(16, 1536), (40, 300), (64, 576), (33, 257)] {
+            for &(n, k) in &[(16, 1536), (40, 300), (64, 576), (33, 257), (80, 300)] {
                 let a = vals(34 * k, 3);
                 let b = vals(k * n, 4);
                 // B row-major, and as Bᵀ row-major (a weight's rows, as the quantized
