@@ -146,13 +146,22 @@ fn smoothed_nll<'g>(
     // An ignored label (any id outside 0..C) one-hot encodes to a row of zeros.
     let target = one_hot_f32(labels, classes);
     let picked = (log_probs * target).sum(1);
-    let valid = labels.ne(ignore_index).cast(DType::F32);
+    let valid = not_ignored_f32(labels, ignore_index);
     let mut per_row = -picked;
     if smoothing > 0.0 {
         let uniform = log_probs.mean(1);
         per_row = per_row * (1.0 - smoothing) - uniform * smoothing;
     }
     (per_row * valid, valid)
+}
+
+/// `labels != ignore_index` as 1.0 / 0.0, by a float comparison, `(label − ignore)² ≥ 1/4`:
+/// the same values for labels and index of magnitude below 2²⁴, in one fused elementwise
+/// loop (an integer `ne` is two integer comparison kernels on backends whose integer
+/// comparisons are not fused: 44 µs of the tiny GPT's 6 ms step on the CPU).
+fn not_ignored_f32(labels: GraphTensor<'_>, ignore_index: i32) -> GraphTensor<'_> {
+    let d = labels.cast(DType::F32) - ignore_index as f32;
+    1.0 - (d * d).lt(0.25).cast(DType::F32)
 }
 
 /// `labels.one_hot(classes)` by a float comparison, `(label - class)² < 1/4`: the same
