@@ -206,6 +206,15 @@ fn gelu_erf<const F: bool>(x: f32, p: f32, e: f32) -> f32 {
 /// [`FnOp`] of one value.
 #[inline(always)]
 pub fn fn_one<const F: bool>(op: FnOp, x: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if F && isa() == Isa::Avx512 {
+        // The vector path's arithmetic, so that a value does not depend on whether it was
+        // computed alone or in a slice.
+        let mut out = [0f32];
+        // SAFETY: AVX-512F is present (`isa`).
+        unsafe { fn_slice_avx512(op, &[x], &mut out) };
+        return out[0];
+    }
     if op == FnOp::GeluErf {
         let (p, e) = luminal::hl_ops::gelu_constants();
         return gelu_erf::<F>(x, p, e);
@@ -223,6 +232,12 @@ pub fn fn_one<const F: bool>(op: FnOp, x: f32) -> f32 {
 pub fn fn_slice<const F: bool>(op: FnOp, a: &[f32], out: &mut [f32]) {
     let n = out.len();
     let a = &a[..n];
+    #[cfg(target_arch = "x86_64")]
+    if F && isa() == Isa::Avx512 {
+        // SAFETY: AVX-512F is present (`isa`).
+        unsafe { fn_slice_avx512(op, a, out) };
+        return;
+    }
     let (k1, k2, c1, c2) = fn_constants();
     match op {
         FnOp::GeluTanh => {
@@ -245,4 +260,138 @@ pub fn fn_slice<const F: bool>(op: FnOp, a: &[f32], out: &mut [f32]) {
             }
         }
     }
+}
+
+/// [`FnOp`] over a slice with AVX-512 (where [`fn_slice`] runs with fused multiply-adds and
+/// the CPU has it), every value through the same sixteen-lane arithmetic ([`fn_avx512`];
+/// the tail under a mask).
+///
+/// # Safety
+/// AVX-512F must be present.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn fn_slice_avx512(op: FnOp, a: &[f32], out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let n = out.len().min(a.len());
+    let (src, dst) = (a.as_ptr(), out.as_mut_ptr());
+    let mut i = 0;
+    while i + 16 <= n {
+        // SAFETY: `i + 16 <= n`, within both slices.
+        _mm512_storeu_ps(dst.add(i), fn_avx512(op, _mm512_loadu_ps(src.add(i))));
+        i += 16;
+    }
+    if i < n {
+        let m: __mmask16 = ((1u32 << (n - i)) - 1) as u16;
+        // SAFETY: the mask covers lanes `i .. n` only.
+        let v = _mm512_maskz_loadu_ps(m, src.add(i));
+        _mm512_mask_storeu_ps(dst.add(i), m, fn_avx512(op, v));
+    }
+}
+
+/// [`FnOp`] of sixteen lanes. Faster than the primops' own arithmetic, and within a few
+/// ulp of it:
+/// - `1 / d` is `vrcp14ps` refined by one Newton step (~1 ulp; `vdivps` on sixteen lanes
+///   is one of the slowest instructions);
+/// - `2^w` is computed only where the function needs it, `w` clamped to `[-127, 126]` (no
+///   infinities, subnormals or zero lanes to patch; `2^-127` comes out as 0), with the
+///   polynomial of [`exp2`]; the logistic `1 / (1 + 2^w)` is 0 above `w = 126` (it is
+///   below 2⁻¹²⁶ there).
+///
+/// NaN stays NaN, `gelu_tanh(−∞)` and `gelu(−∞)` are NaN and `+∞` maps to `+∞`, as the
+/// primops give.
+///
+/// # Safety
+/// AVX-512F must be present.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn fn_avx512(op: FnOp, x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    let splat = _mm512_set1_ps;
+    match op {
+        FnOp::GeluTanh => _mm512_mul_ps(x, logistic_avx512(x).1),
+        FnOp::GeluTanhGrad => {
+            let (_, _, c1, c2) = fn_constants();
+            let (xx, s) = logistic_avx512(x);
+            let q = _mm512_fmadd_ps(xx, splat(c2), splat(c1));
+            let t = _mm512_mul_ps(_mm512_mul_ps(x, q), _mm512_sub_ps(splat(1.0), s));
+            _mm512_mul_ps(s, _mm512_add_ps(t, splat(1.0)))
+        }
+        FnOp::GeluErf => {
+            let (ep, ee) = luminal::hl_ops::gelu_constants();
+            let erf_a = luminal::hl_ops::ERF_A;
+            let ax = _mm512_abs_ps(x);
+            // c = max(−|x|, −12) (−12 for a NaN x, whose x + |x| keeps the result NaN).
+            let c = _mm512_max_ps(_mm512_sub_ps(_mm512_setzero_ps(), ax), splat(-12.0));
+            let t = recip_avx512(_mm512_fmadd_ps(c, splat(-ep), splat(1.0)));
+            let mut poly = _mm512_mul_ps(t, splat(erf_a[4]));
+            for &k in erf_a[..4].iter().rev() {
+                poly = _mm512_mul_ps(_mm512_add_ps(poly, splat(k)), t);
+            }
+            // c²·e lies in [−104, 0]: no clamp needed.
+            let e = exp2_clamped_avx512(_mm512_mul_ps(_mm512_mul_ps(c, c), splat(ee)));
+            let q = _mm512_mul_ps(poly, e);
+            let half = splat(0.5);
+            _mm512_fmadd_ps(
+                _mm512_add_ps(x, ax),
+                half,
+                _mm512_mul_ps(_mm512_mul_ps(c, q), half),
+            )
+        }
+    }
+}
+
+/// `x²` and the logistic `1 / (1 + 2^w)`, `w = x·(x²·k₂ + k₁)`, of GELU's tanh form
+/// (`vminps` / `vmaxps` return their second operand where either is NaN: a NaN `w` clamps
+/// to 126, counts as high, gives `s = 0`, and `x·s` stays NaN).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn logistic_avx512(
+    x: std::arch::x86_64::__m512,
+) -> (std::arch::x86_64::__m512, std::arch::x86_64::__m512) {
+    use std::arch::x86_64::*;
+    let (k1, k2, _, _) = fn_constants();
+    let splat = _mm512_set1_ps;
+    let xx = _mm512_mul_ps(x, x);
+    let w = _mm512_mul_ps(x, _mm512_add_ps(_mm512_mul_ps(xx, splat(k2)), splat(k1)));
+    let high = _mm512_cmp_ps_mask::<_CMP_NLE_UQ>(w, splat(126.0));
+    let wc = _mm512_max_ps(_mm512_min_ps(w, splat(126.0)), splat(-127.0));
+    let s = recip_avx512(_mm512_add_ps(exp2_clamped_avx512(wc), splat(1.0)));
+    (xx, _mm512_maskz_mov_ps(!high, s))
+}
+
+/// `1 / d` for finite `d ≥ 1`: the 14-bit estimate and one Newton step.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn recip_avx512(d: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    let r = _mm512_rcp14_ps(d);
+    _mm512_fmadd_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(1.0)), r)
+}
+
+/// `2^w` for `w` in `[-127, 126]`: [`exp2`]'s polynomial, `2^n` from the rounded integer in
+/// the rounding sum's low bits (`n + 127` in `[0, 253]`; 0 gives 0.0).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn exp2_clamped_avx512(w: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    let splat = _mm512_set1_ps;
+    let magic = splat(ROUND_MAGIC);
+    let t = _mm512_add_ps(w, magic);
+    let r = _mm512_sub_ps(w, _mm512_sub_ps(t, magic));
+    let mut p = splat(1.535_336_2e-4);
+    p = _mm512_fmadd_ps(p, r, splat(1.339_887_4e-3));
+    p = _mm512_fmadd_ps(p, r, splat(9.618_437e-3));
+    p = _mm512_fmadd_ps(p, r, splat(5.550_332_5e-2));
+    p = _mm512_fmadd_ps(p, r, splat(2.402_264_8e-1));
+    p = _mm512_fmadd_ps(p, r, splat(6.931_472e-1));
+    p = _mm512_fmadd_ps(p, r, splat(1.0));
+    let e = _mm512_add_epi32(
+        _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(0x4B40_0000)),
+        _mm512_set1_epi32(127),
+    );
+    _mm512_mul_ps(p, _mm512_castsi512_ps(_mm512_slli_epi32::<23>(e)))
 }

@@ -329,3 +329,58 @@ fn short_rows_reduce_like_the_accumulator() {
         }
     }
 }
+
+/// The AVX-512 function path (`fn_slice` with fused multiply-adds on an AVX-512 CPU: a
+/// reciprocal estimate refined once, a clamped `2^w`) stays within a few ulp of the primops'
+/// arithmetic (the path taken elsewhere, `F = false`) for every function, over the whole
+/// range GELU sees and at the specials; and a value does not depend on where it sits: alone
+/// (`fn_one`), in a slice's body or in its masked tail, the same bits.
+#[test]
+fn function_steps_on_avx512_match_the_primop_arithmetic() {
+    if detected_isa() != Isa::Avx512 || isa() != Isa::Avx512 {
+        return;
+    }
+    let mut xs: Vec<f32> = (-45 * 256..=45 * 256).map(|i| i as f32 / 256.0).collect();
+    xs.extend([
+        1e-30, -1e-30, 0.0, -0.0, 1e3, -1e3, 1e30, -1e30, 3e38, -3e38,
+    ]);
+    let specials = [f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
+    for op in [FnOp::GeluTanh, FnOp::GeluTanhGrad, FnOp::GeluErf] {
+        let mut fast = vec![0f32; xs.len()];
+        let mut exact = vec![0f32; xs.len()];
+        fn_slice::<true>(op, &xs, &mut fast);
+        fn_slice::<false>(op, &xs, &mut exact);
+        for (i, &x) in xs.iter().enumerate() {
+            let (a, b) = (fast[i], exact[i]);
+            assert!(!a.is_subnormal(), "{op:?}({x}) = {a:e} is subnormal");
+            let close =
+                a == b || (a.is_nan() && b.is_nan()) || (a - b).abs() <= 2e-6 * b.abs() + 1e-30;
+            assert!(close, "{op:?}({x}): {a:e} on AVX-512, {b:e} by the primops");
+            assert_eq!(
+                fn_one::<true>(op, x).to_bits(),
+                a.to_bits(),
+                "{op:?}({x}) alone and in a slice"
+            );
+        }
+        for &x in &specials {
+            let (mut a, mut b) = ([0f32], [0f32]);
+            fn_slice::<true>(op, &[x], &mut a);
+            fn_slice::<false>(op, &[x], &mut b);
+            assert!(
+                a[0].to_bits() == b[0].to_bits() || (a[0].is_nan() && b[0].is_nan()),
+                "{op:?}({x}): {} on AVX-512, {} by the primops",
+                a[0],
+                b[0]
+            );
+        }
+        // Every tail length: the masked lanes compute what the full ones do.
+        for len in 1..=33 {
+            let part = &xs[1000..1000 + len];
+            let mut out = vec![0f32; len];
+            fn_slice::<true>(op, part, &mut out);
+            for (j, (&o, &f)) in out.iter().zip(&fast[1000..1000 + len]).enumerate() {
+                assert_eq!(o.to_bits(), f.to_bits(), "{op:?} len {len} [{j}]");
+            }
+        }
+    }
+}
