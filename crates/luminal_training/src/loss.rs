@@ -174,8 +174,12 @@ fn one_hot_f32<'g>(labels: GraphTensor<'g>, classes: usize) -> GraphTensor<'g> {
         .cast(DType::F32)
         .unsqueeze(1)
         .expand_to(shape.clone());
-    let c = labels.graph.arange(classes).unsqueeze(0).expand_to(shape);
-    let d = l - c;
+    // −class negated before it is broadcast (a subtraction of the broadcast classes made
+    // the backend materialise the negated `[N, C]` grid).
+    let neg_c = (labels.graph.arange(classes) * -1.0)
+        .unsqueeze(0)
+        .expand_to(shape);
+    let d = l + neg_c;
     (d * d).lt(0.25).cast(DType::F32)
 }
 
@@ -204,13 +208,32 @@ pub fn cross_entropy<'g>(
         "cross_entropy: label_smoothing must be in [0, 1], got {}",
         options.label_smoothing
     );
-    let (per_row, valid) = smoothed_nll(
-        logits.log_softmax(1),
-        labels,
-        options.ignore_index,
-        options.label_smoothing,
-    );
-    reduce_rows(per_row, valid, options.reduction)
+    // From the logits directly, as `lse − x[label]` (lse = log Σ e^x, through the detached
+    // row max): the same values as `nll(log_softmax(x))`, without evaluating the log-sum
+    // for every element of a row (`log_softmax`'s `shifted − log Σ`, then one-hot sums).
+    let c = logits.shape()[1].as_constant().unwrap_or_else(|| {
+        panic!(
+            "cross_entropy: the class count must be static, got shape {:?}",
+            logits.shape()
+        )
+    }) as usize;
+    let shifted = logits
+        - logits
+            .max(1)
+            .detach()
+            .unsqueeze(1)
+            .expand_to(logits.shape());
+    let lse = shifted.exp().sum(1).log();
+    // Labels outside 0..C one-hot encode to zeros: ignored rows (their weight is 0 below).
+    let picked = (shifted * one_hot_f32(labels, c)).sum(1);
+    let valid = not_ignored_f32(labels, options.ignore_index);
+    let eps = options.label_smoothing;
+    let mut per_row = lse - picked;
+    if eps > 0.0 {
+        // The uniform part: −mean_j log p_j = lse − mean_j shifted_j.
+        per_row = per_row * (1.0 - eps) + (lse - shifted.mean(1)) * eps;
+    }
+    reduce_rows(per_row * valid, valid, options.reduction)
 }
 
 /// Negative log-likelihood of `log_probs [N, C]` at `labels [N]` (`F.nll_loss`).
