@@ -155,6 +155,15 @@ def luminal_run(arch, steps, threads):
     return us, acc
 
 
+def best_alternating(first, second, repeats):
+    """The fastest of `repeats` runs of each, `first` and `second` taking turns."""
+    a, b = [], []
+    for _ in range(repeats):
+        a.append(first())
+        b.append(second())
+    return min(a, key=lambda r: r[0]), min(b, key=lambda r: r[0])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=2)
@@ -169,17 +178,16 @@ def main():
     print("| model | PyTorch µs/step | luminal µs/step | luminal / PyTorch | PyTorch acc | luminal acc |")
     print("|---|---|---|---|---|---|")
     for arch in [m for m in a.models.split(",") if m != "gpt"]:
-        # Best of `repeats` for both (the machine may be shared).
-        pt = min((torch_run(arch, x, y, a.steps, a.threads) for _ in range(a.repeats)),
-                 key=lambda r: r[0])
-        lu = min((luminal_run(arch, a.steps, a.threads) for _ in range(a.repeats)),
-                 key=lambda r: r[0])
+        # Best of `repeats` for both, the runs alternating (the machine may be shared, and
+        # its speed drifts: runs of one side back to back would see a different machine).
+        pt, lu = best_alternating(lambda: torch_run(arch, x, y, a.steps, a.threads),
+                                  lambda: luminal_run(arch, a.steps, a.threads), a.repeats)
         print(f"| {arch.upper()} | {pt[0]:.0f} | {lu[0]:.0f} | {lu[0] / pt[0]:.2f} | "
               f"{pt[1]:.4f} | {lu[1]:.4f} |", flush=True)
     if "gpt" in a.models.split(","):
         steps = a.gpt_steps
-        pt = min((torch_gpt(steps, a.threads) for _ in range(a.repeats)), key=lambda r: r[0])
-        lu = min((luminal_gpt(steps, a.threads) for _ in range(a.repeats)), key=lambda r: r[0])
+        pt, lu = best_alternating(lambda: torch_gpt(steps, a.threads),
+                                  lambda: luminal_gpt(steps, a.threads), a.repeats)
         print(f"\ntiny GPT (2 layers, dim 64, ctx 64, batch 16, AdamW, clip 1.0), {steps} steps:\n")
         print("| model | PyTorch µs/step | luminal µs/step | luminal / PyTorch | PyTorch final loss | luminal final loss |")
         print("|---|---|---|---|---|---|")
