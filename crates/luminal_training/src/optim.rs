@@ -20,6 +20,36 @@ pub struct OptimizerInputs<'g> {
     pub lr: GraphTensor<'g>,
     /// 1-based step number, as f32 (rank 0): Adam's bias corrections read it.
     pub step: GraphTensor<'g>,
+    /// A scalar (rank 0) every gradient is multiplied by before the update (global-norm
+    /// clipping's factor, [`clip_grad_norm_factor`]), or none. Optimizers fold it into the
+    /// scalar factors of each place a gradient is read, so a scaled gradient read twice
+    /// (Adam's two moments) is never materialised as a tensor of its own.
+    pub grad_scale: Option<GraphTensor<'g>>,
+}
+
+impl<'g> OptimizerInputs<'g> {
+    /// The inputs with no gradient scale.
+    pub fn new(lr: GraphTensor<'g>, step: GraphTensor<'g>) -> Self {
+        OptimizerInputs {
+            lr,
+            step,
+            grad_scale: None,
+        }
+    }
+
+    /// `g · c · scale^power` (the gradient scale folded into the constant `c`, broadcast).
+    fn scaled(&self, g: GraphTensor<'g>, c: f32, power: i32) -> GraphTensor<'g> {
+        match self.grad_scale {
+            None => g * c,
+            Some(s) => {
+                let mut f = s * c;
+                for _ in 1..power {
+                    f = f * s;
+                }
+                g * bcast(f, g)
+            }
+        }
+    }
 }
 
 /// A state input and its value after this step; `init` is its value before the first step
@@ -115,7 +145,10 @@ impl Optimizer for Sgd {
         );
         let mut out = vec![];
         for (&p, &g) in params.iter().zip(grads) {
-            let mut d = g;
+            let mut d = match inputs.grad_scale {
+                Some(s) => g * bcast(s, g),
+                None => g,
+            };
             if self.weight_decay != 0.0 {
                 d = d + p * self.weight_decay;
             }
@@ -197,17 +230,23 @@ impl Optimizer for Adam {
         let mut out = vec![];
         for (&p, &g) in params.iter().zip(grads) {
             let mut p0 = p;
-            let mut g = g;
-            if self.weight_decay != 0.0 {
-                if self.decoupled {
-                    p0 = p * (1.0 - bcast(inputs.lr, p) * self.weight_decay);
-                } else {
-                    g = g + p * self.weight_decay;
-                }
-            }
             let (m, v) = (state(p, self.name(), "m"), state(p, self.name(), "v"));
-            let m_next = m * self.beta1 + g * (1.0 - self.beta1);
-            let v_next = v * self.beta2 + g * g * (1.0 - self.beta2);
+            let (b1, b2) = (1.0 - self.beta1, 1.0 - self.beta2);
+            let (m_next, v_next) = if self.weight_decay != 0.0 && !self.decoupled {
+                let g = match inputs.grad_scale {
+                    Some(s) => g * bcast(s, g),
+                    None => g,
+                } + p * self.weight_decay;
+                (m * self.beta1 + g * b1, v * self.beta2 + g * g * b2)
+            } else {
+                if self.weight_decay != 0.0 {
+                    p0 = p * (1.0 - bcast(inputs.lr, p) * self.weight_decay);
+                }
+                (
+                    m * self.beta1 + inputs.scaled(g, b1, 1),
+                    v * self.beta2 + inputs.scaled(g * g, b2, 2),
+                )
+            };
             let denom = v_next.sqrt() / bcast(bc2_sqrt, p) + self.eps;
             let p_next = p0 - bcast(step_size, p) * (m_next / denom);
             out.push(update(m, m_next, Some(0.0)));
@@ -251,12 +290,22 @@ impl Optimizer for RmsProp {
         check("RmsProp", params, grads);
         let mut out = vec![];
         for (&p, &g) in params.iter().zip(grads) {
-            let mut g = g;
-            if self.weight_decay != 0.0 {
-                g = g + p * self.weight_decay;
-            }
             let sq = state(p, self.name(), "square_avg");
-            let sq_next = sq * self.alpha + g * g * (1.0 - self.alpha);
+            let (g, sq_next) = if self.weight_decay != 0.0 || inputs.grad_scale.is_none() {
+                let mut g = match inputs.grad_scale {
+                    Some(s) => g * bcast(s, g),
+                    None => g,
+                };
+                if self.weight_decay != 0.0 {
+                    g = g + p * self.weight_decay;
+                }
+                (g, sq * self.alpha + g * g * (1.0 - self.alpha))
+            } else {
+                (
+                    inputs.scaled(g, 1.0, 1),
+                    sq * self.alpha + inputs.scaled(g * g, 1.0 - self.alpha, 2),
+                )
+            };
             out.push(update(sq, sq_next, Some(0.0)));
             let avg = sq_next.sqrt() + self.eps;
             let lr = bcast(inputs.lr, p);
@@ -308,11 +357,11 @@ impl Optimizer for Lion {
         for (&p, &g) in params.iter().zip(grads) {
             let m = state(p, self.name(), "m");
             let lr = bcast(inputs.lr, p);
-            let direction = (m * self.beta1 + g * (1.0 - self.beta1)).sign();
+            let direction = (m * self.beta1 + inputs.scaled(g, 1.0 - self.beta1, 1)).sign();
             let p_next = p * (1.0 - lr * self.weight_decay) - lr * direction;
             out.push(update(
                 m,
-                m * self.beta2 + g * (1.0 - self.beta2),
+                m * self.beta2 + inputs.scaled(g, 1.0 - self.beta2, 1),
                 Some(0.0),
             ));
             out.push(update(p, p_next, None));
@@ -328,6 +377,17 @@ pub fn clip_grad_norm<'g>(
     grads: &[GraphTensor<'g>],
     max_norm: f32,
 ) -> (Vec<GraphTensor<'g>>, GraphTensor<'g>) {
+    let (factor, total) = clip_grad_norm_factor(grads, max_norm);
+    let clipped = grads.iter().map(|&g| g * bcast(factor, g)).collect();
+    (clipped, total)
+}
+
+/// [`clip_grad_norm`]'s factor (rank 0) and the norm before clipping, for an optimizer to
+/// fold in ([`OptimizerInputs::grad_scale`]) instead of scaling every gradient first.
+pub fn clip_grad_norm_factor<'g>(
+    grads: &[GraphTensor<'g>],
+    max_norm: f32,
+) -> (GraphTensor<'g>, GraphTensor<'g>) {
     assert!(!grads.is_empty(), "clip_grad_norm: no gradients");
     assert!(
         max_norm > 0.0,
@@ -346,6 +406,5 @@ pub fn clip_grad_norm<'g>(
         .collect();
     let total = sq[1..].iter().fold(sq[0], |a, &b| a + b).sqrt();
     let factor = (max_norm / (total + 1e-6)).minimum(1.0);
-    let clipped = grads.iter().map(|&g| g * bcast(factor, g)).collect();
-    (clipped, total)
+    (factor, total)
 }

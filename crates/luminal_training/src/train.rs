@@ -1,6 +1,6 @@
 //! One training step as one graph, and a small driver for its runtime.
 
-use crate::optim::{clip_grad_norm, Optimizer, OptimizerInputs, StateUpdate};
+use crate::optim::{clip_grad_norm_factor, Optimizer, OptimizerInputs, StateUpdate};
 use crate::schedule::Schedule;
 use crate::TrainingError;
 use luminal::autograd::gradients;
@@ -171,15 +171,21 @@ impl TrainStep {
                 .collect();
         }
         let mut grad_norm = None;
+        let mut grad_scale = None;
         if let Some(max) = options.clip_grad_norm {
-            let (clipped, norm) = clip_grad_norm(&grads, max);
-            grads = clipped;
+            // The optimizer folds the factor in (no clipped copy of every gradient).
+            let (factor, norm) = clip_grad_norm_factor(&grads, max);
+            grad_scale = Some(factor);
             grad_norm = Some(norm.output().handle());
         }
         let lr = cx.tensor(&format!("{}.lr", optimizer.name()), ());
         let step = cx.tensor(&format!("{}.step", optimizer.name()), ());
-        let mut updates: Vec<StateUpdate> =
-            optimizer.build(params, &grads, OptimizerInputs { lr, step });
+        let inputs = OptimizerInputs {
+            lr,
+            step,
+            grad_scale,
+        };
+        let mut updates: Vec<StateUpdate> = optimizer.build(params, &grads, inputs);
         if let Some(apply) = apply {
             // Exact either way: 1·next + 0·old = next, 0·next + 1·old = old.
             for u in &mut updates {

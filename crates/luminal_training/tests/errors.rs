@@ -28,10 +28,7 @@ fn float_labels_panic() {
 fn optimizer_with_mismatched_gradients_panics() {
     let cx = Graph::new();
     let w = cx.tensor("w", 2);
-    let inputs = OptimizerInputs {
-        lr: cx.tensor("lr", ()),
-        step: cx.tensor("step", ()),
-    };
+    let inputs = OptimizerInputs::new(cx.tensor("lr", ()), cx.tensor("step", ()));
     Sgd::default().build(&[w], &[w, w], inputs);
 }
 

@@ -439,3 +439,102 @@ fn loss_scaling_matches_pytorch_grad_scaler() {
     check_loss_scale(|| ReferenceBackend, StateMode::InPlace, "reference");
     check_loss_scale(|| CpuBackend::with_threads(2), StateMode::InPlace, "cpu");
 }
+
+/// A gradient scale (clipping's factor, which the trainer hands the optimizer instead of
+/// scaling every gradient) gives the update of the explicitly scaled gradients, for every
+/// optimizer and its weight-decay forms (the scale is folded into their scalar factors).
+#[test]
+fn a_folded_gradient_scale_equals_scaling_the_gradients() {
+    let optimizers: Vec<(&str, Box<dyn Optimizer>)> = vec![
+        ("sgd", Box::new(Sgd::default())),
+        (
+            "sgd_nesterov_wd",
+            Box::new(Sgd {
+                momentum: 0.9,
+                nesterov: true,
+                weight_decay: 0.01,
+            }),
+        ),
+        ("adam", Box::new(Adam::default())),
+        (
+            "adam_l2",
+            Box::new(Adam {
+                weight_decay: 0.1,
+                ..Adam::default()
+            }),
+        ),
+        ("adamw", Box::new(Adam::adamw())),
+        ("rmsprop", Box::new(RmsProp::default())),
+        (
+            "rmsprop_wd_momentum",
+            Box::new(RmsProp {
+                weight_decay: 0.05,
+                momentum: 0.9,
+                ..RmsProp::default()
+            }),
+        ),
+        (
+            "lion",
+            Box::new(Lion {
+                weight_decay: 0.1,
+                ..Lion::default()
+            }),
+        ),
+    ];
+    let n = 37;
+    let vals = |seed: usize| -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i * 7919 + seed * 104729) % 1000) as f32 / 500.0 - 1.0)
+            .collect()
+    };
+    for (name, opt) in &optimizers {
+        // The updates after one step, the gradients scaled first or the scale folded in.
+        let run = |fold: bool| -> Vec<Vec<f32>> {
+            let cx = Graph::new();
+            let p = cx.tensor("p", n);
+            let g = cx.tensor("g", n);
+            let f = cx.tensor("f", ());
+            let lr = cx.tensor("lr", ());
+            let step = cx.tensor("step", ());
+            let updates = if fold {
+                let inputs = OptimizerInputs {
+                    lr,
+                    step,
+                    grad_scale: Some(f),
+                };
+                opt.build(&[p], &[g], inputs)
+            } else {
+                let scaled = g * f.expand_to(vec![n]);
+                opt.build(&[p], &[scaled], OptimizerInputs::new(lr, step))
+            };
+            let outs: Vec<_> = updates.iter().map(|u| u.next.output()).collect();
+            let mut rt = cx
+                .compile(CpuBackend::with_threads(2), CompileOptions::default())
+                .unwrap();
+            rt.set(p, &vals(1)).unwrap();
+            rt.set(g, &vals(2)).unwrap();
+            rt.set(f, &[0.37f32]).unwrap();
+            rt.set(lr, &[0.01f32]).unwrap();
+            rt.set(step, &[3.0f32]).unwrap();
+            // State inputs (moments, buffers): positive values (second moments must be).
+            for (k, u) in updates.iter().enumerate() {
+                if u.state.entry().label != p.entry().label {
+                    let s: Vec<f32> = vals(3 + k).iter().map(|x| x.abs() + 0.01).collect();
+                    rt.set(u.state, &s).unwrap();
+                }
+            }
+            rt.run().unwrap();
+            outs.iter().map(|&o| rt.get::<f32>(o).unwrap()).collect()
+        };
+        let (explicit, folded) = (run(false), run(true));
+        assert_eq!(explicit.len(), folded.len(), "{name}");
+        for (i, (a, b)) in explicit.iter().zip(&folded).enumerate() {
+            for (j, (x, y)) in a.iter().zip(b).enumerate() {
+                assert!(
+                    (x - y).abs() <= 1e-6 * (1.0 + x.abs()),
+                    "{name} update {i} [{j}]: {x} scaled first, {y} folded"
+                );
+            }
+        }
+    }
+}
