@@ -37,17 +37,20 @@ impl<'g> OptimizerInputs<'g> {
         }
     }
 
-    /// `g · c · scale^power` (the gradient scale folded into the constant `c`, broadcast).
-    fn scaled(&self, g: GraphTensor<'g>, c: f32, power: i32) -> GraphTensor<'g> {
+    /// `g · c · scale` (the gradient scale folded into the constant `c`, broadcast).
+    fn scaled(&self, g: GraphTensor<'g>, c: f32) -> GraphTensor<'g> {
         match self.grad_scale {
             None => g * c,
-            Some(s) => {
-                let mut f = s * c;
-                for _ in 1..power {
-                    f = f * s;
-                }
-                g * bcast(f, g)
-            }
+            Some(s) => g * bcast(s * c, g),
+        }
+    }
+
+    /// `g² · c · scale²`, as `g · (g · c·scale²)` when scaled: clipping's norm already reads
+    /// `g · g`, and the same node here would be shared between the two, so stored.
+    fn scaled_square(&self, g: GraphTensor<'g>, c: f32) -> GraphTensor<'g> {
+        match self.grad_scale {
+            None => g * g * c,
+            Some(s) => g * (g * bcast(s * s * c, g)),
         }
     }
 }
@@ -243,8 +246,8 @@ impl Optimizer for Adam {
                     p0 = p * (1.0 - bcast(inputs.lr, p) * self.weight_decay);
                 }
                 (
-                    m * self.beta1 + inputs.scaled(g, b1, 1),
-                    v * self.beta2 + inputs.scaled(g * g, b2, 2),
+                    m * self.beta1 + inputs.scaled(g, b1),
+                    v * self.beta2 + inputs.scaled_square(g, b2),
                 )
             };
             let denom = v_next.sqrt() / bcast(bc2_sqrt, p) + self.eps;
@@ -302,8 +305,8 @@ impl Optimizer for RmsProp {
                 (g, sq * self.alpha + g * g * (1.0 - self.alpha))
             } else {
                 (
-                    inputs.scaled(g, 1.0, 1),
-                    sq * self.alpha + inputs.scaled(g * g, 1.0 - self.alpha, 2),
+                    inputs.scaled(g, 1.0),
+                    sq * self.alpha + inputs.scaled_square(g, 1.0 - self.alpha),
                 )
             };
             out.push(update(sq, sq_next, Some(0.0)));
@@ -357,11 +360,11 @@ impl Optimizer for Lion {
         for (&p, &g) in params.iter().zip(grads) {
             let m = state(p, self.name(), "m");
             let lr = bcast(inputs.lr, p);
-            let direction = (m * self.beta1 + inputs.scaled(g, 1.0 - self.beta1, 1)).sign();
+            let direction = (m * self.beta1 + inputs.scaled(g, 1.0 - self.beta1)).sign();
             let p_next = p * (1.0 - lr * self.weight_decay) - lr * direction;
             out.push(update(
                 m,
-                m * self.beta2 + inputs.scaled(g, 1.0 - self.beta2, 1),
+                m * self.beta2 + inputs.scaled(g, 1.0 - self.beta2),
                 Some(0.0),
             ));
             out.push(update(p, p_next, None));
