@@ -300,14 +300,14 @@ fn exp_row<const F: bool>(x: &mut [f32]) -> f32 {
     let mut sums = [0f32; L];
     for ch in x[..split].chunks_exact_mut(L) {
         for i in 0..L {
-            let e = simd::exp2::<F>((ch[i] - mx) * log2e);
+            let e = simd::exp2_softmax::<F>((ch[i] - mx) * log2e);
             ch[i] = e;
             sums[i] += e;
         }
     }
     let mut sum = fold_lanes(sums, |a, b| a + b);
     for v in &mut x[split..] {
-        let e = simd::exp2::<F>((*v - mx) * log2e);
+        let e = simd::exp2_softmax::<F>((*v - mx) * log2e);
         *v = e;
         sum += e;
     }
@@ -603,7 +603,7 @@ fn probabilities_t<const F: bool>(
         for j in 0..jn {
             let x = &mut pt[j * sp + i0..j * sp + i0 + W];
             for l in 0..W {
-                let e = simd::exp2::<F>((x[l] - mx[l]) * log2e);
+                let e = simd::exp2_softmax::<F>((x[l] - mx[l]) * log2e);
                 x[l] = e;
                 sum[l] += e;
             }
