@@ -37,6 +37,15 @@ impl<'g> OptimizerInputs<'g> {
         }
     }
 
+    /// `g · scale` (`g` itself without a scale): the scaled gradient, where it is read once
+    /// or next to other terms (a weight-decay sum).
+    fn scale(&self, g: GraphTensor<'g>) -> GraphTensor<'g> {
+        match self.grad_scale {
+            None => g,
+            Some(s) => g * bcast(s, g),
+        }
+    }
+
     /// `g · c · scale` (the gradient scale folded into the constant `c`, broadcast).
     fn scaled(&self, g: GraphTensor<'g>, c: f32) -> GraphTensor<'g> {
         match self.grad_scale {
@@ -148,10 +157,7 @@ impl Optimizer for Sgd {
         );
         let mut out = vec![];
         for (&p, &g) in params.iter().zip(grads) {
-            let mut d = match inputs.grad_scale {
-                Some(s) => g * bcast(s, g),
-                None => g,
-            };
+            let mut d = inputs.scale(g);
             if self.weight_decay != 0.0 {
                 d = d + p * self.weight_decay;
             }
@@ -236,10 +242,7 @@ impl Optimizer for Adam {
             let (m, v) = (state(p, self.name(), "m"), state(p, self.name(), "v"));
             let (b1, b2) = (1.0 - self.beta1, 1.0 - self.beta2);
             let (m_next, v_next) = if self.weight_decay != 0.0 && !self.decoupled {
-                let g = match inputs.grad_scale {
-                    Some(s) => g * bcast(s, g),
-                    None => g,
-                } + p * self.weight_decay;
+                let g = inputs.scale(g) + p * self.weight_decay;
                 (m * self.beta1 + g * b1, v * self.beta2 + g * g * b2)
             } else {
                 if self.weight_decay != 0.0 {
@@ -295,10 +298,7 @@ impl Optimizer for RmsProp {
         for (&p, &g) in params.iter().zip(grads) {
             let sq = state(p, self.name(), "square_avg");
             let (g, sq_next) = if self.weight_decay != 0.0 || inputs.grad_scale.is_none() {
-                let mut g = match inputs.grad_scale {
-                    Some(s) => g * bcast(s, g),
-                    None => g,
-                };
+                let mut g = inputs.scale(g);
                 if self.weight_decay != 0.0 {
                     g = g + p * self.weight_decay;
                 }
