@@ -395,19 +395,59 @@ pub(crate) unsafe fn exp2_avx2<const F: bool>(
     let n = _mm256_sub_ps(t, magic);
     let r = _mm256_sub_ps(x, n);
     let ni = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(0x4B40_0000));
-    let mut p = _mm256_set1_ps(1.535_336_2e-4);
-    p = fma(p, r, _mm256_set1_ps(1.339_887_4e-3));
-    p = fma(p, r, _mm256_set1_ps(9.618_437e-3));
-    p = fma(p, r, _mm256_set1_ps(5.550_332_5e-2));
-    p = fma(p, r, _mm256_set1_ps(2.402_264_8e-1));
-    p = fma(p, r, _mm256_set1_ps(6.931_472e-1));
-    p = fma(p, r, _mm256_set1_ps(1.0));
+    let mut p = _mm256_set1_ps(EXP2_POLY[0]);
+    for &c in &EXP2_POLY[1..] {
+        p = fma(p, r, _mm256_set1_ps(c));
+    }
     let n1 = _mm256_srai_epi32::<1>(ni);
     let n2 = _mm256_sub_epi32(ni, n1);
     let bias = _mm256_set1_epi32(127);
     let s1 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n1, bias)));
     let s2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n2, bias)));
     _mm256_andnot_ps(zero, _mm256_mul_ps(_mm256_mul_ps(p, s1), s2))
+}
+
+/// [`exp2_softmax`] of eight lanes with fused multiply-adds, operation for operation (the
+/// same results, bit for bit).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn exp2_softmax_avx2(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    // max / min return their second operand when one is NaN: NaN passes.
+    let x = _mm256_max_ps(_mm256_set1_ps(-127.0), x);
+    let x = _mm256_min_ps(_mm256_set1_ps(126.0), x);
+    let magic = _mm256_set1_ps(ROUND_MAGIC);
+    let t = _mm256_add_ps(x, magic);
+    let r = _mm256_sub_ps(x, _mm256_sub_ps(t, magic));
+    let ni = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(0x4B40_0000));
+    let mut p = _mm256_set1_ps(EXP2_POLY[0]);
+    for &c in &EXP2_POLY[1..] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    }
+    let e = _mm256_add_epi32(ni, _mm256_set1_epi32(127));
+    _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32::<23>(e)))
+}
+
+/// [`exp2_softmax`] of sixteen lanes with fused multiply-adds, operation for operation as
+/// [`exp2_softmax_avx2`].
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn exp2_softmax_avx512(
+    x: std::arch::x86_64::__m512,
+) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    let x = _mm512_max_ps(_mm512_set1_ps(-127.0), x);
+    let x = _mm512_min_ps(_mm512_set1_ps(126.0), x);
+    let magic = _mm512_set1_ps(ROUND_MAGIC);
+    let t = _mm512_add_ps(x, magic);
+    let r = _mm512_sub_ps(x, _mm512_sub_ps(t, magic));
+    let ni = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(0x4B40_0000));
+    let mut p = _mm512_set1_ps(EXP2_POLY[0]);
+    for &c in &EXP2_POLY[1..] {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+    }
+    let e = _mm512_add_epi32(ni, _mm512_set1_epi32(127));
+    _mm512_mul_ps(p, _mm512_castsi512_ps(_mm512_slli_epi32::<23>(e)))
 }
 
 /// Elements of a chain's running value held at once by [`chain_tiles_avx2`]: eight of the
@@ -631,13 +671,10 @@ pub(crate) unsafe fn exp2_avx512<const F: bool>(
     let n = _mm512_sub_ps(t, magic);
     let r = _mm512_sub_ps(x, n);
     let ni = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(0x4B40_0000));
-    let mut p = _mm512_set1_ps(1.535_336_2e-4);
-    p = fma(p, r, _mm512_set1_ps(1.339_887_4e-3));
-    p = fma(p, r, _mm512_set1_ps(9.618_437e-3));
-    p = fma(p, r, _mm512_set1_ps(5.550_332_5e-2));
-    p = fma(p, r, _mm512_set1_ps(2.402_264_8e-1));
-    p = fma(p, r, _mm512_set1_ps(6.931_472e-1));
-    p = fma(p, r, _mm512_set1_ps(1.0));
+    let mut p = _mm512_set1_ps(EXP2_POLY[0]);
+    for &c in &EXP2_POLY[1..] {
+        p = fma(p, r, _mm512_set1_ps(c));
+    }
     let n1 = _mm512_srai_epi32::<1>(ni);
     let n2 = _mm512_sub_epi32(ni, n1);
     let bias = _mm512_set1_epi32(127);

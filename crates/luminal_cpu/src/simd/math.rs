@@ -13,6 +13,29 @@ pub fn fma<const F: bool>(a: f32, b: f32, c: f32) -> f32 {
 /// nearest integer (ties to even), and leaves that integer in the low mantissa bits.
 pub(crate) const ROUND_MAGIC: f32 = 12582912.0;
 
+/// 2^r on [-0.5, 0.5] (Cephes exp2f, relative error 1.7e-7): its coefficients, highest
+/// degree first, shared by every scalar and vector `exp2` here (the same operations, so the
+/// same bits).
+pub(crate) const EXP2_POLY: [f32; 7] = [
+    1.535_336_2e-4,
+    1.339_887_4e-3,
+    9.618_437e-3,
+    5.550_332_5e-2,
+    2.402_264_8e-1,
+    6.931_472e-1,
+    1.0,
+];
+
+/// [`EXP2_POLY`] at `r` (Horner, multiply-adds).
+#[inline(always)]
+fn exp2_poly<const F: bool>(r: f32) -> f32 {
+    let mut p = EXP2_POLY[0];
+    for &c in &EXP2_POLY[1..] {
+        p = fma::<F>(p, r, c);
+    }
+    p
+}
+
 /// 2^x, within 2 ulp over the whole f32 range (subnormal results included); NaN stays NaN.
 #[inline(always)]
 pub fn exp2<const F: bool>(x: f32) -> f32 {
@@ -28,14 +51,7 @@ pub fn exp2<const F: bool>(x: f32) -> f32 {
     let n = t - ROUND_MAGIC;
     let r = x - n; // in [-0.5, 0.5]
     let ni = (t.to_bits() as i32).wrapping_sub(0x4B40_0000);
-    // 2^r on [-0.5, 0.5] (Cephes exp2f, relative error 1.7e-7).
-    let mut p = 1.535_336_2e-4;
-    p = fma::<F>(p, r, 1.339_887_4e-3);
-    p = fma::<F>(p, r, 9.618_437e-3);
-    p = fma::<F>(p, r, 5.550_332_5e-2);
-    p = fma::<F>(p, r, 2.402_264_8e-1);
-    p = fma::<F>(p, r, 6.931_472e-1);
-    p = fma::<F>(p, r, 1.0);
+    let p = exp2_poly::<F>(r);
     // 2^n as two normal factors, so that results down to the subnormals round once.
     let n1 = ni >> 1;
     let n2 = ni.wrapping_sub(n1);
@@ -63,13 +79,7 @@ pub fn exp2_softmax<const F: bool>(x: f32) -> f32 {
     let n = t - ROUND_MAGIC;
     let r = x - n;
     let ni = (t.to_bits() as i32).wrapping_sub(0x4B40_0000);
-    let mut p = 1.535_336_2e-4;
-    p = fma::<F>(p, r, 1.339_887_4e-3);
-    p = fma::<F>(p, r, 9.618_437e-3);
-    p = fma::<F>(p, r, 5.550_332_5e-2);
-    p = fma::<F>(p, r, 2.402_264_8e-1);
-    p = fma::<F>(p, r, 6.931_472e-1);
-    p = fma::<F>(p, r, 1.0);
+    let p = exp2_poly::<F>(r);
     // n + 127 in [0, 253]: 0 is the bit pattern of 0.0.
     p * f32::from_bits((ni.wrapping_add(127) << 23) as u32)
 }

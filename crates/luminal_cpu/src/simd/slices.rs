@@ -292,10 +292,9 @@ unsafe fn fn_slice_avx512(op: FnOp, a: &[f32], out: &mut [f32]) {
 /// ulp of it:
 /// - `1 / d` is `vrcp14ps` refined by one Newton step (~1 ulp; `vdivps` on sixteen lanes
 ///   is one of the slowest instructions);
-/// - `2^w` is computed only where the function needs it, `w` clamped to `[-127, 126]` (no
-///   infinities, subnormals or zero lanes to patch; `2^-127` comes out as 0), with the
-///   polynomial of [`exp2`]; the logistic `1 / (1 + 2^w)` is 0 above `w = 126` (it is
-///   below 2⁻¹²⁶ there).
+/// - `2^w` is [`exp2_softmax_avx512`] (`w` clamped to `[-127, 126]`: no infinities,
+///   subnormals or zero lanes to patch); the logistic `1 / (1 + 2^w)` is 0 above
+///   `w = 126` (it is below 2⁻¹²⁶ there).
 ///
 /// NaN stays NaN, `gelu_tanh(−∞)` and `gelu(−∞)` are NaN and `+∞` maps to `+∞`, as the
 /// primops give.
@@ -329,7 +328,7 @@ unsafe fn fn_avx512(op: FnOp, x: std::arch::x86_64::__m512) -> std::arch::x86_64
                 poly = _mm512_mul_ps(_mm512_add_ps(poly, splat(k)), t);
             }
             // c²·e lies in [−104, 0]: no clamp needed.
-            let e = exp2_clamped_avx512(_mm512_mul_ps(_mm512_mul_ps(c, c), splat(ee)));
+            let e = exp2_softmax_avx512(_mm512_mul_ps(_mm512_mul_ps(c, c), splat(ee)));
             let q = _mm512_mul_ps(poly, e);
             let half = splat(0.5);
             _mm512_fmadd_ps(
@@ -342,8 +341,7 @@ unsafe fn fn_avx512(op: FnOp, x: std::arch::x86_64::__m512) -> std::arch::x86_64
 }
 
 /// `x²` and the logistic `1 / (1 + 2^w)`, `w = x·(x²·k₂ + k₁)`, of GELU's tanh form
-/// (`vminps` / `vmaxps` return their second operand where either is NaN: a NaN `w` clamps
-/// to 126, counts as high, gives `s = 0`, and `x·s` stays NaN).
+/// (a NaN `w` counts as high: `s = 0`, and `x·s` stays NaN).
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx512f,fma")]
@@ -356,8 +354,7 @@ unsafe fn logistic_avx512(
     let xx = _mm512_mul_ps(x, x);
     let w = _mm512_mul_ps(x, _mm512_add_ps(_mm512_mul_ps(xx, splat(k2)), splat(k1)));
     let high = _mm512_cmp_ps_mask::<_CMP_NLE_UQ>(w, splat(126.0));
-    let wc = _mm512_max_ps(_mm512_min_ps(w, splat(126.0)), splat(-127.0));
-    let s = recip_avx512(_mm512_add_ps(exp2_clamped_avx512(wc), splat(1.0)));
+    let s = recip_avx512(_mm512_add_ps(exp2_softmax_avx512(w), splat(1.0)));
     (xx, _mm512_maskz_mov_ps(!high, s))
 }
 
@@ -369,29 +366,4 @@ unsafe fn recip_avx512(d: std::arch::x86_64::__m512) -> std::arch::x86_64::__m51
     use std::arch::x86_64::*;
     let r = _mm512_rcp14_ps(d);
     _mm512_fmadd_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(1.0)), r)
-}
-
-/// `2^w` for `w` in `[-127, 126]`: [`exp2`]'s polynomial, `2^n` from the rounded integer in
-/// the rounding sum's low bits (`n + 127` in `[0, 253]`; 0 gives 0.0).
-#[cfg(target_arch = "x86_64")]
-#[inline]
-#[target_feature(enable = "avx512f,fma")]
-unsafe fn exp2_clamped_avx512(w: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
-    use std::arch::x86_64::*;
-    let splat = _mm512_set1_ps;
-    let magic = splat(ROUND_MAGIC);
-    let t = _mm512_add_ps(w, magic);
-    let r = _mm512_sub_ps(w, _mm512_sub_ps(t, magic));
-    let mut p = splat(1.535_336_2e-4);
-    p = _mm512_fmadd_ps(p, r, splat(1.339_887_4e-3));
-    p = _mm512_fmadd_ps(p, r, splat(9.618_437e-3));
-    p = _mm512_fmadd_ps(p, r, splat(5.550_332_5e-2));
-    p = _mm512_fmadd_ps(p, r, splat(2.402_264_8e-1));
-    p = _mm512_fmadd_ps(p, r, splat(6.931_472e-1));
-    p = _mm512_fmadd_ps(p, r, splat(1.0));
-    let e = _mm512_add_epi32(
-        _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(0x4B40_0000)),
-        _mm512_set1_epi32(127),
-    );
-    _mm512_mul_ps(p, _mm512_castsi512_ps(_mm512_slli_epi32::<23>(e)))
 }

@@ -119,24 +119,7 @@ impl Simd for Z {
     }
     #[inline(always)]
     unsafe fn exp2_softmax(self) -> Z {
-        unsafe {
-            // max / min return their second operand when one is NaN: NaN passes.
-            let x = _mm512_max_ps(_mm512_set1_ps(-127.0), self.0);
-            let x = _mm512_min_ps(_mm512_set1_ps(126.0), x);
-            let magic = _mm512_set1_ps(simd::ROUND_MAGIC);
-            let t = _mm512_add_ps(x, magic);
-            let r = _mm512_sub_ps(x, _mm512_sub_ps(t, magic));
-            let ni = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(0x4B40_0000));
-            let mut p = _mm512_set1_ps(EXP2_POLY[0]);
-            for &c in &EXP2_POLY[1..] {
-                p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
-            }
-            let e = _mm512_add_epi32(ni, _mm512_set1_epi32(127));
-            Z(_mm512_mul_ps(
-                p,
-                _mm512_castsi512_ps(_mm512_slli_epi32::<23>(e)),
-            ))
-        }
+        unsafe { Z(simd::exp2_softmax_avx512(self.0)) }
     }
     #[inline(always)]
     unsafe fn sums(p: *const Z) -> Z {
@@ -258,24 +241,7 @@ impl Simd for Y {
     }
     #[inline(always)]
     unsafe fn exp2_softmax(self) -> Y {
-        unsafe {
-            // max / min return their second operand when one is NaN: NaN passes.
-            let x = _mm256_max_ps(_mm256_set1_ps(-127.0), self.0);
-            let x = _mm256_min_ps(_mm256_set1_ps(126.0), x);
-            let magic = _mm256_set1_ps(simd::ROUND_MAGIC);
-            let t = _mm256_add_ps(x, magic);
-            let r = _mm256_sub_ps(x, _mm256_sub_ps(t, magic));
-            let ni = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(0x4B40_0000));
-            let mut p = _mm256_set1_ps(EXP2_POLY[0]);
-            for &c in &EXP2_POLY[1..] {
-                p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
-            }
-            let e = _mm256_add_epi32(ni, _mm256_set1_epi32(127));
-            Y(_mm256_mul_ps(
-                p,
-                _mm256_castsi256_ps(_mm256_slli_epi32::<23>(e)),
-            ))
-        }
+        unsafe { Y(simd::exp2_softmax_avx2(self.0)) }
     }
     #[inline(always)]
     unsafe fn sums(p: *const Y) -> Y {
@@ -297,17 +263,6 @@ impl Simd for Y {
         }
     }
 }
-
-/// [`simd::exp2`]'s polynomial for 2^r on [-0.5, 0.5], highest degree first.
-const EXP2_POLY: [f32; 7] = [
-    1.535_336_2e-4,
-    1.339_887_4e-3,
-    9.618_437e-3,
-    5.550_332_5e-2,
-    2.402_264_8e-1,
-    6.931_472e-1,
-    1.0,
-];
 
 /// Key and value storage: f32, f16 widened as loaded, or q8_0 blocks decoded as loaded.
 /// Positions are in elements: [`Kv::at`] steps a pointer by elements (to a row start, for
