@@ -129,30 +129,28 @@ fn check_classification(op: &str, scores: GraphTensor, labels: GraphTensor) {
     );
 }
 
-/// Per-row negative log-likelihood of `log_probs [N, C]` at `labels [N]` with label
-/// smoothing, times the row's weight (0 for ignored rows), and that weight.
-fn smoothed_nll<'g>(
+/// The class count `C` of `scores [N, C]`, which must be static.
+fn static_classes(op: &str, scores: GraphTensor<'_>) -> usize {
+    scores.shape()[1].as_constant().unwrap_or_else(|| {
+        panic!(
+            "{op}: the class count must be static, got shape {:?}",
+            scores.shape()
+        )
+    }) as usize
+}
+
+/// Per-row negative log-likelihood of `log_probs [N, C]` at `labels [N]`, times the row's
+/// weight (0 for ignored rows), and that weight.
+fn nll_rows<'g>(
     log_probs: GraphTensor<'g>,
     labels: GraphTensor<'g>,
     ignore_index: i32,
-    smoothing: f32,
 ) -> (GraphTensor<'g>, GraphTensor<'g>) {
-    let classes = log_probs.shape()[1].as_constant().unwrap_or_else(|| {
-        panic!(
-            "cross_entropy: the class count must be static, got shape {:?}",
-            log_probs.shape()
-        )
-    }) as usize;
+    let classes = static_classes("nll", log_probs);
     // An ignored label (any id outside 0..C) one-hot encodes to a row of zeros.
-    let target = one_hot_f32(labels, classes);
-    let picked = (log_probs * target).sum(1);
+    let picked = (log_probs * one_hot_f32(labels, classes)).sum(1);
     let valid = not_ignored_f32(labels, ignore_index);
-    let mut per_row = -picked;
-    if smoothing > 0.0 {
-        let uniform = log_probs.mean(1);
-        per_row = per_row * (1.0 - smoothing) - uniform * smoothing;
-    }
-    (per_row * valid, valid)
+    (-picked * valid, valid)
 }
 
 /// `labels != ignore_index` as 1.0 / 0.0, by a float comparison, `(label − ignore)² ≥ 1/4`:
@@ -211,12 +209,7 @@ pub fn cross_entropy<'g>(
     // From the logits directly, as `lse − x[label]` (lse = log Σ e^x, through the detached
     // row max): the same values as `nll(log_softmax(x))`, without evaluating the log-sum
     // for every element of a row (`log_softmax`'s `shifted − log Σ`, then one-hot sums).
-    let c = logits.shape()[1].as_constant().unwrap_or_else(|| {
-        panic!(
-            "cross_entropy: the class count must be static, got shape {:?}",
-            logits.shape()
-        )
-    }) as usize;
+    let c = static_classes("cross_entropy", logits);
     let shifted = logits
         - logits
             .max(1)
@@ -244,7 +237,7 @@ pub fn nll<'g>(
     reduction: Reduction,
 ) -> GraphTensor<'g> {
     check_classification("nll", log_probs, labels);
-    let (per_row, valid) = smoothed_nll(log_probs, labels, ignore_index, 0.0);
+    let (per_row, valid) = nll_rows(log_probs, labels, ignore_index);
     reduce_rows(per_row, valid, reduction)
 }
 
