@@ -32,6 +32,9 @@ pub struct HalfScratch {
     pub(crate) norm_of: Option<crate::kernels::matmul::NormRows>,
     /// Runs of the runtime so far (a key of `norm_of`).
     pub(crate) run: u64,
+    /// The K slices of an f32 product split along its depth over threads, before they are
+    /// added (`MatmulKernel::depth_parts`).
+    pub(crate) partials: Vec<f32>,
 }
 
 /// What a launch sees besides its output buffer.

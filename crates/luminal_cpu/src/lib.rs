@@ -126,7 +126,8 @@ pub struct CpuBackend {
     /// kernel-level choice of the search (schedule knob `mm=N`, see `search.rs`).
     pub matmul_threads: Option<usize>,
     /// The axis a single large f32 product is split along across threads (schedule knob
-    /// `split=m|n`; `Auto`: N when it is wide enough, else M).
+    /// `split=m|n|k`; `Auto`: K for products much deeper than long and wide, else N when it
+    /// is wide enough, else M).
     pub matmul_split: MatmulSplit,
     /// The f32 products' cache blocking (schedule knob `tiles=KCxMC`; `None`: 256 × 144).
     pub matmul_tiles: Option<MatmulTiles>,

@@ -109,6 +109,7 @@ impl Tunable for CpuBackend {
             MatmulSplit::Auto => "",
             MatmulSplit::Rows => ";split=m",
             MatmulSplit::Cols => ";split=n",
+            MatmulSplit::Depth => ";split=k",
         };
         let tiles = |t: Option<MatmulTiles>| {
             t.map_or(String::new(), |t| format!(";tiles={}x{}", t.kc, t.mc))
@@ -136,7 +137,7 @@ impl Tunable for CpuBackend {
         if has_gemm_product(graph) {
             let base = format!("threads={current};off={}", mm_only(self.matmul_threads));
             if current > 1 {
-                for s in [MatmulSplit::Rows, MatmulSplit::Cols] {
+                for s in [MatmulSplit::Rows, MatmulSplit::Cols, MatmulSplit::Depth] {
                     if s != self.matmul_split {
                         out.push(format!("{base}{}{}", split(s), tiles(self.matmul_tiles)));
                     }
@@ -167,6 +168,7 @@ impl Tunable for CpuBackend {
                     matmul_split = match value {
                         "m" => MatmulSplit::Rows,
                         "n" => MatmulSplit::Cols,
+                        "k" => MatmulSplit::Depth,
                         _ => return None,
                     }
                 }
@@ -271,8 +273,12 @@ mod tests {
             b.schedule("threads=2;off=;split=n").unwrap().matmul_split,
             MatmulSplit::Cols
         );
+        assert_eq!(
+            b.schedule("threads=2;off=;split=k").unwrap().matmul_split,
+            MatmulSplit::Depth
+        );
         for bad in [
-            "split=k",
+            "split=x",
             "tiles=512",
             "tiles=8x8",
             "tiles=512x0",

@@ -153,6 +153,9 @@ pub enum Split {
     Rows,
     /// Along N (multiples of 16 columns): each thread packs all of A and its own columns of B.
     Cols,
+    /// Along K, in whole `kc` slices: each thread reads its own slices of A and B, and the
+    /// slices are added afterwards in the sequential product's order.
+    Depth,
 }
 
 /// Entries of each logits row a refined int8 product recomputes exactly.
@@ -238,7 +241,8 @@ impl MatmulKernel {
         match (&bufs[self.a], &bufs[self.b], out) {
             (Storage::F32(a), Storage::F32(b), Storage::F32(dst)) => {
                 let epi = self.epilogue.as_ref().map(|e| (e, bufs));
-                let done = self.run_f32_then(a, b, (0, 0), dst, epi)?;
+                let done =
+                    self.run_f32_then(a, b, (0, 0), dst, epi, Some(&mut scratch.partials))?;
                 if let (Some(e), false) = (&self.epilogue, done) {
                     let (batch, m, n, _) = self.shape();
                     run_epilogue(e, bufs, &mut dst[..batch * m * n]);
@@ -253,7 +257,7 @@ impl MatmulKernel {
     /// The product over f32 data: `a` and `b` hold the operands' buffers from element
     /// `shift.0` / `shift.1` on (the views' offsets are taken relative to those).
     pub fn run_f32(&self, a: &[f32], b: &[f32], shift: (i64, i64), dst: &mut [f32]) -> Result<()> {
-        self.run_f32_then(a, b, shift, dst, None).map(|_| ())
+        self.run_f32_then(a, b, shift, dst, None, None).map(|_| ())
     }
 
     /// [`MatmulKernel::run_f32`], running `epilogue` (the program and the buffers it reads)
@@ -268,6 +272,7 @@ impl MatmulKernel {
         shift: (i64, i64),
         dst: &mut [f32],
         epilogue: Option<(&Program, &[Storage])>,
+        partials: Option<&mut Vec<f32>>,
     ) -> Result<bool> {
         let (a_offset, b_offset) = (self.a_view.offset - shift.0, self.b_view.offset - shift.1);
         let (batch, m, n, k) = self.shape();
@@ -347,19 +352,24 @@ impl MatmulKernel {
                 }
             }
         };
-        // Block `[i0, i1) × [j0, j1)` of batch `i`'s product into `d` (that batch's M×N
-        // row-major output), single-threaded, then the epilogue over it.
-        let block = |i: usize, d: *mut f32, (i0, i1): (usize, usize), (j0, j1): (usize, usize)| {
+        // Block `[i0, i1) × [j0, j1)` of batch `i`'s product over depth `k0..k1` into `d`
+        // (an M×N row-major output), single-threaded, then the epilogue over it if `epi`.
+        let span = |i: usize,
+                    d: *mut f32,
+                    (i0, i1): (usize, usize),
+                    (j0, j1): (usize, usize),
+                    (k0, k1): (usize, usize),
+                    epi: bool| {
             let hook = |r0: usize, r1: usize, c0: usize, c1: usize| {
                 finish(i, d, (i0 + r0, i0 + r1), (j0 + c0, j0 + c1))
             };
             let done: gemm_f32::Done<'_> = match epilogue {
-                Some(_) => Some(&hook),
-                None => None,
+                Some(_) if epi => Some(&hook),
+                _ => None,
             };
             let (oa, ob) = offsets(i);
-            let oa = oa + i0 as i64 * sa[r - 3];
-            let ob = ob + j0 as i64 * sb[r - 2];
+            let oa = oa + i0 as i64 * sa[r - 3] + k0 as i64 * sa[r - 1];
+            let ob = ob + j0 as i64 * sb[r - 2] + k0 as i64 * sb[r - 1];
             // SAFETY: `prepare` checked that every element the views address (offset plus
             // any in-range index times the strides, for all batches) lies inside `a` and
             // `b`, and the block's rows/columns are in range; `d` points at the M×N
@@ -371,7 +381,7 @@ impl MatmulKernel {
                 gemm_f32::sgemm_tiled(
                     i1 - i0,
                     j1 - j0,
-                    k,
+                    k1 - k0,
                     gemm_f32::Mat {
                         ptr: a.as_ptr().offset(oa as isize),
                         rs: sa[r - 3] as isize,
@@ -389,6 +399,9 @@ impl MatmulKernel {
                     done,
                 )
             }
+        };
+        let block = |i: usize, d: *mut f32, rows: (usize, usize), cols: (usize, usize)| {
+            span(i, d, rows, cols, (0, k), true)
         };
         let call = |i: usize, d: &mut [f32]| block(i, d.as_mut_ptr(), (0, m), (0, n));
         let flops_per = m * n * k;
@@ -414,10 +427,134 @@ impl MatmulKernel {
             }
             return Ok(false);
         }
+        let staged = self.staging(
+            batch,
+            (m, n, k),
+            amx,
+            (sa[r - 3], sa[r - 1]),
+            (sb[r - 2], sb[r - 1]),
+        );
         if batch >= self.threads && flops_per < (1 << 21) && self.threads > 1 {
             // Many small matrices: one gemm per task, each single-threaded (and the
             // epilogue, through `finish`, over its output while it is in cache).
             crate::exec::par::for_each_chunk(dst, m * n, call);
+        } else if let (Some(partials), Some((parts, transposed))) = (partials, staged) {
+            // Computed in stages through `partials`: the product split along K
+            // (`depth_parts`) and/or computed transposed (`Cᵀ = Bᵀ·Aᵀ`, see `staging`),
+            // then the slices added in order, the result transposed back and the epilogue
+            // run, a block of output rows per task.
+            //
+            // Along K, part 0 sums its `kc` slices as the whole product would, every later
+            // slice is computed alone (from zero in registers), and the slices are added to
+            // part 0's sum in order: `((P₀ + P₁) + P₂) + …`, the sequential product's own
+            // sums, so the result does not depend on the thread count. Transposed, each
+            // element is the same FMA sequence over K (the two factors of each product
+            // swapped), so neither depends on the path.
+            let kc = self.tiles.kc.max(1);
+            let blocks = k.div_ceil(kc);
+            let start = |t: usize| t * blocks / parts;
+            let slots = blocks - start(1);
+            let first = if transposed { m * n } else { 0 };
+            if partials.len() < first + slots * m * n {
+                partials.resize(first + slots * m * n, 0.0);
+            }
+            let (d, p) = (
+                skinny::OutPtr(dst.as_mut_ptr()),
+                skinny::OutPtr(partials.as_mut_ptr()),
+            );
+            // The product over rows `rows` of the computed result (C, or Cᵀ: `n × m`) and
+            // depth `k0..k1` into `into` (that result's layout, rows `m` or `n` long).
+            let piece = |into: *mut f32, rows: (usize, usize), ks: (usize, usize)| {
+                if !transposed {
+                    return span(0, into, rows, (0, n), ks, false);
+                }
+                let ((j0, j1), (k0, k1)) = (rows, ks);
+                let (oa, ob) = offsets(0);
+                // SAFETY: as `span`'s product, with the operands' roles swapped: rows
+                // `j0..j1` of `Bᵀ` (columns of B) and all of `Aᵀ` over depth `k0..k1`,
+                // into rows `j0..j1` of the `n × m` block at `into`.
+                unsafe {
+                    gemm_f32::sgemm_tiled(
+                        j1 - j0,
+                        m,
+                        k1 - k0,
+                        gemm_f32::Mat {
+                            ptr: b.as_ptr().offset(
+                                (ob + j0 as i64 * sb[r - 2] + k0 as i64 * sb[r - 1]) as isize,
+                            ),
+                            rs: sb[r - 2] as isize,
+                            cs: sb[r - 1] as isize,
+                        },
+                        gemm_f32::Mat {
+                            ptr: a.as_ptr().offset((oa + k0 as i64 * sa[r - 1]) as isize),
+                            rs: sa[r - 1] as isize,
+                            cs: sa[r - 3] as isize,
+                        },
+                        into.add(j0 * m),
+                        m,
+                        self.tiles,
+                        None,
+                        None,
+                    )
+                }
+            };
+            let computed_rows = if transposed { n } else { m };
+            let sum = skinny::OutPtr(if transposed { p.0 } else { d.0 });
+            if parts > 1 {
+                crate::exec::par::for_each(parts, |t| {
+                    let (sum, p) = (&sum, &p);
+                    let (b0, b1) = (start(t), start(t + 1));
+                    if t == 0 {
+                        piece(sum.0, (0, computed_rows), (0, (b1 * kc).min(k)));
+                    } else {
+                        for j in b0..b1 {
+                            let slot = p.0.wrapping_add(first + (j - start(1)) * m * n);
+                            piece(slot, (0, computed_rows), (j * kc, ((j + 1) * kc).min(k)));
+                        }
+                    }
+                });
+            } else {
+                // Transposed only: rows of Cᵀ a thread.
+                let h = computed_rows.div_ceil(crate::exec::par::threads());
+                crate::exec::par::for_each(computed_rows.div_ceil(h), |t| {
+                    let sum = &sum;
+                    piece(sum.0, (t * h, ((t + 1) * h).min(computed_rows)), (0, k));
+                });
+            }
+            let rows = m.div_ceil(crate::exec::par::threads());
+            crate::exec::par::for_each(m.div_ceil(rows), |t| {
+                let (d, p) = (&d, &p);
+                let (r0, r1) = (t * rows, ((t + 1) * rows).min(m));
+                // SAFETY: rows `r0..r1` of the `m × n` output, which no other task of this
+                // loop touches; `partials` holds Cᵀ (when transposed) and then `slots`
+                // `m × n` slices, only read here.
+                let out = unsafe { std::slice::from_raw_parts_mut(d.0.add(r0 * n), (r1 - r0) * n) };
+                let (all, slices) = unsafe {
+                    (
+                        std::slice::from_raw_parts(p.0, first + slots * m * n),
+                        std::slice::from_raw_parts(p.0.add(first), slots * m * n),
+                    )
+                };
+                if transposed {
+                    for (i, row) in (r0..r1).zip(out.chunks_exact_mut(n)) {
+                        for (j, o) in row.iter_mut().enumerate() {
+                            let mut v = all[j * m + i];
+                            for s in 0..slots {
+                                v += slices[s * m * n + j * m + i];
+                            }
+                            *o = v;
+                        }
+                    }
+                } else {
+                    for s in 0..slots {
+                        let add = &slices[s * m * n + r0 * n..][..(r1 - r0) * n];
+                        for (o, &v) in out.iter_mut().zip(add) {
+                            *o += v;
+                        }
+                    }
+                }
+                finish(0, d.0, (r0, r1), (0, n));
+            });
         } else if flops_per >= (1 << 16) && crate::exec::par::threads() > 1 {
             // One product at a time, split into one block per thread: along N in
             // multiples of 16 columns when it is wide enough and at least M, else along M
@@ -426,7 +563,7 @@ impl MatmulKernel {
             let cols = match self.split {
                 Split::Auto => n >= 32 * threads && n >= m,
                 Split::Cols => n >= 16 * threads.min(2),
-                Split::Rows => false,
+                Split::Rows | Split::Depth => false,
             };
             let out = skinny::OutPtr(dst.as_mut_ptr());
             for i in 0..batch {
@@ -457,6 +594,46 @@ impl MatmulKernel {
 }
 
 impl MatmulKernel {
+    /// How a single f32 product on the SIMD kernel is computed in stages (`None`: directly):
+    /// the number of parts its depth is split into, a thread each, and whether it is
+    /// computed transposed.
+    ///
+    /// Along K: products at least twice as deep as they are long and wide (a training
+    /// step's weight gradients, `dYᵀ·X` over the tokens), or where the schedule says so,
+    /// with at least one `kc` slice a part; a split along M or N would have every thread
+    /// pack or stream all of the deep operand.
+    ///
+    /// Transposed (`Cᵀ = Bᵀ·Aᵀ`): products of at most two column panels of rows and more
+    /// columns (`xᵀ·dY` with 64 features against 256), where the kernel then reads the
+    /// large operand in place and packs the small one instead of packing the large one.
+    fn staging(
+        &self,
+        batch: usize,
+        (m, n, k): (usize, usize, usize),
+        amx: Option<gemm_f32::MatmulPrecision>,
+        (a_m, a_k): (i64, i64),
+        (b_n, b_k): (i64, i64),
+    ) -> Option<(usize, bool)> {
+        if batch != 1 || amx.is_some() || m * n * k < 1 << 16 {
+            return None;
+        }
+        let threads = crate::exec::par::threads();
+        let deep = match self.split {
+            Split::Auto => k >= 2 * m.max(n),
+            Split::Depth => true,
+            Split::Rows | Split::Cols => false,
+        };
+        let parts = if deep && threads > 1 {
+            threads.min(k.div_ceil(self.tiles.kc.max(1)))
+        } else {
+            1
+        };
+        let transposed = !gemm_f32::reads_a_in_place(n, a_m, a_k)
+            && gemm_f32::reads_a_in_place(m, b_n, b_k)
+            && m < n;
+        (parts > 1 || transposed).then_some((parts, transposed))
+    }
+
     /// Operand offsets of batch `i` (unravelled over the batch dims) from `base`.
     fn batch_offsets(&self, i: usize, base: (i64, i64)) -> (i64, i64) {
         let (sa, sb) = (&self.a_view.strides, &self.b_view.strides);
