@@ -1,6 +1,6 @@
 //! f32 products computed in stages (`MatmulKernel::staging`): split along K over threads
 //! (weight gradients, `dYᵀ·X` over the tokens) and computed transposed (`Xᵀ·dY`, few rows
-//! and many columns). Results within f32 rounding of the reference runtime, and bit for
+//! and many columns). Results within the reference runtime's f32 sums (1e-4 relative), and bit for
 //! bit the same whatever the thread count and whether a row is computed with few rows
 //! (transposed) or many (directly).
 
@@ -54,7 +54,7 @@ fn deep_products_split_along_k_match_the_reference_and_every_thread_count() {
             .iter()
             .map(|(t, d)| (*t, HostData::F32(d.clone())))
             .collect();
-        check_tol(&cx, &host, &[], &[out], 1e-5);
+        check_tol(&cx, &host, &[], &[out], 1e-4);
         let one = run(&cx, 1, &inputs, out);
         for threads in [2, 3, 4] {
             let what = format!("{tokens}×{features_out}×{features_in}, {threads} threads");
@@ -68,7 +68,9 @@ fn deep_products_split_along_k_match_the_reference_and_every_thread_count() {
 /// bit, and the reference within f32 rounding.
 #[test]
 fn few_row_products_computed_transposed_match_the_same_rows_among_many() {
-    for (k, n) in [(1024, 256), (300, 200), (64, 100)] {
+    // Transposed and split along K, transposed alone, and (where the CPU has AMX) the
+    // shapes that take it instead (N and K of at least 128).
+    for (k, n) in [(1024, 100), (300, 120), (64, 100), (1024, 256)] {
         for transposed_a in [true, false] {
             let rows = |m: usize| {
                 let cx = Graph::new();
@@ -91,7 +93,7 @@ fn few_row_products_computed_transposed_match_the_same_rows_among_many() {
                     .iter()
                     .map(|(t, d)| (*t, HostData::F32(d.clone())))
                     .collect();
-                check_tol(&cx, &host, &[], &[out], 1e-5);
+                check_tol(&cx, &host, &[], &[out], 1e-4);
                 (1..=2)
                     .map(|t| run(&cx, t, &inputs, out))
                     .collect::<Vec<_>>()
