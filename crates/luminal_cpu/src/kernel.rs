@@ -51,6 +51,8 @@ pub struct RunCtx<'a> {
     /// of a runtime since they run one at a time: grown to the largest use, never shrunk.
     /// A kernel keeping such scratch itself holds it for the whole run, once per layer.
     pub arena: &'a mut Vec<f32>,
+    /// The kernel's side output ([`Kernel::side`]), `n` elements, when it has one.
+    pub side: Option<&'a mut [f32]>,
 }
 
 /// Per-thread scratch a kernel needs, reserved on every pool thread at compile time so no
@@ -97,6 +99,19 @@ pub trait CpuKernel: std::fmt::Debug + Send {
     fn fused(&self) -> Option<Fused<'_>> {
         None
     }
+    /// Takes `prog`, an elementwise program of this kernel's result (its row register 0
+    /// holds the result, as in an epilogue), to evaluate over each finished part of the
+    /// result into the side output ([`Kernel::side`]); gives it back if the kernel cannot.
+    fn add_side_output(
+        &mut self,
+        prog: crate::kernels::fused::Program,
+    ) -> std::result::Result<(), crate::kernels::fused::Program> {
+        Err(prog)
+    }
+    /// Whether [`CpuKernel::add_side_output`] would take a program now.
+    fn accepts_side_output(&self) -> bool {
+        false
+    }
 }
 
 /// One launch: kernel `kind` computes node `node` into buffer `out`.
@@ -108,6 +123,10 @@ pub struct Kernel {
     pub out: BufId,
     pub numel: CompiledExpression,
     pub kind: Box<dyn CpuKernel>,
+    /// A second f32 result of `numel` elements: an elementwise function of this kernel's
+    /// result that another kernel computed before (`lower::side_outputs`), written while
+    /// the result is in cache (the value of that kernel's node).
+    pub side: Option<BufId>,
 }
 
 impl Kernel {

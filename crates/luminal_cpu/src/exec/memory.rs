@@ -16,6 +16,7 @@ use crate::kernel::{BufId, Kernel};
 use crate::storage::{Storage, StorageKind};
 use luminal::graph::{GraphData, NodeId};
 use luminal::op::Op;
+use luminal::prelude::DType;
 use luminal::{LuminalError, Result};
 use std::collections::{HashMap, HashSet};
 
@@ -38,6 +39,7 @@ pub(crate) fn plan(
     for k in kernels.iter_mut() {
         let map = |v: BufId| a.phys[&v];
         k.out = map(k.out);
+        k.side = k.side.map(map);
         k.kind.remap(&map);
     }
     Ok(MemoryPlan {
@@ -127,14 +129,31 @@ fn assign(graph: &GraphData, order: &[NodeId], kernels: &[Kernel]) -> Assignment
             };
             phys.insert(k.out, buf);
         }
+        if let Some(side) = k.side {
+            // A side output (f32, never a graph output: see `lower::side_outputs`) takes
+            // a free buffer like the result, after it.
+            let slot = free
+                .iter()
+                .position(|&b| bufs[b.idx()].kind() == StorageKind::of(DType::F32));
+            let buf = match slot {
+                Some(p) => free.swap_remove(p),
+                None => new_buf(&mut bufs, DType::F32),
+            };
+            phys.insert(side, buf);
+        }
         // Classes read for the last time (once each, whichever of their values was read),
         // and a result nothing reads, return their buffers. The output was placed first,
         // so it never shares a buffer with what its own kernel reads.
         let mut done: Vec<BufId> = vec![];
-        for &r in reads[i].iter().chain(std::iter::once(&k.out)) {
+        for &r in reads[i]
+            .iter()
+            .chain(std::iter::once(&k.out))
+            .chain(&k.side)
+        {
             let c = root_of(&root, r);
             let last = last_read.get(&c);
-            let finished = last == Some(&i) || (last.is_none() && r == k.out);
+            let finished =
+                last == Some(&i) || (last.is_none() && (r == k.out || Some(r) == k.side));
             if finished && !pinned.contains(&c) && !done.contains(&c) {
                 done.push(c);
                 free.push(phys[&r]);
@@ -195,6 +214,17 @@ fn check(
             _ => {}
         }
         holds.insert(out, k.out);
+        if let Some(side) = k.side {
+            let b = phys[&side];
+            if b == out || reads[i].iter().any(|r| phys[r] == b) {
+                return fail(
+                    i,
+                    k,
+                    format!("writes its side output over buffer #{} that it uses", b.0),
+                );
+            }
+            holds.insert(b, side);
+        }
     }
     Ok(())
 }

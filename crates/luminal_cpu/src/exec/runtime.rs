@@ -187,6 +187,9 @@ impl CpuRuntime {
             if k.kind.in_place_of().is_none() {
                 owners[k.out.idx()].push(&k.name);
             }
+            if let Some(s) = k.side {
+                owners[s.idx()].push(&k.name);
+            }
         }
         let mut inputs: Vec<(usize, &str)> = self
             .inputs
@@ -294,15 +297,26 @@ impl CpuRuntime {
             let o = k.out.idx();
             self.bufs[o].ensure_len(n);
             let mut out = std::mem::replace(&mut self.bufs[o], Storage::F32(Vec::new()));
+            let mut side = k.side.map(|s| {
+                self.bufs[s.idx()].ensure_len(n);
+                std::mem::replace(&mut self.bufs[s.idx()], Storage::F32(Vec::new()))
+            });
             let cx = RunCtx {
                 bufs: &self.bufs,
                 n,
                 dims: &dims,
                 half_scratch: &mut self.half_scratch,
                 arena: &mut self.arena,
+                side: match &mut side {
+                    Some(Storage::F32(v)) => Some(&mut v[..n]),
+                    _ => None,
+                },
             };
             let res = k.kind.run(cx, &mut out);
             self.bufs[o] = out;
+            if let (Some(s), Some(data)) = (k.side, side) {
+                self.bufs[s.idx()] = data;
+            }
             res?;
             if let Some(s) = start {
                 self.timings[i] = s.elapsed();

@@ -663,6 +663,7 @@ impl Lowering<'_> {
                     out: BufId::of(id),
                     numel: self.names.compile(&node.shape.iter().product())?,
                     kind,
+                    side: None,
                 });
             }
         }
@@ -817,9 +818,16 @@ const RULES: &[(&str, Rule)] = &[
 /// Passes, in order: shared producers computed inside their one fused root (`shared`,
 /// before lowering; see [`absorb_shared`]), then over the lowered kernel list: row fusion
 /// (`kernels/fused/rows.rs`), concatenations found inside elementwise kernels
-/// (`kernels/movement`). `norm_prologue` is not a pass but a choice of the matmul rule: an
+/// (`kernels/movement`), side outputs of products ([`side_outputs`]). `norm_prologue` is not a pass but a choice of the matmul rule: an
 /// RMSNorm whose rows a weight product reads is computed by the product (`NormPrologue`).
-const PASSES: &[&str] = &["shared", "rows", "concat", "norm_prologue", "functions"];
+const PASSES: &[&str] = &[
+    "shared",
+    "rows",
+    "concat",
+    "norm_prologue",
+    "functions",
+    "side",
+];
 
 /// Where a reduction over the last axis `axis` should move that axis so that it sums whole
 /// contiguous rows instead of strided ones (a bias or norm-weight gradient: a column sum of
@@ -1031,7 +1039,91 @@ pub fn lower(
     if !lw.disabled("concat") {
         kernels = crate::kernels::movement::replace_concats(g, kernels, &lw.uses, names)?;
     }
-    order_state_writes(kernels)
+    let kernels = order_state_writes(kernels)?;
+    Ok(if lw.disabled("side") {
+        kernels
+    } else {
+        side_outputs(g, kernels)
+    })
+}
+
+/// Elementwise kernels of one product's result computed by the product as a side output
+/// ([`Kernel::side`]), over each block of the result while it is in cache, instead of
+/// reading it back afterwards: a training step's GELU, whose input (the pre-activation)
+/// its gradient reads too, so it is not the product's epilogue. The elementwise kernel
+/// must read the result through the identity view and otherwise only values that exist
+/// unchanged by the time the product runs; its node must not be a graph output.
+fn side_outputs(g: &GraphData, mut kernels: Vec<Kernel>) -> Vec<Kernel> {
+    let producer: HashMap<BufId, usize> = kernels
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (k.out, i))
+        .collect();
+    let writes: Vec<Option<BufId>> = kernels.iter().map(|k| k.kind.in_place_of()).collect();
+    let mut gone = vec![false; kernels.len()];
+    for e in 0..kernels.len() {
+        let ek = &kernels[e];
+        if ek.dtype != DType::F32
+            || ek.side.is_some()
+            || writes[e].is_some()
+            || g.outputs.contains(&ek.node)
+        {
+            continue;
+        }
+        let Some(crate::kernel::Fused::Elementwise(prog)) = ek.kind.fused() else {
+            continue;
+        };
+        let numel: Expression = g.node(ek.node).shape.iter().product();
+        // The one leaf that reads a product's result.
+        let mut found = None;
+        for (l, leaf) in prog.leaves.iter().enumerate() {
+            if let Some(&p) = producer.get(&leaf.buf) {
+                let pk = &kernels[p];
+                if pk.dtype == DType::F32
+                    && pk.side.is_none()
+                    && !gone[p]
+                    && pk.kind.accepts_side_output()
+                {
+                    if found.is_some() {
+                        found = None;
+                        break;
+                    }
+                    found = Some((l, p));
+                }
+            }
+        }
+        let Some((l, p)) = found else { continue };
+        let leaf = &prog.leaves[l];
+        let p_numel: Expression = g.node(kernels[p].node).shape.iter().product();
+        let identity = leaf.exprs.view.is_contiguous()
+            && leaf.exprs.view.n_elements() == p_numel
+            && numel == p_numel;
+        // Every other leaf holds its value by the time the product runs, and keeps it.
+        let ready = prog
+            .leaves
+            .iter()
+            .enumerate()
+            .filter(|&(j, _)| j != l)
+            .all(|(_, x)| {
+                producer.get(&x.buf).is_none_or(|&q| q < p) && !writes[p..=e].contains(&Some(x.buf))
+            });
+        if !identity || !ready || prog.leaves.iter().filter(|x| x.buf == leaf.buf).count() != 1 {
+            continue;
+        }
+        let side = prog.over_result_of(l);
+        let (name, out) = (ek.name.clone(), ek.out);
+        if kernels[p].kind.add_side_output(side).is_ok() {
+            let pk = &mut kernels[p];
+            pk.side = Some(out);
+            pk.name = format!("{}+side:{}", pk.name, name);
+            gone[e] = true;
+        }
+    }
+    kernels
+        .into_iter()
+        .zip(gone)
+        .filter_map(|(k, gone)| (!gone).then_some(k))
+        .collect()
 }
 
 /// Orders every in-place state write (`WriteSlice`) after the other kernels that read its

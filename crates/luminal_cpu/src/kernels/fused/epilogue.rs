@@ -37,6 +37,22 @@ pub fn epilogue_chunk(prog: &Program, bufs: &[Storage], z0: usize, data: &mut [f
     })
 }
 
+/// `dst[z] = prog(src)[z]`: `prog` as an epilogue (row register 0 is `src`) over one piece
+/// of a kernel's result (logical elements `z0 ..`), into another buffer (a side output,
+/// `Kernel::side`), on the calling thread.
+pub fn epilogue_into(prog: &Program, bufs: &[Storage], z0: usize, src: &[f32], dst: &mut [f32]) {
+    prog.with_regs(|mut regs| {
+        simd::run(SideTask {
+            prog,
+            bufs,
+            z0,
+            src,
+            dst,
+            regs: &mut regs,
+        })
+    })
+}
+
 /// An operand of an [`affine`](Program::affine) epilogue: a leaf, a constant, or a
 /// recognised function of a leaf (`f(leaf)`: the GELU derivative a product's gradient is
 /// multiplied by).
@@ -57,6 +73,30 @@ pub enum EpiStep {
 }
 
 impl Program {
+    /// This program as an epilogue of the kernel that computes leaf `leaf`'s buffer: every
+    /// read of that leaf reads row register 0 instead (the kernel's value at the same
+    /// logical index: the leaf must read it through the identity view), the leaf removed.
+    pub fn over_result_of(&self, leaf: usize) -> Program {
+        let renumber = |l: usize| if l > leaf { l - 1 } else { l };
+        let instrs = self
+            .instrs
+            .iter()
+            .map(|i| match i {
+                Instr::Load(l) if *l == leaf => Instr::RowReg(0),
+                Instr::Load(l) => Instr::Load(renumber(*l)),
+                other => other.clone(),
+            })
+            .collect();
+        let mut leaves = self.leaves.clone();
+        leaves.remove(leaf);
+        Program {
+            instrs,
+            leaves,
+            consts: self.consts.clone(),
+            ..Program::default()
+        }
+    }
+
     /// When the program is a chain of steps on row register 0 (a product's value), each an
     /// f32 `Add` or `Mul` by a leaf, a constant or a recognised function of a leaf, or a
     /// recognised function of the running value (a bias, a residual, a scale, a GELU):
@@ -287,6 +327,46 @@ impl Task for EpilogueTask<'_, '_, '_, '_> {
             };
             if let Some(v) = prog.eval(bufs, row, z0 + start, n, regs, dst) {
                 dst.copy_from_slice(v);
+            }
+            start += n;
+        }
+    }
+}
+
+/// [`epilogue_into`]'s task.
+struct SideTask<'a, 'o, 'r, 's> {
+    prog: &'a Program,
+    bufs: &'a [Storage],
+    z0: usize,
+    src: &'o [f32],
+    dst: &'o mut [f32],
+    regs: &'r mut Regs<'s>,
+}
+
+impl Task for SideTask<'_, '_, '_, '_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<const F: bool>(self) {
+        let SideTask {
+            prog,
+            bufs,
+            z0,
+            src,
+            dst,
+            regs,
+        } = self;
+        let mut start = 0;
+        while start < dst.len() {
+            let n = BLOCK.min(dst.len() - start);
+            let row = RowEnv {
+                scalars: &[],
+                regs: &src[start..start + n],
+                len: n,
+                base: z0 + start,
+            };
+            let out = &mut dst[start..start + n];
+            if let Some(v) = prog.eval(bufs, row, z0 + start, n, regs, out) {
+                out.copy_from_slice(v);
             }
             start += n;
         }

@@ -22,7 +22,7 @@ pub(crate) mod kernel;
 mod reduce;
 pub(crate) mod rows;
 
-pub use epilogue::{epilogue_chunk, epilogue_rows, run_epilogue, EpiStep};
+pub use epilogue::{epilogue_chunk, epilogue_into, epilogue_rows, run_epilogue, EpiStep};
 pub use reduce::{run_reduce, ReduceShape};
 
 use crate::kernels::fused::compile::{Compiler, Operand, Src, Step, DST, MAX_CHAIN};

@@ -368,6 +368,7 @@ fn build(members: Vec<Kernel>, len: &Expression, names: &DimNames) -> Result<Ker
             reserved: (0, 0),
             last_shape: (0, 0),
         }),
+        side: None,
     })
 }
 

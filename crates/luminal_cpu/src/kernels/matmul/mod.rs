@@ -59,6 +59,12 @@ pub struct MatmulKernel {
     /// [`NormPrologue`]): `a` is then the norm's input `x`, read through `a`'s view, and
     /// the product runs on the normalised rows.
     pub norm: Option<NormPrologue>,
+    /// An elementwise function of the result (after the epilogue) written to the kernel's
+    /// side output (`Kernel::side`) over each finished block (`lower::side_outputs`): row
+    /// register 0 is the result.
+    pub side: Option<Program>,
+    /// The side program's ops when it is an affine chain (as `affine`).
+    side_affine: Option<Option<Vec<crate::kernels::fused::EpiStep>>>,
     /// The epilogue's ops when it is a bias / residual / scale chain
     /// ([`Program::affine`]), found at the first `prepare` (`None` until then).
     affine: Option<Option<Vec<crate::kernels::fused::EpiStep>>>,
@@ -191,6 +197,8 @@ impl MatmulKernel {
             exact: false,
             refine: 0,
             norm: None,
+            side: None,
+            side_affine: None,
             affine: None,
         }
     }
@@ -204,6 +212,12 @@ impl MatmulKernel {
             e.prepare(dims, bufs)?;
             if self.affine.is_none() {
                 self.affine = Some(e.affine());
+            }
+        }
+        if let Some(p) = &mut self.side {
+            p.prepare(dims, bufs)?;
+            if self.side_affine.is_none() {
+                self.side_affine = Some(p.affine());
             }
         }
         Ok(())
@@ -226,38 +240,77 @@ impl MatmulKernel {
         bufs: &[Storage],
         out: &mut Storage,
         scratch: &mut crate::kernel::HalfScratch,
+        side: Option<&mut [f32]>,
     ) -> Result<()> {
+        let (batch, m, n, _) = self.shape();
+        let len = batch * m * n;
+        // The side output over the whole result, where the product did not write it block
+        // by block.
+        let whole_side = |dst: &[f32], side: Option<&mut [f32]>| {
+            if let (Some(p), Some(side)) = (&self.side, side) {
+                let chunk = crate::kernels::fused::task_len(len, p.work_per_element())
+                    .next_multiple_of(crate::kernels::fused::BLOCK);
+                crate::exec::par::for_each_chunk(&mut side[..len], chunk, |t, to| {
+                    let from = &dst[t * chunk..][..to.len()];
+                    crate::kernels::fused::epilogue_into(p, bufs, t * chunk, from, to);
+                });
+            }
+        };
         if let Some(dtype) = self.weight {
             let Storage::F32(dst) = out else {
                 return Err(LuminalError::Backend("weight matmul writes f32".into()));
             };
             self.run_weight(bufs, dtype, dst, scratch)?;
             if let Some(e) = &self.epilogue {
-                let (batch, m, n, _) = self.shape();
-                run_epilogue(e, bufs, &mut dst[..batch * m * n]);
+                run_epilogue(e, bufs, &mut dst[..len]);
             }
+            whole_side(dst, side);
             return Ok(());
         }
         match (&bufs[self.a], &bufs[self.b], out) {
             (Storage::F32(a), Storage::F32(b), Storage::F32(dst)) => {
                 let epi = self.epilogue.as_ref().map(|e| (e, bufs));
-                let done =
-                    self.run_f32_then(a, b, (0, 0), dst, epi, Some(&mut scratch.partials))?;
-                if let (Some(e), false) = (&self.epilogue, done) {
-                    let (batch, m, n, _) = self.shape();
-                    run_epilogue(e, bufs, &mut dst[..batch * m * n]);
+                let (side_now, side_later) = match (&self.side, side) {
+                    (Some(p), Some(s)) => (Some((p, bufs, &mut *s)), None),
+                    (_, s) => (None, s),
+                };
+                let blocks = side_now.is_some();
+                let mut side_now = side_now;
+                let done = self.run_f32_then(
+                    a,
+                    b,
+                    (0, 0),
+                    dst,
+                    epi,
+                    Some(&mut scratch.partials),
+                    side_now.as_mut().map(|(p, b, s)| (*p, *b, &mut **s)),
+                )?;
+                if !done {
+                    if let Some(e) = &self.epilogue {
+                        run_epilogue(e, bufs, &mut dst[..len]);
+                    }
+                    whole_side(dst, side_now.map(|(_, _, s)| s));
+                } else if !blocks {
+                    whole_side(dst, side_later);
                 }
                 Ok(())
             }
             // Epilogues are only fused into f32 products (see `Lowering::epilogue_matmul`).
-            (_, _, out) => half::run_half_matmul(self, bufs, out, scratch),
+            (_, _, out) => {
+                half::run_half_matmul(self, bufs, out, scratch)?;
+                if let Storage::F32(dst) = out {
+                    whole_side(dst, side);
+                }
+                Ok(())
+            }
         }
     }
 
     /// The product over f32 data: `a` and `b` hold the operands' buffers from element
     /// `shift.0` / `shift.1` on (the views' offsets are taken relative to those).
     pub fn run_f32(&self, a: &[f32], b: &[f32], shift: (i64, i64), dst: &mut [f32]) -> Result<()> {
-        self.run_f32_then(a, b, shift, dst, None, None).map(|_| ())
+        self.run_f32_then(a, b, shift, dst, None, None, None)
+            .map(|_| ())
     }
 
     /// [`MatmulKernel::run_f32`], running `epilogue` (the program and the buffers it reads)
@@ -273,6 +326,7 @@ impl MatmulKernel {
         dst: &mut [f32],
         epilogue: Option<(&Program, &[Storage])>,
         partials: Option<&mut Vec<f32>>,
+        side: Option<(&Program, &[Storage], &mut [f32])>,
     ) -> Result<bool> {
         let (a_offset, b_offset) = (self.a_view.offset - shift.0, self.b_view.offset - shift.1);
         let (batch, m, n, k) = self.shape();
@@ -316,40 +370,85 @@ impl MatmulKernel {
         debug_assert!(epilogue
             .is_none_or(|(e, _)| self.epilogue.as_ref().is_some_and(|s| std::ptr::eq(e, s))));
         let affine = self.affine.as_ref().and_then(|a| a.as_deref());
+        // The side output (`Kernel::side`): the side program over each finished block.
+        let side = side.map(|(p, b, out)| (p, b, skinny::OutPtr(out.as_mut_ptr())));
+        let finishing = epilogue.is_some() || side.is_some();
         let finish = |i: usize, d: *mut f32, (r0, r1): (usize, usize), (c0, c1): (usize, usize)| {
-            let Some((e, bufs)) = epilogue else {
-                return;
-            };
             let base = i * m * n;
-            if let Some(ops) = affine {
-                // SAFETY: rows `r0..r1` × columns `c0..c1` of this batch item's `m × n`
-                // output at `d`, which the calling task computed and no other touches.
-                let done = unsafe {
-                    crate::kernels::fused::epilogue_rows(
-                        e,
-                        ops,
-                        bufs,
-                        base + r0 * n + c0,
-                        (r1 - r0, c1 - c0, n),
-                        d.add(r0 * n + c0),
-                    )
+            // Runs `f(z, len)` over the block's rows `z .. z + len` (batch item offsets).
+            let pieces = |f: &dyn Fn(usize, usize)| {
+                if c0 == 0 && c1 == n {
+                    f(r0 * n, (r1 - r0) * n);
+                } else {
+                    for r in r0..r1 {
+                        f(r * n + c0, c1 - c0);
+                    }
+                }
+            };
+            let epilogue_done = || {
+                let Some((e, bufs)) = epilogue else {
+                    return;
                 };
-                if done {
+                if let Some(ops) = affine {
+                    // SAFETY: rows `r0..r1` × columns `c0..c1` of this batch item's `m × n`
+                    // output at `d`, which the calling task computed and no other touches.
+                    let done = unsafe {
+                        crate::kernels::fused::epilogue_rows(
+                            e,
+                            ops,
+                            bufs,
+                            base + r0 * n + c0,
+                            (r1 - r0, c1 - c0, n),
+                            d.add(r0 * n + c0),
+                        )
+                    };
+                    if done {
+                        return;
+                    }
+                }
+                pieces(&|z, len| {
+                    // SAFETY: `z .. z + len` lies inside this batch item's `m × n` output
+                    // at `d`, in rows the calling task computed and no other task touches.
+                    let data = unsafe { std::slice::from_raw_parts_mut(d.add(z), len) };
+                    crate::kernels::fused::epilogue_chunk(e, bufs, base + z, data);
+                });
+            };
+            epilogue_done();
+            if let Some((p, bufs, out)) = &side {
+                // An affine side program (a GELU) runs in place over a copy of the rows.
+                let side_ops = self.side_affine.as_ref().and_then(|a| a.as_deref());
+                let in_place = side_ops.is_some_and(|ops| {
+                    pieces(&|z, len| {
+                        // SAFETY: as below.
+                        unsafe { std::ptr::copy_nonoverlapping(d.add(z), out.0.add(base + z), len) }
+                    });
+                    // SAFETY: rows `r0..r1` × columns `c0..c1` of the side output, which
+                    // this task alone writes.
+                    unsafe {
+                        crate::kernels::fused::epilogue_rows(
+                            p,
+                            ops,
+                            bufs,
+                            base + r0 * n + c0,
+                            (r1 - r0, c1 - c0, n),
+                            out.0.add(base + r0 * n + c0),
+                        )
+                    }
+                });
+                if in_place {
                     return;
                 }
-            }
-            let piece = |z: usize, len: usize| {
-                // SAFETY: `z .. z + len` lies inside this batch item's `m × n` output at
-                // `d`, in rows the calling task computed and no other task touches.
-                let data = unsafe { std::slice::from_raw_parts_mut(d.add(z), len) };
-                crate::kernels::fused::epilogue_chunk(e, bufs, base + z, data);
-            };
-            if c0 == 0 && c1 == n {
-                piece(r0 * n, (r1 - r0) * n);
-            } else {
-                for r in r0..r1 {
-                    piece(r * n + c0, c1 - c0);
-                }
+                pieces(&|z, len| {
+                    // SAFETY: as above for the result; the side output has the result's
+                    // length and layout, and this task alone writes these positions of it.
+                    let (data, to) = unsafe {
+                        (
+                            std::slice::from_raw_parts(d.add(z), len),
+                            std::slice::from_raw_parts_mut(out.0.add(base + z), len),
+                        )
+                    };
+                    crate::kernels::fused::epilogue_into(p, bufs, base + z, data, to);
+                });
             }
         };
         // Block `[i0, i1) × [j0, j1)` of batch `i`'s product over depth `k0..k1` into `d`
@@ -364,7 +463,7 @@ impl MatmulKernel {
                 finish(i, d, (i0 + r0, i0 + r1), (j0 + c0, j0 + c1))
             };
             let done: gemm_f32::Done<'_> = match epilogue {
-                Some(_) if epi => Some(&hook),
+                _ if epi && finishing => Some(&hook),
                 _ => None,
             };
             let (oa, ob) = offsets(i);
@@ -589,7 +688,7 @@ impl MatmulKernel {
             }
         }
         // Every gemm above ran the epilogue over the blocks it finished.
-        Ok(epilogue.is_some())
+        Ok(finishing)
     }
 }
 
@@ -909,6 +1008,9 @@ impl CpuKernel for MatmulKernel {
             r.extend(e.reads());
         }
         r.extend(self.norm.and_then(|n| n.weight));
+        if let Some(p) = &self.side {
+            r.extend(p.reads());
+        }
         r
     }
     fn remap(&mut self, map: &dyn Fn(BufId) -> BufId) {
@@ -923,21 +1025,35 @@ impl CpuKernel for MatmulKernel {
         if let Some(e) = &mut self.epilogue {
             e.remap(map);
         }
+        if let Some(p) = &mut self.side {
+            p.remap(map);
+        }
     }
     fn scratch(&self) -> Scratch {
+        let instrs = |p: &Option<Program>| p.as_ref().map_or(0, |p| p.instrs.len());
         Scratch {
-            instrs: self.epilogue.as_ref().map_or(0, |p| p.instrs.len()),
+            instrs: instrs(&self.epilogue).max(instrs(&self.side)),
             gemm: self.weight.is_none().then_some(self.tiles),
         }
     }
     fn run(&mut self, cx: RunCtx<'_>, out: &mut Storage) -> Result<()> {
         self.prepare(cx.dims, cx.bufs)?;
-        self.product(cx.bufs, out, cx.half_scratch)
+        self.product(cx.bufs, out, cx.half_scratch, cx.side)
     }
     fn flops(&self, _n: usize) -> usize {
         let (b, m, n, k) = self.shape();
-        let epi = self.epilogue.as_ref().map_or(0, |p| p.flops_per_element());
-        b * m * n * (2 * k + epi)
+        let per = |p: &Option<Program>| p.as_ref().map_or(0, |p| p.flops_per_element());
+        b * m * n * (2 * k + per(&self.epilogue) + per(&self.side))
+    }
+    fn accepts_side_output(&self) -> bool {
+        self.side.is_none() && self.weight.is_none() && self.norm.is_none() && self.refine == 0
+    }
+    fn add_side_output(&mut self, prog: Program) -> std::result::Result<(), Program> {
+        if !self.accepts_side_output() {
+            return Err(prog);
+        }
+        self.side = Some(prog);
+        Ok(())
     }
     fn weight_input(&self) -> Option<BufId> {
         self.weight.map(|_| self.b)
