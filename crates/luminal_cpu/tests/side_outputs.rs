@@ -121,3 +121,40 @@ fn no_side_output_where_it_would_read_a_later_value_or_be_a_graph_output() {
     let names = same_without_the_pass(&cx, &inputs, &[late, kept]);
     assert!(names.iter().all(|k| !k.contains("side:")), "{names:?}");
 }
+
+/// A layer norm whose output `x̂` is read by its affine weight and bias and again (as the
+/// weight's gradient reads it): the affine becomes the norm kernel's side output. (Its
+/// gradient, built here from primops and computed by row kernels, is checked too.)
+#[test]
+fn a_layer_norms_affine_is_the_norm_kernels_side_output() {
+    for (rows, len) in [(1024, 64), (37, 96)] {
+        let cx = Graph::new();
+        let x = cx.tensor("x", (rows, len));
+        let w = cx.tensor("w", len);
+        let b = cx.tensor("b", len);
+        let dy = cx.tensor("dy", (rows, len));
+        let other = cx.tensor("other", (rows, len));
+        let wo = cx.tensor("wo", (len, 16));
+        let xhat = x.layer_norm(1, 1e-5);
+        let y = (xhat * w.expand(0, rows) + b.expand(0, rows))
+            .matmul(wo)
+            .output();
+        let wgrad = (xhat * dy).sum(0).output();
+        let dx = (x.layer_norm_grad(xhat, dy, 1e-5) + other)
+            .matmul(wo)
+            .output();
+        let inputs = [
+            (x, random(rows * len, 11)),
+            (w, random(len, 12)),
+            (b, random(len, 13)),
+            (dy, random(rows * len, 14)),
+            (other, random(rows * len, 15)),
+            (wo, random(len * 16, 16)),
+        ];
+        let names = same_without_the_pass(&cx, &inputs, &[y, wgrad, dx]);
+        assert!(
+            names.iter().any(|k| k.starts_with("layer_norm+side:")),
+            "{rows}×{len}: {names:?}"
+        );
+    }
+}

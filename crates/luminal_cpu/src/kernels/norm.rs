@@ -9,7 +9,8 @@
 //! ~4× slower than these loops). Every operand is read one to one (the lowering rule only
 //! takes flat identity reads), rows of `len` values back to back.
 
-use crate::kernel::{BufId, CpuKernel, RunCtx};
+use crate::kernel::{BufId, CpuKernel, RunCtx, Scratch};
+use crate::kernels::fused::{epilogue_into, epilogue_rows, EpiStep, Program};
 use crate::simd::{self, Task};
 use crate::storage::Storage;
 use luminal::shape::CompiledExpression;
@@ -21,6 +22,10 @@ pub struct LayerNormKernel {
     bufs: Vec<BufId>,
     len: CompiledExpression,
     eps: f32,
+    /// An elementwise function of the result written to the kernel's side output
+    /// (`Kernel::side`: the norm's affine weight and bias, whose input `x̂` the weight's
+    /// gradient reads too), and its ops when it is an affine chain.
+    side: Option<(Program, Option<Vec<EpiStep>>)>,
 }
 
 impl LayerNormKernel {
@@ -30,6 +35,7 @@ impl LayerNormKernel {
             bufs: vec![x],
             len,
             eps,
+            side: None,
         }
     }
     /// The gradient from `x`, the norm's output `x̂` and the output gradient `dy`.
@@ -38,6 +44,7 @@ impl LayerNormKernel {
             bufs: vec![x, xhat, dy],
             len,
             eps,
+            side: None,
         }
     }
 }
@@ -168,15 +175,39 @@ impl Task for Rows<'_> {
 
 impl CpuKernel for LayerNormKernel {
     fn reads(&self) -> Vec<BufId> {
-        self.bufs.clone()
+        let mut r = self.bufs.clone();
+        if let Some((p, _)) = &self.side {
+            r.extend(p.reads());
+        }
+        r
     }
     fn remap(&mut self, map: &dyn Fn(BufId) -> BufId) {
         for b in &mut self.bufs {
             *b = map(*b);
         }
+        if let Some((p, _)) = &mut self.side {
+            p.remap(map);
+        }
+    }
+    fn scratch(&self) -> Scratch {
+        Scratch {
+            instrs: self.side.as_ref().map_or(0, |(p, _)| p.instrs.len()),
+            ..Scratch::default()
+        }
     }
     fn flops(&self, n: usize) -> usize {
-        n * if self.bufs.len() == 3 { 11 } else { 6 }
+        let side = self.side.as_ref().map_or(0, |(p, _)| p.flops_per_element());
+        n * (side + if self.bufs.len() == 3 { 11 } else { 6 })
+    }
+    fn accepts_side_output(&self) -> bool {
+        self.side.is_none()
+    }
+    fn add_side_output(&mut self, prog: Program) -> std::result::Result<(), Program> {
+        if self.side.is_some() {
+            return Err(prog);
+        }
+        self.side = Some((prog, None));
+        Ok(())
     }
     fn run(&mut self, cx: RunCtx<'_>, out: &mut Storage) -> Result<()> {
         let err = |m: &str| LuminalError::Backend(format!("layer norm kernel: {m}"));
@@ -208,6 +239,22 @@ impl CpuKernel for LayerNormKernel {
             .min(rows);
         let grad = self.bufs.len() == 3;
         let eps = self.eps;
+        if let Some((p, ops)) = &mut self.side {
+            p.prepare(cx.dims, cx.bufs)?;
+            if ops.is_none() {
+                *ops = Some(p.affine().unwrap_or_default());
+            }
+        }
+        let side = match (&self.side, cx.side) {
+            (Some((p, ops)), Some(s)) => Some((
+                p,
+                ops.as_deref().filter(|o| !o.is_empty()),
+                SidePtr(s.as_mut_ptr()),
+            )),
+            (None, _) => None,
+            (Some(_), None) => return Err(err("no side output buffer")),
+        };
+        let bufs = cx.bufs;
         crate::exec::par::for_each_chunk(&mut o[..n], per_task * len, |t, chunk| {
             simd::run(Rows {
                 ins,
@@ -215,9 +262,34 @@ impl CpuKernel for LayerNormKernel {
                 first: t * per_task,
                 len,
                 eps,
-                out: chunk,
-            })
+                out: &mut *chunk,
+            });
+            if let Some((p, ops, s)) = &side {
+                let z0 = t * per_task * len;
+                // SAFETY: the side output has `n` elements; this task alone writes its
+                // rows `z0 .. z0 + chunk.len()`.
+                let to = unsafe { std::slice::from_raw_parts_mut(s.0.add(z0), chunk.len()) };
+                // An affine side program (weight and bias) runs in place over a copy.
+                // Its leaves read as one run when they allow it, else row by row.
+                let in_place = ops.is_some_and(|ops| {
+                    to.copy_from_slice(chunk);
+                    let (all, at) = (chunk.len(), to.as_mut_ptr());
+                    // SAFETY: `to` holds `all / len` whole rows back to back.
+                    unsafe {
+                        epilogue_rows(p, ops, bufs, z0, (1, all, all), at)
+                            || epilogue_rows(p, ops, bufs, z0, (all / len, len, len), at)
+                    }
+                });
+                if !in_place {
+                    epilogue_into(p, bufs, z0, chunk, to);
+                }
+            }
         });
         Ok(())
     }
 }
+
+/// The side output's data, shared by the row tasks (each writes its own rows).
+struct SidePtr(*mut f32);
+// SAFETY: tasks write disjoint rows through it.
+unsafe impl Sync for SidePtr {}

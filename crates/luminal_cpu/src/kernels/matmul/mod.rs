@@ -423,16 +423,29 @@ impl MatmulKernel {
                         unsafe { std::ptr::copy_nonoverlapping(d.add(z), out.0.add(base + z), len) }
                     });
                     // SAFETY: rows `r0..r1` × columns `c0..c1` of the side output, which
-                    // this task alone writes.
+                    // this task alone writes (as one run when they are whole rows and the
+                    // leaves allow it).
+                    let (z, at) = (base + r0 * n + c0, out.0.wrapping_add(base + r0 * n + c0));
+                    let whole = (r1 - r0) * n;
                     unsafe {
-                        crate::kernels::fused::epilogue_rows(
-                            p,
-                            ops,
-                            bufs,
-                            base + r0 * n + c0,
-                            (r1 - r0, c1 - c0, n),
-                            out.0.add(base + r0 * n + c0),
-                        )
+                        (c0 == 0
+                            && c1 == n
+                            && crate::kernels::fused::epilogue_rows(
+                                p,
+                                ops,
+                                bufs,
+                                z,
+                                (1, whole, whole),
+                                at,
+                            ))
+                            || crate::kernels::fused::epilogue_rows(
+                                p,
+                                ops,
+                                bufs,
+                                z,
+                                (r1 - r0, c1 - c0, n),
+                                at,
+                            )
                     }
                 });
                 if in_place {
