@@ -33,7 +33,8 @@ pub struct HalfScratch {
     /// Runs of the runtime so far (a key of `norm_of`).
     pub(crate) run: u64,
     /// The K slices of an f32 product split along its depth over threads, before they are
-    /// added (`MatmulKernel::depth_parts`).
+    /// added, and the result of a product computed transposed, before it is transposed
+    /// back (`MatmulKernel::staging`).
     pub(crate) partials: Vec<f32>,
 }
 

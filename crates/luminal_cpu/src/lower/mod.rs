@@ -818,8 +818,9 @@ const RULES: &[(&str, Rule)] = &[
 /// Passes, in order: shared producers computed inside their one fused root (`shared`,
 /// before lowering; see [`absorb_shared`]), then over the lowered kernel list: row fusion
 /// (`kernels/fused/rows.rs`), concatenations found inside elementwise kernels
-/// (`kernels/movement`), side outputs ([`side_outputs`]). `norm_prologue` is not a pass but a choice of the matmul rule: an
-/// RMSNorm whose rows a weight product reads is computed by the product (`NormPrologue`).
+/// (`kernels/movement`), side outputs ([`side_outputs`]). `norm_prologue` is not a pass
+/// but a choice of the matmul rule: an RMSNorm whose rows a weight product reads is
+/// computed by the product (`NormPrologue`).
 const PASSES: &[&str] = &[
     "shared",
     "rows",
@@ -1052,9 +1053,10 @@ pub fn lower(
 /// reading it back afterwards, where the result has other readers (so it is not an
 /// epilogue): a training step's GELU, whose input (the pre-activation) its gradient reads
 /// too, a layer norm's weight and bias, whose input `x̂` the weight's gradient reads.
-/// Products and layer norms take side outputs (`CpuKernel::add_side_output`). The elementwise kernel
-/// must read the result through the identity view and otherwise only values that exist
-/// unchanged by the time the product runs; its node must not be a graph output.
+/// Products and layer norms take side outputs (`CpuKernel::add_side_output`). The
+/// elementwise kernel must read the result through the identity view and otherwise only
+/// values that exist unchanged by the time the producing kernel runs; its node must not be
+/// a graph output.
 fn side_outputs(g: &GraphData, mut kernels: Vec<Kernel>) -> Vec<Kernel> {
     let producer: HashMap<BufId, usize> = kernels
         .iter()

@@ -385,7 +385,7 @@ impl MatmulKernel {
                     }
                 }
             };
-            let epilogue_done = || {
+            let epilogue_over_block = || {
                 let Some((e, bufs)) = epilogue else {
                     return;
                 };
@@ -413,7 +413,7 @@ impl MatmulKernel {
                     crate::kernels::fused::epilogue_chunk(e, bufs, base + z, data);
                 });
             };
-            epilogue_done();
+            epilogue_over_block();
             if let Some((p, bufs, out)) = &side {
                 // An affine side program (a GELU) runs in place over a copy of the rows.
                 let side_ops = self.side_affine.as_ref().and_then(|a| a.as_deref());
@@ -551,8 +551,8 @@ impl MatmulKernel {
             // epilogue, through `finish`, over its output while it is in cache).
             crate::exec::par::for_each_chunk(dst, m * n, call);
         } else if let (Some(partials), Some((parts, transposed))) = (partials, staged) {
-            // Computed in stages through `partials`: the product split along K
-            // (`depth_parts`) and/or computed transposed (`Cᵀ = Bᵀ·Aᵀ`, see `staging`),
+            // Computed in stages through `partials` (see `staging`): the product split
+            // along K over the threads and/or computed transposed (`Cᵀ = Bᵀ·Aᵀ`),
             // then the slices added in order, the result transposed back and the epilogue
             // run, a block of output rows per task.
             //
