@@ -11,12 +11,13 @@
 //! Two more kernel-level knobs of the f32 products, offered when the graph has a product that
 //! runs on the blocked GEMM (more rows than a skinny product's):
 //! the axis a single large product is split along across threads (`split=m`: rows of A,
-//! each thread packing all of B; `split=n`: columns of B; absent: N when it is wide enough,
-//! else M), and the products' cache blocking (`tiles=KCxMC`: `KC`-deep slices of K and
+//! each thread packing all of B; `split=n`: columns of B; `split=k`: whole `KC` slices of
+//! K, added afterwards in order; absent: K for products much deeper than long and wide,
+//! else N when it is wide enough, else M), and the products' cache blocking (`tiles=KCxMC`: `KC`-deep slices of K and
 //! `MC`-row blocks of A; absent: 256 × 144), which trades packing traffic against cache
 //! residency and depends on the shapes.
 //!
-//! A schedule is named `threads=N;off=a,b[;mm=M][;split=m|n][;tiles=KCxMC]` (`off=` lists
+//! A schedule is named `threads=N;off=a,b[;mm=M][;split=m|n|k][;tiles=KCxMC]` (`off=` lists
 //! passes switched off on top of the backend's own [`CpuBackend::disable_rules`]; `mm`
 //! absent: products use every thread), so a cached result is reapplied by name.
 

@@ -158,3 +158,40 @@ fn a_layer_norms_affine_is_the_norm_kernels_side_output() {
         );
     }
 }
+
+/// A side program that is not an affine chain (a sine), on the products' other paths: a
+/// skinny product (its side output computed over the whole result afterwards), a deep
+/// one split along K (the side program after the slices are added), and a plain one.
+#[test]
+fn a_general_side_program_on_skinny_deep_and_plain_products() {
+    // (rows, depth, columns, A given transposed)
+    for (m, k, n, deep) in [
+        (4, 64, 96, false),
+        (64, 1024, 64, true),
+        (200, 48, 80, false),
+    ] {
+        let cx = Graph::new();
+        let a = if deep {
+            cx.tensor("a", (k, m))
+        } else {
+            cx.tensor("a", (m, k))
+        };
+        // The skinny product reads both operands along K: B given as `[n, k]`.
+        let bt = cx.tensor("bt", (n, k));
+        let w2 = cx.tensor("w2", (n, 16));
+        let lhs = if deep { a.permute([1, 0]) } else { a };
+        let h = lhs.matmul(bt.permute([1, 0]));
+        let s = ((h * 0.1).sin() * h).matmul(w2).output();
+        let again = (h * 3.0).sum(1).output();
+        let inputs = [
+            (a, random(m * k, 21)),
+            (bt, random(n * k, 22)),
+            (w2, random(n * 16, 23)),
+        ];
+        let names = same_without_the_pass(&cx, &inputs, &[s, again]);
+        assert!(
+            names.iter().any(|k| k.contains("+side:elementwise")),
+            "{m}×{k}×{n}: {names:?}"
+        );
+    }
+}

@@ -164,6 +164,9 @@ pub enum Split {
     Depth,
 }
 
+/// The most scratch (floats) a product split along K keeps for its slices (16 MiB).
+const MAX_PARTIALS: usize = 1 << 22;
+
 /// Entries of each logits row a refined int8 product recomputes exactly.
 pub const REFINE_TOP: usize = 32;
 
@@ -234,7 +237,8 @@ impl MatmulKernel {
     }
 
     /// Runs the product into `out` (f32 directly, f16 and bf16 through `scratch`, see
-    /// `half.rs`), then the epilogue (if any) over it, in place.
+    /// `half.rs`), then the epilogue (if any) over it, in place, and the side program (if
+    /// any) from it into `side`, the kernel's side output.
     fn product(
         &self,
         bufs: &[Storage],
@@ -242,6 +246,11 @@ impl MatmulKernel {
         scratch: &mut crate::kernel::HalfScratch,
         side: Option<&mut [f32]>,
     ) -> Result<()> {
+        if self.side.is_some() && side.is_none() {
+            return Err(LuminalError::Backend(
+                "matmul kernel: no side output buffer".into(),
+            ));
+        }
         let (batch, m, n, _) = self.shape();
         let len = batch * m * n;
         // The side output over the whole result, where the product did not write it block
@@ -314,10 +323,12 @@ impl MatmulKernel {
     }
 
     /// [`MatmulKernel::run_f32`], running `epilogue` (the program and the buffers it reads)
-    /// over each product's output right after it, in the same task, where the products run
-    /// as many small independent tasks (the output is still in cache: a batch of attention
-    /// score products with their scale and mask). Returns whether it ran the epilogue; when
-    /// not, the caller runs it over the whole output.
+    /// over each finished block of the output right after it, in the same task (the output
+    /// is still in cache: a batch of attention score products with their scale and mask),
+    /// and then `side` (the side program, the buffers it reads and the side output) from
+    /// it. `partials` is scratch for products computed in stages (`staging`; `None`: none
+    /// are). Returns whether it ran the epilogue and side program; when not, the caller
+    /// runs them over the whole output.
     pub fn run_f32_then(
         &self,
         a: &[f32],
@@ -729,14 +740,19 @@ impl MatmulKernel {
         if batch != 1 || amx.is_some() || m * n * k < 1 << 16 {
             return None;
         }
-        let threads = crate::exec::par::threads();
+        let threads = crate::exec::par::threads().min(self.threads.max(1));
         let deep = match self.split {
             Split::Auto => k >= 2 * m.max(n),
             Split::Depth => true,
             Split::Rows | Split::Cols => false,
         };
-        let parts = if deep && threads > 1 {
-            threads.min(k.div_ceil(self.tiles.kc.max(1)))
+        // One `m × n` slice of scratch for each `kc` slice after part 0's (to keep the
+        // sequential sum order): at most `MAX_PARTIALS` floats of them.
+        let blocks = k.div_ceil(self.tiles.kc.max(1));
+        let parts = threads.min(blocks);
+        let slots = blocks - blocks / parts.max(1);
+        let parts = if deep && parts > 1 && slots * m * n <= MAX_PARTIALS {
+            parts
         } else {
             1
         };
