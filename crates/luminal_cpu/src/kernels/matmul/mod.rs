@@ -372,8 +372,15 @@ impl MatmulKernel {
             }
         };
         let offsets = |i: usize| self.batch_offsets(i, (a_offset, b_offset));
-        // AMX or not, for the whole product (a thread's block may be narrower).
-        let amx = gemm_f32::amx_for(n, k).then_some(self.precision);
+        // AMX or not, for the whole product (a thread's block may be narrower). M plays no
+        // part where A is read along its rows (activations: a row's result must not depend
+        // on the rows computed with it); an A read down its columns (a transposed
+        // activation: a weight gradient `dYᵀ·X`, whose rows are features) also needs
+        // `amx::MIN_DIM` rows, as N and K do: for fewer, splitting and packing the deep B
+        // into pieces costs more than the tile products save (`64×256×1024` in a training
+        // step: ~230 µs on AMX, ~160 transposed on the SIMD kernel, 2 threads).
+        let amx = (gemm_f32::amx_for(n, k) && (sa[r - 1] == 1 || m >= amx::MIN_DIM))
+            .then_some(self.precision);
         // The epilogue over rows `r0..r1` × columns `c0..c1` of batch item `i`'s output
         // (at `d`), run by the task that computed them, while they are in cache.
         // A bias / residual / scale epilogue runs in place row by row (`epilogue_rows`).
