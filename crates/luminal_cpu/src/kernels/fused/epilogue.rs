@@ -16,6 +16,7 @@ pub fn run_epilogue(prog: &Program, bufs: &[Storage], data: &mut [f32]) {
                 prog,
                 bufs,
                 z0: t * chunk,
+                src: None,
                 data: c,
                 regs: &mut regs,
             })
@@ -31,6 +32,7 @@ pub fn epilogue_chunk(prog: &Program, bufs: &[Storage], z0: usize, data: &mut [f
             prog,
             bufs,
             z0,
+            src: None,
             data,
             regs: &mut regs,
         })
@@ -42,12 +44,12 @@ pub fn epilogue_chunk(prog: &Program, bufs: &[Storage], z0: usize, data: &mut [f
 /// `Kernel::side`), on the calling thread.
 pub fn epilogue_into(prog: &Program, bufs: &[Storage], z0: usize, src: &[f32], dst: &mut [f32]) {
     prog.with_regs(|mut regs| {
-        simd::run(SideTask {
+        simd::run(EpilogueTask {
             prog,
             bufs,
             z0,
-            src,
-            dst,
+            src: Some(src),
+            data: dst,
             regs: &mut regs,
         })
     })
@@ -294,10 +296,15 @@ impl Task for AffineRows<'_> {
     }
 }
 
+/// The epilogue's block loop: `data`'s blocks become the program's values, row register 0
+/// reading `src` (a side output) or, with none, `data` itself (each block copied aside
+/// first, so the program may read its input anywhere in the block while it is
+/// overwritten).
 struct EpilogueTask<'a, 'o, 'r, 's> {
     prog: &'a Program,
     bufs: &'a [Storage],
     z0: usize,
+    src: Option<&'o [f32]>,
     data: &'o mut [f32],
     regs: &'r mut Regs<'s>,
 }
@@ -310,6 +317,7 @@ impl Task for EpilogueTask<'_, '_, '_, '_> {
             prog,
             bufs,
             z0,
+            src,
             data,
             regs,
         } = self;
@@ -318,55 +326,21 @@ impl Task for EpilogueTask<'_, '_, '_, '_> {
         while start < data.len() {
             let n = BLOCK.min(data.len() - start);
             let dst = &mut data[start..start + n];
-            input[..n].copy_from_slice(dst);
+            let from = match src {
+                Some(s) => &s[start..start + n],
+                None => {
+                    input[..n].copy_from_slice(dst);
+                    &input[..n]
+                }
+            };
             let row = RowEnv {
                 scalars: &[],
-                regs: &input[..n],
+                regs: from,
                 len: n,
                 base: z0 + start,
             };
             if let Some(v) = prog.eval(bufs, row, z0 + start, n, regs, dst) {
                 dst.copy_from_slice(v);
-            }
-            start += n;
-        }
-    }
-}
-
-/// [`epilogue_into`]'s task.
-struct SideTask<'a, 'o, 'r, 's> {
-    prog: &'a Program,
-    bufs: &'a [Storage],
-    z0: usize,
-    src: &'o [f32],
-    dst: &'o mut [f32],
-    regs: &'r mut Regs<'s>,
-}
-
-impl Task for SideTask<'_, '_, '_, '_> {
-    type Output = ();
-    #[inline(always)]
-    fn run<const F: bool>(self) {
-        let SideTask {
-            prog,
-            bufs,
-            z0,
-            src,
-            dst,
-            regs,
-        } = self;
-        let mut start = 0;
-        while start < dst.len() {
-            let n = BLOCK.min(dst.len() - start);
-            let row = RowEnv {
-                scalars: &[],
-                regs: &src[start..start + n],
-                len: n,
-                base: z0 + start,
-            };
-            let out = &mut dst[start..start + n];
-            if let Some(v) = prog.eval(bufs, row, z0 + start, n, regs, out) {
-                out.copy_from_slice(v);
             }
             start += n;
         }

@@ -279,12 +279,7 @@ impl MatmulKernel {
         match (&bufs[self.a], &bufs[self.b], out) {
             (Storage::F32(a), Storage::F32(b), Storage::F32(dst)) => {
                 let epi = self.epilogue.as_ref().map(|e| (e, bufs));
-                let (side_now, side_later) = match (&self.side, side) {
-                    (Some(p), Some(s)) => (Some((p, bufs, &mut *s)), None),
-                    (_, s) => (None, s),
-                };
-                let blocks = side_now.is_some();
-                let mut side_now = side_now;
+                let mut side = self.side.as_ref().zip(side);
                 let done = self.run_f32_then(
                     a,
                     b,
@@ -292,26 +287,19 @@ impl MatmulKernel {
                     dst,
                     epi,
                     Some(&mut scratch.partials),
-                    side_now.as_mut().map(|(p, b, s)| (*p, *b, &mut **s)),
+                    side.as_mut().map(|(p, s)| (*p, bufs, &mut **s)),
                 )?;
                 if !done {
                     if let Some(e) = &self.epilogue {
                         run_epilogue(e, bufs, &mut dst[..len]);
                     }
-                    whole_side(dst, side_now.map(|(_, _, s)| s));
-                } else if !blocks {
-                    whole_side(dst, side_later);
+                    whole_side(dst, side.map(|(_, s)| s));
                 }
                 Ok(())
             }
             // Epilogues are only fused into f32 products (see `Lowering::epilogue_matmul`).
-            (_, _, out) => {
-                half::run_half_matmul(self, bufs, out, scratch)?;
-                if let Storage::F32(dst) = out {
-                    whole_side(dst, side);
-                }
-                Ok(())
-            }
+            // (Half products write half outputs: never a side output's producer.)
+            (_, _, out) => half::run_half_matmul(self, bufs, out, scratch),
         }
     }
 
