@@ -530,26 +530,31 @@ impl Lowering<'_> {
     }
 
     /// A reduction over a fused tree: f32, or f16 / bf16 accumulated in f64 (see
-    /// `half::run_half_reduce`).
+    /// `half::run_half_reduce`). A chain of reductions of the same op (`sum` over several
+    /// axes: a bias gradient over batch and positions, a batch norm's statistics) is one
+    /// kernel: see [`Lowering::reduce_chain`].
     fn fused_reduce(&self, id: NodeId) -> Result<Option<Lowered>> {
         let node = self.g.node(id);
         let Op::Reduce { op, axis } = node.op else {
             return Ok(None);
         };
-        let e = &node.inputs[0];
         let float = node.dtype == DType::F32 || HalfKind::of(node.dtype).is_some();
-        if !float || self.g.node(e.node).dtype != node.dtype {
+        if !float || self.g.node(node.inputs[0].node).dtype != node.dtype {
             return Ok(None);
         }
-        let mut prog = Program::default();
-        self.begin_root(id);
-        let r = self.emit_edge(e, &mut prog, &mut vec![]);
-        self.root.set(None);
-        r?.expect("a root has no pending broadcast");
+        let chain = self.reduce_chain(id)?;
+        if chain.1.len() > 1 {
+            if let Some(k) = self.chain_reduce(id, chain)? {
+                return Ok(Some(k));
+            }
+        }
+        let e = &node.inputs[0];
+        let prog = self.reduce_program(id, e)?;
         let dims = e.view.dims();
         let mut name = Self::name_of(&prog, &format!("{}({axis})", op.name()));
         let mut inner: Expression = dims[axis + 1..].iter().product();
-        let mut column = false;
+        let mut no_rows = false;
+        let mut prog = prog;
         if let Some(j) = column_position(&prog, &dims, axis) {
             // Reduce across rows instead of along strided ones: the reduced axis moves in
             // front of the contiguous output dims (their order, hence the output layout,
@@ -558,13 +563,9 @@ impl Lowering<'_> {
             perm.push(axis);
             perm.extend(j..axis);
             perm.extend(axis + 1..dims.len());
-            for leaf in &mut prog.leaves {
-                let mut v = leaf.exprs.view.clone();
-                v.permute(&perm);
-                leaf.exprs = ViewExprs::new(&v, self.names)?;
-            }
+            self.permute_leaves(&mut prog, &perm)?;
             inner = dims[j..axis].iter().chain(&dims[axis + 1..]).product();
-            column = true;
+            no_rows = true;
             name = Self::name_of(&prog, &format!("{}({axis}, across rows)", op.name()));
         }
         let k = ReduceKernel {
@@ -572,7 +573,108 @@ impl Lowering<'_> {
             prog,
             len: self.names.compile(&dims[axis])?,
             inner: self.names.compile(&inner)?,
-            column,
+            no_rows,
+        };
+        Ok(Some((name, Box::new(k))))
+    }
+
+    /// The fused tree read through `e` as the program of reduction `id`.
+    fn reduce_program(&self, id: NodeId, e: &Edge) -> Result<Program> {
+        let mut prog = Program::default();
+        self.begin_root(id);
+        let r = self.emit_edge(e, &mut prog, &mut vec![]);
+        self.root.set(None);
+        r?.expect("a root has no pending broadcast");
+        Ok(prog)
+    }
+
+    fn permute_leaves(&self, prog: &mut Program, perm: &[usize]) -> Result<()> {
+        for leaf in &mut prog.leaves {
+            let mut v = leaf.exprs.view.clone();
+            v.permute(perm);
+            leaf.exprs = ViewExprs::new(&v, self.names)?;
+        }
+        Ok(())
+    }
+
+    /// The reductions `id` reads that it can absorb: the edge whose values the chain
+    /// reduces, and the dims of that edge's shape reduced, in order. The chain goes on
+    /// through each reduction of the same op and dtype read by it alone through the
+    /// identity view and lowered as a plain reduction (not a product or a term).
+    fn reduce_chain(&self, id: NodeId) -> Result<(&Edge, Vec<usize>)> {
+        let node = self.g.node(id);
+        let Op::Reduce { op, axis } = node.op else {
+            unreachable!("reduce_chain of a non-reduction");
+        };
+        let (mut e, mut axes) = (&node.inputs[0], vec![axis]);
+        // Half reductions round each one's result to their type: merged they would not.
+        if self.disabled("reduce_chain") || node.dtype != DType::F32 {
+            return Ok((e, axes));
+        }
+        loop {
+            let p = self.g.node(e.node);
+            let Op::Reduce { op: pop, axis: ia } = p.op else {
+                break;
+            };
+            if pop != op
+                || p.dtype != node.dtype
+                || !self.private_identity(e)
+                || terms::is_term(e.node)
+                || self.ln_grads.contains_key(&e.node)
+                || self.try_matmul(e.node, pop, ia)?.is_some()
+            {
+                break;
+            }
+            // `axes` are dims of p's output; p's input has dim `ia` more.
+            for a in &mut axes {
+                *a += (*a >= ia) as usize;
+            }
+            axes.push(ia);
+            axes.sort_unstable();
+            e = &p.inputs[0];
+        }
+        Ok((e, axes))
+    }
+
+    /// Reduction `id` with the chain of reductions it reads (`reduce_chain`) as one
+    /// kernel: adjacent reduced dims are one axis of their product (a bias gradient's
+    /// tokens over batch and positions: a column sum when dims follow); otherwise the
+    /// reduced dims move behind the kept ones, and each output's elements are one row.
+    /// Sums then add in another order than one axis at a time. `None` where the tree
+    /// cannot be permuted (row-kernel reads, a leaf of another rank).
+    fn chain_reduce(&self, id: NodeId, (e, axes): (&Edge, Vec<usize>)) -> Result<Option<Lowered>> {
+        let Op::Reduce { op, .. } = self.g.node(id).op else {
+            unreachable!("chain_reduce of a non-reduction");
+        };
+        let mut prog = self.reduce_program(id, e)?;
+        let dims = e.view.dims();
+        let (lo, hi) = (axes[0], axes[axes.len() - 1] + 1);
+        let len: Expression = axes.iter().map(|&a| dims[a].clone()).product();
+        let inner: Expression = if hi - lo == axes.len() {
+            dims[hi..].iter().product()
+        } else {
+            let r = dims.len();
+            let movable = !prog
+                .instrs
+                .iter()
+                .any(|i| matches!(i, Instr::RowReg(_) | Instr::RowScalar(_)))
+                && prog.leaves.iter().all(|l| l.exprs.view.rank() == r);
+            if !movable {
+                return Ok(None);
+            }
+            let mut perm: Vec<usize> = (0..r).filter(|a| !axes.contains(a)).collect();
+            perm.extend(&axes);
+            self.permute_leaves(&mut prog, &perm)?;
+            Expression::from(1)
+        };
+        let list: Vec<String> = axes.iter().map(|a| a.to_string()).collect();
+        let name = Self::name_of(&prog, &format!("{}({})", op.name(), list.join("+")));
+        let k = ReduceKernel {
+            op,
+            prog,
+            len: self.names.compile(&len)?,
+            inner: self.names.compile(&inner)?,
+            no_rows: true,
         };
         Ok(Some((name, Box::new(k))))
     }
@@ -825,6 +927,7 @@ const RULES: &[(&str, Rule)] = &[
 /// computed by the product (`NormPrologue`).
 const PASSES: &[&str] = &[
     "shared",
+    "reduce_chain",
     "rows",
     "concat",
     "norm_prologue",

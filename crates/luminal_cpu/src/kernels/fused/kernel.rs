@@ -22,9 +22,11 @@ pub struct ReduceKernel {
     /// Reduced length and inner size (outer = numel / inner).
     pub len: CompiledExpression,
     pub inner: CompiledExpression,
-    /// The reduced axis was moved in front of contiguous output dims (see
-    /// `lower::column_position`): not a row reduction, so never merged into a row kernel.
-    pub column: bool,
+    /// Not a reduction along the rows of its node's axis: the reduced axis was moved in
+    /// front of contiguous output dims (see `lower::column_position`), or a chain of
+    /// reductions was merged into one (`lower::reduce_chain`). Never merged into a row
+    /// kernel.
+    pub no_rows: bool,
 }
 
 impl Program {
@@ -110,6 +112,6 @@ impl CpuKernel for ReduceKernel {
         elems * (self.prog.flops_per_element() + 1)
     }
     fn fused(&self) -> Option<Fused<'_>> {
-        (!self.column).then_some(Fused::Reduce(self.op, &self.prog))
+        (!self.no_rows).then_some(Fused::Reduce(self.op, &self.prog))
     }
 }
