@@ -152,7 +152,7 @@ fn gather(
     tr: Option<&mut [f32]>,
 ) {
     for r in 0..rows {
-        dst[r * d..(r + 1) * d].copy_from_slice(&src[off + r * stride..][..d]);
+        copy_row(&mut dst[r * d..(r + 1) * d], &src[off + r * stride..][..d]);
     }
     if let Some(tr) = tr {
         let tp = rows.next_multiple_of(W);
@@ -162,6 +162,20 @@ fn gather(
             }
         }
     }
+}
+
+/// `dst.copy_from_slice(src)` for a head's short rows: whole 16-value pieces as fixed-size
+/// copies, which compile to vector moves (a `memcpy` call per 64-byte row cost more than
+/// the copy).
+#[inline(always)]
+fn copy_row(dst: &mut [f32], src: &[f32]) {
+    let mut o = dst.chunks_exact_mut(16);
+    let mut i = src.chunks_exact(16);
+    for (o, i) in (&mut o).zip(&mut i) {
+        let piece: &[f32; 16] = i.try_into().expect("a 16-value piece");
+        o.copy_from_slice(piece);
+    }
+    o.into_remainder().copy_from_slice(i.remainder());
 }
 
 /// Keys per vector step (rows of keys are padded to a multiple: k and v with zero rows, the
