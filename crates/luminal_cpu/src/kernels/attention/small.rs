@@ -156,6 +156,16 @@ fn gather(
     }
     if let Some(tr) = tr {
         let tp = rows.next_multiple_of(W);
+        #[cfg(target_arch = "x86_64")]
+        if d % 16 == 0 && dst.len() >= tp * d && tr.len() >= d * tp {
+            if crate::simd::isa() == crate::simd::Isa::Avx512 {
+                // SAFETY: AVX-512 is allowed (the ISA level never exceeds the detected one);
+                // `dst` holds `tp` rows of `d` (rows past `rows` are the zero padding) and
+                // `tr` `d` rows of `tp` (checked).
+                unsafe { transpose_avx512(dst, tr, tp, d) };
+                return;
+            }
+        }
         for r in 0..rows {
             for c in 0..d {
                 tr[c * tp + r] = dst[r * d + c];
@@ -176,6 +186,48 @@ fn copy_row(dst: &mut [f32], src: &[f32]) {
         o.copy_from_slice(piece);
     }
     o.into_remainder().copy_from_slice(i.remainder());
+}
+
+/// `tr[c·tp + r] = src[r·d + c]` for `r < tp`, `c < d` (both multiples of 16), in 16 × 16
+/// tiles transposed in registers (the scalar loop stored one value at a time).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn transpose_avx512(src: &[f32], tr: &mut [f32], tp: usize, d: usize) {
+    use std::arch::x86_64::*;
+    for r0 in (0..tp).step_by(16) {
+        for c0 in (0..d).step_by(16) {
+            let mut r = [_mm512_setzero_ps(); 16];
+            for (i, x) in r.iter_mut().enumerate() {
+                *x = _mm512_loadu_ps(src.as_ptr().add((r0 + i) * d + c0));
+            }
+            let mut t = [_mm512_setzero_ps(); 16];
+            for i in 0..8 {
+                t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+                t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+            }
+            for i in 0..4 {
+                let (a, b, c, e) = (t[4 * i], t[4 * i + 1], t[4 * i + 2], t[4 * i + 3]);
+                r[4 * i] = _mm512_shuffle_ps::<0x44>(a, c);
+                r[4 * i + 1] = _mm512_shuffle_ps::<0xEE>(a, c);
+                r[4 * i + 2] = _mm512_shuffle_ps::<0x44>(b, e);
+                r[4 * i + 3] = _mm512_shuffle_ps::<0xEE>(b, e);
+            }
+            for h in 0..2 {
+                for j in 0..4 {
+                    let (a, b) = (r[8 * h + j], r[8 * h + 4 + j]);
+                    t[8 * h + j] = _mm512_shuffle_f32x4::<0x88>(a, b);
+                    t[8 * h + 4 + j] = _mm512_shuffle_f32x4::<0xDD>(a, b);
+                }
+            }
+            for j in 0..8 {
+                r[j] = _mm512_shuffle_f32x4::<0x88>(t[j], t[8 + j]);
+                r[8 + j] = _mm512_shuffle_f32x4::<0xDD>(t[j], t[8 + j]);
+            }
+            for (c, x) in r.iter().enumerate() {
+                _mm512_storeu_ps(tr.as_mut_ptr().add((c0 + c) * tp + r0), *x);
+            }
+        }
+    }
 }
 
 /// Keys per vector step (rows of keys are padded to a multiple: k and v with zero rows, the
@@ -1525,6 +1577,29 @@ mod gemm_probe {
                 );
             }
             t0.elapsed().as_secs_f64()
+        }
+    }
+
+    /// The register transpose equals the scalar one.
+    #[test]
+    fn head_transpose_matches_scalar() {
+        for (rows, d) in [(64usize, 16usize), (37, 32), (16, 16), (5, 48)] {
+            let tp = rows.next_multiple_of(W);
+            let src: Vec<f32> = (0..rows * d).map(|i| i as f32 * 0.5 - 3.0).collect();
+            let mut dst = vec![0f32; tp * d];
+            let mut tr = vec![f32::NAN; d * tp];
+            // The transposes' padding columns start at zero, as in `launch`.
+            for c in 0..d {
+                tr[c * tp + rows..(c + 1) * tp].fill(0.0);
+            }
+            gather(&src, 0, d, (rows, d), &mut dst, Some(&mut tr));
+            for r in 0..tp {
+                for c in 0..d {
+                    let want = if r < rows { src[r * d + c] } else { 0.0 };
+                    assert_eq!(tr[c * tp + r], want, "{rows}x{d}: ({r}, {c})");
+                    assert_eq!(dst[r * d + c], want, "{rows}x{d}: ({r}, {c})");
+                }
+            }
         }
     }
 
