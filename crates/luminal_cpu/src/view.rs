@@ -226,6 +226,11 @@ pub struct GatherTable {
     outer: Vec<(i64, i64, i64, i64)>,
     /// The table as pairs of adjacent values, where it is one (see [`Pairs`]).
     pairs: Option<Pairs>,
+    /// `(a, b, stride)` where the table is a transpose: entry `i·b + j` reads offset
+    /// `i + j·stride` (a row-major block read down its columns: a convolution's output
+    /// permuted to channels first, a product's operand transposed), `a` and `b`
+    /// multiples of 16. Whole rows of 16 load as register-transposed tiles.
+    transpose: Option<(usize, usize, i64)>,
 }
 
 /// A table whose entries pair up (`2i`, `2i + 1`) into adjacent buffer values — both
@@ -349,7 +354,15 @@ impl GatherTable {
                 idx[i] = 0;
             }
         }
+        let transpose = (f.r - s == 2
+            && f.strides[s] == 1
+            && f.strides[s + 1] >= 16
+            && f.dims[s] % 16 == 0
+            && f.dims[s + 1] % 16 == 0
+            && (s..f.r).all(|i| f.lo[i] == 0 && f.hi[i] == f.dims[i]))
+        .then(|| (f.dims[s] as usize, f.dims[s + 1] as usize, f.strides[s + 1]));
         Some(GatherTable {
+            transpose,
             pairs: Pairs::of(&offs),
             offs,
             offset: f.offset,
@@ -378,7 +391,8 @@ impl GatherTable {
             }
             if !ok {
                 dst.fill(0.0);
-            } else if !self.load_pairs(v, base, j0, dst) {
+            } else if !self.load_pairs(v, base, j0, dst) && !self.load_transposed(v, base, j0, dst)
+            {
                 gather(v, base, &self.offs[j0..j0 + take], dst);
             }
             pos += take;
@@ -404,6 +418,42 @@ impl GatherTable {
             return true;
         }
         let _ = inside;
+        false
+    }
+}
+
+impl GatherTable {
+    /// Entries `j0 ..` of a transposing table ([`GatherTable::transpose`]) at `base` as
+    /// 16 × 16 tiles transposed in registers, where they are whole groups of 16 rows
+    /// (false, nothing written, elsewhere and without AVX-512).
+    fn load_transposed(&self, v: &[f32], base: i64, j0: usize, dst: &mut [f32]) -> bool {
+        let Some((a, b, sb)) = self.transpose else {
+            return false;
+        };
+        let rows = 16 * b;
+        let whole = j0 % rows == 0 && dst.len() % rows == 0 && j0 + dst.len() <= a * b;
+        #[cfg(target_arch = "x86_64")]
+        if whole && crate::simd::isa() == crate::simd::Isa::Avx512 {
+            let i0 = j0 / b;
+            for ti in (0..dst.len() / b).step_by(16) {
+                for tj in (0..b).step_by(16) {
+                    let at = base + (i0 + ti) as i64 + tj as i64 * sb;
+                    // SAFETY: AVX-512 is allowed; the table has no padding, and every value
+                    // it reads lies in `v` (the view was bounds-checked); the tile's rows
+                    // lie in `dst` (whole rows of 16, `b` apart).
+                    unsafe {
+                        crate::simd::transpose::tile_avx512(
+                            v.as_ptr().offset(at as isize),
+                            sb as usize,
+                            dst.as_mut_ptr().add(ti * b + tj),
+                            b,
+                        )
+                    };
+                }
+            }
+            return true;
+        }
+        let _ = whole;
         false
     }
 }
@@ -1027,6 +1077,38 @@ mod tests {
                     assert_eq!(got, want, "view {i}, buffer of {len}");
                 }
             }
+        }
+    }
+
+    /// Transposing tables (a row-major block read down its columns) load whole groups of
+    /// 16 rows as register-transposed tiles: the same values as element loads, in whole
+    /// tables, in groups of rows, and in pieces that fall back to gathers.
+    #[test]
+    fn transposing_tables_match_element_loads() {
+        // Three blocks of 48 rows of 40 values (32 read), read as [3, 32, 48].
+        let v = ResolvedView {
+            any_valid: true,
+            dims: vec![3, 32, 48],
+            strides: vec![2000, 1, 40],
+            offset: 5,
+            lo: vec![0, 0, 0],
+            hi: vec![3, 32, 48],
+            ..Default::default()
+        };
+        let t = GatherTable::of(&v).expect("a gather table");
+        assert_eq!(t.transpose, Some((32, 48, 40)));
+        let buf: Vec<f32> = (0..6100).map(|x| x as f32 - 7.5).collect();
+        let n = 3 * 32 * 48;
+        let want: Vec<f32> = (0..n).map(|z| v.load_one(BufRef::F32(&buf), z)).collect();
+        for piece in [32 * 48, 3 * 32 * 48, 16 * 48, 48, 7] {
+            let mut got = vec![f32::NAN; n];
+            let mut z = 0;
+            while z < n {
+                let take = piece.min(n - z);
+                t.load(&buf, z, &mut got[z..z + take]);
+                z += take;
+            }
+            assert_eq!(got, want, "pieces of {piece}");
         }
     }
 

@@ -260,6 +260,7 @@ mod reduce;
 mod slices;
 #[cfg(test)]
 mod tests;
+pub(crate) mod transpose;
 
 pub use chain::*;
 pub use math::*;

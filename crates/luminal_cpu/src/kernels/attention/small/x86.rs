@@ -285,39 +285,10 @@ pub(super) unsafe fn probabilities_grad_avx2(
 /// tiles transposed in registers (the scalar loop stored one value at a time).
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn transpose_avx512(src: &[f32], tr: &mut [f32], tp: usize, d: usize) {
-    use std::arch::x86_64::*;
     for r0 in (0..tp).step_by(16) {
         for c0 in (0..d).step_by(16) {
-            let mut r = [_mm512_setzero_ps(); 16];
-            for (i, x) in r.iter_mut().enumerate() {
-                *x = _mm512_loadu_ps(src.as_ptr().add((r0 + i) * d + c0));
-            }
-            let mut t = [_mm512_setzero_ps(); 16];
-            for i in 0..8 {
-                t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-                t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-            }
-            for i in 0..4 {
-                let (a, b, c, e) = (t[4 * i], t[4 * i + 1], t[4 * i + 2], t[4 * i + 3]);
-                r[4 * i] = _mm512_shuffle_ps::<0x44>(a, c);
-                r[4 * i + 1] = _mm512_shuffle_ps::<0xEE>(a, c);
-                r[4 * i + 2] = _mm512_shuffle_ps::<0x44>(b, e);
-                r[4 * i + 3] = _mm512_shuffle_ps::<0xEE>(b, e);
-            }
-            for h in 0..2 {
-                for j in 0..4 {
-                    let (a, b) = (r[8 * h + j], r[8 * h + 4 + j]);
-                    t[8 * h + j] = _mm512_shuffle_f32x4::<0x88>(a, b);
-                    t[8 * h + 4 + j] = _mm512_shuffle_f32x4::<0xDD>(a, b);
-                }
-            }
-            for j in 0..8 {
-                r[j] = _mm512_shuffle_f32x4::<0x88>(t[j], t[8 + j]);
-                r[8 + j] = _mm512_shuffle_f32x4::<0xDD>(t[j], t[8 + j]);
-            }
-            for (c, x) in r.iter().enumerate() {
-                _mm512_storeu_ps(tr.as_mut_ptr().add((c0 + c) * tp + r0), *x);
-            }
+            let at = src.as_ptr().add(r0 * d + c0);
+            crate::simd::transpose::tile_avx512(at, d, tr.as_mut_ptr().add(c0 * tp + r0), tp);
         }
     }
 }
