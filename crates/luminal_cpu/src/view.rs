@@ -269,7 +269,7 @@ impl Pairs {
                     a
                 }
                 (a, _) if a != none => a,
-                (_, b) if b != none => b.checked_sub(1)?,
+                (_, b) if b != none => b.checked_sub(1).filter(|&f| f != none)?,
                 _ => none,
             });
         }
@@ -464,7 +464,8 @@ impl GatherTable {
 #[target_feature(enable = "avx512f")]
 unsafe fn load_pairs_avx512(v: &[f32], base: i64, pr: &Pairs, j0: usize, dst: &mut [f32]) {
     use std::arch::x86_64::*;
-    let ptr = v.as_ptr().offset(base as isize) as *const i64;
+    // `base` may lie before the buffer (padding first): only `base + first` is read.
+    let ptr = v.as_ptr().wrapping_offset(base as isize) as *const i64;
     let one = |j: usize| -> f32 {
         if pr.valid[j / 64] >> (j % 64) & 1 == 0 {
             0.0
@@ -518,7 +519,7 @@ fn gather(v: &[f32], base: i64, offs: &[i32], out: &mut [f32]) {
 unsafe fn gather_avx512(v: &[f32], base: i64, offs: &[i32], out: &mut [f32]) {
     use std::arch::x86_64::*;
     let n = out.len();
-    let ptr = v.as_ptr().offset(base as isize);
+    let ptr = v.as_ptr().wrapping_offset(base as isize);
     let invalid = _mm512_set1_epi32(i32::MIN);
     let mut j = 0;
     while j + 16 <= n {

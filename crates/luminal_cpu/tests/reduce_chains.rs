@@ -148,3 +148,24 @@ fn other_reductions_and_products_stay_apart() {
         "{names:?}"
     );
 }
+
+/// Chains through a reshape or a `keepdim` view of a reduction's result are not merged
+/// (the merged axes would be counted on the wrong shape), and neither are leaves read
+/// over other dims permuted: values as the reference's.
+#[test]
+fn chains_through_reshapes_keep_their_axes() {
+    let cx = Graph::new();
+    let x = cx.tensor("x", (3, 4, 5));
+    let keep0 = x.sum_keepdim(0).sum(1).output();
+    let keep1 = x.sum_keepdim(1).sum(2).output();
+    let b = cx.tensor("b", (2, 3, 4, 6));
+    let flat = b.sum(2).reshape(vec![6, 6]).sum(0).output();
+    let y = cx.tensor("y", (6, 4, 5));
+    let inlined = (y * 2.0).reshape(vec![4, 6, 5]).sum(2).sum(0).output();
+    let host = [
+        (x, random(3 * 4 * 5, 7)),
+        (b, random(2 * 3 * 4 * 6, 8)),
+        (y, random(6 * 4 * 5, 9)),
+    ];
+    check(&cx, &host, &[], &[keep0, keep1, flat, inlined]);
+}

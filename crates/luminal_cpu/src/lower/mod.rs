@@ -543,7 +543,7 @@ impl Lowering<'_> {
             return Ok(None);
         }
         let chain = self.reduce_chain(id)?;
-        if chain.1.len() > 1 {
+        if chain.2.len() > 1 {
             if let Some(k) = self.chain_reduce(id, chain)? {
                 return Ok(Some(k));
             }
@@ -597,19 +597,21 @@ impl Lowering<'_> {
         Ok(())
     }
 
-    /// The reductions `id` reads that it can absorb: the edge whose values the chain
-    /// reduces, and the dims of that edge's shape reduced, in order. The chain goes on
-    /// through each reduction of the same op and dtype read by it alone through the
-    /// identity view and lowered as a plain reduction (not a product or a term).
-    fn reduce_chain(&self, id: NodeId) -> Result<(&Edge, Vec<usize>)> {
+    /// The reductions `id` reads that it can absorb: the innermost reduction of the chain,
+    /// the edge whose values it reduces, and the dims of that edge's shape reduced, in
+    /// order. The chain goes on through each reduction of the same op and dtype read by
+    /// it alone through the identity view of its own shape (not a reshape or an
+    /// unsqueeze of it) and lowered as a plain reduction (not a product, a term, a
+    /// layer-norm gradient or a `maximum` pair).
+    fn reduce_chain(&self, id: NodeId) -> Result<(NodeId, &Edge, Vec<usize>)> {
         let node = self.g.node(id);
         let Op::Reduce { op, axis } = node.op else {
             unreachable!("reduce_chain of a non-reduction");
         };
-        let (mut e, mut axes) = (&node.inputs[0], vec![axis]);
+        let (mut root, mut e, mut axes) = (id, &node.inputs[0], vec![axis]);
         // Half reductions round each one's result to their type: merged they would not.
         if self.disabled("reduce_chain") || node.dtype != DType::F32 {
-            return Ok((e, axes));
+            return Ok((root, e, axes));
         }
         loop {
             let p = self.g.node(e.node);
@@ -618,9 +620,11 @@ impl Lowering<'_> {
             };
             if pop != op
                 || p.dtype != node.dtype
+                || e.view.dims() != p.shape
                 || !self.private_identity(e)
                 || terms::is_term(e.node)
                 || self.ln_grads.contains_key(&e.node)
+                || self.pair_max.contains_key(&e.node)
                 || self.try_matmul(e.node, pop, ia)?.is_some()
             {
                 break;
@@ -631,9 +635,9 @@ impl Lowering<'_> {
             }
             axes.push(ia);
             axes.sort_unstable();
-            e = &p.inputs[0];
+            (root, e) = (e.node, &p.inputs[0]);
         }
-        Ok((e, axes))
+        Ok((root, e, axes))
     }
 
     /// Reduction `id` with the chain of reductions it reads (`reduce_chain`) as one
@@ -641,12 +645,18 @@ impl Lowering<'_> {
     /// tokens over batch and positions: a column sum when dims follow); otherwise the
     /// reduced dims move behind the kept ones, and each output's elements are one row.
     /// Sums then add in another order than one axis at a time. `None` where the tree
-    /// cannot be permuted (row-kernel reads, a leaf of another rank).
-    fn chain_reduce(&self, id: NodeId, (e, axes): (&Edge, Vec<usize>)) -> Result<Option<Lowered>> {
+    /// cannot be permuted (row-kernel reads, a leaf over other dims).
+    fn chain_reduce(
+        &self,
+        id: NodeId,
+        (root, e, axes): (NodeId, &Edge, Vec<usize>),
+    ) -> Result<Option<Lowered>> {
         let Op::Reduce { op, .. } = self.g.node(id).op else {
             unreachable!("chain_reduce of a non-reduction");
         };
-        let mut prog = self.reduce_program(id, e)?;
+        // The tree is the innermost reduction's: producers shared inside it are computed
+        // once in it (`absorb_shared` placed them there).
+        let mut prog = self.reduce_program(root, e)?;
         let dims = e.view.dims();
         let (lo, hi) = (axes[0], axes[axes.len() - 1] + 1);
         let len: Expression = axes.iter().map(|&a| dims[a].clone()).product();
@@ -658,7 +668,7 @@ impl Lowering<'_> {
                 .instrs
                 .iter()
                 .any(|i| matches!(i, Instr::RowReg(_) | Instr::RowScalar(_)))
-                && prog.leaves.iter().all(|l| l.exprs.view.rank() == r);
+                && prog.leaves.iter().all(|l| l.exprs.view.dims() == dims);
             if !movable {
                 return Ok(None);
             }

@@ -19,6 +19,10 @@ fn gemm_rows(
     (c, ldc): (&mut [f32], usize),
     block: impl Fn(usize, (usize, usize), *const f32, *const f32, *mut f32),
 ) {
+    assert!(
+        n % 16 == 0,
+        "small products take whole 16-column blocks, not {n}"
+    );
     let mut r0 = 0;
     while r0 < m {
         let mr = (m - r0).min(mr_max);
