@@ -8,7 +8,7 @@ use luminal::testing::uniform as random;
 use luminal_cpu::CpuBackend;
 
 mod compare;
-use compare::check_tol;
+use compare::{check_tol, outputs};
 
 fn reduce_kernels(names: &[String]) -> Vec<String> {
     names
@@ -16,25 +16,6 @@ fn reduce_kernels(names: &[String]) -> Vec<String> {
         .filter(|n| n.contains("Reduce("))
         .cloned()
         .collect()
-}
-
-fn outputs(
-    cx: &Graph,
-    backend: CpuBackend,
-    inputs: &[(GraphTensor, Vec<f32>)],
-    dims: &[(&str, usize)],
-    outs: &[GraphTensor],
-) -> (Vec<Vec<f32>>, Vec<String>) {
-    let mut rt = cx.compile(backend, CompileOptions::default()).unwrap();
-    for (t, d) in inputs {
-        rt.set_data(*t, HostData::F32(d.clone())).unwrap();
-    }
-    for (n, v) in dims {
-        rt.set_dim(n, *v);
-    }
-    rt.run().unwrap();
-    let got = outs.iter().map(|&o| rt.get::<f32>(o).unwrap()).collect();
-    (got, rt.kernel_names())
 }
 
 /// Checks `outs` against the reference runtime, and against the CPU backend with the

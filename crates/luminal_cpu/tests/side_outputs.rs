@@ -9,24 +9,7 @@ use luminal::testing::uniform as random;
 use luminal_cpu::CpuBackend;
 
 mod compare;
-use compare::check_tol;
-
-fn run(
-    cx: &Graph,
-    backend: CpuBackend,
-    inputs: &[(GraphTensor, Vec<f32>)],
-    outs: &[GraphTensor],
-) -> (Vec<Vec<f32>>, Vec<String>) {
-    let mut rt = cx.compile(backend, CompileOptions::default()).unwrap();
-    for (t, d) in inputs {
-        rt.set_data(*t, HostData::F32(d.clone())).unwrap();
-    }
-    rt.run().unwrap();
-    (
-        outs.iter().map(|&o| rt.get::<f32>(o).unwrap()).collect(),
-        rt.kernel_names(),
-    )
-}
+use compare::{check_tol, outputs};
 
 /// Runs the graph with and without the pass on 1 and 2 threads: the same bits; returns
 /// the kernel names with it.
@@ -42,11 +25,12 @@ fn same_without_the_pass(
     check_tol(cx, &host, &[], outs, 1e-4);
     let mut names = vec![];
     for threads in [1, 2] {
-        let (with, n) = run(cx, CpuBackend::with_threads(threads), inputs, outs);
-        let (without, plain) = run(
+        let (with, n) = outputs(cx, CpuBackend::with_threads(threads), inputs, &[], outs);
+        let (without, plain) = outputs(
             cx,
             CpuBackend::with_threads(threads).disable_rules(&["side"]),
             inputs,
+            &[],
             outs,
         );
         assert!(plain.iter().all(|k| !k.contains("side:")), "{plain:?}");

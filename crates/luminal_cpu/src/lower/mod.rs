@@ -549,12 +549,11 @@ impl Lowering<'_> {
             }
         }
         let e = &node.inputs[0];
-        let prog = self.reduce_program(id, e)?;
+        let mut prog = self.reduce_program(id, e)?;
         let dims = e.view.dims();
         let mut name = Self::name_of(&prog, &format!("{}({axis})", op.name()));
         let mut inner: Expression = dims[axis + 1..].iter().product();
         let mut no_rows = false;
-        let mut prog = prog;
         if let Some(j) = column_position(&prog, &dims, axis) {
             // Reduce across rows instead of along strided ones: the reduced axis moves in
             // front of the contiguous output dims (their order, hence the output layout,
@@ -588,6 +587,8 @@ impl Lowering<'_> {
         Ok(prog)
     }
 
+    /// Reads the program's values in the order `perm` of their dims (its leaves' views
+    /// permuted alike; see [`permutable`]).
     fn permute_leaves(&self, prog: &mut Program, perm: &[usize]) -> Result<()> {
         for leaf in &mut prog.leaves {
             let mut v = leaf.exprs.view.clone();
@@ -663,16 +664,10 @@ impl Lowering<'_> {
         let inner: Expression = if hi - lo == axes.len() {
             dims[hi..].iter().product()
         } else {
-            let r = dims.len();
-            let movable = !prog
-                .instrs
-                .iter()
-                .any(|i| matches!(i, Instr::RowReg(_) | Instr::RowScalar(_)))
-                && prog.leaves.iter().all(|l| l.exprs.view.dims() == dims);
-            if !movable {
+            if !permutable(&prog, &dims) {
                 return Ok(None);
             }
-            let mut perm: Vec<usize> = (0..r).filter(|a| !axes.contains(a)).collect();
+            let mut perm: Vec<usize> = (0..dims.len()).filter(|a| !axes.contains(a)).collect();
             perm.extend(&axes);
             self.permute_leaves(&mut prog, &perm)?;
             Expression::from(1)
@@ -945,23 +940,29 @@ const PASSES: &[&str] = &[
     "side",
 ];
 
+/// Whether the program's leaves can be permuted as its values' dims `dims` are: no row
+/// kernel reads, and every leaf over exactly those dims (not a producer's own dims, inlined
+/// through a reshape).
+fn permutable(prog: &Program, dims: &[Expression]) -> bool {
+    !prog
+        .instrs
+        .iter()
+        .any(|i| matches!(i, Instr::RowReg(_) | Instr::RowScalar(_)))
+        && prog.leaves.iter().all(|l| l.exprs.view.dims() == dims)
+}
+
 /// Where a reduction over the last axis `axis` should move that axis so that it sums whole
 /// contiguous rows instead of strided ones (a bias or norm-weight gradient: a column sum of
 /// a row-major `[tokens, features]` buffer, read as `[features, tokens]`): the first of the
 /// trailing output dims that the program's first leaf reads row-major with unit stride, or
-/// `None` when the axis is not last or is read with unit stride, a leaf does not cover the
-/// full rank, or the first leaf's dims and strides are not constants.
+/// `None` when the axis is not last or is read with unit stride, the leaves cannot be
+/// permuted ([`permutable`]), or the first leaf's dims and strides are not constants.
 fn column_position(prog: &Program, dims: &[Expression], axis: usize) -> Option<usize> {
     let r = dims.len();
     if r < 2 || axis + 1 != r || prog.leaves.is_empty() {
         return None;
     }
-    if prog
-        .instrs
-        .iter()
-        .any(|i| matches!(i, Instr::RowReg(_) | Instr::RowScalar(_)))
-        || prog.leaves.iter().any(|l| l.exprs.view.rank() != r)
-    {
+    if !permutable(prog, dims) {
         return None;
     }
     let first = &prog.leaves[0].exprs.view;

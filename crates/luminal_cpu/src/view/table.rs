@@ -37,8 +37,6 @@ pub(super) struct Pairs {
     /// Offset of each pair's first value (of its second minus one where only that is
     /// valid; `lo` where neither is).
     first: Vec<i32>,
-    /// Bit `j` (of word `j / 64`): entry `j` is valid. One word of slack at the end.
-    valid: Vec<u64>,
     /// Least and greatest `first`: the pairs read offsets `lo ..= hi + 1`.
     lo: i32,
     hi: i32,
@@ -74,30 +72,7 @@ impl Pairs {
                 *o = lo;
             }
         }
-        let mut valid = vec![0u64; offs.len() / 64 + 2];
-        for (j, &o) in offs.iter().enumerate() {
-            if o != none {
-                valid[j / 64] |= 1 << (j % 64);
-            }
-        }
-        Some(Pairs {
-            first,
-            valid,
-            lo,
-            hi,
-        })
-    }
-
-    /// Validity bits of entries `j .. j + 16`.
-    #[inline(always)]
-    fn mask16(&self, j: usize) -> u16 {
-        let (w, b) = (j / 64, j % 64);
-        let bits = if b == 0 {
-            self.valid[w]
-        } else {
-            self.valid[w] >> b | self.valid[w + 1] << (64 - b)
-        };
-        bits as u16
+        Some(Pairs { first, lo, hi })
     }
 }
 
@@ -205,7 +180,7 @@ impl GatherTable {
         if inside && crate::simd::isa() == crate::simd::Isa::Avx512 {
             // SAFETY: AVX-512 is allowed; every pair reads `base + first .. + 2`, inside
             // `v` (`lo` and `hi` bound `first`, checked above).
-            unsafe { load_pairs_avx512(v, base, pr, j0, dst) };
+            unsafe { load_pairs_avx512(v, base, (pr, &self.offs), j0, dst) };
             return true;
         }
         let _ = inside;
@@ -251,37 +226,35 @@ impl GatherTable {
 /// entries' validity; an odd first entry and a short tail element by element.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn load_pairs_avx512(v: &[f32], base: i64, pr: &Pairs, j0: usize, dst: &mut [f32]) {
+unsafe fn load_pairs_avx512(
+    v: &[f32],
+    base: i64,
+    (pr, offs): (&Pairs, &[i32]),
+    j0: usize,
+    dst: &mut [f32],
+) {
     use std::arch::x86_64::*;
     // `base` may lie before the buffer (padding first): only `base + first` is read.
     let ptr = v.as_ptr().wrapping_offset(base as isize) as *const i64;
-    let one = |j: usize| -> f32 {
-        if pr.valid[j / 64] >> (j % 64) & 1 == 0 {
-            0.0
-        } else {
-            // The entry's offset: its pair's first, plus one for a second entry (whose
-            // pair's first is its offset − 1 whether or not the first entry is valid).
-            *v.as_ptr()
-                .offset((base + pr.first[j / 2] as i64) as isize + (j % 2) as isize)
-        }
-    };
-    let (n, mut k) = (dst.len(), 0);
-    if j0 % 2 == 1 && n > 0 {
-        dst[0] = one(j0);
-        k = 1;
-    }
+    let invalid = _mm512_set1_epi32(i32::MIN);
+    let n = dst.len();
+    // An odd first entry, alone.
+    let mut k = (j0 % 2).min(n);
+    gather(v, base, &offs[j0..j0 + k], &mut dst[..k]);
     while k + 16 <= n {
         let j = j0 + k;
         let idx = _mm256_loadu_si256(pr.first.as_ptr().add(j / 2) as *const __m256i);
         let x = _mm512_i32gather_epi64::<4>(idx, ptr);
-        let x = _mm512_maskz_mov_ps(pr.mask16(j), _mm512_castsi512_ps(x));
-        _mm512_storeu_ps(dst.as_mut_ptr().add(k), x);
+        // The pairs' padding entries (their table offsets are the marker) read as 0.
+        let valid = _mm512_loadu_si512(offs.as_ptr().add(j) as *const _);
+        let m = _mm512_cmpneq_epi32_mask(valid, invalid);
+        _mm512_storeu_ps(
+            dst.as_mut_ptr().add(k),
+            _mm512_maskz_mov_ps(m, _mm512_castsi512_ps(x)),
+        );
         k += 16;
     }
-    while k < n {
-        dst[k] = one(j0 + k);
-        k += 1;
-    }
+    gather(v, base, &offs[j0 + k..j0 + n], &mut dst[k..]);
 }
 
 /// `out[j] = v[base + offs[j]]`, or 0 where `offs[j]` is `i32::MIN`. Every index read

@@ -10,6 +10,27 @@ pub fn cpu(cx: &Graph, threads: usize) -> CpuRuntime {
         .unwrap()
 }
 
+/// Runs the graph on `backend` with f32 `inputs` and `dims`: the f32 values of `outs`
+/// and the kernel names.
+pub fn outputs(
+    cx: &Graph,
+    backend: luminal_cpu::CpuBackend,
+    inputs: &[(GraphTensor, Vec<f32>)],
+    dims: &[(&str, usize)],
+    outs: &[GraphTensor],
+) -> (Vec<Vec<f32>>, Vec<String>) {
+    let mut rt = cx.compile(backend, CompileOptions::default()).unwrap();
+    for (t, d) in inputs {
+        rt.set_data(*t, HostData::F32(d.clone())).unwrap();
+    }
+    for (n, v) in dims {
+        rt.set_dim(n, *v);
+    }
+    rt.run().unwrap();
+    let got = outs.iter().map(|&o| rt.get::<f32>(o).unwrap()).collect();
+    (got, rt.kernel_names())
+}
+
 /// Runs the graph on the CPU backend (1 and 2 threads) and the reference with the same
 /// inputs and dims and compares every output: bit for bit with `tol` 0, else within
 /// `tol · (1 + |reference|)` (f32 outputs). Returns the CPU kernel names.

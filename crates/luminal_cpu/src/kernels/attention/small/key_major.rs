@@ -93,44 +93,22 @@ fn probabilities_t<const F: bool>(
         // Scores of eight keys at a time in registers, scaled, biased and folded into the
         // column maxima before they are stored.
         let mut mx = [f32::NEG_INFINITY; W];
-        let mut j0 = 0;
-        #[cfg(target_arch = "x86_64")]
-        if W == 16 && crate::simd::isa() >= crate::simd::Isa::Avx2 {
-            // The scores as a small product into `pt`, then scaled, biased and folded into
-            // the maxima in one pass over the block (in L1).
-            gemm::<F>(
-                (jn, W),
-                &|_, _| (0, d),
-                (h.k, d, 1),
-                (&h.qt[i0..], sp),
-                (&mut pt[i0..], sp),
-            );
-            assert!(jn == 0 || (jn - 1) * sp + i0 + W <= pt.len().min(h.bt.len()));
-            let (x, b) = (pt[i0..].as_mut_ptr(), h.bt[i0..].as_ptr());
-            // SAFETY: the ISA level never exceeds the detected one; rows `..jn` of the
-            // block lie in `pt` and `bt` (checked).
-            unsafe {
-                if crate::simd::isa() == crate::simd::Isa::Avx512 {
-                    scale_bias_max(x, b, (sp, jn), scale, &mut mx)
-                } else {
-                    scale_bias_max_avx2(x, b, (sp, jn), scale, &mut mx)
+        if !scores_x86::<F>(h, (i0, sp, jn, d), scale, pt, &mut mx) {
+            let mut j0 = 0;
+            while j0 < jn {
+                let at = (h, i0, j0, (sp, d), scale);
+                match (jn - j0).min(8) {
+                    1 => scores_t::<F, 1>(at, pt, &mut mx),
+                    2 => scores_t::<F, 2>(at, pt, &mut mx),
+                    3 => scores_t::<F, 3>(at, pt, &mut mx),
+                    4 => scores_t::<F, 4>(at, pt, &mut mx),
+                    5 => scores_t::<F, 5>(at, pt, &mut mx),
+                    6 => scores_t::<F, 6>(at, pt, &mut mx),
+                    7 => scores_t::<F, 7>(at, pt, &mut mx),
+                    _ => scores_t::<F, 8>(at, pt, &mut mx),
                 }
-            };
-            j0 = jn;
-        }
-        while j0 < jn {
-            let at = (h, i0, j0, (sp, d), scale);
-            match (jn - j0).min(8) {
-                1 => scores_t::<F, 1>(at, pt, &mut mx),
-                2 => scores_t::<F, 2>(at, pt, &mut mx),
-                3 => scores_t::<F, 3>(at, pt, &mut mx),
-                4 => scores_t::<F, 4>(at, pt, &mut mx),
-                5 => scores_t::<F, 5>(at, pt, &mut mx),
-                6 => scores_t::<F, 6>(at, pt, &mut mx),
-                7 => scores_t::<F, 7>(at, pt, &mut mx),
-                _ => scores_t::<F, 8>(at, pt, &mut mx),
+                j0 += 8;
             }
-            j0 += 8;
         }
         let mut sum = [0f32; W];
         for j in 0..jn {
@@ -265,40 +243,24 @@ impl Task for BackwardT<'_> {
             );
             let mut il = [0f32; W];
             il.copy_from_slice(&self.inv[i0..i0 + W]);
-            #[cfg(target_arch = "x86_64")]
-            if W == 16 && crate::simd::isa() >= crate::simd::Isa::Avx2 {
-                assert!(jn == 0 || (jn - 1) * sp + i0 + W <= self.pt.len().min(self.dst.len()));
-                let (p, ds) = (self.pt[i0..].as_mut_ptr(), self.dst[i0..].as_mut_ptr());
-                // SAFETY: the ISA level never exceeds the detected one; rows `..jn` of the
-                // block lie in `pt` and `dst` (checked).
-                unsafe {
-                    if crate::simd::isa() == crate::simd::Isa::Avx512 {
-                        probabilities_grad(p, ds, (sp, jn), &il, self.scale)
-                    } else {
-                        probabilities_grad_avx2(p, ds, (sp, jn), &il, self.scale)
+            if !grad_passes_x86(self.pt, self.dst, (i0, sp, jn), &il, self.scale) {
+                let mut dsum = [0f32; W];
+                for j in 0..jn {
+                    let (p, dp) = (
+                        &mut self.pt[j * sp + i0..j * sp + i0 + W],
+                        &self.dst[j * sp + i0..j * sp + i0 + W],
+                    );
+                    for l in 0..W {
+                        p[l] *= il[l];
+                        dsum[l] = simd::fma::<F>(p[l], dp[l], dsum[l]);
                     }
                 }
-                for j in jn..tp {
-                    self.dst[j * sp + i0..j * sp + i0 + W].fill(0.0);
-                }
-                continue;
-            }
-            let mut dsum = [0f32; W];
-            for j in 0..jn {
-                let (p, dp) = (
-                    &mut self.pt[j * sp + i0..j * sp + i0 + W],
-                    &self.dst[j * sp + i0..j * sp + i0 + W],
-                );
-                for l in 0..W {
-                    p[l] *= il[l];
-                    dsum[l] = simd::fma::<F>(p[l], dp[l], dsum[l]);
-                }
-            }
-            for j in 0..jn {
-                let p = &self.pt[j * sp + i0..j * sp + i0 + W];
-                let x = &mut self.dst[j * sp + i0..j * sp + i0 + W];
-                for l in 0..W {
-                    x[l] = p[l] * (x[l] - dsum[l]) * self.scale;
+                for j in 0..jn {
+                    let p = &self.pt[j * sp + i0..j * sp + i0 + W];
+                    let x = &mut self.dst[j * sp + i0..j * sp + i0 + W];
+                    for l in 0..W {
+                        x[l] = p[l] * (x[l] - dsum[l]) * self.scale;
+                    }
                 }
             }
             for j in jn..tp {
@@ -336,4 +298,71 @@ impl Task for BackwardT<'_> {
             (&mut *self.dv, d),
         );
     }
+}
+
+/// The backward's passes over rows `..jn` of the block of 16 query columns from `i0`
+/// (`P` normalised by `il` while `D` is summed, then `dS`) in x86 vector code; false
+/// (nothing done) without AVX2: the portable loops run them.
+#[inline(always)]
+fn grad_passes_x86(
+    pt: &mut [f32],
+    dst: &mut [f32],
+    (i0, sp, jn): (usize, usize, usize),
+    il: &[f32; W],
+    scale: f32,
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if W == 16 && crate::simd::isa() >= crate::simd::Isa::Avx2 {
+        assert!(jn == 0 || (jn - 1) * sp + i0 + W <= pt.len().min(dst.len()));
+        let (p, ds) = (pt[i0..].as_mut_ptr(), dst[i0..].as_mut_ptr());
+        // SAFETY: the ISA level never exceeds the detected one; rows `..jn` of the block
+        // lie in `pt` and `dst` (checked).
+        unsafe {
+            if crate::simd::isa() == crate::simd::Isa::Avx512 {
+                probabilities_grad(p, ds, (sp, jn), il, scale)
+            } else {
+                probabilities_grad_avx2(p, ds, (sp, jn), il, scale)
+            }
+        }
+        return true;
+    }
+    let _ = (pt, dst, i0, sp, jn, il, scale);
+    false
+}
+
+/// Rows `..jn` of `Sᵀ` for the 16 queries from `i0` ([`scores_t`]'s values) in x86 vector
+/// code: the scores as a small product into `pt`, then scaled, biased and folded into the
+/// maxima in one pass over the block (in L1); false (nothing done) without AVX2.
+#[inline(always)]
+fn scores_x86<const F: bool>(
+    h: &HeadT<'_>,
+    (i0, sp, jn, d): (usize, usize, usize, usize),
+    scale: f32,
+    pt: &mut [f32],
+    mx: &mut [f32; W],
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if W == 16 && crate::simd::isa() >= crate::simd::Isa::Avx2 {
+        gemm::<F>(
+            (jn, W),
+            &|_, _| (0, d),
+            (h.k, d, 1),
+            (&h.qt[i0..], sp),
+            (&mut pt[i0..], sp),
+        );
+        assert!(jn == 0 || (jn - 1) * sp + i0 + W <= pt.len().min(h.bt.len()));
+        let (x, b) = (pt[i0..].as_mut_ptr(), h.bt[i0..].as_ptr());
+        // SAFETY: the ISA level never exceeds the detected one; rows `..jn` of the block
+        // lie in `pt` and `bt` (checked).
+        unsafe {
+            if crate::simd::isa() == crate::simd::Isa::Avx512 {
+                scale_bias_max(x, b, (sp, jn), scale, mx)
+            } else {
+                scale_bias_max_avx2(x, b, (sp, jn), scale, mx)
+            }
+        }
+        return true;
+    }
+    let _ = (h, i0, sp, jn, d, scale, pt, mx);
+    false
 }

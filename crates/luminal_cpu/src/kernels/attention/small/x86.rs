@@ -5,7 +5,7 @@
 
 use super::W;
 
-/// The row blocks of an x86 [`gemm`]: blocks of `mr_max` rows (8 or 4: a block never
+/// The row blocks of an x86 [`super::gemm`]: blocks of `mr_max` rows (8 or 4: a block never
 /// straddles a 16-row boundary, where `k_of`'s causal extents change), each checked once
 /// against the operands and handed to `block(rows, k0, k1, a, b, c)` per 16 columns.
 #[inline(always)]
@@ -50,7 +50,7 @@ fn gemm_rows(
     }
 }
 
-/// [`gemm`] on AVX-512 registers: blocks of up to 8 rows by one vector, each B row
+/// [`super::gemm`] on AVX-512 registers: blocks of up to 8 rows by one vector, each B row
 /// loaded once per step and A's values broadcast from memory (the portable blocks
 /// compiled to a load of B per FMA and a bounds check per A value: a third of the rate).
 #[target_feature(enable = "avx512f")]
@@ -111,7 +111,7 @@ unsafe fn block_avx512<const MR: usize>(
     }
 }
 
-/// [`gemm`] on AVX2 registers: blocks of up to 4 rows by two vectors (8 accumulators of
+/// [`super::gemm`] on AVX2 registers: blocks of up to 4 rows by two vectors (8 accumulators of
 /// the 16 registers).
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn gemm_avx2(
