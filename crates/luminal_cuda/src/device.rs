@@ -40,6 +40,9 @@ pub struct CudaBackend {
     /// Attention on tensor cores (3xTF32, sm_80+; `LUMINAL_CUDA_ATTENTION=simt` keeps the
     /// CUDA-core kernel).
     attn_mma: bool,
+    /// Attention over f16 keys and values on f16 tensor cores ([`attn::half`]; with
+    /// `attn_mma`; `LUMINAL_CUDA_ATTENTION=tf32` keeps the 3xTF32 kernel).
+    attn_half: bool,
     /// Skinny products over half weights on tensor cores (sm_80+; `LUMINAL_CUDA_SKINNY_MMA=0`
     /// off): [`crate::codegen::skinny_mma_kernel`].
     skinny_mma: bool,
@@ -154,6 +157,7 @@ impl CudaBackend {
             sms,
             attn_mma: cc.0 >= 8
                 && std::env::var("LUMINAL_CUDA_ATTENTION").map_or(true, |v| v != "simt"),
+            attn_half: std::env::var("LUMINAL_CUDA_ATTENTION").map_or(true, |v| v != "tf32"),
             skinny_mma: cc.0 >= 8
                 && std::env::var("LUMINAL_CUDA_SKINNY_MMA").map_or(true, |v| v != "0"),
             tf32: std::env::var("LUMINAL_CUDA_TF32").is_ok_and(|v| v == "1"),
@@ -207,6 +211,13 @@ impl CudaBackend {
     /// `LUMINAL_CUDA_ATTENTION=simt`; for comparison).
     pub fn without_attention_mma(mut self) -> CudaBackend {
         self.attn_mma = false;
+        self
+    }
+
+    /// Attention over f16 keys and values on the 3xTF32 tensor-core kernel instead of the
+    /// f16 one (also `LUMINAL_CUDA_ATTENTION=tf32`; for comparison).
+    pub fn without_half_attention(mut self) -> CudaBackend {
+        self.attn_half = false;
         self
     }
 
@@ -323,6 +334,9 @@ impl CudaExecutor {
     /// The attention kernel `name` ([`attn::CUDA_SOURCE`], one module compiled on first use
     /// and cached with the backend's kernels; the tiled kernels allowed their shared memory).
     fn attention_function(&self, name: &str) -> Result<CudaFunction> {
+        if HALF_NAMES.contains(&name) {
+            return self.half_attention_function(name);
+        }
         let key = |n: &str| format!("{}// {n}", attn::CUDA_SOURCE);
         if let Some(f) = self
             .backend
@@ -359,6 +373,40 @@ impl CudaExecutor {
                 )
                 .map_err(driver("cuFuncSetAttribute"))?;
             }
+            c.insert(key(n), f);
+        }
+        c.get(&key(name))
+            .cloned()
+            .ok_or_else(|| LuminalError::Backend(format!("no attention kernel {name}")))
+    }
+
+    /// The f16 attention kernel `name` ([`attn::half`]; its three kernels are one module,
+    /// compiled on first use and cached with the backend's kernels).
+    fn half_attention_function(&self, name: &str) -> Result<CudaFunction> {
+        let kernels = half_kernels();
+        // The names are unique to these kernels (their sources do not vary in a process).
+        let key = |n: &str| format!("// f16 attention: {n}");
+        if let Some(f) = self
+            .backend
+            .cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key(name))
+        {
+            return Ok(f.clone());
+        }
+        let src = codegen::cuda_source(kernels.iter());
+        let ptx = nvrtc_compile(&src, &self.backend.arch, || "f16 attention".into())?;
+        let module = self
+            .backend
+            .ctx
+            .load_module(ptx)
+            .map_err(driver("cuModuleLoadData"))?;
+        let mut c = self.backend.cache.lock().unwrap_or_else(|e| e.into_inner());
+        for n in HALF_NAMES {
+            let f = module
+                .load_function(n)
+                .map_err(driver("cuModuleGetFunction"))?;
             c.insert(key(n), f);
         }
         c.get(&key(name))
@@ -544,16 +592,21 @@ impl Executor for CudaExecutor {
 
     fn attention_scratch(&self, call: &AttnCall) -> usize {
         let mut c = *call;
-        attn::launch_plan(&mut c, self.backend.sms, self.backend.attn_mma);
+        self.plan_attention(&mut c);
         4 * attn::scratch_floats(&c) as usize
     }
 
     fn plan_attention(&self, call: &mut AttnCall) {
-        attn::launch_plan(call, self.backend.sms, self.backend.attn_mma);
+        let b = &self.backend;
+        attn::launch_plan(call, b.sms, b.attn_mma, b.attn_half);
     }
 
     fn prepare_attention(&mut self) -> Result<()> {
-        self.attention_function(attn::KERNEL_NAMES[0]).map(|_| ())
+        self.attention_function(attn::KERNEL_NAMES[0])?;
+        if self.backend.attn_mma && self.backend.attn_half {
+            self.attention_function(HALF_NAMES[0])?;
+        }
+        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -570,8 +623,9 @@ impl Executor for CudaExecutor {
         scratch: &CudaSlice<u8>,
     ) -> Result<()> {
         let mut c = *call;
-        let mma = self.backend.attn_mma;
-        let (variant, grid, threads, smem) = attn::launch_plan(&mut c, self.backend.sms, mma);
+        let b = &self.backend;
+        let (variant, grid, threads, smem) = attn::launch_plan(&mut c, b.sms, b.attn_mma, b.attn_half);
+        let half = matches!(variant, attn::Variant::Half { .. });
         let name = attn::kernel_name(&c, variant)
             .ok_or_else(|| LuminalError::Backend("attention: k and v dtypes differ".into()))?;
         let f = self.attention_function(&name)?;
@@ -590,6 +644,11 @@ impl Executor for CudaExecutor {
         args.arg(k);
         args.arg(v);
         args.arg(bias);
+        // The f16 kernels read the call at a word offset from the pointer (here 0).
+        let at = 0i64;
+        if half {
+            args.arg(&at);
+        }
         let cfg = LaunchConfig {
             grid_dim: grid,
             block_dim: (threads, 1, 1),
@@ -603,12 +662,19 @@ impl Executor for CudaExecutor {
         // (sized by `scratch_floats` for this call's split).
         unsafe { args.launch(cfg) }.map_err(driver("cuLaunchKernel"))?;
         if c.splits > 1 {
-            let combine = self.attention_function("lum_attn_combine")?;
+            let combine = self.attention_function(if half {
+                HALF_NAMES[2]
+            } else {
+                "lum_attn_combine"
+            })?;
             let n = c.batches() * c.s * c.d;
             let mut args = stream.launch_builder(&combine);
             args.arg(&pp);
             args.arg(out);
             args.arg(part);
+            if half {
+                args.arg(&at);
+            }
             let cfg = LaunchConfig {
                 grid_dim: (attn::cdiv(n, 256) as u32, 1, 1),
                 block_dim: (256, 1, 1),
@@ -827,3 +893,18 @@ fn kernel_names(kernels: &[&Kernel]) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+/// The f16 attention's kernels ([`attn::half`]): head dims up to 64, up to 128, the combine.
+pub fn half_kernels() -> &'static [codegen::Kernel; 3] {
+    static KERNELS: std::sync::OnceLock<[codegen::Kernel; 3]> = std::sync::OnceLock::new();
+    KERNELS.get_or_init(|| {
+        [
+            attn::half::kernel(64),
+            attn::half::kernel(128),
+            attn::half::combine_kernel(),
+        ]
+    })
+}
+
+/// The names of [`half_kernels`], in order.
+const HALF_NAMES: [&str; 3] = ["lum_attn_h16_64", "lum_attn_h16_128", "lum_attn_h16_combine"];

@@ -10,7 +10,7 @@
 //!
 //! Compiled kernels are cached per process by source text.
 
-use crate::attention::AttnCall;
+use crate::attention::{self as attn, AttnCall};
 use crate::codegen::{prelude, Fusion, Kernel};
 use crate::gemm::GemmCall;
 use crate::plan::{Executor, PlanRuntime};
@@ -21,6 +21,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+
+/// Multiprocessors the cooperative emulator plans attention for (an H100's or H200's).
+const EMULATED_SMS: i64 = 132;
 
 /// The plan's runtime on the host emulator.
 pub type HostRuntime = PlanRuntime<HostExecutor>;
@@ -522,6 +525,20 @@ impl Executor for HostExecutor {
         self.gemm
     }
 
+    /// The cooperative emulator plans calls as on an H200 (132 multiprocessors, tensor
+    /// cores): those the f16 kernel takes run it, split as a GPU splits them.
+    fn plan_attention(&self, call: &mut AttnCall) {
+        if self.cooperative {
+            attn::launch_plan(call, EMULATED_SMS, true, true);
+        }
+    }
+
+    fn attention_scratch(&self, call: &AttnCall) -> usize {
+        let mut c = *call;
+        self.plan_attention(&mut c);
+        4 * attn::scratch_floats(&c) as usize
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn attention(
         &mut self,
@@ -535,7 +552,26 @@ impl Executor for HostExecutor {
         bias: Option<&HostBuffer>,
         scratch: &HostBuffer,
     ) -> Result<()> {
-        let _ = (call, scratch);
+        let mut c = *call;
+        if self.cooperative {
+            if let (attn::Variant::Half { dmax }, (grid, ..), threads, _) =
+                attn::launch_plan(&mut c, EMULATED_SMS, true, true)
+            {
+                // The f16 kernel itself, as a GPU runs it (the call read from the table).
+                let kernels = [attn::half::kernel(dmax), attn::half::combine_kernel()];
+                let f = self.compile(&[&kernels[0], &kernels[1]])?;
+                let at = [(params_at / 8) as i64];
+                let bias = bias.unwrap_or(q);
+                self.launch(&f[0], grid, threads, &[params, out, scratch, q, k, v, bias], &at)?;
+                if c.splits > 1 {
+                    let n = c.batches() * c.s * c.d;
+                    let blocks = attn::cdiv(n, attn::half::COMBINE_THREADS as i64) as u32;
+                    let threads = attn::half::COMBINE_THREADS;
+                    self.launch(&f[1], blocks, threads, &[params, out, scratch], &at)?;
+                }
+                return Ok(());
+            }
+        }
         let r = Recorded::Attention {
             params: params.ptr,
             params_at,

@@ -19,6 +19,7 @@ pub use combine::combined_kernel;
 pub use fusion::{fused_nodes, Fusion, MAX_BROADCAST_COST};
 pub use reduce::MAX_THREADS_PER_OUTPUT;
 use reduce::{reduce_body, ReduceParts};
+pub(crate) use skinny::skinny_helpers;
 pub use skinny::{
     round_kernel, skinny_kernel, skinny_mma_fits, skinny_mma_grid, skinny_mma_kernel,
     skinny_mma_norm_kernel, skinny_mma_residual_kernel, skinny_quant_kernel, skinny_split,

@@ -800,7 +800,7 @@ fn skinny_source(
 /// loads, in C the prelude's conversions element by element; f16 weights widened by integer
 /// operations in both (the H200 run with a `cvt` per weight and per activation element
 /// streamed a 1B model's weights at a third of the bandwidth: conversions, not memory).
-fn skinny_helpers() -> &'static str {
+pub(crate) fn skinny_helpers() -> &'static str {
     static HELPERS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     HELPERS.get_or_init(|| {
         // For tuning on a device: `LUMINAL_CUDA_SKINNY_U` pieces a lane requests at once per

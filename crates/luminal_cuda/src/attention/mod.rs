@@ -32,6 +32,8 @@
 //! results. Head dims up to 128 run the tiled kernel (64 or 128 columns of shared memory);
 //! larger ones a simple kernel (a warp a query row).
 
+pub mod half;
+
 use luminal::graph::{GraphData, NodeId};
 use luminal::patterns::{AttentionMatch, AttentionRules};
 use luminal::{DType, Expression};
@@ -275,12 +277,26 @@ pub enum Variant {
     Mma { dmax: i64 },
     /// A warp a query row, any head dim.
     Simple,
+    /// The f16 tensor-core kernel ([`half`]: f16 keys and values, head dims up to 128) with
+    /// `dmax` (64 or 128) columns.
+    Half { dmax: i64 },
 }
 
 /// The kernel, grid and key split of `c` on a device with `sms` multiprocessors, with the
-/// tensor-core kernel where `mma` (sm_80+) (sets `c.splits` and `c.keys_per_split`).
-/// Returns the variant, the grid, the threads a block and the dynamic shared memory in bytes.
-pub fn launch_plan(c: &mut AttnCall, sms: i64, mma: bool) -> (Variant, (u32, u32, u32), u32, u32) {
+/// tensor-core kernels where `mma` (sm_80+) and, for f16 keys and values, the f16 one where
+/// `half` too (sets `c.splits` and `c.keys_per_split`). Returns the variant, the grid, the
+/// threads a block and the dynamic shared memory in bytes.
+pub fn launch_plan(
+    c: &mut AttnCall,
+    sms: i64,
+    mma: bool,
+    half: bool,
+) -> (Variant, (u32, u32, u32), u32, u32) {
+    if mma && half && half::eligible(c) {
+        let blocks = half::plan(c, sms);
+        let dmax = half::dmax(c);
+        return (Variant::Half { dmax }, (blocks, 1, 1), half::THREADS, 0);
+    }
     let batches = c.batches();
     if c.d > 128 {
         c.splits = 1;
@@ -997,6 +1013,7 @@ pub fn kernel_name(c: &AttnCall, variant: Variant) -> Option<String> {
         Variant::Tiled { dmax } => format!("lum_attn_tiled_{dmax}_{ty}"),
         Variant::Mma { dmax } => format!("lum_attn_mma_{dmax}_{ty}"),
         Variant::Simple => format!("lum_attn_simple_{ty}"),
+        Variant::Half { dmax } => format!("lum_attn_h16_{dmax}"),
     })
 }
 
@@ -1038,12 +1055,12 @@ mod tests {
             d: 128,
             ..Default::default()
         };
-        let (v, grid, threads, smem) = launch_plan(&mut c, 132, false);
+        let (v, grid, threads, smem) = launch_plan(&mut c, 132, false, false);
         assert_eq!(v, Variant::Tiled { dmax: 128 });
         assert_eq!((grid, threads), ((16, 32, 1), THREADS));
         assert_eq!(c.splits, 1);
         assert_eq!(smem as i64, shared_bytes(128));
-        let (v, grid, threads, smem) = launch_plan(&mut c, 132, true);
+        let (v, grid, threads, smem) = launch_plan(&mut c, 132, true, false);
         assert_eq!(v, Variant::Mma { dmax: 128 });
         assert_eq!((grid, threads), ((16, 32, 1), MMA_THREADS));
         assert_eq!(smem as i64, mma_shared_bytes(128));
@@ -1056,7 +1073,7 @@ mod tests {
             d: 64,
             ..Default::default()
         };
-        let (_, grid, _, _) = launch_plan(&mut c, 132, true);
+        let (_, grid, _, _) = launch_plan(&mut c, 132, true, false);
         assert!(c.splits > 1 && c.keys_per_split % BK == 0);
         assert!(c.splits * c.keys_per_split >= c.t && (c.splits - 1) * c.keys_per_split < c.t);
         assert_eq!(grid.2 as i64, c.splits);
@@ -1068,6 +1085,6 @@ mod tests {
             d: 200,
             ..Default::default()
         };
-        assert_eq!(launch_plan(&mut c, 132, true).0, Variant::Simple);
+        assert_eq!(launch_plan(&mut c, 132, true, false).0, Variant::Simple);
     }
 }
