@@ -49,6 +49,89 @@ pub fn broadcast_of(v: &ShapeTracker, p_shape: &[Expression]) -> Option<Vec<bool
     (k == p_nonone.len()).then_some(new_dim)
 }
 
+/// The limit `c` of a causal mask read by attention edge `e` (over `[batch.., s, t]`): `e`
+/// reads a node `[s, t]` (broadcast over the batch dims) whose element `(i, j)` is `0` where
+/// `j − i < c` and `−inf` elsewhere, as `luminal_nn::causal_attention` builds it:
+/// `log2(cast_f32(arange(t)[·, j] − arange(s)[i, ·] < c))`. A kernel may then compute the
+/// mask from the indices instead of reading it. `None` for any other bias (a sliding window,
+/// padding).
+pub fn causal_limit(g: &GraphData, e: &Edge) -> Option<Expression> {
+    let mask = g.node(e.node);
+    let rank = e.view.rank();
+    let new_dim = broadcast_of(&e.view, &mask.shape)?;
+    if mask.shape.len() != 2 || rank < 2 || new_dim[rank - 2] || new_dim[rank - 1] {
+        return None;
+    }
+    let (s, t) = (&mask.shape[0], &mask.shape[1]);
+    // One input read one to one, through `op`.
+    let unary = |id: NodeId, op: Op, dtype: DType| -> Option<NodeId> {
+        let n = g.node(id);
+        (n.op == op && n.dtype == dtype && n.inputs.len() == 1 && flat_identity_edge(g, &n.inputs[0]))
+            .then(|| n.inputs[0].node)
+    };
+    let binary = |id: NodeId, op: BinaryOp| -> Option<(&Edge, &Edge)> {
+        let n = g.node(id);
+        (n.op == Op::Binary(op) && n.inputs.len() == 2).then(|| (&n.inputs[0], &n.inputs[1]))
+    };
+    // A constant (a number or an expression of the dims) read broadcast.
+    let constant = |e: &Edge| -> Option<Expression> {
+        let n = g.node(e.node);
+        if e.view.is_masked() || !e.view.strides().iter().all(|x| x.is_zero()) {
+            return None;
+        }
+        match &n.op {
+            Op::Constant { value: ConstValue::Float(v) } if v.fract() == 0.0 && v.abs() < 1e15 => {
+                Some(Expression::from(*v as i64))
+            }
+            Op::Constant { value: ConstValue::Expr(x) } => Some(x.clone()),
+            _ => None,
+        }
+    };
+    // `arange(len)` as f32 (`cast_f32(iota(z))`), read through `e` as `[s, t]` with unit
+    // stride along axis `axis` and stride 0 along the other.
+    let arange_along = |e: &Edge, axis: usize, len: &Expression| -> bool {
+        let n = g.node(e.node);
+        let dims = e.view.dims();
+        let strides = e.view.strides();
+        let unit = |x: &Expression| x.as_constant() == Some(1);
+        if e.view.is_masked() || !e.view.offset().is_zero() || dims.len() != 2 {
+            return false;
+        }
+        if &dims[0] != s || &dims[1] != t || !unit(&strides[axis]) || !strides[1 - axis].is_zero() {
+            return false;
+        }
+        let Some(iota) = unary(e.node, Op::Cast(DType::F32), DType::F32) else {
+            return false;
+        };
+        let i = g.node(iota);
+        n.shape.len() == 1
+            && &n.shape[0] == len
+            && i.op == (Op::Iota { expr: Expression::var("z") })
+            && i.shape.len() == 1
+    };
+    let visible = unary(e.node, Op::Unary(UnaryOp::Log2), DType::F32)?;
+    let less = unary(visible, Op::Cast(DType::F32), DType::F32)?;
+    let (offset, limit) = binary(less, BinaryOp::LessThan)?;
+    let limit = constant(limit)?;
+    if !flat_identity_edge(g, offset) || g.node(offset.node).dtype != DType::F32 {
+        return None;
+    }
+    // offset = key + query · (−1), either order.
+    let (a, b) = binary(offset.node, BinaryOp::Add)?;
+    let negated_query = |e: &Edge| -> bool {
+        if !flat_identity_edge(g, e) || g.node(e.node).dtype != DType::F32 {
+            return false;
+        }
+        let Some((x, y)) = binary(e.node, BinaryOp::Mul) else {
+            return false;
+        };
+        let minus_one = |e: &Edge| constant(e).and_then(|c| c.as_constant()) == Some(-1);
+        (arange_along(x, 0, s) && minus_one(y)) || (arange_along(y, 0, s) && minus_one(x))
+    };
+    ((arange_along(a, 1, t) && negated_query(b)) || (arange_along(b, 1, t) && negated_query(a)))
+        .then_some(limit)
+}
+
 /// What a backend's attention kernel accepts besides the pattern itself.
 pub struct AttentionRules<'a> {
     /// Storage types the kernel reads keys and values from when they arrive through a

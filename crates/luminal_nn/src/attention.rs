@@ -64,14 +64,16 @@ pub fn causal_attention_windowed<'g>(
     let scores = scores_product(q, k) * scale; // [b, (hkv, groups | hq), s, t]
     let (s, t) = (qs[2].clone(), ks[2].clone());
     // Additive mask: log2(1) = 0 where visible, log2(0) = -inf elsewhere, visible where
-    // key index − query index ≤ t − s. Built in f32 from two aranges (the indices are small
-    // integers, exact) so backends fuse it into one kernel over the [s, t] grid; the mask is
-    // shared by every head and, through CSE, every layer.
+    // key index − query index ≤ t − s, written `< t − s + 1` (the indices are integers): one
+    // comparison, the form `luminal::patterns::causal_limit` recognises (kernels then compute
+    // the mask from the indices). Built in f32 from two aranges (small integers, exact) so
+    // backends fuse it into one kernel over the [s, t] grid; the mask is shared by every head
+    // and, through CSE, every layer.
     let cx = q.graph;
     let key = cx.arange(t.clone()).expand(0, s.clone());
     let query = cx.arange(s.clone()).expand(1, t.clone());
     let offset = key - query;
-    let mut visible = offset.le(cx.constant_expr(t.clone() - s.clone(), DType::F32));
+    let mut visible = offset.lt(cx.constant_expr(t.clone() - s.clone() + 1, DType::F32));
     if let Some(w) = window {
         assert!(w > 0, "causal_attention: sliding window must be positive");
         // Key position j = key, query position i = t − s + query: j > i − w.
@@ -568,5 +570,72 @@ impl<'g> Module<'g> for TransformerBlock<'g> {
         p.extend(self.post_attention_layernorm.parameters());
         p.extend(self.mlp.parameters());
         p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use luminal::patterns::{causal_limit, AttentionMatch, AttentionRules};
+
+    /// The bias edge of the one attention in `cx` after the generic passes, and its causal
+    /// limit evaluated at `s`, `t`.
+    fn limit(cx: &Graph, s: i64, t: i64) -> Option<i64> {
+        let mut g = cx.snapshot();
+        use luminal::passes::Pass;
+        luminal::passes::GenericPasses::default().run(&mut g);
+        let (order, _) = luminal::passes::live_order(&g);
+        let mut uses = std::collections::HashMap::new();
+        for &id in &order {
+            for e in &g.node(id).inputs {
+                *uses.entry(e.node).or_insert(0usize) += 1;
+            }
+        }
+        let rules = AttentionRules {
+            kv_storage: &|dt| dt == DType::F16,
+            bias_unit_keys: false,
+        };
+        let m = order
+            .iter()
+            .find_map(|&id| AttentionMatch::find(&g, &uses, id, &rules))
+            .expect("an attention");
+        let bias = m.bias.expect("a bias");
+        causal_limit(&g, &bias).map(|c| {
+            c.eval_with(&|v| match v {
+                "s" => Some(s),
+                "t" => Some(t),
+                _ => None,
+            })
+            .unwrap()
+        })
+    }
+
+    #[test]
+    fn the_causal_mask_is_recognised_and_windows_and_padding_are_not() {
+        // Keys j visible from query row i where j − i < t − s + 1, with and without grouped
+        // queries and an f16 cache.
+        for (hq, kv) in [(2, DType::F32), (6, DType::F16)] {
+            let cx = Graph::new();
+            let q = cx.tensor("q", (1, hq, "s", 16));
+            let k = cx.input("k", (1, 2, "t", 16), kv);
+            let v = cx.input("v", (1, 2, "t", 16), kv);
+            causal_attention(q, k, v).output();
+            assert_eq!(limit(&cx, 5, 9), Some(5));
+            assert_eq!(limit(&cx, 1, 300), Some(300));
+        }
+        let cx = Graph::new();
+        let q = cx.tensor("q", (1, 2, "s", 16));
+        let k = cx.tensor("k", (1, 2, "t", 16));
+        let v = cx.tensor("v", (1, 2, "t", 16));
+        causal_attention_windowed(q, k, v, Some(4)).output();
+        assert_eq!(limit(&cx, 5, 9), None);
+        // A padding mask over the keys.
+        let cx = Graph::new();
+        let q = cx.tensor("q", (2, 2, 7, 16));
+        let k = cx.tensor("k", (2, 2, 7, 16));
+        let v = cx.tensor("v", (2, 2, 7, 16));
+        let keep = cx.tensor("keep", (2, 7));
+        crate::attention(q, k, v, Some(keep)).output();
+        assert_eq!(limit(&cx, 7, 7), None);
     }
 }

@@ -7,8 +7,10 @@
 //! A block of 4 warps takes 64 query rows (16 a warp) of one batch index and one key split.
 //! It walks the split's keys in tiles of 64: keys staged as f16 rows, values transposed (a
 //! column of `d` a row), each read as 32-bit fragment words that hit 32 distinct banks. The
-//! bias (a causal mask or padding) is read per accumulator element, as the tf32 kernel reads
-//! it; a tile whose bias is `-inf` for the whole block is skipped. The grid is 1-D: blocks run
+//! bias (padding) is read per accumulator element, as the tf32 kernel reads it; a tile whose
+//! bias is `-inf` for the whole block is skipped. A causal mask
+//! ([`luminal::patterns::causal_limit`], `AttnCall::causal`) is not read: the kernel computes
+//! it from the indices and stops at the block's last visible key. The grid is 1-D: blocks run
 //! the last query tiles first (under a causal mask they have the most keys).
 //!
 //! The kernels are C that both NVRTC and the cooperative host emulator
@@ -121,6 +123,8 @@ fn header() -> String {
         ("scale_bits", w(offset_of!(AttnCall, scale_bits))),
         ("splits", w(offset_of!(AttnCall, splits))),
         ("keys_per_split", w(offset_of!(AttnCall, keys_per_split))),
+        ("causal", w(offset_of!(AttnCall, causal))),
+        ("causal_lt", w(offset_of!(AttnCall, causal_lt))),
     ];
     let mut s = String::from("#ifndef LUM_H16_HEADER\n#define LUM_H16_HEADER\n");
     for (f, i) in fields {
@@ -193,7 +197,8 @@ LUM_EXTERN_C __global__ void LUM_H_BOUNDS @NAME@(const long long* lum_table, flo
     const long long q0 = qt * LUM_HQ, k_begin = split * kps;
     const long long k_end = (k_begin + kps < t) ? k_begin + kps : t;
     const float scale = lum_u2f((unsigned)p[LUM_HP_scale_bits]);
-    const int has_bias = p[LUM_HP_has_bias] != 0;
+    const int has_bias = p[LUM_HP_has_bias] != 0, causal = p[LUM_HP_causal] != 0;
+    const long long lt = p[LUM_HP_causal_lt];
     const long long q_s = p[LUM_HP_q_s], k_t = p[LUM_HP_k_t], v_t = p[LUM_HP_v_t], b_s = p[LUM_HP_b_s], b_t = p[LUM_HP_b_t];
     long long off[4];
     lum_h_offsets(p, bi, off);
@@ -216,16 +221,28 @@ LUM_EXTERN_C __global__ void LUM_H_BOUNDS @NAME@(const long long* lum_table, flo
     for (int nt = 0; nt < @D@ / 8; ++nt)
         for (int e = 0; e < 4; ++e) o[nt][e] = 0.0f;
     float m0 = LUM_H_NEG_INF, m1 = LUM_H_NEG_INF, l0 = 0.0f, l1 = 0.0f;
-    for (long long kt = k_begin; kt < k_end; kt += LUM_HK) {
-        /* This thread's bias values in the accumulators' layout, -inf outside the rows and
-           keys; the tile is skipped when the whole block's are -inf. */
+    /* Under a causal mask (key j visible from row i where j - i < lt) the keys from the
+       block's last row + lt on are hidden from all its rows. */
+    long long k_stop = k_end;
+    if (causal) {
+        const long long last = ((q0 + LUM_HQ < s) ? q0 + LUM_HQ : s) - 1;
+        if (last + lt < k_stop) k_stop = last + lt;
+    }
+    for (long long kt = k_begin; kt < k_stop; kt += LUM_HK) {
+        /* This thread's bias values in the accumulators' layout (a causal mask computed from
+           the indices), -inf outside the rows and keys; the tile is skipped when the whole
+           block's are -inf. */
         float sc[LUM_HK / 8][4];
         int vis = 0;
         for (int nt = 0; nt < LUM_HK / 8; ++nt)
             for (int e = 0; e < 4; ++e) {
                 const long long row = (e < 2) ? r0 : r1, key = kt + nt * 8 + 2 * tg + (e & 1);
                 float b = LUM_H_NEG_INF;
-                if (row < s && key < k_end) b = has_bias ? bias[bo + row * b_s + key * b_t] : 0.0f;
+                if (row < s && key < k_end) {
+                    if (causal) b = (key - row < lt) ? 0.0f : LUM_H_NEG_INF;
+                    else if (has_bias) b = bias[bo + row * b_s + key * b_t];
+                    else b = 0.0f;
+                }
                 sc[nt][e] = b;
                 vis |= (b != LUM_H_NEG_INF);
             }

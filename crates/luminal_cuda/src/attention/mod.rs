@@ -35,7 +35,7 @@
 pub mod half;
 
 use luminal::graph::{GraphData, NodeId};
-use luminal::patterns::{AttentionMatch, AttentionRules};
+use luminal::patterns::{causal_limit, AttentionMatch, AttentionRules};
 use luminal::{DType, Expression};
 use std::collections::{HashMap, HashSet};
 
@@ -86,6 +86,11 @@ pub struct AttnCall {
     /// Whether k and v are f16 (else f32).
     pub k_f16: i64,
     pub v_f16: i64,
+    /// Whether the bias is a causal mask (`luminal::patterns::causal_limit`): key `j` is
+    /// visible from query row `i` where `j − i < causal_lt`. The f16 kernel computes it from
+    /// the indices; the others read the bias.
+    pub causal: i64,
+    pub causal_lt: i64,
 }
 
 impl AttnCall {
@@ -146,15 +151,18 @@ pub struct AttnExprs {
     q_dims: Vec<Expression>,
     strides: [Vec<Expression>; 4],
     offsets: [Expression; 4],
+    /// The bias's causal limit, when it is a causal mask.
+    causal: Option<Expression>,
 }
 
 impl AttnExprs {
-    pub fn of(p: &AttnPattern) -> AttnExprs {
+    pub fn of(p: &AttnPattern, graph: &GraphData) -> AttnExprs {
         let edges = [Some(&p.q), Some(&p.k), Some(&p.v), p.bias.as_ref()];
         AttnExprs {
             q_dims: p.q.view.dims(),
             strides: edges.map(|e| e.map_or(vec![], |e| e.view.strides())),
             offsets: edges.map(|e| e.map_or(Expression::from(0), |e| e.view.offset())),
+            causal: p.bias.as_ref().and_then(|b| causal_limit(graph, b)),
         }
     }
 
@@ -164,6 +172,7 @@ impl AttnExprs {
             .iter()
             .chain(self.strides.iter().flatten())
             .chain(&self.offsets)
+            .chain(&self.causal)
             .flat_map(|e| e.variables())
             .collect()
     }
@@ -252,6 +261,10 @@ pub fn resolve(
             return None;
         }
         c.has_bias = 1;
+        if let Some(lt) = &x.causal {
+            c.causal = 1;
+            c.causal_lt = eval(lt)?;
+        }
         c.b_off = eval(&x.offsets[3])?;
         c.b_s = sb[nb];
         c.b_t = sb[nb + 1];

@@ -540,7 +540,7 @@ impl<E: Executor> PlanRuntime<E> {
             })
             .collect();
         let attn_exprs: Vec<attention::AttnExprs> =
-            attns.iter().map(attention::AttnExprs::of).collect();
+            attns.iter().map(|p| attention::AttnExprs::of(p, &graph)).collect();
         // An attention resolved as an earlier one (the same views and types: another layer).
         let attn_twin: Vec<Option<usize>> = (0..attns.len())
             .map(|i| {

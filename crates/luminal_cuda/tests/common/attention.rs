@@ -171,6 +171,14 @@ pub fn all<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(
         on,
     );
     check(
+        "f16 cache, d 128: prefill of 65 (row 64's own key opens a key tile), a chunk of 64",
+        backend(),
+        half_tol,
+        |cx| cached(cx, 2, 2, 128, 160, CacheType::F16),
+        &[&[("s", 65), ("p", 0)], &[("s", 64), ("p", 65)]],
+        on,
+    );
+    check(
         "f16 cache, GQA 4:1, odd d 24",
         backend(),
         half_tol,
