@@ -18,7 +18,8 @@
 # against cuBLAS, Nsight Compute on them and on every kernel of a 1B-shaped decode; `skinny`:
 # the skinny kernels under their tuning knobs; `final`: every GPU test, products and decode;
 # `mma`: the tensor-core skinny kernel against cuBLAS and the CUDA-core one, and in decode;
-# `decode2`: the tests, decode, transformers eager and compiled on the same GPU).
+# `decode2`: the tests, decode, transformers eager and compiled on the same GPU; `attn16`: the
+# f16 tensor-core attention's tests, against the 3xTF32 kernel and SDPA, and in decode).
 # Logs go to $OUT (the device tool's output folder) or a temporary folder.
 set -u
 if [ "${1:-}" = --prepare ]; then
@@ -280,6 +281,28 @@ if [ "$WHAT" = decode2 ]; then
   timeout 60 python3 scripts/torch_llama_bench.py llama --shape llama1b --pp 512 --tg 128 --reps 2 --dtype bf16 2>&1 | grep -E "transformers|Error"; took $?
   step "transformers torch.compile (static cache, reduce-overhead) bf16, random llama1b-shaped"
   timeout 300 python3 scripts/torch_llama_bench.py llama --shape llama1b --pp 0 --tg 128 --reps 2 --dtype bf16 --static 2>&1 | grep -E "transformers|Error"; took $?
+fi
+
+if [ "$WHAT" = attn16 ]; then
+  # The f16 tensor-core attention (2026-11-28, built without a GPU; checked on the cooperative
+  # emulator and by NVRTC/ptxas only): its GPU tests first (every attention case with each
+  # kernel; the tiny models with it and with the 3xTF32 kernel), then causal attention at
+  # seq 1024-8192 with the f16 kernel, the 3xTF32 kernel and SDPA in the same run, then decode
+  # and prefill of the 1B and SmolLM2 shapes with each kernel.
+  for t in emulator_attention:gpu llama:gpu; do gtest $t; done
+  if [ -x $B/attention_bench ]; then
+    step "attention_bench, k/v f16: the f16 kernel, then the 3xTF32 kernel; SDPA"
+    ATTN_KV=f16 REPS=10 timeout 90 $B/attention_bench 1024 2048 4096 8192 2>&1
+    ATTN_KV=f16 REPS=5 LUMINAL_CUDA_ATTENTION=tf32 timeout 90 $B/attention_bench 1024 2048 4096 8192 2>&1
+    timeout 90 python3 scripts/torch_attention_bench.py 2>&1 | tail -20; took $?
+  fi
+  G=$WORK/llama1b-shape.F16.gguf; shaped_gguf llama1b $G
+  for v in LUMINAL_CUDA_X=default LUMINAL_CUDA_ATTENTION=tf32; do bench $G "$v"; done
+  rm -f $G
+  S=$WORK/smollm2-shape.F16.gguf; shaped_gguf smollm2 $S
+  for v in LUMINAL_CUDA_X=default LUMINAL_CUDA_ATTENTION=tf32; do bench $S "$v"; done
+  rm -f $S
+  for t in op_suite: emulator_graphs:gpu; do gtest $t; done
 fi
 
 if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then

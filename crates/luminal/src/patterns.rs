@@ -66,8 +66,11 @@ pub fn causal_limit(g: &GraphData, e: &Edge) -> Option<Expression> {
     // One input read one to one, through `op`.
     let unary = |id: NodeId, op: Op, dtype: DType| -> Option<NodeId> {
         let n = g.node(id);
-        (n.op == op && n.dtype == dtype && n.inputs.len() == 1 && flat_identity_edge(g, &n.inputs[0]))
-            .then(|| n.inputs[0].node)
+        (n.op == op
+            && n.dtype == dtype
+            && n.inputs.len() == 1
+            && flat_identity_edge(g, &n.inputs[0]))
+        .then(|| n.inputs[0].node)
     };
     let binary = |id: NodeId, op: BinaryOp| -> Option<(&Edge, &Edge)> {
         let n = g.node(id);
@@ -80,10 +83,12 @@ pub fn causal_limit(g: &GraphData, e: &Edge) -> Option<Expression> {
             return None;
         }
         match &n.op {
-            Op::Constant { value: ConstValue::Float(v) } if v.fract() == 0.0 && v.abs() < 1e15 => {
-                Some(Expression::from(*v as i64))
-            }
-            Op::Constant { value: ConstValue::Expr(x) } => Some(x.clone()),
+            Op::Constant {
+                value: ConstValue::Float(v),
+            } if v.fract() == 0.0 && v.abs() < 1e15 => Some(Expression::from(*v as i64)),
+            Op::Constant {
+                value: ConstValue::Expr(x),
+            } => Some(x.clone()),
             _ => None,
         }
     };
@@ -106,7 +111,10 @@ pub fn causal_limit(g: &GraphData, e: &Edge) -> Option<Expression> {
         let i = g.node(iota);
         n.shape.len() == 1
             && &n.shape[0] == len
-            && i.op == (Op::Iota { expr: Expression::var("z") })
+            && i.op
+                == (Op::Iota {
+                    expr: Expression::var("z"),
+                })
             && i.shape.len() == 1
     };
     let visible = unary(e.node, Op::Unary(UnaryOp::Log2), DType::F32)?;

@@ -624,7 +624,8 @@ impl Executor for CudaExecutor {
     ) -> Result<()> {
         let mut c = *call;
         let b = &self.backend;
-        let (variant, grid, threads, smem) = attn::launch_plan(&mut c, b.sms, b.attn_mma, b.attn_half);
+        let (variant, grid, threads, smem) =
+            attn::launch_plan(&mut c, b.sms, b.attn_mma, b.attn_half);
         let half = matches!(variant, attn::Variant::Half { .. });
         let name = attn::kernel_name(&c, variant)
             .ok_or_else(|| LuminalError::Backend("attention: k and v dtypes differ".into()))?;
@@ -907,4 +908,8 @@ pub fn half_kernels() -> &'static [codegen::Kernel; 3] {
 }
 
 /// The names of [`half_kernels`], in order.
-const HALF_NAMES: [&str; 3] = ["lum_attn_h16_64", "lum_attn_h16_128", "lum_attn_h16_combine"];
+const HALF_NAMES: [&str; 3] = [
+    "lum_attn_h16_64",
+    "lum_attn_h16_128",
+    "lum_attn_h16_combine",
+];

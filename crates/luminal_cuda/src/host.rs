@@ -562,7 +562,13 @@ impl Executor for HostExecutor {
                 let f = self.compile(&[&kernels[0], &kernels[1]])?;
                 let at = [(params_at / 8) as i64];
                 let bias = bias.unwrap_or(q);
-                self.launch(&f[0], grid, threads, &[params, out, scratch, q, k, v, bias], &at)?;
+                self.launch(
+                    &f[0],
+                    grid,
+                    threads,
+                    &[params, out, scratch, q, k, v, bias],
+                    &at,
+                )?;
                 if c.splits > 1 {
                     let n = c.batches() * c.s * c.d;
                     let blocks = attn::cdiv(n, attn::half::COMBINE_THREADS as i64) as u32;

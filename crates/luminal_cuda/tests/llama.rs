@@ -6,7 +6,9 @@
 
 use luminal::prelude::*;
 use luminal_cpu::{CpuBackend, QuantDots};
-use luminal_cuda::{CudaBackend, HostEmulatorBackend, HostEmulatorUnfused};
+use luminal_cuda::{
+    CudaBackend, HostEmulatorBackend, HostEmulatorCooperative, HostEmulatorUnfused,
+};
 use luminal_models::{LlamaModel, LoadOptions, Model};
 use std::path::PathBuf;
 
@@ -78,8 +80,13 @@ where
     // Files with f16/bf16 or block-quantized weights: through cuBLAS the CUDA plan rounds the
     // activations to f16/bf16 (the weight's type, or f16 for a quantized weight's f16 copy; as
     // PyTorch's autocast), the CPU backend multiplies them in f32.
+    // Attention through the f16 tensor-core kernel (the GPU's default over the f16 KV cache,
+    // and the cooperative emulator's) rounds q and the probabilities to f16, as PyTorch's
+    // f16 SDPA does.
     let tol = if file.contains("f16") || file.contains("q8_0") {
         0.1
+    } else if label.contains("f16 attention") {
+        1e-2
     } else {
         2e-3
     };
@@ -127,6 +134,17 @@ fn tiny_llama_half_weights_on_the_emulator_match_the_cpu_backend() {
     for file in ["tiny-llama.f16.gguf", "tiny-llama.bf16.gguf"] {
         check(file, HostEmulatorBackend, "emulator");
     }
+}
+
+#[test]
+fn tiny_llama_on_the_cooperative_emulator_matches_the_cpu_backend() {
+    // Attention through the f16 tensor-core kernel (q and the probabilities rounded to f16),
+    // reductions as a GPU runs them.
+    check(
+        "tiny-llama.gguf",
+        HostEmulatorCooperative,
+        "cooperative emulator (f16 attention)",
+    );
 }
 
 #[test]
@@ -272,8 +290,13 @@ fn tiny_models_on_the_gpu_match_the_cpu_backend() {
             "tiny-llama.f16.gguf",
             "tiny-llama.bf16.gguf",
         ] {
-            check(file, b.clone(), "gpu");
+            check(file, b.clone(), "gpu (f16 attention)");
         }
+        check(
+            "tiny-llama.gguf",
+            b.clone().without_half_attention(),
+            "gpu 3xTF32 attention",
+        );
         check(
             "tiny-llama.f16.gguf",
             b.clone().without_half_products(),
@@ -289,7 +312,11 @@ fn tiny_models_on_the_gpu_match_the_cpu_backend() {
         let broadcast = b
             .clone()
             .with_fusion(luminal_cuda::codegen::Fusion::Broadcast);
-        check("tiny-qwen2.gguf", broadcast.clone(), "gpu broadcast-fused");
+        check(
+            "tiny-qwen2.gguf",
+            broadcast.clone(),
+            "gpu broadcast-fused (f16 attention)",
+        );
         for (mode, b) in [
             ("fused", b.clone()),
             ("unfused", b.clone().without_fusion()),

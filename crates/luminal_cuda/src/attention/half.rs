@@ -67,12 +67,29 @@ pub fn plan(c: &mut AttnCall, sms: i64) -> u32 {
 /// call at word `lum_at`, the scalar), the output, the split-KV scratch, q, k, v, the bias
 /// (any buffer when the call has none). [`THREADS`] a block, [`plan`]'s blocks.
 pub fn kernel(dmax: i64) -> Kernel {
-    assert!(dmax == 64 || dmax == 128, "f16 attention: head dims up to 64 or 128, not {dmax}");
+    assert!(
+        dmax == 64 || dmax == 128,
+        "f16 attention: head dims up to 64 or 128, not {dmax}"
+    );
     let name = format!("lum_attn_h16_{dmax}");
     Kernel {
-        source: format!("{}{}", header(), KERNEL.replace("@D@", &dmax.to_string()).replace("@NAME@", &name)),
+        source: format!(
+            "{}{}",
+            header(),
+            KERNEL
+                .replace("@D@", &dmax.to_string())
+                .replace("@NAME@", &name)
+        ),
         name,
-        buffer_types: vec!["long long", "float", "float", "float", "unsigned short", "unsigned short", "float"],
+        buffer_types: vec![
+            "long long",
+            "float",
+            "float",
+            "float",
+            "unsigned short",
+            "unsigned short",
+            "float",
+        ],
         error_flag: false,
         dims: vec![],
         cooperative: true,
@@ -389,15 +406,33 @@ mod tests {
 
     #[test]
     fn plans_cover_every_key_once() {
-        for (s, t, batches) in [(1, 1000, 32), (1, 40, 8), (7, 3000, 4), (1024, 1024, 32), (300, 300, 1)] {
-            let mut c = AttnCall { batch: [1, 1, 1, batches], s, t, d: 64, ..Default::default() };
+        for (s, t, batches) in [
+            (1, 1000, 32),
+            (1, 40, 8),
+            (7, 3000, 4),
+            (1024, 1024, 32),
+            (300, 300, 1),
+        ] {
+            let mut c = AttnCall {
+                batch: [1, 1, 1, batches],
+                s,
+                t,
+                d: 64,
+                ..Default::default()
+            };
             let blocks = plan(&mut c, 132);
             assert!(c.keys_per_split % KEYS == 0 && c.splits >= 1);
             assert!(c.splits * c.keys_per_split >= t && (c.splits - 1) * c.keys_per_split < t);
             assert_eq!(blocks as i64, cdiv(s, ROWS) * batches * c.splits);
         }
         // Prefill fills the device without splitting.
-        let mut c = AttnCall { batch: [1, 1, 1, 32], s: 1024, t: 1024, d: 128, ..Default::default() };
+        let mut c = AttnCall {
+            batch: [1, 1, 1, 32],
+            s: 1024,
+            t: 1024,
+            d: 128,
+            ..Default::default()
+        };
         plan(&mut c, 132);
         assert_eq!(c.splits, 1);
     }
@@ -405,9 +440,17 @@ mod tests {
     #[test]
     fn the_header_names_the_calls_fields_at_their_words() {
         let h = header();
-        let c = AttnCall { s: 11, keys_per_split: 22, scale_bits: 33, ..Default::default() };
+        let c = AttnCall {
+            s: 11,
+            keys_per_split: 22,
+            scale_bits: 33,
+            ..Default::default()
+        };
         let at = |f: &str| -> usize {
-            let line = h.lines().find(|l| l.starts_with(&format!("#define LUM_HP_{f} "))).unwrap();
+            let line = h
+                .lines()
+                .find(|l| l.starts_with(&format!("#define LUM_HP_{f} ")))
+                .unwrap();
             line.rsplit(' ').next().unwrap().parse().unwrap()
         };
         assert_eq!(c.words()[at("s")], 11);

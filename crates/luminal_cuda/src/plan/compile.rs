@@ -539,8 +539,10 @@ impl<E: Executor> PlanRuntime<E> {
                 vars
             })
             .collect();
-        let attn_exprs: Vec<attention::AttnExprs> =
-            attns.iter().map(|p| attention::AttnExprs::of(p, &graph)).collect();
+        let attn_exprs: Vec<attention::AttnExprs> = attns
+            .iter()
+            .map(|p| attention::AttnExprs::of(p, &graph))
+            .collect();
         // An attention resolved as an earlier one (the same views and types: another layer).
         let attn_twin: Vec<Option<usize>> = (0..attns.len())
             .map(|i| {

@@ -58,7 +58,10 @@ pub fn check<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(
             let (w, g) = (reference.get_f32(t).unwrap(), rt.get_f32(t).unwrap());
             assert_eq!(w.len(), g.len(), "{name} output {o}");
             if std::env::var("ATTN_ERRORS").is_ok() {
-                let worst = w.iter().zip(&g).map(|(a, b)| (a - b).abs() / (1.0 + a.abs()));
+                let worst = w
+                    .iter()
+                    .zip(&g)
+                    .map(|(a, b)| (a - b).abs() / (1.0 + a.abs()));
                 eprintln!("{name} {dims:?}: max error {}", worst.fold(0f32, f32::max));
             }
             for (i, (a, b)) in w.iter().zip(&g).enumerate() {
