@@ -403,10 +403,17 @@ impl CudaExecutor {
             .load_module(ptx)
             .map_err(driver("cuModuleLoadData"))?;
         let mut c = self.backend.cache.lock().unwrap_or_else(|e| e.into_inner());
-        for n in HALF_NAMES {
+        for (n, dmax) in HALF_NAMES.into_iter().zip([Some(64), Some(128), None]) {
             let f = module
                 .load_function(n)
                 .map_err(driver("cuModuleGetFunction"))?;
+            if let Some(dmax) = dmax {
+                f.set_attribute(
+                    cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    attn::half::shared_bytes(dmax) as i32,
+                )
+                .map_err(driver("cuFuncSetAttribute"))?;
+            }
             c.insert(key(n), f);
         }
         c.get(&key(name))

@@ -31,6 +31,12 @@ pub const THREADS: u32 = 128;
 /// Threads a block of the split-KV combine.
 pub const COMBINE_THREADS: u32 = 256;
 
+/// Dynamic shared memory of the kernel for [`dmax`] `dmax`, in bytes: two buffers of a key
+/// and a value tile, [`KEYS`] rows of `dmax + 8` halves each.
+pub fn shared_bytes(dmax: i64) -> u32 {
+    (4 * KEYS * (dmax + 8) * 2) as u32
+}
+
 /// Whether the f16 kernel can run `c`: f16 keys and values, head dims up to 128, and a 1-D
 /// grid of every query tile, batch index and split (at most 1024) within `i32`.
 pub fn eligible(c: &AttnCall) -> bool {
@@ -157,17 +163,35 @@ fn header() -> String {
 
 const HELPERS: &str = r#"#define LUM_H_NEG_INF lum_u2f(0xff800000u)
 #define LUM_H_LOG2E 1.4426950408889634f
+/* Shared memory: dynamic on a GPU (over 48 KiB with 128 columns), a static array in the
+   emulator. ldmatrix: four 8x8 tiles of halves, lane L giving the address of row L % 8 of
+   tile L / 8; each lane gets (row lane / 4, columns 2(lane % 4), +1) of every tile, or with
+   `trans` (rows 2(lane % 4), +1, column lane / 4): the B fragment of rows stored as keys. A
+   16-byte copy global -> shared (zeros when `full` is 0), asynchronous on a GPU. */
 #ifdef __CUDA_ARCH__
 #define LUM_H_BOUNDS __launch_bounds__(128)
-#define LUM_H_ALIGN __align__(16)
-LUM_DEV unsigned lum_h_word(const unsigned short* p) { return *(const unsigned*)p; }
+#define LUM_H_SMEM(name, count) extern __shared__ __align__(16) unsigned short name[]
 /* Whether v is set in any thread of the block (a block barrier). */
 LUM_DEV int lum_h_any(int v) { return __syncthreads_or(v); }
+LUM_DEV void lum_h_ldsm(unsigned* r, const unsigned short* row, int trans) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    if (trans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+LUM_DEV void lum_h_copy16(unsigned short* dst, const unsigned short* src, int full) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(a), "l"(src), "r"(full ? 16 : 0) : "memory");
+}
+LUM_DEV void lum_h_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+/* Waits for every group but the newest one. */
+LUM_DEV void lum_h_wait_all_but_one(void) { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
 #else
 #define LUM_H_BOUNDS
-#define LUM_H_ALIGN _Alignas(16)
-LUM_DEV unsigned lum_h_word(const unsigned short* p) { unsigned u; memcpy(&u, p, 4); return u; }
-/* The cooperative emulator: a slot a thread between two barriers (every thread calls it). */
+#define LUM_H_SMEM(name, count) static _Alignas(16) unsigned short name[count]
+/* The cooperative emulator: a slot a thread between two barriers (every thread calls these
+   alike). */
 static int lum_h_any_slots[1024];
 LUM_DEV int lum_h_any(int v) {
     _Pragma("omp barrier")
@@ -177,6 +201,29 @@ LUM_DEV int lum_h_any(int v) {
     for (unsigned i = 0; i < blockDim.x; ++i) r |= lum_h_any_slots[i];
     return r;
 }
+static const unsigned short* lum_h_rows[1024];
+LUM_DEV void lum_h_ldsm(unsigned* r, const unsigned short* row, int trans) {
+    const unsigned t = threadIdx.x, base = t & ~31u, lane = t & 31u;
+    _Pragma("omp barrier")
+    lum_h_rows[t] = row;
+    _Pragma("omp barrier")
+    for (unsigned m = 0; m < 4; ++m) {
+        unsigned short lo, hi;
+        if (trans) {
+            lo = lum_h_rows[base + 8 * m + 2 * (lane % 4)][lane / 4];
+            hi = lum_h_rows[base + 8 * m + 2 * (lane % 4) + 1][lane / 4];
+        } else {
+            lo = lum_h_rows[base + 8 * m + lane / 4][2 * (lane % 4)];
+            hi = lum_h_rows[base + 8 * m + lane / 4][2 * (lane % 4) + 1];
+        }
+        r[m] = (unsigned)lo | ((unsigned)hi << 16);
+    }
+}
+LUM_DEV void lum_h_copy16(unsigned short* dst, const unsigned short* src, int full) {
+    if (full) memcpy(dst, src, 16); else memset(dst, 0, 16);
+}
+LUM_DEV void lum_h_commit(void) {}
+LUM_DEV void lum_h_wait_all_but_one(void) {}
 #endif
 /* Element offsets of batch index bi in q, k, v and the bias. */
 LUM_DEV void lum_h_offsets(const long long* p, long long bi, long long* o) {
@@ -203,8 +250,10 @@ LUM_DEV long long lum_h_batches(const long long* p) {
 /// thread of the block (loop bounds depend on the block's indices only).
 const KERNEL: &str = r#"
 LUM_EXTERN_C __global__ void LUM_H_BOUNDS @NAME@(const long long* lum_table, float* out, float* part, const float* q, const unsigned short* k, const unsigned short* v, const float* bias, long long lum_at) {
-    __shared__ LUM_H_ALIGN unsigned short sk[LUM_HK * (@D@ + 8)];   /* [key][column] */
-    __shared__ LUM_H_ALIGN unsigned short svt[@D@ * (LUM_HK + 8)];  /* [column][key] */
+    /* Two buffers of a key tile and a value tile, each [key][column], rows of @D@ + 8 halves
+       (16-byte aligned; the 8 rows of an ldmatrix tile fall in distinct banks). */
+    LUM_H_SMEM(lum_h_smem, 4 * LUM_HK * (@D@ + 8));
+    const int RS = @D@ + 8, TILE = LUM_HK * (@D@ + 8);
     const long long* p = lum_table + lum_at;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
     const long long s = p[LUM_HP_s], t = p[LUM_HP_t], d = p[LUM_HP_d];
@@ -220,7 +269,7 @@ LUM_EXTERN_C __global__ void LUM_H_BOUNDS @NAME@(const long long* lum_table, flo
     long long off[4];
     lum_h_offsets(p, bi, off);
     const long long qo = off[0], ko = off[1], vo = off[2], bo = off[3];
-    /* 16-byte pieces of key and value rows. */
+    /* 16-byte pieces of key and value rows (copied asynchronously), else element copies. */
     const int vec = ((d | ko | vo | k_t | v_t) & 7) == 0;
     const long long r0 = q0 + warp * 16 + g, r1 = r0 + 8;
     /* This warp's 16 query rows as A fragments, rounded to f16 (zeros past s and d). */
@@ -245,7 +294,20 @@ LUM_EXTERN_C __global__ void LUM_H_BOUNDS @NAME@(const long long* lum_table, flo
         const long long last = ((q0 + LUM_HQ < s) ? q0 + LUM_HQ : s) - 1;
         if (last + lt < k_stop) k_stop = last + lt;
     }
-    for (long long kt = k_begin; kt < k_stop; kt += LUM_HK) {
+    /* The tile at key kt into buffer b as 16-byte pieces, a thread's pieces along a row (zeros
+       past k_end and d). */
+#define LUM_H_ISSUE(kt, b) \
+    for (int i = tid; i < LUM_HK * (@D@ / 8); i += 128) { \
+        const int j = i / (@D@ / 8), c = (i % (@D@ / 8)) * 8; \
+        const int live = (kt) + j < k_end && c < d; \
+        const long long key = live ? (kt) + j : k_begin; \
+        lum_h_copy16(lum_h_smem + (2 * (b)) * TILE + j * RS + c, k + ko + key * k_t + (live ? c : 0), live); \
+        lum_h_copy16(lum_h_smem + (2 * (b) + 1) * TILE + j * RS + c, v + vo + key * v_t + (live ? c : 0), live); \
+    }
+    if (vec && k_begin < k_stop) LUM_H_ISSUE(k_begin, 0)
+    lum_h_commit();
+    int buf = 0;
+    for (long long kt = k_begin; kt < k_stop; kt += LUM_HK, buf ^= 1) {
         /* This thread's bias values in the accumulators' layout (a causal mask computed from
            the indices), -inf outside the rows and keys; the tile is skipped when the whole
            block's are -inf. */
@@ -263,48 +325,37 @@ LUM_EXTERN_C __global__ void LUM_H_BOUNDS @NAME@(const long long* lum_table, flo
                 sc[nt][e] = b;
                 vis |= (b != LUM_H_NEG_INF);
             }
-        /* Also the barrier after the previous tile's reads of sk and svt. */
-        if (!lum_h_any(vis)) continue;
-        /* Stage the tile (zeros past k_end and d): keys a 16-byte piece a thread, threads
-           along a row; values transposed, threads along the keys (their 16-bit stores then
-           fall in distinct words). */
+        /* Also the barrier after the previous tile's reads of the other buffer, which the
+           next tile's copies then fill while this one computes. */
+        const int any = lum_h_any(vis);
+        unsigned short* sk = lum_h_smem + 2 * buf * TILE;
+        unsigned short* sv = sk + TILE;
         if (vec) {
-            for (int i = tid; i < LUM_HK * (@D@ / 8); i += 128) {
-                const int j = i / (@D@ / 8), c = (i % (@D@ / 8)) * 8;
-                unsigned w[4] = {0u, 0u, 0u, 0u};
-                if (kt + j < k_end && c < d) lum_sk_words4(k + ko + (kt + j) * k_t + c, w);
-                lum_sk_store4(sk + j * (@D@ + 8) + c, w);
-            }
-            for (int i = tid; i < LUM_HK * (@D@ / 8); i += 128) {
-                const int j = i % LUM_HK, c = (i / LUM_HK) * 8;
-                unsigned w[4] = {0u, 0u, 0u, 0u};
-                if (kt + j < k_end && c < d) lum_sk_words4(v + vo + (kt + j) * v_t + c, w);
-                for (int e = 0; e < 4; ++e) {
-                    svt[(c + 2 * e) * (LUM_HK + 8) + j] = (unsigned short)(w[e] & 0xffffu);
-                    svt[(c + 2 * e + 1) * (LUM_HK + 8) + j] = (unsigned short)(w[e] >> 16);
-                }
-            }
-        } else {
+            if (kt + LUM_HK < k_stop) LUM_H_ISSUE(kt + LUM_HK, buf ^ 1)
+            lum_h_commit();
+            lum_h_wait_all_but_one();
+        } else if (any) {
             for (int i = tid; i < LUM_HK * @D@; i += 128) {
                 const int j = i / @D@, c = i % @D@;
                 const int live = kt + j < k_end && c < d;
-                sk[j * (@D@ + 8) + c] = live ? k[ko + (kt + j) * k_t + c] : (unsigned short)0;
-            }
-            for (int i = tid; i < LUM_HK * @D@; i += 128) {
-                const int j = i % LUM_HK, c = i / LUM_HK;
-                const int live = kt + j < k_end && c < d;
-                svt[c * (LUM_HK + 8) + j] = live ? v[vo + (kt + j) * v_t + c] : (unsigned short)0;
+                sk[j * RS + c] = live ? k[ko + (kt + j) * k_t + c] : (unsigned short)0;
+                sv[j * RS + c] = live ? v[vo + (kt + j) * v_t + c] : (unsigned short)0;
             }
         }
-        __syncthreads();
-        /* S = Q·Kᵀ: 16 rows x 64 keys a warp. */
+        __syncthreads(); /* this tile's keys and values, from every thread, are in place */
+        if (!any) continue;
+        /* S = Q·Kᵀ: 16 rows x 64 keys a warp. Lane L addresses key row 8 nt + L % 8 (and
+           8 (nt + 1) + L % 8 from lane 16), columns 16 ks + 8 ((L / 8) % 2): b0, b1 of key
+           tiles nt and nt + 1. */
         float acc[LUM_HK / 8][4];
         for (int nt = 0; nt < LUM_HK / 8; ++nt)
             for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
         for (int ks = 0; ks < @D@ / 16; ++ks)
-            for (int nt = 0; nt < LUM_HK / 8; ++nt) {
-                const unsigned short* kr = sk + (nt * 8 + g) * (@D@ + 8) + ks * 16 + 2 * tg;
-                lum_skm_mma_f16(acc[nt], qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3], lum_h_word(kr), lum_h_word(kr + 8));
+            for (int nt = 0; nt < LUM_HK / 8; nt += 2) {
+                unsigned b[4];
+                lum_h_ldsm(b, sk + (8 * nt + 8 * (lane >> 4) + (lane & 7)) * RS + 16 * ks + 8 * ((lane >> 3) & 1), 0);
+                lum_skm_mma_f16(acc[nt], qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3], b[0], b[1]);
+                lum_skm_mma_f16(acc[nt + 1], qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3], b[2], b[3]);
             }
         /* Online softmax over rows r0 (e 0, 1) and r1 (e 2, 3); a row's keys are spread over
            the 4 threads of a group. */
@@ -348,13 +399,18 @@ LUM_EXTERN_C __global__ void LUM_H_BOUNDS @NAME@(const long long* lum_table, flo
             o[nt][0] *= corr0; o[nt][1] *= corr0;
             o[nt][2] *= corr1; o[nt][3] *= corr1;
         }
-        /* O += P·V: 16 rows x @D@ columns a warp. */
+        /* O += P·V: 16 rows x @D@ columns a warp. Lane L addresses value row 16 j + L % 8
+           (+ 8 for lanes 8-15 and 24-31), columns 8 nt (+ 8 from lane 16), read transposed:
+           b0, b1 of column tiles nt and nt + 1. */
         for (int j = 0; j < LUM_HK / 16; ++j)
-            for (int nt = 0; nt < @D@ / 8; ++nt) {
-                const unsigned short* vr = svt + (nt * 8 + g) * (LUM_HK + 8) + j * 16 + 2 * tg;
-                lum_skm_mma_f16(o[nt], pa[j][0], pa[j][1], pa[j][2], pa[j][3], lum_h_word(vr), lum_h_word(vr + 8));
+            for (int nt = 0; nt < @D@ / 8; nt += 2) {
+                unsigned b[4];
+                lum_h_ldsm(b, sv + (16 * j + 8 * ((lane >> 3) & 1) + (lane & 7)) * RS + 8 * nt + 8 * (lane >> 4), 1);
+                lum_skm_mma_f16(o[nt], pa[j][0], pa[j][1], pa[j][2], pa[j][3], b[0], b[1]);
+                lum_skm_mma_f16(o[nt + 1], pa[j][0], pa[j][1], pa[j][2], pa[j][3], b[2], b[3]);
             }
     }
+#undef LUM_H_ISSUE
     /* Rows r0 (e 0, 1) and r1 (e 2, 3): the output, or the split's partial result. */
     const long long nbs = batches * s;
     for (int hf = 0; hf < 2; ++hf) {

@@ -308,7 +308,8 @@ pub fn launch_plan(
     if mma && half && half::eligible(c) {
         let blocks = half::plan(c, sms);
         let dmax = half::dmax(c);
-        return (Variant::Half { dmax }, (blocks, 1, 1), half::THREADS, 0);
+        let smem = half::shared_bytes(dmax);
+        return (Variant::Half { dmax }, (blocks, 1, 1), half::THREADS, smem);
     }
     let batches = c.batches();
     if c.d > 128 {

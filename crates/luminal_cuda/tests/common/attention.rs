@@ -182,6 +182,14 @@ pub fn all<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(
         on,
     );
     check(
+        "f16 cache, GQA 2:1, d 36 (not a multiple of 8: element staging on a GPU)",
+        backend(),
+        half_tol,
+        |cx| cached(cx, 4, 2, 36, 96, CacheType::F16),
+        &[&[("s", 70), ("p", 0)], &[("s", 1), ("p", 70)]],
+        on,
+    );
+    check(
         "f16 cache, GQA 4:1, odd d 24",
         backend(),
         half_tol,
