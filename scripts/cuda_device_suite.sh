@@ -11,7 +11,8 @@
 #   cargo test -p luminal_cuda --release --no-run       # lists the test binaries
 #   cargo build --release -p luminal_cli
 #   cargo build --release -p luminal_cuda --examples
-#   bash scripts/cuda_device_suite.sh --prepare         # copies + strips them into .gpu/
+#   bash scripts/cuda_device_suite.sh --prepare         # copies + strips them into .gpu/,
+#                                                       # adds the gguf wheel and tokenizer
 # then run `bash scripts/cuda_device_suite.sh [tests|bench|all|decode]` there with .gpu carried
 # (`decode`: the product/model tests, decode/prefill with and without the skinny products on
 # F16, Q8_0 and Q4_0 files, then the other tests; `profile`: a few tests, the skinny products
@@ -32,8 +33,14 @@ if [ "${1:-}" = --prepare ]; then
   for e in matmul_tflops ops_gbps attention_bench matvec_gbps; do
     [ -x target/release/examples/$e ] && cp target/release/examples/$e .gpu/bench/ && strip .gpu/bench/$e
   done
+  # For the model-shaped GGUFs made on the device: the gguf package's wheel and SmolLM2's
+  # tokenizer alone (a Python with `gguf` installed here: $PYTHON, default python3).
+  PY=${PYTHON:-python3}
+  ls .gpu/bench/gguf-*.whl >/dev/null 2>&1 || $PY -m pip download -q --no-deps --only-binary=:all: -d .gpu/bench gguf==0.19.0
+  [ -e .gpu/bench/smollm2-tokenizer.gguf ] || $PY scripts/make_llama1b_gguf.py .gpu/bench/smollm2-tokenizer.gguf --ref models/SmolLM2-135M-Instruct.Q4_1.gguf --tokenizer-only
   pwd > .gpu/bench/build_root
   ls -la .gpu .gpu/bench
+  du -sh .gpu  # the device tool carries 64 MiB at most
   exit 0
 fi
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}

@@ -160,6 +160,17 @@
 //!   primop kernels. H200, batch 1, 32 heads, d 128, causal s = t = 8192: 21.0 ms (26
 //!   TFLOP/s) with f32 or f16 K/V, against 12.3 ms for torch's f32 SDPA and 0.93 ms for its
 //!   f16 SDPA (`examples/attention_bench.rs`, `scripts/torch_attention_bench.py`).
+//! - Over f16 keys and values (the f16 KV cache; head dims up to 128, sm_80+) attention runs
+//!   on f16 tensor cores instead ([`attention::half`]): `mma.m16n8k16` with f32 accumulation,
+//!   q and the probabilities rounded to f16 (as torch's f16 SDPA), key/value tiles
+//!   double-buffered through `cp.async`, fragments by `ldmatrix`. A causal mask is recognised
+//!   ([`luminal::patterns::causal_limit`]) and computed from the indices instead of read.
+//!   [`CudaBackend::without_half_attention`] / `LUMINAL_CUDA_ATTENTION=tf32` keep the 3xTF32
+//!   kernel. Written without a GPU (2026-11-28): checked on the cooperative emulator (every
+//!   `mma`, `ldmatrix` and shuffle emulated; [`HostEmulatorCooperative`] runs it for the
+//!   attention cases and the tiny Llama), compiled by NVRTC for sm_80/sm_90 and by `ptxas`
+//!   (252 registers at d 128, no spills); its speed is not measured yet
+//!   (`scripts/cuda_device_suite.sh attn16`).
 //! - [`plan`]: the runtime, generic over an [`plan::Executor`]: inputs uploaded once and
 //!   kept on the device (new values of the same size are written into the same buffer), one
 //!   buffer per computed node (grown, at least doubling, when the dims grow), outputs
@@ -234,11 +245,10 @@
 //!   by the skinny kernel (they go through an f16 copy).
 //! - Fusion covers elementwise producers of one reader; a node read twice (softmax's
 //!   exponentials, a norm's input) is still its own kernel and buffer, and a reduction still
-//!   writes its buffer for its readers (no reduction-into-elementwise epilogues). Attention
-//!   on half inputs with f16 tensor cores (torch's f16 SDPA is 20x faster than the f32 path
-//!   here), the causal mask generated in the kernel instead of read from the bias, attention
-//!   over a quantized KV cache (it runs as primops), one device memory arena planned at
-//!   compile time.
+//!   writes its buffer for its readers (no reduction-into-elementwise epilogues). The f16
+//!   attention kernel is not measured on a GPU yet; the causal mask's own node is still
+//!   computed each run (only the f16 kernel stops reading it), attention over a quantized KV
+//!   cache runs as primops, and there is no device memory arena planned at compile time.
 //! - The CLI's `--device cuda` (`luminal generate|chat|serve|bench|perplexity`) loads Llama
 //!   models here; `embed`, `bench-embed` and `transcribe` run on the CPU only.
 //! - Cooperative reductions split rows only: a strided reduction (values after the reduced

@@ -30,7 +30,9 @@
 //! blocks are too few to fill the device (decoding: one query row), the keys are split
 //! across blocks (split-KV, flash-decoding) and a second kernel combines the partial
 //! results. Head dims up to 128 run the tiled kernel (64 or 128 columns of shared memory);
-//! larger ones a simple kernel (a warp a query row).
+//! larger ones a simple kernel (a warp a query row). Calls over f16 keys and values run the
+//! f16 tensor-core kernel of [`half`] (with the causal mask computed from the indices where
+//! [`luminal::patterns::causal_limit`] recognises it).
 
 pub mod half;
 
