@@ -20,7 +20,8 @@
 # the skinny kernels under their tuning knobs; `final`: every GPU test, products and decode;
 # `mma`: the tensor-core skinny kernel against cuBLAS and the CUDA-core one, and in decode;
 # `decode2`: the tests, decode, transformers eager and compiled on the same GPU; `attn16`: the
-# f16 tensor-core attention's tests, against the 3xTF32 kernel and SDPA, and in decode).
+# f16 tensor-core attention's tests, against the 3xTF32 kernel and SDPA, and in decode;
+# `kquant`: K-quant weights read in place against the f16 copy, in decode).
 # Logs go to $OUT (the device tool's output folder) or a temporary folder.
 set -u
 if [ "${1:-}" = --prepare ]; then
@@ -310,6 +311,18 @@ if [ "$WHAT" = attn16 ]; then
   for v in LUMINAL_CUDA_X=default LUMINAL_CUDA_ATTENTION=tf32; do bench $S "$v"; done
   rm -f $S
   for t in op_suite: emulator_graphs:gpu; do gtest $t; done
+fi
+
+if [ "$WHAT" = kquant ]; then
+  # K-quant weights read in place by the skinny kernel (2026-11-28, built without a GPU):
+  # the quantized product tests, then decode of the 1B shape with random Q4_K and Q6_K
+  # super-blocks, in place and through the f16 copy (LUMINAL_CUDA_SKINNY_QUANT=0).
+  for t in emulator_quant:gpu emulator_matmul:gpu; do gtest $t; done
+  for q in q4_k q6_k; do
+    G=$WORK/llama1b-shape.$q.gguf; shaped_gguf llama1b $G $q
+    for v in LUMINAL_CUDA_X=default LUMINAL_CUDA_SKINNY_QUANT=0; do bench $G "$v"; done
+    rm -f $G
+  done
 fi
 
 if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then

@@ -10,14 +10,17 @@ GGUF, by default SmolLM2-135M's, so the vocab is 49152 rather than Llama 3's 128
 Weights: N(0, 0.02²) rounded to F16, norm weights 1.0 (F32). The logits are meaningless; the
 file exists to time prefill/decode at 1B scale. `--type q8_0|q4_0|q4_1` writes the matrices
 quantized by gguf-py's reference quantizers instead (norms stay F32), or quantize the F16
-file with llama-quantize (`llama-quantize --allow-requantize IN OUT Q4_0`).
+file with llama-quantize (`llama-quantize --allow-requantize IN OUT Q4_0`). `--type
+q4_k|q6_k` (gguf-py has no K-quant quantizer) writes random super-blocks whose scales keep
+the weights at about the same size: for timing only (rows must be multiples of 256, so the
+llama1b shape only).
 
 `--shape smollm2`: SmolLM2-135M's shape instead (hidden 576, 30 layers, 9 heads, 3 KV heads,
 FFN 1536, RoPE base 100000, tied embeddings; 134.5M parameters, ~270 MB), as the CUDA
 benchmark of benches/README.md generates it on the device machine. `--ref` may be any GGUF
 holding the `tokenizer.*` keys, e.g. one written with `--tokenizer-only` (no tensors, ~2 MB).
 
-Usage: python3 scripts/make_llama1b_gguf.py OUT.gguf [--ref models/SmolLM2-135M-Instruct.Q4_1.gguf] [--seed 0] [--shape llama1b|smollm2] [--type f16|q8_0|q4_0|q4_1] [--tokenizer-only]
+Usage: python3 scripts/make_llama1b_gguf.py OUT.gguf [--ref models/SmolLM2-135M-Instruct.Q4_1.gguf] [--seed 0] [--shape llama1b|smollm2] [--type f16|q8_0|q4_0|q4_1|q4_k|q6_k] [--tokenizer-only]
 Needs: pip install numpy gguf  (tested with gguf 0.19.0). Writes ~2.1 GB; needs ~2.5 GB RAM.
 """
 import argparse
@@ -60,7 +63,7 @@ def main():
     ap.add_argument("--tokenizer-only", action="store_true", help="write only the tokenizer keys")
     ap.add_argument(
         "--type",
-        choices=["f16", "q8_0", "q4_0", "q4_1"],
+        choices=["f16", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k"],
         default="f16",
         help="the matrices' type (quantized with gguf-py's reference quantizers)",
     )
@@ -90,8 +93,9 @@ def main():
     w.add_rope_dimension_count(HEAD_DIM)
     w.add_rope_freq_base(ROPE_BASE)
     w.add_layer_norm_rms_eps(1e-5)
-    # ggml file types: MOSTLY_F16, MOSTLY_Q8_0, MOSTLY_Q4_0, MOSTLY_Q4_1.
-    w.add_file_type({"f16": 1, "q8_0": 7, "q4_0": 2, "q4_1": 3}[args.type])
+    # ggml file types: MOSTLY_F16, MOSTLY_Q8_0, MOSTLY_Q4_0, MOSTLY_Q4_1, MOSTLY_Q4_K_M,
+    # MOSTLY_Q6_K.
+    w.add_file_type({"f16": 1, "q8_0": 7, "q4_0": 2, "q4_1": 3, "q4_k": 15, "q6_k": 18}[args.type])
     vocab = copy_tokenizer(ref, w)
     w.add_vocab_size(vocab)
 
@@ -107,7 +111,27 @@ def main():
         # numpy shape (rows, cols) = ggml ne [cols, rows]: cols is the input dimension.
         return (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float16)
 
+    # Random K-quant super-blocks (256 values): (block bytes, offsets of f16 scales, their
+    # size) with the other bytes random (quants, packed sub-block scales).
+    kquant = {
+        "q4_k": (GGMLQuantizationType.Q4_K, 144, [0, 2], 3e-5),
+        "q6_k": (GGMLQuantizationType.Q6_K, 210, [208], 5e-6),
+    }.get(args.type)
+
+    def random_blocks(rows, cols):
+        kt, nbytes, halves, size = kquant
+        assert cols % 256 == 0, f"{args.type}: rows of {cols} are not whole super-blocks"
+        b = rng.integers(0, 256, size=(rows, cols // 256, nbytes), dtype=np.uint8)
+        for at in halves:
+            h = (size * (1.0 + rng.random((rows, cols // 256)))).astype(np.float16)
+            b[:, :, at : at + 2] = h.view(np.uint8).reshape(rows, cols // 256, 2)
+        return b.reshape(rows, cols // 256 * nbytes), kt
+
     def add_matrix(name, rows, cols):
+        if kquant is not None:
+            b, kt = random_blocks(rows, cols)
+            w.add_tensor(name, b, raw_dtype=kt)
+            return
         m = rand(rows, cols)
         if qtype is None:
             w.add_tensor(name, m)

@@ -109,8 +109,11 @@
 //!   [`codegen::SKINNY_MAX_BLOCKS`] blocks striding over the rows; up to three products over
 //!   the same activations (q, k, v; gate, up) are one launch. Q8_0, Q4_0 and Q4_1 weights are
 //!   read as blocks in place ([`codegen::skinny_quant_kernel`]: rows of whole 16-byte pieces
-//!   are loaded 32 blocks at a time through shared memory; other block types through their
-//!   f16 copy), so a decode step reads 0.56–1.06 bytes a weight. Where the tensor-core kernel
+//!   are loaded 32 blocks at a time through shared memory), so a decode step reads 0.56–1.06
+//!   bytes a weight. Q3_K–Q6_K weights are read in place too (a lane a 32-value piece of a
+//!   super-block, byte loads; 0.43–0.82 bytes a weight; added 2026-11-28 without a GPU:
+//!   checked on the cooperative emulator and by NVRTC, speed not measured yet,
+//!   `LUMINAL_CUDA_SKINNY_QUANT=0` keeps the f16 copy); Q2_K goes through its f16 copy. Where the tensor-core kernel
 //!   below does not apply (f32 weights, unaligned rows, or with it switched off), products
 //!   with at most [`plan::SKINNY_MAX_WEIGHTS`] weights or rows of at most
 //!   [`plan::SKINNY_MAX_K`] run on these kernels, block weights included (on an H200 cuBLAS,
@@ -242,7 +245,7 @@
 //!   cache writes are launches of their own. Splitting a tile's rows among blocks, 8-row
 //!   tiles and other grid caps measured slower (`benches/README.md`).
 //! - cuBLASLt epilogues (bias/activation fused into the product); K-quant blocks read in place
-//!   by the skinny kernel (they go through an f16 copy).
+//!   through shared memory (they are read with byte loads) and on tensor cores.
 //! - Fusion covers elementwise producers of one reader; a node read twice (softmax's
 //!   exponentials, a norm's input) is still its own kernel and buffer, and a reduction still
 //!   writes its buffer for its readers (no reduction-into-elementwise epilogues). The f16

@@ -92,6 +92,10 @@ fn skinny_kernels_compile_with_nvrtc() {
             luminal::DType::Q8_0,
             luminal::DType::Q4_0,
             luminal::DType::Q4_1,
+            luminal::DType::Q3_K,
+            luminal::DType::Q4_K,
+            luminal::DType::Q5_K,
+            luminal::DType::Q6_K,
         ]
         .map(|q| luminal_cuda::codegen::skinny_quant_kernel(q, F32).unwrap()),
     )

@@ -25,13 +25,16 @@ fn quantized_embedding_gather_and_matmul() {
     quant_cases::gather_and_matmul(|| HostEmulatorBackend);
 }
 
-/// The block types the linear-layer cases run over (the legacy ones the skinny kernel reads
-/// in place, and two K-quants that go through the f16 copy).
-const LINEAR_TYPES: [DType; 5] = [
+/// The block types the linear-layer cases run over: those the skinny kernel reads in place
+/// (the legacy 32-value blocks, Q3_K-Q6_K) and Q2_K, which goes through the f16 copy.
+const LINEAR_TYPES: [DType; 8] = [
     DType::Q8_0,
     DType::Q4_0,
     DType::Q4_1,
+    DType::Q2_K,
+    DType::Q3_K,
     DType::Q4_K,
+    DType::Q5_K,
     DType::Q6_K,
 ];
 
@@ -53,8 +56,8 @@ where
     }
 }
 
-/// Decode-shaped products over each block type: Q8_0/Q4_0/Q4_1 blocks read in place by one
-/// grouped skinny launch, the others through an f16 copy (a dequantizing launch before each
+/// Decode-shaped products over each block type: Q8_0/Q4_0/Q4_1 and Q3_K-Q6_K blocks read in
+/// place by one grouped skinny launch, Q2_K through an f16 copy (a dequantizing launch before each
 /// product in the first run, then one grouped launch).
 fn quantized_decode_products<E, B>(backend: impl Fn() -> B)
 where
@@ -71,7 +74,16 @@ where
                 "{dt} decode m {m} k {k}: launches per run {launches:?}, {skinny} skinny products"
             );
             assert_eq!(skinny, 3, "{dt} m {m} k {k}");
-            let in_place = matches!(dt, DType::Q8_0 | DType::Q4_0 | DType::Q4_1);
+            let in_place = matches!(
+                dt,
+                DType::Q8_0
+                    | DType::Q4_0
+                    | DType::Q4_1
+                    | DType::Q3_K
+                    | DType::Q4_K
+                    | DType::Q5_K
+                    | DType::Q6_K
+            );
             assert_eq!(
                 launches,
                 [if in_place { 1 } else { 6 }, 1],

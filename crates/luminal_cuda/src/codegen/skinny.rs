@@ -201,7 +201,8 @@ pub fn skinny_kernel(w: DType, x: DType, round: Option<DType>, c: DType) -> Kern
 }
 
 /// [`skinny_kernel`] for a block-quantized weight read in place (Q8_0, Q4_0, Q4_1: a
-/// decode step reads 1.06, 0.56 or 0.63 bytes a weight instead of an f16 copy's 2), with f32
+/// decode step reads 1.06, 0.56 or 0.63 bytes a weight instead of an f16 copy's 2; Q3_K-Q6_K
+/// a lane a 32-value piece of a super-block, byte loads), with f32
 /// activations rounded to f16 as the f16-copy path rounds them. Rows must be whole blocks
 /// (`K`, `lda` and `oa` multiples of 32; the plan checks). Each lane decodes whole blocks of
 /// its warp's row (block `b` for `b = lane, lane + 32, …`: its scale and quants) and adds
@@ -213,6 +214,9 @@ pub fn skinny_kernel(w: DType, x: DType, round: Option<DType>, c: DType) -> Kern
 /// core's decoders), so the emulators check the block decoding against them. `None` for
 /// other types.
 pub fn skinny_quant_kernel(q: DType, c: DType) -> Option<Kernel> {
+    if let Some(decode) = kquant_decode(q) {
+        return Some(skinny_kquant_kernel(q, c, decode));
+    }
     // Per type: block bytes; the whole block's decoding into `lum_q[32]`, `lum_d`, `lum_mn`
     // (from the 2-byte words `lum_h`); the scales alone; and group `lum_i` of 8 quants into
     // `lum_g[8]` (for the fast path: fewer registers than 32 decoded values).
@@ -351,6 +355,106 @@ pub fn skinny_quant_kernel(q: DType, c: DType) -> Option<Kernel> {
         &host,
         "q",
     ))
+}
+
+/// The decoding of 32-value piece `lum_sub` (0..8) of a K-quant super-block at `lum_p`
+/// (bytes) into `lum_q[32]`, `lum_d`, `lum_mn` such that value `l` is
+/// `lum_d·lum_q[l] + lum_mn`: the core's decoder ([`QUANT_PRELUDE`]'s `lum_deq_<type>`) with
+/// the sub-block scales folded into the (small integer, exact) quants where a piece has two.
+/// `None` for other types (and Q2_K, whose two 16-value halves have their own minimums).
+///
+/// [`QUANT_PRELUDE`]: super::prelude::QUANT_PRELUDE
+fn kquant_decode(q: DType) -> Option<&'static str> {
+    Some(match q {
+        DType::Q3_K => {
+            "const int lum_half = lum_sub / 4, lum_shift = lum_sub % 4;
+            lum_d = lum_half_at(lum_p + 108); lum_mn = 0.f;
+            for (int lum_l = 0; lum_l < 32; ++lum_l) {
+                const int lum_j = 2 * lum_sub + lum_l / 16;
+                const int lum_lo = (lum_p[96 + lum_j % 8] >> (4 * (lum_j / 8))) & 15, lum_hi = (lum_p[104 + lum_j % 4] >> (2 * (lum_j / 4))) & 3;
+                const int lum_v = ((lum_p[32 + 32 * lum_half + lum_l] >> (2 * lum_shift)) & 3) | ((lum_p[lum_l] >> (4 * lum_half + lum_shift)) & 1) << 2;
+                lum_q[lum_l] = (float)(((lum_lo | lum_hi << 4) - 32) * (lum_v - 4));
+            }"
+        }
+        DType::Q4_K => {
+            "int lum_sc, lum_mi;
+            lum_k4_scale_min(lum_p + 4, lum_sub, &lum_sc, &lum_mi);
+            lum_d = lum_mul(lum_half_at(lum_p), (float)lum_sc); lum_mn = -lum_mul(lum_half_at(lum_p + 2), (float)lum_mi);
+            for (int lum_l = 0; lum_l < 32; ++lum_l) lum_q[lum_l] = (float)((lum_p[16 + 32 * (lum_sub / 2) + lum_l] >> (4 * (lum_sub % 2))) & 15);"
+        }
+        DType::Q5_K => {
+            "int lum_sc, lum_mi;
+            lum_k4_scale_min(lum_p + 4, lum_sub, &lum_sc, &lum_mi);
+            lum_d = lum_mul(lum_half_at(lum_p), (float)lum_sc); lum_mn = -lum_mul(lum_half_at(lum_p + 2), (float)lum_mi);
+            for (int lum_l = 0; lum_l < 32; ++lum_l)
+                lum_q[lum_l] = (float)(((lum_p[48 + 32 * (lum_sub / 2) + lum_l] >> (4 * (lum_sub % 2))) & 15) | ((lum_p[16 + lum_l] >> lum_sub) & 1) << 4);"
+        }
+        DType::Q6_K => {
+            "const int lum_half = lum_sub / 4, lum_kk = lum_sub % 4;
+            lum_d = lum_half_at(lum_p + 208); lum_mn = 0.f;
+            for (int lum_l = 0; lum_l < 32; ++lum_l) {
+                const int lum_lo = (lum_p[64 * lum_half + 32 * (lum_kk % 2) + lum_l] >> (4 * (lum_kk / 2))) & 15;
+                const int lum_hi = (lum_p[128 + 32 * lum_half + lum_l] >> (2 * lum_kk)) & 3;
+                lum_q[lum_l] = (float)((signed char)lum_p[192 + 2 * lum_sub + lum_l / 16] * ((lum_lo | lum_hi << 4) - 32));
+            }"
+        }
+        _ => return None,
+    })
+}
+
+/// [`skinny_quant_kernel`] for a K-quant weight (256-value super-blocks; rows of whole
+/// super-blocks, which the plan checks): each lane decodes 32-value pieces of its warp's row
+/// (piece `b` for `b = lane, lane + 32, …`; 8 a super-block) with byte loads, and adds
+/// `d·Σ q·x + m·Σ x` as the other block types. The host emulator's branch sums the core's
+/// decoder's values.
+fn skinny_kquant_kernel(q: DType, c: DType, decode: &str) -> Kernel {
+    let (qn, bytes) = (q.name(), q.block_bytes());
+    let gpu = format!(
+        r#"    const unsigned char* wr = w + ((lum_oa + (lum_live ? lum_row : 0) * lum_lda) / 256) * {bytes};
+    const long long lum_nb = lum_live ? lum_k / 32 : 0;
+    for (long long lum_b = lum_lane; lum_b < lum_nb; lum_b += 32) {{
+        const unsigned char* lum_p = wr + (lum_b / 8) * {bytes};
+        const int lum_sub = (int)(lum_b % 8);
+        float lum_q[32], lum_d, lum_mn;
+        {{
+            {decode}
+        }}
+#pragma unroll
+        for (int lum_j = 0; lum_j < LUM_SK_M; ++lum_j) {{
+            if (lum_j < lum_m) {{
+                float lum_s = 0.f, lum_sx = 0.f;
+                for (int lum_e = 0; lum_e < 32; ++lum_e) {{
+                    const long long lum_at = lum_b * 32 + lum_e;
+                    const float lum_xv = lum_stage ? lum_xs[lum_j * lum_k + lum_at] : lum_sk_round_f16(x[lum_ob + lum_j * lum_ldb + lum_at]);
+                    lum_s += lum_q[lum_e] * lum_xv;
+                    lum_sx += lum_xv;
+                }}
+                lum_acc[lum_j] += lum_d * lum_s + lum_mn * lum_sx;
+            }}
+        }}
+    }}
+"#
+    );
+    let host = format!(
+        r#"    /* One thread per column: the core's decoder per element, summing in order. */
+    for (int lum_j = 0; lum_j < LUM_SK_M && lum_j < lum_m; ++lum_j) {{
+        for (long long lum_e = 0; lum_e < lum_k; ++lum_e)
+            lum_acc[lum_j] += lum_deq_{qn}(w, lum_oa + lum_row * lum_lda + lum_e) * lum_sk_round_f16(x[lum_ob + lum_j * lum_ldb + lum_e]);
+        out[lum_oc + lum_row + lum_j * lum_ldc] = STORE_C;
+    }}
+"#
+    );
+    skinny_source(
+        &format!("{qn}_{}", c.name()),
+        ("unsigned char", "float", c),
+        (
+            "lum_m * lum_k <= LUM_SK_STAGE",
+            "lum_sk_round_f16(xr[lum_e])",
+        ),
+        ("", &gpu),
+        &host,
+        "q",
+    )
 }
 
 /// Blocks at most of a [`skinny_mma_kernel`] launch: two on each of an H100/H200's 132 SMs

@@ -668,7 +668,9 @@ impl<E: Executor> PlanRuntime<E> {
     /// does: its rows whole blocks and small enough (`skinny_fits`; no f16 copy needed).
     fn quant_in_place(&self, p: usize) -> Option<usize> {
         let calls = self.calls[p].as_ref()?;
-        let whole_blocks = |c: &GemmCall| c.offset_a % 32 == 0 && c.lda % 32 == 0 && c.k % 32 == 0;
+        let b = self.skinny_quant_block[p];
+        let whole_blocks =
+            |c: &GemmCall| c.offset_a % b == 0 && c.lda as i64 % b == 0 && c.k as i64 % b == 0;
         self.skinny_quant_fn[p]
             .filter(|_| calls.iter().all(|c| self.skinny_fits(c) && whole_blocks(c)))
     }
