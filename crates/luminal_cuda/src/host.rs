@@ -183,6 +183,8 @@ pub struct HostExecutor {
     /// `LUMINAL_EMULATOR_DRY=1`: launches, products and attentions are listed, recorded and
     /// replayed but not run (results are meaningless), to time the plan's host work alone.
     dry: bool,
+    /// Attention calls run (or recorded) on the f16 kernel, and those with a causal mask.
+    half_attentions: (usize, usize),
 }
 
 impl HostExecutor {
@@ -193,7 +195,14 @@ impl HostExecutor {
             recording: None,
             cooperative: false,
             dry: std::env::var("LUMINAL_EMULATOR_DRY").is_ok_and(|v| v == "1"),
+            half_attentions: (0, 0),
         }
+    }
+
+    /// How many attention calls ran on the f16 kernel ([`crate::attention::half`]; the
+    /// cooperative emulator's), and how many of them computed a causal mask.
+    pub fn half_attentions(&self) -> (usize, usize) {
+        self.half_attentions
     }
 
     /// The cache key of `k`'s compiled function (the cooperative build is another library).
@@ -558,6 +567,8 @@ impl Executor for HostExecutor {
                 attn::launch_plan(&mut c, EMULATED_SMS, true, true)
             {
                 // The f16 kernel itself, as a GPU runs it (the call read from the table).
+                self.half_attentions.0 += 1;
+                self.half_attentions.1 += usize::from(c.causal != 0);
                 let kernels = [attn::half::kernel(dmax), attn::half::combine_kernel()];
                 let f = self.compile(&[&kernels[0], &kernels[1]])?;
                 let at = [(params_at / 8) as i64];

@@ -28,6 +28,64 @@ fn attention_through_the_f16_kernel_on_the_cooperative_emulator() {
 }
 
 #[test]
+fn the_cooperative_emulator_runs_f16_calls_on_the_f16_kernel() {
+    // Causal over an f16 cache: the f16 kernel with the mask computed (both runs); over f16
+    // k/v with a padding bias or none: the f16 kernel reading the bias; over an f32 cache: not.
+    use luminal::prelude::*;
+    type Build = fn(&Graph) -> (Vec<GraphTensor<'_>>, Vec<GraphTensor<'_>>);
+    let cases: [(Build, &[&[(&str, usize)]], (usize, usize)); 4] = [
+        (
+            |cx| cases::cached(cx, 8, 2, 64, 320, luminal_nn::CacheType::F16),
+            &[&[("s", 20), ("p", 0)], &[("s", 1), ("p", 20)]],
+            (2, 2),
+        ),
+        (
+            |cx| cases::half_kv(cx, (2, 3, 9, 40, 64), Some(30)),
+            &[&[]],
+            (1, 0),
+        ),
+        (
+            |cx| cases::half_kv(cx, (1, 2, 9, 40, 64), None),
+            &[&[]],
+            (1, 0),
+        ),
+        (
+            |cx| cases::cached(cx, 8, 2, 64, 320, luminal_nn::CacheType::F32),
+            &[&[("s", 20), ("p", 0)]],
+            (0, 0),
+        ),
+    ];
+    for (i, (build, bindings, want)) in cases.into_iter().enumerate() {
+        let cx = Graph::new();
+        let (inputs, _) = build(&cx);
+        let mut rt = cx
+            .compile(HostEmulatorCooperative, CompileOptions::default())
+            .unwrap();
+        for dims in bindings {
+            for (d, v) in dims.iter() {
+                rt.set_dim(d, *v);
+            }
+            for t in &inputs {
+                let n = t
+                    .shape()
+                    .iter()
+                    .map(|e| e.eval_with(&|v| dims.iter().find(|d| d.0 == v).map(|d| d.1 as i64)))
+                    .map(|v| v.unwrap() as usize)
+                    .product();
+                if t.dtype() == DType::F16 {
+                    rt.set(*t, &vec![luminal::half::f16::from_f32(0.5); n])
+                        .unwrap();
+                } else {
+                    rt.set(*t, &vec![0.5f32; n]).unwrap();
+                }
+            }
+            rt.run().unwrap();
+        }
+        assert_eq!(rt.executor().half_attentions(), want, "case {i}");
+    }
+}
+
+#[test]
 fn gpu_attention() {
     match luminal_cuda::CudaBackend::new(0) {
         Ok(b) => {

@@ -1,13 +1,16 @@
 //! Flash attention on f16 tensor cores, for calls whose keys and values are f16 (an f16 KV
-//! cache; `q` is f32 and rounded to f16 once, as a block loads it): `mma.m16n8k16` with f32
-//! accumulation for `q·kᵀ` and for `p·v`, the online softmax in f32 on the accumulators, and
-//! the probabilities rounded to f16 in registers (the score tile's accumulator layout is the
-//! A operand's layout of the next product, so they never go through shared memory).
+//! cache; `q` is f32, scaled and rounded to f16 once, as a block loads it: `q·scale` overflows
+//! f16 only past 65504): `mma.m16n8k16` with f32 accumulation for `q·kᵀ` and for `p·v`, the
+//! online softmax in f32 on the accumulators, and the probabilities rounded to f16 in
+//! registers (the score tile's accumulator layout is the A operand's layout of the next
+//! product, so they never go through shared memory).
 //!
 //! A block of 4 warps takes 64 query rows (16 a warp) of one batch index and one key split.
-//! It walks the split's keys in tiles of 64: keys staged as f16 rows, values transposed (a
-//! column of `d` a row), each read as 32-bit fragment words that hit 32 distinct banks. The
-//! bias (padding) is read per accumulator element, as the tf32 kernel reads it; a tile whose
+//! It walks the split's keys in tiles of 64, double-buffered: key and value rows copied as
+//! 16-byte pieces (`cp.async`) while the previous tile computes, into rows of `d + 8` halves
+//! (the 8 rows an `ldmatrix` reads fall in distinct banks); `ldmatrix` gives the keys' B
+//! fragments and, transposing, the values'. The bias (padding) is read per accumulator
+//! element, as the tf32 kernel reads it; a tile whose
 //! bias is `-inf` for the whole block is skipped. A causal mask
 //! ([`luminal::patterns::causal_limit`], `AttnCall::causal`) is not read: the kernel computes
 //! it from the indices and stops at the block's last visible key. The grid is 1-D: blocks run
@@ -272,15 +275,16 @@ LUM_EXTERN_C __global__ void LUM_H_BOUNDS @NAME@(const long long* lum_table, flo
     /* 16-byte pieces of key and value rows (copied asynchronously), else element copies. */
     const int vec = ((d | ko | vo | k_t | v_t) & 7) == 0;
     const long long r0 = q0 + warp * 16 + g, r1 = r0 + 8;
-    /* This warp's 16 query rows as A fragments, rounded to f16 (zeros past s and d). */
+    /* This warp's 16 query rows times the scale as A fragments, rounded to f16 (zeros past s
+       and d). */
     unsigned qa[@D@ / 16][4];
     for (int ks = 0; ks < @D@ / 16; ++ks)
         for (int h = 0; h < 2; ++h)
             for (int rr = 0; rr < 2; ++rr) {
                 const long long c = ks * 16 + 2 * tg + 8 * h, row = rr ? r1 : r0;
                 float x0 = 0.0f, x1 = 0.0f;
-                if (row < s && c < d) x0 = q[qo + row * q_s + c];
-                if (row < s && c + 1 < d) x1 = q[qo + row * q_s + c + 1];
+                if (row < s && c < d) x0 = q[qo + row * q_s + c] * scale;
+                if (row < s && c + 1 < d) x1 = q[qo + row * q_s + c + 1] * scale;
                 qa[ks][2 * h + rr] = lum_skm_bits_f16(x0) | (lum_skm_bits_f16(x1) << 16);
             }
     float o[@D@ / 8][4];
@@ -363,7 +367,7 @@ LUM_EXTERN_C __global__ void LUM_H_BOUNDS @NAME@(const long long* lum_table, flo
         for (int nt = 0; nt < LUM_HK / 8; ++nt)
             for (int e = 0; e < 4; ++e) {
                 const float b = sc[nt][e];
-                const float x = (b == LUM_H_NEG_INF) ? LUM_H_NEG_INF : acc[nt][e] * scale + b;
+                const float x = (b == LUM_H_NEG_INF) ? LUM_H_NEG_INF : acc[nt][e] + b;
                 sc[nt][e] = x;
                 if (e < 2) mx0 = fmaxf(mx0, x); else mx1 = fmaxf(mx1, x);
             }

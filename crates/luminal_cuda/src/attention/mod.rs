@@ -83,7 +83,7 @@ pub struct AttnCall {
     pub scale_bits: i64,
     /// Key splits (set by [`launch_plan`]; 1: the kernel writes the output itself).
     pub splits: i64,
-    /// Keys per split (a multiple of [`BK`]).
+    /// Keys per split (a multiple of [`BK`]; of [`half::KEYS`] for the f16 kernel).
     pub keys_per_split: i64,
     /// Whether k and v are f16 (else f32).
     pub k_f16: i64,
@@ -1093,6 +1093,37 @@ mod tests {
         assert!(c.splits > 1 && c.keys_per_split % BK == 0);
         assert!(c.splits * c.keys_per_split >= c.t && (c.splits - 1) * c.keys_per_split < c.t);
         assert_eq!(grid.2 as i64, c.splits);
+        // f16 keys and values: the f16 kernel where `half` (and `mma`), its 1-D grid of query
+        // tiles × batches × splits, its shared memory, and scratch for its split.
+        let mut c = AttnCall {
+            batch: [1, 1, 4, 2],
+            s: 1,
+            t: 3000,
+            d: 128,
+            k_f16: 1,
+            v_f16: 1,
+            ..Default::default()
+        };
+        let (v, grid, threads, smem) = launch_plan(&mut c, 132, true, true);
+        assert_eq!(v, Variant::Half { dmax: 128 });
+        assert_eq!((threads, smem), (half::THREADS, half::shared_bytes(128)));
+        assert!(smem <= 227 * 1024 && c.splits > 1 && c.keys_per_split % half::KEYS == 0);
+        assert_eq!(grid, ((8 * c.splits) as u32, 1, 1));
+        assert_eq!(scratch_floats(&c), c.splits * 8 * (128 + 2));
+        assert_eq!(kernel_name(&c, v).unwrap(), "lum_attn_h16_128");
+        assert_eq!(
+            launch_plan(&mut c, 132, true, false).0,
+            Variant::Mma { dmax: 128 }
+        );
+        assert_eq!(
+            launch_plan(&mut c, 132, false, true).0,
+            Variant::Tiled { dmax: 128 }
+        );
+        c.k_f16 = 0;
+        assert_eq!(
+            launch_plan(&mut c, 132, true, true).0,
+            Variant::Mma { dmax: 128 }
+        );
         // Large head dim: the simple kernel.
         let mut c = AttnCall {
             batch: [1, 1, 1, 2],

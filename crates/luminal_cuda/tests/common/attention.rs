@@ -85,7 +85,7 @@ pub fn check<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(
 
 /// Cached causal attention as a Llama layer builds it: new keys and values appended to a
 /// `cache_type` cache at `p`, `hq` query heads over `hkv` kv heads.
-fn cached<'g>(
+pub fn cached<'g>(
     cx: &'g Graph,
     hq: usize,
     hkv: usize,
@@ -100,6 +100,37 @@ fn cached<'g>(
     let (kc, vc) = cache.append(k, v, Expression::var("p"));
     let out = luminal_nn::causal_attention(q, kc, vc).output();
     (vec![q, k, v, cache.k, cache.v], vec![out])
+}
+
+/// Bidirectional attention of q `[b, h, s, d]` (f32) over f16 keys and values `[b, h, t, d]`
+/// (`luminal_nn::scores_product`/`values_product` read them through their widening casts),
+/// with a padding bias over the keys (the first `keep` keys of batch 0, every key of the
+/// others) or none.
+pub fn half_kv<'g>(
+    cx: &'g Graph,
+    (b, h, s, t, d): (usize, usize, usize, usize, usize),
+    keep: Option<usize>,
+) -> (Vec<GraphTensor<'g>>, Vec<GraphTensor<'g>>) {
+    let q = cx.tensor("q", (b, h, s, d));
+    let k = cx.input("k", (b, h, t, d), DType::F16);
+    let v = cx.input("v", (b, h, t, d), DType::F16);
+    let mut scores = luminal_nn::scores_product(q, k) * (1.0 / (d as f32).sqrt());
+    if let Some(keep) = keep {
+        // 1 for the first `keep` keys of batch 0 and all of the others, else 0.
+        let batch0 = cx
+            .arange(b)
+            .lt(cx.constant(1.0).expand(0, b))
+            .cast(DType::F32);
+        let limit = batch0 * (keep as f32 - t as f32) + t as f32;
+        let mask = cx
+            .arange(t)
+            .expand(0, b)
+            .lt(limit.expand(1, t))
+            .cast(DType::F32);
+        scores = scores + luminal_nn::key_padding_bias(mask).expand_to(scores.shape());
+    }
+    let out = luminal_nn::values_product(scores.softmax(-1), v).output();
+    (vec![q, k, v], vec![out])
 }
 
 /// Every case; `fused`: whether the backend runs attention fused; `half_tol`: the tolerance
@@ -187,6 +218,22 @@ pub fn all<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(
         half_tol,
         |cx| cached(cx, 4, 2, 36, 96, CacheType::F16),
         &[&[("s", 70), ("p", 0)], &[("s", 1), ("p", 70)]],
+        on,
+    );
+    check(
+        "f16 k/v, padding bias over the keys, batch 2 (the bias read)",
+        backend(),
+        half_tol,
+        |cx| half_kv(cx, (2, 3, 70, 130, 64), Some(100)),
+        &[&[]],
+        on,
+    );
+    check(
+        "f16 k/v, no mask, 3 queries over 300 keys (split on a GPU), d 128",
+        backend(),
+        half_tol,
+        |cx| half_kv(cx, (1, 2, 3, 300, 128), None),
+        &[&[]],
         on,
     );
     check(
