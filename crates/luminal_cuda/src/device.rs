@@ -608,6 +608,11 @@ impl Executor for CudaExecutor {
         attn::launch_plan(call, b.sms, b.attn_mma, b.attn_half);
     }
 
+    fn attention_reads_bias(&self, call: &AttnCall) -> bool {
+        let b = &self.backend;
+        attn::reads_bias(call, b.sms, b.attn_mma, b.attn_half)
+    }
+
     fn prepare_attention(&mut self) -> Result<()> {
         self.attention_function(attn::KERNEL_NAMES[0])?;
         if self.backend.attn_mma && self.backend.attn_half {

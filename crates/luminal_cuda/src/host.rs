@@ -542,6 +542,14 @@ impl Executor for HostExecutor {
         }
     }
 
+    fn attention_reads_bias(&self, call: &AttnCall) -> bool {
+        if self.cooperative {
+            attn::reads_bias(call, EMULATED_SMS, true, true)
+        } else {
+            call.has_bias != 0
+        }
+    }
+
     fn attention_scratch(&self, call: &AttnCall) -> usize {
         let mut c = *call;
         self.plan_attention(&mut c);

@@ -82,7 +82,37 @@ fn the_cooperative_emulator_runs_f16_calls_on_the_f16_kernel() {
             rt.run().unwrap();
         }
         assert_eq!(rt.executor().half_attentions(), want, "case {i}");
+        // The causal mask of case 0 is never computed (the f16 kernel computes it); case 3's
+        // is (the 3xTF32 path reads it).
+        let masks = [(1, 0), (0, 0), (0, 0), (1, 1)][i];
+        assert_eq!(rt.causal_masks(), masks, "case {i}");
     }
+    // Where the mask is read (the emulated attention reads the bias), it is computed.
+    let cx = Graph::new();
+    let (inputs, _) = cases::cached(&cx, 8, 2, 64, 320, luminal_nn::CacheType::F16);
+    let mut rt = cx
+        .compile(HostEmulatorBackend, CompileOptions::default())
+        .unwrap();
+    rt.set_dim("s", 4);
+    rt.set_dim("p", 0);
+    for t in &inputs {
+        let n: usize = t
+            .shape()
+            .iter()
+            .map(|e| {
+                e.eval_with(&|v| Some(if v == "s" { 4 } else { 0 }))
+                    .unwrap() as usize
+            })
+            .product();
+        if t.dtype() == DType::F16 {
+            rt.set(*t, &vec![luminal::half::f16::from_f32(0.5); n])
+                .unwrap();
+        } else {
+            rt.set(*t, &vec![0.5f32; n]).unwrap();
+        }
+    }
+    rt.run().unwrap();
+    assert_eq!(rt.causal_masks(), (1, 1));
 }
 
 #[test]

@@ -168,6 +168,11 @@ impl AttnExprs {
         }
     }
 
+    /// Whether the bias is a causal mask (`luminal::patterns::causal_limit`).
+    pub fn causal(&self) -> bool {
+        self.causal.is_some()
+    }
+
     /// The dims [`resolve`] reads.
     pub fn variables(&self) -> std::collections::BTreeSet<String> {
         self.q_dims
@@ -348,6 +353,14 @@ pub fn launch_plan(
             shared_bytes(dmax) as u32,
         )
     }
+}
+
+/// Whether the kernel `launch_plan` picks for `c` reads its bias: all but the f16 kernel over
+/// a causal mask, which it computes from the indices.
+pub fn reads_bias(c: &AttnCall, sms: i64, mma: bool, half: bool) -> bool {
+    let mut c = *c;
+    let variant = launch_plan(&mut c, sms, mma, half).0;
+    c.has_bias != 0 && !(matches!(variant, Variant::Half { .. }) && c.causal != 0)
 }
 
 /// Dynamic shared memory of the tiled kernel with `dmax` columns: q `[BQ][dmax]`, k

@@ -156,6 +156,7 @@ impl<E: Executor> PlanRuntime<E> {
                 attn_inner: attn_inner.get(&id).copied(),
                 in_place: in_place.contains(&id),
                 norm_skip: None,
+                causal_mask_of: None,
                 residual_of: None,
                 dims_at: dims_len,
                 host_vars: 0,
@@ -557,6 +558,7 @@ impl<E: Executor> PlanRuntime<E> {
                 })
             })
             .collect();
+        mark_causal_masks(&mut steps, &step_of, &graph, &attns, &attn_exprs);
         let attn_vars: Vec<BTreeSet<String>> = attn_exprs.iter().map(|x| x.variables()).collect();
         let step_vars: Vec<BTreeSet<String>> = steps
             .iter()
@@ -731,14 +733,49 @@ fn step_vars(
     for a in step.attn_out.iter().chain(&step.attn_inner) {
         vars.extend(attn_vars[*a].iter().cloned());
     }
-    // Whether a norm's steps are skipped depends on its products' calls.
+    // Whether a norm's steps are skipped depends on its products' calls, a causal mask's on
+    // its attentions'.
     for p in step.norm_skip.iter().flatten().chain(&step.residual_of) {
         vars.extend(gemm_vars[*p].iter().cloned());
+    }
+    for a in step.causal_mask_of.iter().flatten() {
+        vars.extend(attn_vars[*a].iter().cloned());
     }
     for e in exprs {
         vars.extend(e.variables());
     }
     vars
+}
+
+/// Marks the step of each causal mask (an attention bias that `causal_limit` recognises) whose
+/// every reader is inside the attentions it is the bias of and which is not a graph output:
+/// skipped in runs where none of their calls reads it.
+fn mark_causal_masks(
+    steps: &mut [Step],
+    step_of: &HashMap<NodeId, usize>,
+    graph: &GraphData,
+    attns: &[attention::AttnPattern],
+    exprs: &[attention::AttnExprs],
+) {
+    let mut by_mask: std::collections::BTreeMap<NodeId, Vec<usize>> = Default::default();
+    for (i, (p, x)) in attns.iter().zip(exprs).enumerate() {
+        if let (Some(b), true) = (&p.bias, x.causal()) {
+            by_mask.entry(b.node).or_default().push(i);
+        }
+    }
+    for (mask, ps) in by_mask {
+        let Some(&ms) = step_of.get(&mask) else {
+            continue;
+        };
+        let inside = |s: &Step| s.attn_inner.is_some_and(|a| ps.contains(&a));
+        let readers_inside = steps
+            .iter()
+            .filter(|s| s.inputs.contains(&mask))
+            .all(inside);
+        if readers_inside && !graph.outputs.contains(&mask) && steps[ms].attn_out.is_none() {
+            steps[ms].causal_mask_of = Some(ps);
+        }
+    }
 }
 
 /// Marks the steps of each RMSNorm whose every reader is a product computing it in its

@@ -106,6 +106,12 @@ pub trait Executor {
     fn plan_attention(&self, call: &mut AttnCall) {
         let _ = call;
     }
+    /// Whether [`Executor::attention`] reads the bias of `call` (planned by
+    /// [`Executor::plan_attention`]); a kernel computing a causal mask from the indices does
+    /// not, and the plan then need not compute the mask.
+    fn attention_reads_bias(&self, call: &AttnCall) -> bool {
+        call.has_bias != 0
+    }
     /// Compiles the attention kernels (at `Backend::compile` time, so that none is compiled
     /// while a run is captured into a graph).
     fn prepare_attention(&mut self) -> Result<()> {

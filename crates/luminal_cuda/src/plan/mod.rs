@@ -87,6 +87,10 @@ struct Step {
     /// tensor-core kernel's norm prologue, [`NormProduct`]), or only read by such a step:
     /// skipped (no buffer) in runs where all of them take that path.
     norm_skip: Option<Vec<usize>>,
+    /// A causal mask (`luminal::patterns::causal_limit`) read only inside these attentions:
+    /// skipped (no buffer) in runs where every one of their calls computes the mask from the
+    /// indices ([`Executor::attention_reads_bias`]).
+    causal_mask_of: Option<Vec<usize>>,
     /// A residual sum `product + r` that this product's tensor-core kernel computes as it
     /// stores ([`Residual`]): skipped in runs where the product takes that kernel, its
     /// readers reading the product's buffer.
@@ -377,6 +381,18 @@ impl<E: Executor> PlanRuntime<E> {
     /// Nodes computed inside their consumer's kernel (no buffer, no launch of their own).
     pub fn fused_nodes(&self) -> usize {
         self.fused
+    }
+
+    /// Causal masks read only by attentions (each skipped in runs where every one of those
+    /// computes it from the indices), and how many of them have been computed (hold a
+    /// buffer).
+    pub fn causal_masks(&self) -> (usize, usize) {
+        let marked = self.steps.iter().filter(|s| s.causal_mask_of.is_some());
+        let computed = marked
+            .clone()
+            .filter(|s| self.buffers.contains_key(&s.node))
+            .count();
+        (marked.count(), computed)
     }
 
     /// Kernel launches (cuBLAS calls included) of the last run.

@@ -412,6 +412,17 @@ impl<E: Executor> PlanRuntime<E> {
             // A norm that every reader computes in its product's kernel this run.
             return Ok(());
         }
+        if step.causal_mask_of.as_ref().is_some_and(|ps| {
+            ps.iter().all(|&p| {
+                self.attn_calls[p].is_some_and(|mut c| {
+                    self.exec.plan_attention(&mut c);
+                    !self.exec.attention_reads_bias(&c)
+                })
+            })
+        }) {
+            // A causal mask that every attention reading it computes from the indices.
+            return Ok(());
+        }
         if let Some(pi) = step.residual_of.filter(|&p| self.takes_mma(p)) {
             // A residual sum its product's kernel computed: read from the product's buffer.
             let product = self.patterns[pi].reduce;
@@ -512,11 +523,11 @@ impl<E: Executor> PlanRuntime<E> {
             let p = &self.attns[slot];
             let r = |n: NodeId| self.alias.get(&n).copied().unwrap_or(n);
             let (q, k, v) = (r(p.q.node), r(p.k.node), r(p.v.node));
-            let bias = p.bias.as_ref().map(|b| BufRef::Node(r(b.node)));
-            for n in [q, k, v]
-                .into_iter()
-                .chain(p.bias.as_ref().map(|b| r(b.node)))
-            {
+            // A causal mask the kernel computes is not read (and may have no buffer).
+            let reads_bias = self.exec.attention_reads_bias(&call);
+            let bias_node = p.bias.as_ref().filter(|_| reads_bias).map(|b| r(b.node));
+            let bias = bias_node.map(BufRef::Node);
+            for n in [q, k, v].into_iter().chain(bias_node) {
                 if !self.buffers.contains_key(&n) {
                     return Err(LuminalError::Backend(format!("node {} has no buffer", n.0)));
                 }
