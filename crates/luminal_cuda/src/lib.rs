@@ -167,7 +167,8 @@
 //!   on f16 tensor cores instead ([`attention::half`]): `mma.m16n8k16` with f32 accumulation,
 //!   q and the probabilities rounded to f16 (as torch's f16 SDPA), key/value tiles
 //!   double-buffered through `cp.async`, fragments by `ldmatrix`. A causal mask is recognised
-//!   ([`luminal::patterns::causal_limit`]) and computed from the indices instead of read.
+//!   ([`luminal::patterns::causal_limit`]) and computed from the indices instead of read;
+//!   the plan then skips the mask's own kernel and buffer ([`plan::PlanRuntime::causal_masks`]).
 //!   [`CudaBackend::without_half_attention`] / `LUMINAL_CUDA_ATTENTION=tf32` keep the 3xTF32
 //!   kernel. Written without a GPU (2026-11-28): checked on the cooperative emulator (every
 //!   `mma`, `ldmatrix` and shuffle emulated; [`HostEmulatorCooperative`] runs it for the
@@ -250,9 +251,8 @@
 //! - Fusion covers elementwise producers of one reader; a node read twice (softmax's
 //!   exponentials, a norm's input) is still its own kernel and buffer, and a reduction still
 //!   writes its buffer for its readers (no reduction-into-elementwise epilogues). The f16
-//!   attention kernel is not measured on a GPU yet; the causal mask's own node is still
-//!   computed each run (only the f16 kernel stops reading it), attention over a quantized KV
-//!   cache runs as primops, and there is no device memory arena planned at compile time.
+//!   attention kernel is not measured on a GPU yet; attention over a quantized KV cache runs
+//!   as primops, and there is no device memory arena planned at compile time.
 //! - The CLI's `--device cuda` (`luminal generate|chat|serve|bench|perplexity`) loads Llama
 //!   models here; `embed`, `bench-embed` and `transcribe` run on the CPU only.
 //! - Cooperative reductions split rows only: a strided reduction (values after the reduced
