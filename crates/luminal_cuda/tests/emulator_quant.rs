@@ -105,6 +105,56 @@ fn quantized_decode_products_with_warps_emulated() {
 }
 
 #[test]
+fn k_quant_views_read_in_place_only_on_whole_super_blocks() {
+    // Decode products over column slices of a [24, 512] K-quant weight, on the cooperative
+    // emulator: at 256..512 the rows are whole super-blocks (read in place); at 32..288 they
+    // are not (dequantized first). Both against the reference.
+    for dt in [DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K] {
+        for (start, in_place) in [(256, true), (32, false)] {
+            let cx = Graph::new();
+            let x = cx.tensor("x", (2, 256));
+            let w = cx.input("w", (24, 512), dt);
+            let y = x
+                .matmul(
+                    w.cast(DType::F32)
+                        .slice(1, start, start + 256)
+                        .permute([1, 0]),
+                )
+                .output();
+            let mut rt = cx
+                .compile(HostEmulatorCooperative, CompileOptions::default())
+                .unwrap();
+            let inputs = [
+                (w, quant_cases::random_storage(dt, 24 * 512, 5)),
+                (x, HostData::F32(common::data(2 * 256, 6))),
+            ];
+            let (want, got) = quant_cases::run_both(&cx, HostEmulatorCooperative, &inputs, &[y])
+                .pop()
+                .unwrap();
+            for (t, d) in &inputs {
+                rt.set_data(*t, d.clone()).unwrap();
+            }
+            rt.run().unwrap();
+            let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+            for (i, (a, b)) in want.iter().zip(&got).enumerate() {
+                // Activations rounded to f16 (2^-11 relative) over 256 products.
+                assert!(
+                    (a - b).abs() <= 2e-3 * scale.max(1e-6),
+                    "{dt} columns {start}..: element {i}: want {a}, got {b}"
+                );
+            }
+            // In place: the skinny launch alone; else the f16 copy's launch before it.
+            let launches = rt.launches();
+            assert_eq!(
+                launches == 1,
+                in_place,
+                "{dt} columns {start}..: {launches} launches"
+            );
+        }
+    }
+}
+
+#[test]
 fn quantized_weights_are_dequantized_once_into_f16() {
     quantized_linear_layers(|| HostEmulatorBackend, true);
 }
