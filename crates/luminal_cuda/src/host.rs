@@ -183,8 +183,9 @@ pub struct HostExecutor {
     /// `LUMINAL_EMULATOR_DRY=1`: launches, products and attentions are listed, recorded and
     /// replayed but not run (results are meaningless), to time the plan's host work alone.
     dry: bool,
-    /// Attention calls run (or recorded) on the f16 kernel, and those with a causal mask.
-    half_attentions: (usize, usize),
+    /// Attention calls run (or recorded) on the f16 kernel, those with a causal mask and
+    /// those with grouped queries packed.
+    half_attentions: (usize, usize, usize),
 }
 
 impl HostExecutor {
@@ -195,13 +196,14 @@ impl HostExecutor {
             recording: None,
             cooperative: false,
             dry: std::env::var("LUMINAL_EMULATOR_DRY").is_ok_and(|v| v == "1"),
-            half_attentions: (0, 0),
+            half_attentions: (0, 0, 0),
         }
     }
 
     /// How many attention calls ran on the f16 kernel ([`crate::attention::half`]; the
-    /// cooperative emulator's), and how many of them computed a causal mask.
-    pub fn half_attentions(&self) -> (usize, usize) {
+    /// cooperative emulator's), how many of them computed a causal mask, and how many packed
+    /// grouped queries.
+    pub fn half_attentions(&self) -> (usize, usize, usize) {
         self.half_attentions
     }
 
@@ -577,6 +579,7 @@ impl Executor for HostExecutor {
                 // The f16 kernel itself, as a GPU runs it (the call read from the table).
                 self.half_attentions.0 += 1;
                 self.half_attentions.1 += usize::from(c.causal != 0);
+                self.half_attentions.2 += usize::from(c.group_rows != 0);
                 let kernels = [attn::half::kernel(dmax), attn::half::combine_kernel()];
                 let f = self.compile(&[&kernels[0], &kernels[1]])?;
                 let at = [(params_at / 8) as i64];

@@ -29,30 +29,31 @@ fn attention_through_the_f16_kernel_on_the_cooperative_emulator() {
 
 #[test]
 fn the_cooperative_emulator_runs_f16_calls_on_the_f16_kernel() {
-    // Causal over an f16 cache: the f16 kernel with the mask computed (both runs); over f16
-    // k/v with a padding bias or none: the f16 kernel reading the bias; over an f32 cache: not.
+    // Causal over an f16 cache with grouped queries: the f16 kernel with the mask computed
+    // and the groups packed (both runs); over f16 k/v with a padding bias or none: the f16
+    // kernel reading the bias; over an f32 cache: not.
     use luminal::prelude::*;
     type Build = fn(&Graph) -> (Vec<GraphTensor<'_>>, Vec<GraphTensor<'_>>);
-    let cases: [(Build, &[&[(&str, usize)]], (usize, usize)); 4] = [
+    let cases: [(Build, &[&[(&str, usize)]], (usize, usize, usize)); 4] = [
         (
             |cx| cases::cached(cx, 8, 2, 64, 320, luminal_nn::CacheType::F16),
             &[&[("s", 20), ("p", 0)], &[("s", 1), ("p", 20)]],
-            (2, 2),
+            (2, 2, 2),
         ),
         (
             |cx| cases::half_kv(cx, (2, 3, 9, 40, 64), Some(30)),
             &[&[]],
-            (1, 0),
+            (1, 0, 0),
         ),
         (
             |cx| cases::half_kv(cx, (1, 2, 9, 40, 64), None),
             &[&[]],
-            (1, 0),
+            (1, 0, 0),
         ),
         (
             |cx| cases::cached(cx, 8, 2, 64, 320, luminal_nn::CacheType::F32),
             &[&[("s", 20), ("p", 0)]],
-            (0, 0),
+            (0, 0, 0),
         ),
     ];
     for (i, (build, bindings, want)) in cases.into_iter().enumerate() {

@@ -58,10 +58,34 @@ pub fn dmax(c: &AttnCall) -> i64 {
     }
 }
 
-/// Splits `c`'s keys when its blocks would not fill `sms` multiprocessors twice over (at
-/// least two tiles a split; sets `c.splits` and `c.keys_per_split`, a multiple of
-/// [`KEYS`]). Returns the grid's blocks.
+/// Packs grouped queries, then splits `c`'s keys when its blocks would not fill `sms`
+/// multiprocessors twice over (at least two tiles a split; sets `c.splits` and
+/// `c.keys_per_split`, a multiple of [`KEYS`]). Returns the grid's blocks.
+///
+/// Grouped-query attention is a batch dim just before `s` along which k, v and the bias do
+/// not move (stride 0) while q's rows run on (stride `s · q_s`): its `groups · s` query rows
+/// then form one sequence over the same keys ([`AttnCall::group_rows`]), so a block's rows
+/// share each key tile it loads and a decode step takes a block per kv head, not per query
+/// head. Idempotent (a packed call has no such dim left).
 pub fn plan(c: &mut AttnCall, sms: i64) -> u32 {
+    let j = super::MAX_BATCH_DIMS - 1;
+    let groups = c.batch[j];
+    // One query row a group (decoding): the rows' stride is the group dim's.
+    let rows_follow = c.q_b[j] == c.s * c.q_s || c.s == 1;
+    if groups > 1
+        && c.q_b[j] > 0
+        && c.k_b[j] == 0
+        && c.v_b[j] == 0
+        && (c.has_bias == 0 || c.b_b[j] == 0)
+        && rows_follow
+        && c.group_rows == 0
+    {
+        c.q_s = c.q_b[j] / c.s;
+        c.group_rows = c.s;
+        c.s *= groups;
+        c.batch[j] = 1;
+        c.q_b[j] = 0;
+    }
     let qtiles = cdiv(c.s, ROWS);
     let blocks = qtiles * c.batches();
     let tiles = cdiv(c.t, KEYS);
@@ -151,6 +175,7 @@ fn header() -> String {
         ("keys_per_split", w(offset_of!(AttnCall, keys_per_split))),
         ("causal", w(offset_of!(AttnCall, causal))),
         ("causal_lt", w(offset_of!(AttnCall, causal_lt))),
+        ("group_rows", w(offset_of!(AttnCall, group_rows))),
     ];
     let mut s = String::from("#ifndef LUM_H16_HEADER\n#define LUM_H16_HEADER\n");
     for (f, i) in fields {
@@ -268,6 +293,8 @@ LUM_EXTERN_C __global__ void LUM_H_BOUNDS @NAME@(const long long* lum_table, flo
     const float scale = lum_u2f((unsigned)p[LUM_HP_scale_bits]);
     const int has_bias = p[LUM_HP_has_bias] != 0, causal = p[LUM_HP_causal] != 0;
     const long long lt = p[LUM_HP_causal_lt];
+    /* Packed grouped queries: row r is query position r % group_rows. */
+    const long long gr = p[LUM_HP_group_rows] > 0 ? p[LUM_HP_group_rows] : s;
     const long long q_s = p[LUM_HP_q_s], k_t = p[LUM_HP_k_t], v_t = p[LUM_HP_v_t], b_s = p[LUM_HP_b_s], b_t = p[LUM_HP_b_t];
     long long off[4];
     lum_h_offsets(p, bi, off);
@@ -295,7 +322,10 @@ LUM_EXTERN_C __global__ void LUM_H_BOUNDS @NAME@(const long long* lum_table, flo
        block's last row + lt on are hidden from all its rows. */
     long long k_stop = k_end;
     if (causal) {
-        const long long last = ((q0 + LUM_HQ < s) ? q0 + LUM_HQ : s) - 1;
+        /* The block's last query position: of its last row, or gr - 1 when its rows cross
+           into another group. */
+        const long long last_row = ((q0 + LUM_HQ < s) ? q0 + LUM_HQ : s) - 1;
+        const long long last = (q0 / gr == last_row / gr) ? last_row % gr : gr - 1;
         if (last + lt < k_stop) k_stop = last + lt;
     }
     /* The tile at key kt into buffer b as 16-byte pieces, a thread's pieces along a row (zeros
@@ -322,8 +352,9 @@ LUM_EXTERN_C __global__ void LUM_H_BOUNDS @NAME@(const long long* lum_table, flo
                 const long long row = (e < 2) ? r0 : r1, key = kt + nt * 8 + 2 * tg + (e & 1);
                 float b = LUM_H_NEG_INF;
                 if (row < s && key < k_end) {
-                    if (causal) b = (key - row < lt) ? 0.0f : LUM_H_NEG_INF;
-                    else if (has_bias) b = bias[bo + row * b_s + key * b_t];
+                    const long long pos = row % gr;
+                    if (causal) b = (key - pos < lt) ? 0.0f : LUM_H_NEG_INF;
+                    else if (has_bias) b = bias[bo + pos * b_s + key * b_t];
                     else b = 0.0f;
                 }
                 sc[nt][e] = b;
@@ -473,14 +504,20 @@ mod tests {
             (1024, 1024, 32),
             (300, 300, 1),
         ] {
+            // Heads of their own keys (not grouped).
             let mut c = AttnCall {
                 batch: [1, 1, 1, batches],
                 s,
                 t,
                 d: 64,
+                q_s: 64,
+                q_b: [0, 0, 0, s * 64],
+                k_b: [0, 0, 0, t * 64],
+                v_b: [0, 0, 0, t * 64],
                 ..Default::default()
             };
             let blocks = plan(&mut c, 132);
+            assert_eq!(c.group_rows, 0);
             assert!(c.keys_per_split % KEYS == 0 && c.splits >= 1);
             assert!(c.splits * c.keys_per_split >= t && (c.splits - 1) * c.keys_per_split < t);
             assert_eq!(blocks as i64, cdiv(s, ROWS) * batches * c.splits);
@@ -495,6 +532,62 @@ mod tests {
         };
         plan(&mut c, 132);
         assert_eq!(c.splits, 1);
+    }
+
+    #[test]
+    fn grouped_queries_are_packed_into_one_sequence_a_kv_head() {
+        // q [1, kv 2, groups 4, s, 64] (contiguous), k and v broadcast over the groups.
+        for s in [1, 7, 100] {
+            let mut c = AttnCall {
+                batch: [1, 1, 2, 4],
+                s,
+                t: 500,
+                d: 64,
+                q_s: 64,
+                q_b: [0, 0, 4 * s * 64, s * 64],
+                k_b: [0, 0, 500 * 64, 0],
+                v_b: [0, 0, 500 * 64, 0],
+                causal: 1,
+                causal_lt: 500 - s + 1,
+                ..Default::default()
+            };
+            let blocks = plan(&mut c, 132);
+            assert_eq!(
+                (c.s, c.group_rows, c.batch, c.q_s),
+                (4 * s, s, [1, 1, 2, 1], 64)
+            );
+            assert_eq!(blocks as i64, cdiv(4 * s, ROWS) * 2 * c.splits);
+            let planned = c;
+            plan(&mut c, 132);
+            assert_eq!(c, planned, "idempotent");
+        }
+        // Decoding, q's row stride 0 (one row): the group dim's stride becomes the rows'.
+        let mut c = AttnCall {
+            batch: [1, 1, 2, 4],
+            s: 1,
+            t: 30,
+            d: 64,
+            q_b: [0, 0, 256, 64],
+            k_b: [0, 0, 30 * 64, 0],
+            v_b: [0, 0, 30 * 64, 0],
+            ..Default::default()
+        };
+        plan(&mut c, 132);
+        assert_eq!((c.s, c.q_s, c.group_rows), (4, 64, 1));
+        // A bias that moves along the group dim (per head) keeps the groups apart.
+        let mut c = AttnCall {
+            batch: [1, 1, 2, 4],
+            s: 3,
+            t: 30,
+            d: 64,
+            q_s: 64,
+            q_b: [0, 0, 768, 192],
+            has_bias: 1,
+            b_b: [0, 0, 0, 90],
+            ..Default::default()
+        };
+        plan(&mut c, 132);
+        assert_eq!((c.s, c.group_rows), (3, 0));
     }
 
     #[test]

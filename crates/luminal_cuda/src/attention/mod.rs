@@ -93,6 +93,10 @@ pub struct AttnCall {
     /// the indices; the others read the bias.
     pub causal: i64,
     pub causal_lt: i64,
+    /// Set by the f16 kernel's plan ([`half::plan`]) when it packs grouped queries: the
+    /// query rows of one kv head's group are one sequence of `s · groups` rows, and row `r`
+    /// is query position `r % group_rows` (for the mask and the bias). 0: not packed.
+    pub group_rows: i64,
 }
 
 impl AttnCall {
