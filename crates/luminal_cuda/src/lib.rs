@@ -173,8 +173,8 @@
 //!   kernel. Written without a GPU (2026-11-28): checked on the cooperative emulator (every
 //!   `mma`, `ldmatrix` and shuffle emulated; [`HostEmulatorCooperative`] runs it for the
 //!   attention cases and the tiny Llama), compiled by NVRTC for sm_80/sm_90 and by `ptxas`
-//!   (d 128: 255 registers, no spills on sm_90, 12 bytes spilled on sm_80); its speed is not
-//!   measured yet
+//!   (d 128: 252 registers on sm_90, 249 on sm_80, no spills); its speed is not measured
+//!   yet
 //!   (`scripts/cuda_device_suite.sh attn16`).
 //! - [`plan`]: the runtime, generic over an [`plan::Executor`]: inputs uploaded once and
 //!   kept on the device (new values of the same size are written into the same buffer), one
