@@ -304,11 +304,12 @@ if [ "$WHAT" = attn16 ]; then
     ATTN_KV=f16 REPS=5 LUMINAL_CUDA_ATTENTION=tf32 timeout 90 $B/attention_bench 1024 2048 4096 8192 2>&1
     timeout 90 python3 scripts/torch_attention_bench.py 2>&1 | tail -20; took $?
   fi
+  # LUMINAL_CUDA_ATTN_SPLITS=1: the f16 kernel's decode without key splits (no combine launch).
   G=$WORK/llama1b-shape.F16.gguf; shaped_gguf llama1b $G
-  for v in LUMINAL_CUDA_X=default LUMINAL_CUDA_ATTENTION=tf32; do bench $G "$v"; done
+  for v in LUMINAL_CUDA_X=default LUMINAL_CUDA_ATTENTION=tf32 LUMINAL_CUDA_ATTN_SPLITS=1; do bench $G "$v"; done
   rm -f $G
   S=$WORK/smollm2-shape.F16.gguf; shaped_gguf smollm2 $S
-  for v in LUMINAL_CUDA_X=default LUMINAL_CUDA_ATTENTION=tf32; do bench $S "$v"; done
+  for v in LUMINAL_CUDA_X=default LUMINAL_CUDA_ATTENTION=tf32 LUMINAL_CUDA_ATTN_SPLITS=1; do bench $S "$v"; done
   rm -f $S
   for t in op_suite: emulator_graphs:gpu; do gtest $t; done
 fi

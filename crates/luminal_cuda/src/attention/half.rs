@@ -90,10 +90,23 @@ pub fn plan(c: &mut AttnCall, sms: i64) -> u32 {
     let blocks = qtiles * c.batches();
     let tiles = cdiv(c.t, KEYS);
     let want = cdiv(2 * sms.max(1), blocks.max(1));
-    let splits = want.min(tiles / 2).clamp(1, 1024);
+    let splits = want.min(tiles / 2).clamp(1, max_splits());
     c.keys_per_split = cdiv(tiles, splits) * KEYS;
     c.splits = cdiv(c.t, c.keys_per_split);
     (blocks * c.splits) as u32
+}
+
+/// The most key splits a call takes: 1024, or `LUMINAL_CUDA_ATTN_SPLITS` (for tuning on a
+/// device; 1: never split, no combine launch). Read once.
+fn max_splits() -> i64 {
+    static MAX: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| {
+        std::env::var("LUMINAL_CUDA_ATTN_SPLITS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1024)
+            .clamp(1, 1024)
+    })
 }
 
 /// The attention kernel for calls of [`dmax`] `dmax`. Buffers: the parameter table (the
