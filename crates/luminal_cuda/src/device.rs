@@ -331,13 +331,62 @@ pub struct CudaExecutor {
 }
 
 impl CudaExecutor {
-    /// The attention kernel `name` ([`attn::CUDA_SOURCE`], one module compiled on first use
-    /// and cached with the backend's kernels; the tiled kernels allowed their shared memory).
+    /// The attention kernel `name`: of [`attn::CUDA_SOURCE`] (the tiled kernels allowed
+    /// their shared memory), or of the f16 kernels ([`half_kernels`]).
     fn attention_function(&self, name: &str) -> Result<CudaFunction> {
-        if HALF_NAMES.contains(&name) {
-            return self.half_attention_function(name);
+        if name == HALF_NAMES[2] {
+            // The split-KV combine of every kernel, a module of its own (any architecture).
+            let source = || codegen::cuda_source(&half_kernels()[2..]);
+            return self.module_function(
+                name,
+                "attention combine",
+                source,
+                &HALF_NAMES[2..],
+                |_| None,
+            );
         }
-        let key = |n: &str| format!("{}// {n}", attn::CUDA_SOURCE);
+        if HALF_NAMES.contains(&name) {
+            let dmax = |n: &str| n.strip_prefix("lum_attn_h16_")?.parse::<i64>().ok();
+            return self.module_function(
+                name,
+                "f16 attention",
+                || codegen::cuda_source(&half_kernels()[..2]),
+                &HALF_NAMES[..2],
+                |n| dmax(n).map(|d| attn::half::shared_bytes(d) as i64),
+            );
+        }
+        let smem = |n: &str, prefix: &str| {
+            n.strip_prefix(prefix)?
+                .split('_')
+                .next()?
+                .parse::<i64>()
+                .ok()
+        };
+        self.module_function(
+            name,
+            "attention",
+            || attn::CUDA_SOURCE.to_string(),
+            &attn::KERNEL_NAMES,
+            |n| {
+                smem(n, "lum_attn_tiled_")
+                    .map(attn::shared_bytes)
+                    .or_else(|| smem(n, "lum_attn_mma_").map(attn::mma_shared_bytes))
+            },
+        )
+    }
+
+    /// Kernel `name` of a hand-written module: `source` compiled with one NVRTC call on first
+    /// use, its entry points `names` (each allowed `smem(name)` bytes of dynamic shared memory)
+    /// cached with the backend's kernels under `tag` (the sources do not vary in a process).
+    fn module_function(
+        &self,
+        name: &str,
+        tag: &str,
+        source: impl FnOnce() -> String,
+        names: &[&str],
+        smem: impl Fn(&str) -> Option<i64>,
+    ) -> Result<CudaFunction> {
+        let key = |n: &str| format!("// {tag}: {n}");
         if let Some(f) = self
             .backend
             .cache
@@ -347,26 +396,18 @@ impl CudaExecutor {
         {
             return Ok(f.clone());
         }
-        let ptx = nvrtc_compile(attn::CUDA_SOURCE, &self.backend.arch, || "attention".into())?;
+        let ptx = nvrtc_compile(&source(), &self.backend.arch, || tag.into())?;
         let module = self
             .backend
             .ctx
             .load_module(ptx)
             .map_err(driver("cuModuleLoadData"))?;
         let mut c = self.backend.cache.lock().unwrap_or_else(|e| e.into_inner());
-        for n in attn::KERNEL_NAMES {
+        for &n in names {
             let f = module
                 .load_function(n)
                 .map_err(driver("cuModuleGetFunction"))?;
-            let smem = |prefix: &str| {
-                n.strip_prefix(prefix)
-                    .and_then(|r| r.split('_').next())
-                    .and_then(|d| d.parse::<i64>().ok())
-            };
-            let bytes = smem("lum_attn_tiled_")
-                .map(attn::shared_bytes)
-                .or_else(|| smem("lum_attn_mma_").map(attn::mma_shared_bytes));
-            if let Some(bytes) = bytes {
+            if let Some(bytes) = smem(n) {
                 f.set_attribute(
                     cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                     bytes as i32,
@@ -377,48 +418,7 @@ impl CudaExecutor {
         }
         c.get(&key(name))
             .cloned()
-            .ok_or_else(|| LuminalError::Backend(format!("no attention kernel {name}")))
-    }
-
-    /// The f16 attention kernel `name` ([`attn::half`]; its three kernels are one module,
-    /// compiled on first use and cached with the backend's kernels).
-    fn half_attention_function(&self, name: &str) -> Result<CudaFunction> {
-        let kernels = half_kernels();
-        // The names are unique to these kernels (their sources do not vary in a process).
-        let key = |n: &str| format!("// f16 attention: {n}");
-        if let Some(f) = self
-            .backend
-            .cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key(name))
-        {
-            return Ok(f.clone());
-        }
-        let src = codegen::cuda_source(kernels.iter());
-        let ptx = nvrtc_compile(&src, &self.backend.arch, || "f16 attention".into())?;
-        let module = self
-            .backend
-            .ctx
-            .load_module(ptx)
-            .map_err(driver("cuModuleLoadData"))?;
-        let mut c = self.backend.cache.lock().unwrap_or_else(|e| e.into_inner());
-        for (n, dmax) in HALF_NAMES.into_iter().zip([Some(64), Some(128), None]) {
-            let f = module
-                .load_function(n)
-                .map_err(driver("cuModuleGetFunction"))?;
-            if let Some(dmax) = dmax {
-                f.set_attribute(
-                    cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    attn::half::shared_bytes(dmax) as i32,
-                )
-                .map_err(driver("cuFuncSetAttribute"))?;
-            }
-            c.insert(key(n), f);
-        }
-        c.get(&key(name))
-            .cloned()
-            .ok_or_else(|| LuminalError::Backend(format!("no attention kernel {name}")))
+            .ok_or_else(|| LuminalError::Backend(format!("no {tag} kernel {name}")))
     }
 
     /// Compiles `kernels` with one NVRTC call into one module (a model's plan has hundreds of
@@ -615,6 +615,7 @@ impl Executor for CudaExecutor {
 
     fn prepare_attention(&mut self) -> Result<()> {
         self.attention_function(attn::KERNEL_NAMES[0])?;
+        self.attention_function(HALF_NAMES[2])?;
         if self.backend.attn_mma && self.backend.attn_half {
             self.attention_function(HALF_NAMES[0])?;
         }
@@ -675,22 +676,17 @@ impl Executor for CudaExecutor {
         // (sized by `scratch_floats` for this call's split).
         unsafe { args.launch(cfg) }.map_err(driver("cuLaunchKernel"))?;
         if c.splits > 1 {
-            let combine = self.attention_function(if half {
-                HALF_NAMES[2]
-            } else {
-                "lum_attn_combine"
-            })?;
+            let combine = self.attention_function(HALF_NAMES[2])?;
             let n = c.batches() * c.s * c.d;
             let mut args = stream.launch_builder(&combine);
             args.arg(&pp);
             args.arg(out);
             args.arg(part);
-            if half {
-                args.arg(&at);
-            }
+            args.arg(&at);
+            let threads = attn::half::COMBINE_THREADS;
             let cfg = LaunchConfig {
-                grid_dim: (attn::cdiv(n, 256) as u32, 1, 1),
-                block_dim: (256, 1, 1),
+                grid_dim: (attn::cdiv(n, threads as i64) as u32, 1, 1),
+                block_dim: (threads, 1, 1),
                 shared_mem_bytes: 0,
             };
             // SAFETY: as above: the combine reads the partial results the first kernel wrote
@@ -907,7 +903,8 @@ fn kernel_names(kernels: &[&Kernel]) -> String {
         .join(", ")
 }
 
-/// The f16 attention's kernels ([`attn::half`]): head dims up to 64, up to 128, the combine.
+/// The f16 attention's kernels ([`attn::half`]): head dims up to 64, up to 128, and the
+/// split-KV combine every attention kernel uses (a module of its own).
 pub fn half_kernels() -> &'static [codegen::Kernel; 3] {
     static KERNELS: std::sync::OnceLock<[codegen::Kernel; 3]> = std::sync::OnceLock::new();
     KERNELS.get_or_init(|| {
@@ -920,8 +917,4 @@ pub fn half_kernels() -> &'static [codegen::Kernel; 3] {
 }
 
 /// The names of [`half_kernels`], in order.
-const HALF_NAMES: [&str; 3] = [
-    "lum_attn_h16_64",
-    "lum_attn_h16_128",
-    "lum_attn_h16_combine",
-];
+const HALF_NAMES: [&str; 3] = ["lum_attn_h16_64", "lum_attn_h16_128", "lum_attn_combine"];

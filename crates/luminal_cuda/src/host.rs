@@ -580,8 +580,9 @@ impl Executor for HostExecutor {
                 self.half_attentions.0 += 1;
                 self.half_attentions.1 += usize::from(c.causal != 0);
                 self.half_attentions.2 += usize::from(c.group_rows != 0);
-                let kernels = [attn::half::kernel(dmax), attn::half::combine_kernel()];
-                let f = self.compile(&[&kernels[0], &kernels[1]])?;
+                // The kernels for head dims up to 64 or 128, and the combine.
+                let kernels = crate::device::half_kernels();
+                let f = self.compile(&[&kernels[usize::from(dmax > 64)], &kernels[2]])?;
                 let at = [(params_at / 8) as i64];
                 let bias = bias.unwrap_or(q);
                 self.launch(

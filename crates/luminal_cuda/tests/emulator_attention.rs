@@ -62,26 +62,7 @@ fn the_cooperative_emulator_runs_f16_calls_on_the_f16_kernel() {
         let mut rt = cx
             .compile(HostEmulatorCooperative, CompileOptions::default())
             .unwrap();
-        for dims in bindings {
-            for (d, v) in dims.iter() {
-                rt.set_dim(d, *v);
-            }
-            for t in &inputs {
-                let n = t
-                    .shape()
-                    .iter()
-                    .map(|e| e.eval_with(&|v| dims.iter().find(|d| d.0 == v).map(|d| d.1 as i64)))
-                    .map(|v| v.unwrap() as usize)
-                    .product();
-                if t.dtype() == DType::F16 {
-                    rt.set(*t, &vec![luminal::half::f16::from_f32(0.5); n])
-                        .unwrap();
-                } else {
-                    rt.set(*t, &vec![0.5f32; n]).unwrap();
-                }
-            }
-            rt.run().unwrap();
-        }
+        run_at(&mut rt, &inputs, bindings);
         assert_eq!(rt.executor().half_attentions(), want, "case {i}");
         // The causal mask of case 0 is never computed (the f16 kernel computes it); case 3's
         // is (the 3xTF32 path reads it).
@@ -94,26 +75,25 @@ fn the_cooperative_emulator_runs_f16_calls_on_the_f16_kernel() {
     let mut rt = cx
         .compile(HostEmulatorBackend, CompileOptions::default())
         .unwrap();
-    rt.set_dim("s", 4);
-    rt.set_dim("p", 0);
-    for t in &inputs {
-        let n: usize = t
-            .shape()
-            .iter()
-            .map(|e| {
-                e.eval_with(&|v| Some(if v == "s" { 4 } else { 0 }))
-                    .unwrap() as usize
-            })
-            .product();
-        if t.dtype() == DType::F16 {
-            rt.set(*t, &vec![luminal::half::f16::from_f32(0.5); n])
-                .unwrap();
-        } else {
-            rt.set(*t, &vec![0.5f32; n]).unwrap();
-        }
-    }
-    rt.run().unwrap();
+    run_at(&mut rt, &inputs, &[&[("s", 4), ("p", 0)]]);
     assert_eq!(rt.causal_masks(), (1, 1));
+}
+
+/// Binds each of `bindings` in turn, sets every input to 0.5 and runs.
+fn run_at<R: luminal::prelude::Runtime>(
+    rt: &mut R,
+    inputs: &[luminal::prelude::GraphTensor<'_>],
+    bindings: &[&[(&str, usize)]],
+) {
+    for dims in bindings {
+        for (d, v) in dims.iter() {
+            rt.set_dim(d, *v);
+        }
+        for &t in inputs {
+            cases::set_values(rt, t, &vec![0.5; cases::elements(t, dims)]);
+        }
+        rt.run().unwrap();
+    }
 }
 
 #[test]

@@ -143,11 +143,13 @@ pub fn kernel(dmax: i64) -> Kernel {
     }
 }
 
-/// The split-KV combine: `out = Σ o·w / Σ l·w` over a row's splits, `w = 2^((m − M)·log2 e)`.
+/// The split-KV combine of every attention kernel (this one's and [`super::CUDA_SOURCE`]'s:
+/// the same partial-result layout): `out = Σ o·w / Σ l·w` over a row's splits,
+/// `w = 2^((m − M)·log2 e)`.
 /// Buffers: the parameter table (the call at word `lum_at`), the output, the scratch. One
 /// thread an output element, [`COMBINE_THREADS`] a block.
 pub fn combine_kernel() -> Kernel {
-    let name = "lum_attn_h16_combine".to_string();
+    let name = "lum_attn_combine".to_string();
     Kernel {
         source: format!("{}{}", header(), COMBINE.replace("@NAME@", &name)),
         name,

@@ -470,8 +470,8 @@ pub unsafe fn host_attention(
 
 /// The GPU kernels (one NVRTC module, compiled once per backend). Entry points:
 /// `lum_attn_tiled_{64,128}_{f32,f16}` (the tiled kernel, 128 threads, dynamic shared
-/// memory [`shared_bytes`]), `lum_attn_simple_{f32,f16}` (a warp a row, 128 threads) and
-/// `lum_attn_combine` (the split-KV reduction, 256 threads, one thread an output element).
+/// memory [`shared_bytes`]) and `lum_attn_simple_{f32,f16}` (a warp a row, 128 threads). A
+/// call split across blocks is combined by [`half::combine_kernel`].
 /// k and v share one storage type per entry point; a call with mixed k/v dtypes is not
 /// resolved to these (see [`kernel_name`]).
 pub const CUDA_SOURCE: &str = r#"
@@ -740,26 +740,6 @@ static __device__ __forceinline__ void lum_attn_tiled(LumAttnParams p, float* ou
             }
         }
     }
-}
-
-/* Split-KV: out = Σ_split o·2^((m - M)·log2e) / Σ_split l·2^((m - M)·log2e). */
-extern "C" __global__ void lum_attn_combine(const LumAttnParams* __restrict__ lum_pp, float* out, const float* part) {
-    const LumAttnParams p = *lum_pp;
-    long long nbs = p.batch[0] * p.batch[1] * p.batch[2] * p.batch[3] * p.s;
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= nbs * p.d) return;
-    long long r = i / p.d, col = i % p.d;
-    const float* ml = part + p.splits * nbs * p.d;
-    float mx = LUM_NEG_INF;
-    for (long long sp = 0; sp < p.splits; ++sp) mx = fmaxf(mx, ml[(sp * nbs + r) * 2]);
-    float base = (mx == LUM_NEG_INF) ? 0.0f : mx;
-    float num = 0.0f, den = 0.0f;
-    for (long long sp = 0; sp < p.splits; ++sp) {
-        float w = exp2f((ml[(sp * nbs + r) * 2] - base) * LUM_LOG2E);
-        num += part[(sp * nbs + r) * p.d + col] * w;
-        den += ml[(sp * nbs + r) * 2 + 1] * w;
-    }
-    out[i] = num / den;
 }
 
 /* A warp a query row (any head dim): the output row accumulates in place. */
@@ -1051,7 +1031,7 @@ pub fn kernel_name(c: &AttnCall, variant: Variant) -> Option<String> {
 }
 
 /// Every entry point of [`CUDA_SOURCE`].
-pub const KERNEL_NAMES: [&str; 11] = [
+pub const KERNEL_NAMES: [&str; 10] = [
     "lum_attn_mma_64_f32",
     "lum_attn_mma_128_f32",
     "lum_attn_mma_64_f16",
@@ -1062,7 +1042,6 @@ pub const KERNEL_NAMES: [&str; 11] = [
     "lum_attn_tiled_128_f16",
     "lum_attn_simple_f32",
     "lum_attn_simple_f16",
-    "lum_attn_combine",
 ];
 
 // SAFETY: `AttnCall` is `#[repr(C)]` plain `i64`s (no padding, no pointers): its bytes are

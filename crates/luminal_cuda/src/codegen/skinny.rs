@@ -244,7 +244,6 @@ pub fn skinny_quant_kernel(q: DType, c: DType) -> Option<Kernel> {
         ),
         _ => return None,
     };
-    let qn = q.name();
     // uint4 pieces of 32 blocks (a chunk) each lane holds.
     let pieces = (2 * bytes as usize).div_ceil(32);
     let gpu = format!(
@@ -311,30 +310,53 @@ pub fn skinny_quant_kernel(q: DType, c: DType) -> Option<Kernel> {
         }}
     }} else {{
         /* A lane a block, its quants as 2-byte loads. */
-        const long long lum_nb = lum_live ? lum_k / 32 : 0;
-        for (long long lum_b = lum_lane; lum_b < lum_nb; lum_b += 32) {{
-            const unsigned short* lum_h = (const unsigned short*)(wr + lum_b * {bytes});
-            float lum_q[32], lum_d, lum_mn;
-            {{
-                {decode}
-            }}
+{slow}    }}
+"#,
+        slow = quant_pieces(
+            &format!(
+                "const unsigned short* lum_h = (const unsigned short*)(wr + lum_b * {bytes});"
+            ),
+            decode
+        ),
+    );
+    Some(quant_skinny_kernel(q, c, &gpu))
+}
+
+/// The loop of a block-quantized skinny kernel in which each lane takes 32-value pieces
+/// `lum_b = lane, lane + 32, …` of its warp's row: `locate` points at piece `lum_b`'s bytes,
+/// `decode` fills `lum_q[32]`, `lum_d`, `lum_mn` (value `l` is `lum_d·lum_q[l] + lum_mn`),
+/// and each activation row adds `d·Σ q·x + m·Σ x`.
+fn quant_pieces(locate: &str, decode: &str) -> String {
+    format!(
+        r#"    const long long lum_nb = lum_live ? lum_k / 32 : 0;
+    for (long long lum_b = lum_lane; lum_b < lum_nb; lum_b += 32) {{
+        {locate}
+        float lum_q[32], lum_d, lum_mn;
+        {{
+            {decode}
+        }}
 #pragma unroll
-            for (int lum_j = 0; lum_j < LUM_SK_M; ++lum_j) {{
-                if (lum_j < lum_m) {{
-                    float lum_s = 0.f, lum_sx = 0.f;
-                    for (int lum_e = 0; lum_e < 32; ++lum_e) {{
-                        const long long lum_at = lum_b * 32 + lum_e;
-                        const float lum_xv = lum_stage ? lum_xs[lum_j * lum_k + lum_at] : lum_sk_round_f16(x[lum_ob + lum_j * lum_ldb + lum_at]);
-                        lum_s += lum_q[lum_e] * lum_xv;
-                        lum_sx += lum_xv;
-                    }}
-                    lum_acc[lum_j] += lum_d * lum_s + lum_mn * lum_sx;
+        for (int lum_j = 0; lum_j < LUM_SK_M; ++lum_j) {{
+            if (lum_j < lum_m) {{
+                float lum_s = 0.f, lum_sx = 0.f;
+                for (int lum_e = 0; lum_e < 32; ++lum_e) {{
+                    const long long lum_at = lum_b * 32 + lum_e;
+                    const float lum_xv = lum_stage ? lum_xs[lum_j * lum_k + lum_at] : lum_sk_round_f16(x[lum_ob + lum_j * lum_ldb + lum_at]);
+                    lum_s += lum_q[lum_e] * lum_xv;
+                    lum_sx += lum_xv;
                 }}
+                lum_acc[lum_j] += lum_d * lum_s + lum_mn * lum_sx;
             }}
         }}
     }}
 "#
-    );
+    )
+}
+
+/// A block-quantized skinny kernel over `q` weights from its GPU body `gpu`; the host
+/// emulator's branch sums the core's decoder's values (`lum_deq_<type>`) in order.
+fn quant_skinny_kernel(q: DType, c: DType, gpu: &str) -> Kernel {
+    let qn = q.name();
     let host = format!(
         r#"    /* One thread per column: the core's decoder per element, summing in order. */
     for (int lum_j = 0; lum_j < LUM_SK_M && lum_j < lum_m; ++lum_j) {{
@@ -344,17 +366,17 @@ pub fn skinny_quant_kernel(q: DType, c: DType) -> Option<Kernel> {
     }}
 "#
     );
-    Some(skinny_source(
+    skinny_source(
         &format!("{qn}_{}", c.name()),
         ("unsigned char", "float", c),
         (
             "lum_m * lum_k <= LUM_SK_STAGE",
             "lum_sk_round_f16(xr[lum_e])",
         ),
-        ("", &gpu),
+        ("", gpu),
         &host,
         "q",
-    ))
+    )
 }
 
 /// The decoding of 32-value piece `lum_sub` (0..8) of a K-quant super-block at `lum_p`
@@ -408,53 +430,17 @@ fn kquant_decode(q: DType) -> Option<&'static str> {
 /// `d·Σ q·x + m·Σ x` as the other block types. The host emulator's branch sums the core's
 /// decoder's values.
 fn skinny_kquant_kernel(q: DType, c: DType, decode: &str) -> Kernel {
-    let (qn, bytes) = (q.name(), q.block_bytes());
+    let bytes = q.block_bytes();
     let gpu = format!(
-        r#"    const unsigned char* wr = w + ((lum_oa + (lum_live ? lum_row : 0) * lum_lda) / 256) * {bytes};
-    const long long lum_nb = lum_live ? lum_k / 32 : 0;
-    for (long long lum_b = lum_lane; lum_b < lum_nb; lum_b += 32) {{
-        const unsigned char* lum_p = wr + (lum_b / 8) * {bytes};
-        const int lum_sub = (int)(lum_b % 8);
-        float lum_q[32], lum_d, lum_mn;
-        {{
-            {decode}
-        }}
-#pragma unroll
-        for (int lum_j = 0; lum_j < LUM_SK_M; ++lum_j) {{
-            if (lum_j < lum_m) {{
-                float lum_s = 0.f, lum_sx = 0.f;
-                for (int lum_e = 0; lum_e < 32; ++lum_e) {{
-                    const long long lum_at = lum_b * 32 + lum_e;
-                    const float lum_xv = lum_stage ? lum_xs[lum_j * lum_k + lum_at] : lum_sk_round_f16(x[lum_ob + lum_j * lum_ldb + lum_at]);
-                    lum_s += lum_q[lum_e] * lum_xv;
-                    lum_sx += lum_xv;
-                }}
-                lum_acc[lum_j] += lum_d * lum_s + lum_mn * lum_sx;
-            }}
-        }}
-    }}
-"#
+        "    const unsigned char* wr = w + ((lum_oa + (lum_live ? lum_row : 0) * lum_lda) / 256) * {bytes};\n{}",
+        quant_pieces(
+            &format!(
+                "const unsigned char* lum_p = wr + (lum_b / 8) * {bytes};\n        const int lum_sub = (int)(lum_b % 8);"
+            ),
+            decode
+        )
     );
-    let host = format!(
-        r#"    /* One thread per column: the core's decoder per element, summing in order. */
-    for (int lum_j = 0; lum_j < LUM_SK_M && lum_j < lum_m; ++lum_j) {{
-        for (long long lum_e = 0; lum_e < lum_k; ++lum_e)
-            lum_acc[lum_j] += lum_deq_{qn}(w, lum_oa + lum_row * lum_lda + lum_e) * lum_sk_round_f16(x[lum_ob + lum_j * lum_ldb + lum_e]);
-        out[lum_oc + lum_row + lum_j * lum_ldc] = STORE_C;
-    }}
-"#
-    );
-    skinny_source(
-        &format!("{qn}_{}", c.name()),
-        ("unsigned char", "float", c),
-        (
-            "lum_m * lum_k <= LUM_SK_STAGE",
-            "lum_sk_round_f16(xr[lum_e])",
-        ),
-        ("", &gpu),
-        &host,
-        "q",
-    )
+    quant_skinny_kernel(q, c, &gpu)
 }
 
 /// Blocks at most of a [`skinny_mma_kernel`] launch: two on each of an H100/H200's 132 SMs

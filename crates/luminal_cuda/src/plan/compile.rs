@@ -479,14 +479,12 @@ impl<E: Executor> PlanRuntime<E> {
         // (`LUMINAL_CUDA_SKINNY_QUANT=0`: the f16 copy instead, for comparisons).
         let quant_in_place = std::env::var("LUMINAL_CUDA_SKINNY_QUANT").as_deref() != Ok("0");
         let mut skinny_quant_fn = vec![None; patterns.len()];
-        let mut skinny_quant_block = vec![32i64; patterns.len()];
         for (i, p) in patterns.iter().enumerate() {
             if !skinny_on || !quant_in_place || p.dequant != Some(Side::B) {
                 continue;
             }
             let q = graph.node(p.b.node).dtype;
             if let Some(k) = codegen::skinny_quant_kernel(q, p.c_type.dtype()) {
-                skinny_quant_block[i] = q.block_size() as i64;
                 skinny_quant_fn[i] =
                     Some(*by_source.entry(k.source.clone()).or_insert_with(|| {
                         kernels.push(k);
@@ -651,7 +649,6 @@ impl<E: Executor> PlanRuntime<E> {
             skinny_mma_fns,
             skinny_fn,
             skinny_quant_fn,
-            skinny_quant_block,
             skinny_mma_fn,
             skinny_mma_max,
             skinny_norm,

@@ -226,9 +226,8 @@ pub struct PlanRuntime<E: Executor> {
     skinny_fn: Vec<Option<usize>>,
     /// Per product over a Q8_0/Q4_0/Q4_1 or Q3_K-Q6_K weight, the
     /// [`crate::codegen::skinny_quant_kernel`] reading its blocks in place (tried before the
-    /// f16 copy), and its weight's block size (rows must be whole blocks).
+    /// f16 copy; rows must be whole blocks of the weight's type).
     skinny_quant_fn: Vec<Option<usize>>,
-    skinny_quant_block: Vec<i64>,
     /// Per product over an f16/bf16 weight (its activations of that type or f32 rounded to
     /// it), the [`crate::codegen::skinny_mma_kernel`] that computes its skinny calls on
     /// tensor cores where their rows allow ([`crate::codegen::skinny_mma_fits`]), tried

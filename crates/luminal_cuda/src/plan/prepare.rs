@@ -679,7 +679,8 @@ impl<E: Executor> PlanRuntime<E> {
     /// does: its rows whole blocks and small enough (`skinny_fits`; no f16 copy needed).
     fn quant_in_place(&self, p: usize) -> Option<usize> {
         let calls = self.calls[p].as_ref()?;
-        let b = self.skinny_quant_block[p];
+        // Rows of whole blocks of the weight's type (32 values, or 256 for K-quants).
+        let b = self.graph.node(self.patterns[p].b.node).dtype.block_size() as i64;
         let whole_blocks =
             |c: &GemmCall| c.offset_a % b == 0 && c.lda as i64 % b == 0 && c.k as i64 % b == 0;
         self.skinny_quant_fn[p]

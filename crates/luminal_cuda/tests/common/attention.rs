@@ -36,21 +36,9 @@ pub fn check<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(
             if b > 0 && t.shape().iter().all(|e| e.as_constant().is_some()) {
                 continue;
             }
-            let n = t
-                .shape()
-                .iter()
-                .map(|e| e.eval_with(&|v| dims.iter().find(|d| d.0 == v).map(|d| d.1 as i64)))
-                .map(|v| v.unwrap() as usize)
-                .product();
-            let v = data(n, i as u32 + 31 * b as u32 + 7);
-            if t.dtype() == DType::F16 {
-                let h: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
-                reference.set(t, &h).unwrap();
-                rt.set(t, &h).unwrap();
-            } else {
-                reference.set(t, &v).unwrap();
-                rt.set(t, &v).unwrap();
-            }
+            let v = data(elements(t, dims), i as u32 + 31 * b as u32 + 7);
+            set_values(&mut reference, t, &v);
+            set_values(&mut rt, t, &v);
         }
         reference.run().unwrap();
         rt.run().unwrap();
@@ -80,6 +68,25 @@ pub fn check<E: Executor, B: Backend<Runtime = PlanRuntime<E>>>(
             Some(false) => assert_eq!(rt.attention_calls(), 0, "{name}: attention was fused"),
             None => {}
         }
+    }
+}
+
+/// Elements of `t` with its dims bound as `dims` says.
+pub fn elements(t: GraphTensor<'_>, dims: &[(&str, usize)]) -> usize {
+    t.shape()
+        .iter()
+        .map(|e| e.eval_with(&|v| dims.iter().find(|d| d.0 == v).map(|d| d.1 as i64)))
+        .map(|v| v.unwrap() as usize)
+        .product()
+}
+
+/// Sets `t` to `values` on `rt`, rounded to f16 where `t` is f16.
+pub fn set_values<R: Runtime>(rt: &mut R, t: GraphTensor<'_>, values: &[f32]) {
+    if t.dtype() == DType::F16 {
+        let h: Vec<f16> = values.iter().map(|&x| f16::from_f32(x)).collect();
+        rt.set(t, &h).unwrap();
+    } else {
+        rt.set(t, values).unwrap();
     }
 }
 
