@@ -30,7 +30,7 @@ use crate::storage::Storage;
 use crate::view::{LaunchExpr, ResolvedView, ViewExprs};
 use decode::{Accumulate, Scores, Softmax};
 use luminal::{LuminalError, Result};
-use prefill::{tiles, AccumulateT, ScoresT, SoftmaxT};
+use prefill::{tiles, AccumulateT, BiasT, ScoresT, SoftmaxT};
 pub use small::AttentionGradKernel;
 pub use small::{MAX_D as SMALL_MAX_D, MAX_T as SMALL_MAX_T};
 
@@ -689,7 +689,18 @@ impl TileCx<'_> {
             // sequence's end (a short last tile) read zeros.
             for (pp, &b) in self.order[p0..p1].iter().enumerate() {
                 let qo = self.offsets[b as usize][0] as usize;
-                for ii in 0..qt {
+                let first = if prefill && nq == qt {
+                    let src = &self.q[qo + i0 * q_s..];
+                    let ok = tiles::transpose(&mut qs[pp * qt..], rows, src, q_s, nq, d);
+                    if ok {
+                        qt
+                    } else {
+                        0
+                    }
+                } else {
+                    0
+                };
+                for ii in first..qt {
                     let r = pp * qt + ii;
                     if ii < nq {
                         let src = &self.q[qo + (i0 + ii) * q_s..][..d];
@@ -715,6 +726,23 @@ impl TileCx<'_> {
                 if bias_at != Some(bo) {
                     bias_at = Some(bo);
                     bias.with_regs(|mut regs| {
+                        // Prefill with one bias row for every query (a key padding mask):
+                        // that row once, one value per key (`BiasT::Keys`).
+                        if prefill && b_s == 0 {
+                            let mut j = j0;
+                            while j < j1 {
+                                let n = (j1 - j).min(crate::kernels::fused::BLOCK);
+                                let dst = &mut bs[j - j0..][..n];
+                                let z0 = bo as usize + j;
+                                if let Some(src) =
+                                    bias.eval(self.bufs, RowEnv::NONE, z0, n, &mut regs, dst)
+                                {
+                                    dst.copy_from_slice(&src[..n]);
+                                }
+                                j += n;
+                            }
+                            return;
+                        }
                         // Prefill over every key with the bias rows adjacent (a causal mask
                         // over `[s, t]`): whole rows per evaluation, not one call per row
                         // (the per-call cost was most of a short-head launch).
@@ -943,11 +971,14 @@ impl TileCx<'_> {
         while jb < j1 {
             let n = kb.min(j1 - jb);
             let boff = jb - j0;
-            let bias = has_bias.then(|| &bs[boff * qt..(boff + n) * qt]);
-            if bias.is_some_and(|b| {
-                b.chunks_exact(qt)
-                    .all(|key| key[..nq].iter().all(|&x| x == f32::NEG_INFINITY))
-            }) {
+            let bias = has_bias.then(|| {
+                if self.plan.b_s == 0 {
+                    BiasT::Keys(&bs[boff..boff + n])
+                } else {
+                    BiasT::Rows(&bs[boff * qt..(boff + n) * qt])
+                }
+            });
+            if bias.is_some_and(|b| b.hides_all(qt, nq)) {
                 jb += n;
                 continue;
             }
@@ -964,17 +995,19 @@ impl TileCx<'_> {
                     d,
                 });
             }
-            simd::run(SoftmaxT {
-                sc,
-                bias,
-                qt,
-                m,
-                l,
-                acc,
-                scale: self.scale,
-                n,
-                d,
-            });
+            if !tiles::softmax(sc, bias, qt, m, l, acc, self.scale, n, d) {
+                simd::run(SoftmaxT {
+                    sc,
+                    bias,
+                    qt,
+                    m,
+                    l,
+                    acc,
+                    scale: self.scale,
+                    n,
+                    d,
+                });
+            }
             let (v, v_t) = self.v.block(vo + jb * v_t, n, v_t, d, vw);
             if !tiles::accumulate(acc, sc, v, v_t, n, rows, d) {
                 simd::run(AccumulateT {

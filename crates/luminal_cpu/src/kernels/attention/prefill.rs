@@ -82,10 +82,34 @@ impl ScoresT<'_> {
 /// query rows at a time: scores become probabilities relative to the new running maximum
 /// (in place); running sums and accumulators are rescaled to it. A row that has seen only
 /// `-inf` keeps maximum `-inf`, sum 0 and accumulator 0.
+/// A prefill block's additive bias.
+#[derive(Clone, Copy)]
+pub(super) enum BiasT<'a> {
+    /// Key-major rows: `qt` values per key, row `r` reads `r mod qt` (a causal mask).
+    Rows(&'a [f32]),
+    /// One value per key for every query row (a key padding mask: the bias view's stride
+    /// along the queries is 0).
+    Keys(&'a [f32]),
+}
+
+impl BiasT<'_> {
+    /// Whether the bias hides every key of the block from the tile's first `nq` rows.
+    pub(super) fn hides_all(self, qt: usize, nq: usize) -> bool {
+        match self {
+            BiasT::Rows(b) => b
+                .chunks_exact(qt)
+                .all(|key| key[..nq].iter().all(|&x| x == f32::NEG_INFINITY)),
+            BiasT::Keys(b) => b.iter().all(|&x| x == f32::NEG_INFINITY),
+        }
+    }
+}
+
+/// The online-softmax step of a prefill block over key-major scores (`sc[j·rows + r]`):
+/// the scores become `scale·x + bias`, then probabilities relative to each row's new
+/// running maximum; the running sums and accumulators are rescaled to it.
 pub(super) struct SoftmaxT<'a> {
     pub(super) sc: &'a mut [f32],
-    /// The block's bias, key-major (`qt` rows per key; row `r` reads `r mod qt`).
-    pub(super) bias: Option<&'a [f32]>,
+    pub(super) bias: Option<BiasT<'a>>,
     pub(super) qt: usize,
     pub(super) m: &'a mut [f32],
     pub(super) l: &'a mut [f32],
@@ -104,26 +128,18 @@ impl Task for SoftmaxT<'_> {
         for r0 in (0..rows).step_by(LANES) {
             let ii0 = r0 % self.qt;
             let mut mx = [f32::NEG_INFINITY; LANES];
-            if let Some(b) = self.bias {
-                for j in 0..self.n {
-                    let x: &mut [f32; LANES] =
-                        (&mut self.sc[j * rows + r0..][..LANES]).try_into().unwrap();
-                    let bv: &[f32; LANES] = b[j * self.qt + ii0..][..LANES].try_into().unwrap();
-                    for i in 0..LANES {
-                        let v = simd::fma::<F>(x[i], self.scale, bv[i]);
-                        x[i] = v;
-                        mx[i] = if v > mx[i] { v } else { mx[i] };
-                    }
-                }
-            } else {
-                for j in 0..self.n {
-                    let x: &mut [f32; LANES] =
-                        (&mut self.sc[j * rows + r0..][..LANES]).try_into().unwrap();
-                    for i in 0..LANES {
-                        let v = x[i] * self.scale;
-                        x[i] = v;
-                        mx[i] = if v > mx[i] { v } else { mx[i] };
-                    }
+            for j in 0..self.n {
+                let x: &mut [f32; LANES] =
+                    (&mut self.sc[j * rows + r0..][..LANES]).try_into().unwrap();
+                let bv: [f32; LANES] = match self.bias {
+                    Some(BiasT::Rows(b)) => b[j * self.qt + ii0..][..LANES].try_into().unwrap(),
+                    Some(BiasT::Keys(b)) => [b[j]; LANES],
+                    None => [0.0; LANES],
+                };
+                for i in 0..LANES {
+                    let v = simd::fma::<F>(x[i], self.scale, bv[i]);
+                    x[i] = v;
+                    mx[i] = if v > mx[i] { v } else { mx[i] };
                 }
             }
             let (mut safe, mut corr) = ([0f32; LANES], [0f32; LANES]);
@@ -147,13 +163,17 @@ impl Task for SoftmaxT<'_> {
             for i in 0..LANES {
                 let r = r0 + i;
                 self.l[r] = self.l[r] * corr[i] + sum[i];
-                if corr[i] != 1.0 {
-                    self.acc[r * self.d..(r + 1) * self.d]
-                        .iter_mut()
-                        .for_each(|a| *a *= corr[i]);
-                }
+                rescale(&mut self.acc[r * self.d..(r + 1) * self.d], corr[i]);
             }
         }
+    }
+}
+
+/// An accumulator row times the correction of its running maximum (nothing to do at 1).
+#[inline(always)]
+pub(super) fn rescale(acc: &mut [f32], corr: f32) {
+    if corr != 1.0 {
+        acc.iter_mut().for_each(|a| *a *= corr);
     }
 }
 
@@ -358,9 +378,316 @@ pub(super) mod tiles {
         false
     }
 
+    /// [`super::SoftmaxT`] with the rows in vector registers, four vectors of rows at a time
+    /// (four independent maximum and sum chains), the exponentials those of the decode
+    /// path ([`crate::simd::exp2_softmax`]). `false` where it does not apply (another
+    /// instruction set; rows or `qt` not a multiple of the vector width).
+    #[allow(clippy::too_many_arguments)]
+    pub(in crate::kernels::attention) fn softmax(
+        sc: &mut [f32],
+        bias: Option<super::BiasT>,
+        qt: usize,
+        m: &mut [f32],
+        l: &mut [f32],
+        acc: &mut [f32],
+        scale: f32,
+        n: usize,
+        d: usize,
+    ) -> bool {
+        let rows = m.len();
+        assert!(
+            sc.len() >= n * rows && l.len() >= rows && acc.len() >= rows * d,
+            "attention softmax: operands too short"
+        );
+        // The bias as a pointer and its mode: 0 none, 1 key-major rows (`qt` per key), 2 one
+        // value per key.
+        let (b, mode) = match bias {
+            None => (std::ptr::null(), 0),
+            Some(super::BiasT::Rows(b)) => {
+                assert!(b.len() >= n * qt, "attention softmax: bias too short");
+                (b.as_ptr(), 1)
+            }
+            Some(super::BiasT::Keys(b)) => {
+                assert!(b.len() >= n, "attention softmax: bias too short");
+                (b.as_ptr(), 2)
+            }
+        };
+        #[cfg(target_arch = "x86_64")]
+        {
+            let lanes = match isa() {
+                Isa::Avx512 => 16,
+                Isa::Avx2 => 8,
+                _ => 0,
+            };
+            if lanes > 0 && rows % lanes == 0 && qt % lanes == 0 {
+                let st = x86::SoftmaxArgs {
+                    sc: sc.as_mut_ptr(),
+                    rows,
+                    n,
+                    bias: b,
+                    qt,
+                    scale,
+                    m: m.as_mut_ptr(),
+                    l: l.as_mut_ptr(),
+                };
+                let mut corr = [0f32; 64];
+                let mut r0 = 0;
+                while r0 < rows {
+                    let v = ((rows - r0) / lanes).min(4);
+                    // SAFETY: the features were detected (`isa`); rows `r0 .. r0 + v·lanes`
+                    // of `sc` (over `n` keys), `m` and `l`, and the bias the mode reads lie
+                    // inside the slices (asserted above).
+                    unsafe {
+                        match (lanes, v, mode) {
+                            (16, 4, 0) => x86::softmax_avx512_4::<0>(st, r0, &mut corr),
+                            (16, 4, 1) => x86::softmax_avx512_4::<1>(st, r0, &mut corr),
+                            (16, 4, _) => x86::softmax_avx512_4::<2>(st, r0, &mut corr),
+                            (16, _, 0) => x86::softmax_avx512_1::<0>(st, r0, &mut corr),
+                            (16, _, 1) => x86::softmax_avx512_1::<1>(st, r0, &mut corr),
+                            (16, _, _) => x86::softmax_avx512_1::<2>(st, r0, &mut corr),
+                            (_, 4, 0) => x86::softmax_avx2_4::<0>(st, r0, &mut corr),
+                            (_, 4, 1) => x86::softmax_avx2_4::<1>(st, r0, &mut corr),
+                            (_, 4, _) => x86::softmax_avx2_4::<2>(st, r0, &mut corr),
+                            (_, _, 0) => x86::softmax_avx2_1::<0>(st, r0, &mut corr),
+                            (_, _, 1) => x86::softmax_avx2_1::<1>(st, r0, &mut corr),
+                            (_, _, _) => x86::softmax_avx2_1::<2>(st, r0, &mut corr),
+                        }
+                    }
+                    let done = if v == 4 { 4 * lanes } else { lanes };
+                    for (i, &c) in corr[..done].iter().enumerate() {
+                        let r = r0 + i;
+                        super::rescale(&mut acc[r * d..(r + 1) * d], c);
+                    }
+                    r0 += done;
+                }
+                return true;
+            }
+        }
+        let _ = (sc, b, mode, qt, m, l, acc, scale, n, d);
+        false
+    }
+
+    /// `dst[c·ld + r] = src[r·src_s + c]` for rows `r < nr` and columns `c < d` (a query
+    /// tile transposed for the products), in 8 × 8 blocks of AVX registers. `false` where
+    /// it does not apply (no AVX2; `nr` or `d` not a multiple of 8).
+    pub(in crate::kernels::attention) fn transpose(
+        dst: &mut [f32],
+        ld: usize,
+        src: &[f32],
+        src_s: usize,
+        nr: usize,
+        d: usize,
+    ) -> bool {
+        if nr == 0 || d == 0 {
+            return true;
+        }
+        assert!(
+            dst.len() >= (d - 1) * ld + nr && src.len() >= (nr - 1) * src_s + d,
+            "attention transpose: operands too short"
+        );
+        #[cfg(target_arch = "x86_64")]
+        if isa() >= Isa::Avx2 && nr % 8 == 0 && d % 8 == 0 {
+            for r0 in (0..nr).step_by(8) {
+                for c0 in (0..d).step_by(8) {
+                    // SAFETY: AVX2 detected; the block's rows `r0..r0 + 8` and columns
+                    // `c0..c0 + 8` lie inside both operands (asserted above).
+                    unsafe {
+                        x86::transpose8(
+                            dst.as_mut_ptr().add(c0 * ld + r0),
+                            ld,
+                            src.as_ptr().add(r0 * src_s + c0),
+                            src_s,
+                        )
+                    };
+                }
+            }
+            return true;
+        }
+        let _ = (dst, ld, src, src_s);
+        false
+    }
+
     #[cfg(target_arch = "x86_64")]
     mod x86 {
         use std::arch::x86_64::*;
+
+        /// An 8 × 8 block: `dst[c·ld + r] = src[r·src_s + c]`.
+        #[target_feature(enable = "avx2")]
+        pub unsafe fn transpose8(dst: *mut f32, ld: usize, src: *const f32, src_s: usize) {
+            let r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(src.add(i * src_s)));
+            // Pairs of rows interleaved, then pairs of pairs, then the 128-bit halves.
+            let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+            let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+            let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+            let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+            let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+            let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+            let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+            let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+            let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+            let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+            let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+            let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+            let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+            let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+            let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+            let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+            let cols = [
+                _mm256_permute2f128_ps::<0x20>(u0, u4),
+                _mm256_permute2f128_ps::<0x20>(u1, u5),
+                _mm256_permute2f128_ps::<0x20>(u2, u6),
+                _mm256_permute2f128_ps::<0x20>(u3, u7),
+                _mm256_permute2f128_ps::<0x31>(u0, u4),
+                _mm256_permute2f128_ps::<0x31>(u1, u5),
+                _mm256_permute2f128_ps::<0x31>(u2, u6),
+                _mm256_permute2f128_ps::<0x31>(u3, u7),
+            ];
+            for (c, v) in cols.iter().enumerate() {
+                _mm256_storeu_ps(dst.add(c * ld), *v);
+            }
+        }
+
+        /// [`super::softmax`]'s operands as raw parts.
+        #[derive(Clone, Copy)]
+        pub struct SoftmaxArgs {
+            pub sc: *mut f32,
+            pub rows: usize,
+            pub n: usize,
+            pub bias: *const f32,
+            pub qt: usize,
+            pub scale: f32,
+            pub m: *mut f32,
+            pub l: *mut f32,
+        }
+
+        /// The softmax step of `V` vectors of rows from `r0` (bias mode `B`: 0 none, 1
+        /// key-major rows, 2 one value per key); each row's correction of its running
+        /// maximum goes to `corr` (the caller rescales the accumulators).
+        macro_rules! softmax_t {
+            ($name:ident, $feature:literal, $v:literal, $lanes:literal, $load:ident,
+             $store:ident, $splat:ident, $fma:ident, $mul:ident, $sub:ident, $add:ident,
+             $max:ident, $exp2:path) => {
+                #[target_feature(enable = $feature)]
+                pub unsafe fn $name<const B: u8>(a: SoftmaxArgs, r0: usize, corr: &mut [f32; 64]) {
+                    let SoftmaxArgs {
+                        sc,
+                        rows,
+                        n,
+                        bias,
+                        qt,
+                        scale,
+                        m,
+                        l,
+                    } = a;
+                    let vs = $splat(scale);
+                    let mut mx = [$splat(f32::NEG_INFINITY); $v];
+                    for j in 0..n {
+                        let x = sc.add(j * rows + r0);
+                        let kb = if B == 2 { $splat(*bias.add(j)) } else { vs };
+                        for (i, mi) in mx.iter_mut().enumerate() {
+                            let xi = $load(x.add(i * $lanes));
+                            let y = match B {
+                                0 => $mul(xi, vs),
+                                1 => $fma(xi, vs, $load(bias.add(j * qt + (r0 + i * $lanes) % qt))),
+                                _ => $fma(xi, vs, kb),
+                            };
+                            $store(x.add(i * $lanes), y);
+                            *mi = $max(*mi, y);
+                        }
+                    }
+                    // A row whose keys are all hidden so far (maximum −∞) subtracts the
+                    // least finite float instead: its exponentials stay 0, never NaN.
+                    let (low, log2e) = ($splat(f32::MIN), $splat(std::f32::consts::LOG2_E));
+                    let mut safe = [low; $v];
+                    for i in 0..$v {
+                        let old = $load(m.add(r0 + i * $lanes));
+                        let new = $max(mx[i], old);
+                        $store(m.add(r0 + i * $lanes), new);
+                        safe[i] = $max(new, low);
+                        $store(
+                            corr.as_mut_ptr().add(i * $lanes),
+                            $exp2($mul($sub(old, safe[i]), log2e)),
+                        );
+                    }
+                    let mut sum = [$splat(0.0); $v];
+                    for j in 0..n {
+                        let x = sc.add(j * rows + r0);
+                        for i in 0..$v {
+                            let xi = $load(x.add(i * $lanes));
+                            let e = $exp2($mul($sub(xi, safe[i]), log2e));
+                            $store(x.add(i * $lanes), e);
+                            sum[i] = $add(sum[i], e);
+                        }
+                    }
+                    for i in 0..$v {
+                        let c = $load(corr.as_ptr().add(i * $lanes));
+                        let li = l.add(r0 + i * $lanes);
+                        $store(li, $fma($load(li), c, sum[i]));
+                    }
+                }
+            };
+        }
+
+        softmax_t!(
+            softmax_avx512_4,
+            "avx512f",
+            4,
+            16,
+            _mm512_loadu_ps,
+            _mm512_storeu_ps,
+            _mm512_set1_ps,
+            _mm512_fmadd_ps,
+            _mm512_mul_ps,
+            _mm512_sub_ps,
+            _mm512_add_ps,
+            _mm512_max_ps,
+            crate::simd::exp2_softmax_avx512
+        );
+        softmax_t!(
+            softmax_avx512_1,
+            "avx512f",
+            1,
+            16,
+            _mm512_loadu_ps,
+            _mm512_storeu_ps,
+            _mm512_set1_ps,
+            _mm512_fmadd_ps,
+            _mm512_mul_ps,
+            _mm512_sub_ps,
+            _mm512_add_ps,
+            _mm512_max_ps,
+            crate::simd::exp2_softmax_avx512
+        );
+        softmax_t!(
+            softmax_avx2_4,
+            "avx2,fma",
+            4,
+            8,
+            _mm256_loadu_ps,
+            _mm256_storeu_ps,
+            _mm256_set1_ps,
+            _mm256_fmadd_ps,
+            _mm256_mul_ps,
+            _mm256_sub_ps,
+            _mm256_add_ps,
+            _mm256_max_ps,
+            crate::simd::exp2_softmax_avx2
+        );
+        softmax_t!(
+            softmax_avx2_1,
+            "avx2,fma",
+            1,
+            8,
+            _mm256_loadu_ps,
+            _mm256_storeu_ps,
+            _mm256_set1_ps,
+            _mm256_fmadd_ps,
+            _mm256_mul_ps,
+            _mm256_sub_ps,
+            _mm256_add_ps,
+            _mm256_max_ps,
+            crate::simd::exp2_softmax_avx2
+        );
 
         /// Keys `j0..j0 + KEYS` against every row: per step `c`, two vectors of q (rows in
         /// lanes) and one broadcast element per key, `2·KEYS` accumulators.

@@ -269,3 +269,62 @@ fn decode_parts() {
         }
     });
 }
+
+/// Encoder (bidirectional) attention with a key padding mask at all-MiniLM-L6-v2's layout
+/// (`ATTN_SHAPE=b,h,s,d`, default 32 × 12 heads × 128 tokens × head dim 32; every
+/// sequence of the batch a different length), as `luminal_nn::attention` builds it: the
+/// attention kernel's median µs from the runtime's profile, 1 and 2 threads.
+#[test]
+#[ignore]
+fn encoder_prefill() {
+    let shape: Vec<usize> = std::env::var("ATTN_SHAPE").map_or(vec![32, 12, 128, 32], |v| {
+        v.split(',').map(|x| x.parse().unwrap()).collect()
+    });
+    let (b, h, s, d) = (shape[0], shape[1], shape[2], shape[3]);
+    let threads_list =
+        std::env::var("ATTN_THREADS").map_or(vec![1, 2], |v| vec![v.parse().unwrap()]);
+    for threads in threads_list {
+        let cx = Graph::new();
+        let q = cx.tensor("q", (b, h, s, d));
+        let k = cx.tensor("k", (b, h, s, d));
+        let v = cx.tensor("v", (b, h, s, d));
+        let mask = cx.tensor("mask", (b, s));
+        let _out = luminal_nn::attention(q, k, v, Some(mask)).output();
+        let mut rt = cx
+            .compile(CpuBackend::with_threads(threads), CompileOptions::default())
+            .unwrap();
+        assert!(rt.kernel_names().iter().any(|n| n == "attention"));
+        for (x, seed) in [(q, 1), (k, 2), (v, 3)] {
+            rt.set(x, &data(b * h * s * d, seed)).unwrap();
+        }
+        let m: Vec<f32> = (0..b * s)
+            .map(|i| {
+                if i % s < s - (i / s) * s / (2 * b) {
+                    1.0
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        rt.set(mask, &m).unwrap();
+        for _ in 0..3 {
+            rt.run().unwrap();
+        }
+        rt.set_profile(true);
+        let mut kernel: Vec<f64> = (0..only_reps().min(30))
+            .map(|_| {
+                rt.run().unwrap();
+                kernel_us(&rt.profile())
+            })
+            .collect();
+        kernel.sort_by(f64::total_cmp);
+        let flops = 4.0 * (b * h * s * s * d) as f64;
+        println!(
+            "encoder attention {b}x{h}x{s}x{d}, {threads} thread(s): kernel median {:.1} us, \
+             best {:.1} us ({:.1} GFLOP/s)",
+            kernel[kernel.len() / 2],
+            kernel[0],
+            flops / kernel[0] / 1e3
+        );
+    }
+}
