@@ -673,7 +673,12 @@ impl TileCx<'_> {
         }
         // The bias offset whose rows `bs` holds.
         let mut bias_at = None;
-        for &(p0, p1) in self.groups {
+        for (gi, &(p0, p1)) in self.groups.iter().enumerate() {
+            if s > DECODE_ROWS {
+                if let Some(&(next, _)) = self.groups.get(gi + 1) {
+                    self.prefetch_group(next, i0, nq, j0, j1);
+                }
+            }
             let np = p1 - p0;
             let base = if splits > 1 { p0 * qt } else { 0 };
             let state = base..base + np * qt;
@@ -817,6 +822,27 @@ impl TileCx<'_> {
                     }
                 }
             }
+        }
+    }
+
+    /// Asks for the query rows, keys and values (f32) of the group whose first batch index
+    /// is `order[p]` to be brought towards the cache while the current group runs: a
+    /// prefill tile's rows are `q_s` apart (the heads of a projection side by side), a
+    /// stride the hardware prefetchers do not follow across pages.
+    fn prefetch_group(&self, p: usize, i0: usize, nq: usize, j0: usize, j1: usize) {
+        let Plan {
+            d, q_s, k_t, v_t, ..
+        } = self.plan;
+        let [qo, ko, vo, _] = self.offsets[self.order[p] as usize].map(|o| o as usize);
+        let rows = |base: *const f32, from: usize, n: usize, stride: usize| {
+            for i in 0..n {
+                simd::prefetch_raw(base.wrapping_add(from + i * stride) as *const u8, d * 4);
+            }
+        };
+        rows(self.q.as_ptr(), qo + i0 * q_s, nq, q_s);
+        if let (KvRows::F32(k), KvRows::F32(v)) = (self.k, self.v) {
+            rows(k.as_ptr(), ko + j0 * k_t, j1 - j0, k_t);
+            rows(v.as_ptr(), vo + j0 * v_t, j1 - j0, v_t);
         }
     }
 

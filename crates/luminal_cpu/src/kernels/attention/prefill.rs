@@ -468,7 +468,7 @@ pub(super) mod tiles {
     }
 
     /// `dst[c·ld + r] = src[r·src_s + c]` for rows `r < nr` and columns `c < d` (a query
-    /// tile transposed for the products), in 8 × 8 blocks of AVX registers. `false` where
+    /// tile transposed for the products), in 16 × 16 (AVX-512) or 8 × 8 (AVX2) register tiles. `false` where
     /// it does not apply (no AVX2; `nr` or `d` not a multiple of 8).
     pub(in crate::kernels::attention) fn transpose(
         dst: &mut [f32],
@@ -486,22 +486,28 @@ pub(super) mod tiles {
             "attention transpose: operands too short"
         );
         #[cfg(target_arch = "x86_64")]
-        if isa() >= Isa::Avx2 && nr % 8 == 0 && d % 8 == 0 {
-            for r0 in (0..nr).step_by(8) {
-                for c0 in (0..d).step_by(8) {
-                    // SAFETY: AVX2 detected; the block's rows `r0..r0 + 8` and columns
-                    // `c0..c0 + 8` lie inside both operands (asserted above).
-                    unsafe {
-                        x86::transpose8(
-                            dst.as_mut_ptr().add(c0 * ld + r0),
-                            ld,
-                            src.as_ptr().add(r0 * src_s + c0),
-                            src_s,
-                        )
-                    };
+        {
+            use crate::simd::transpose::{tile_avx2, tile_avx512};
+            let wide = isa() == Isa::Avx512 && nr % 16 == 0 && d % 16 == 0;
+            if wide || (isa() >= Isa::Avx2 && nr % 8 == 0 && d % 8 == 0) {
+                let w = if wide { 16 } else { 8 };
+                for r0 in (0..nr).step_by(w) {
+                    for c0 in (0..d).step_by(w) {
+                        let (from, to) = (r0 * src_s + c0, c0 * ld + r0);
+                        // SAFETY: the features were detected; the tile's rows `r0..r0 + w`
+                        // and columns `c0..c0 + w` lie inside both operands (asserted above).
+                        unsafe {
+                            let (s, t) = (src.as_ptr().add(from), dst.as_mut_ptr().add(to));
+                            if wide {
+                                tile_avx512(s, src_s, t, ld)
+                            } else {
+                                tile_avx2(s, src_s, t, ld)
+                            }
+                        };
+                    }
                 }
+                return true;
             }
-            return true;
         }
         let _ = (dst, ld, src, src_s);
         false
@@ -510,42 +516,6 @@ pub(super) mod tiles {
     #[cfg(target_arch = "x86_64")]
     mod x86 {
         use std::arch::x86_64::*;
-
-        /// An 8 × 8 block: `dst[c·ld + r] = src[r·src_s + c]`.
-        #[target_feature(enable = "avx2")]
-        pub unsafe fn transpose8(dst: *mut f32, ld: usize, src: *const f32, src_s: usize) {
-            let r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(src.add(i * src_s)));
-            // Pairs of rows interleaved, then pairs of pairs, then the 128-bit halves.
-            let t0 = _mm256_unpacklo_ps(r[0], r[1]);
-            let t1 = _mm256_unpackhi_ps(r[0], r[1]);
-            let t2 = _mm256_unpacklo_ps(r[2], r[3]);
-            let t3 = _mm256_unpackhi_ps(r[2], r[3]);
-            let t4 = _mm256_unpacklo_ps(r[4], r[5]);
-            let t5 = _mm256_unpackhi_ps(r[4], r[5]);
-            let t6 = _mm256_unpacklo_ps(r[6], r[7]);
-            let t7 = _mm256_unpackhi_ps(r[6], r[7]);
-            let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-            let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-            let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-            let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-            let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-            let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
-            let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-            let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
-            let cols = [
-                _mm256_permute2f128_ps::<0x20>(u0, u4),
-                _mm256_permute2f128_ps::<0x20>(u1, u5),
-                _mm256_permute2f128_ps::<0x20>(u2, u6),
-                _mm256_permute2f128_ps::<0x20>(u3, u7),
-                _mm256_permute2f128_ps::<0x31>(u0, u4),
-                _mm256_permute2f128_ps::<0x31>(u1, u5),
-                _mm256_permute2f128_ps::<0x31>(u2, u6),
-                _mm256_permute2f128_ps::<0x31>(u3, u7),
-            ];
-            for (c, v) in cols.iter().enumerate() {
-                _mm256_storeu_ps(dst.add(c * ld), *v);
-            }
-        }
 
         /// [`super::softmax`]'s operands as raw parts.
         #[derive(Clone, Copy)]
