@@ -113,6 +113,16 @@ pub trait CpuKernel: std::fmt::Debug + Send {
     fn accepts_side_output(&self) -> bool {
         false
     }
+    /// Takes `prog`, an elementwise program of this kernel's result (row register 0, as
+    /// for [`CpuKernel::add_side_output`]), to evaluate in place over each finished part of
+    /// the result: the kernel then computes `prog` of what it computed before (its one
+    /// reader's value; `lower::epilogues`). Gives it back if the kernel cannot.
+    fn add_epilogue(
+        &mut self,
+        prog: crate::kernels::fused::Program,
+    ) -> std::result::Result<(), crate::kernels::fused::Program> {
+        Err(prog)
+    }
 }
 
 /// One launch: kernel `kind` computes node `node` into buffer `out`.

@@ -80,6 +80,7 @@ const ALL: &[&str] = &[
     "norm_prologue",
     "functions",
     "layer_norm",
+    "epilogues",
 ];
 
 #[test]

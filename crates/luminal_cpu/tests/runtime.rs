@@ -720,6 +720,95 @@ fn gelu_forms_and_the_tanh_gradient_are_one_function_step() {
     }
 }
 
+/// An inference layer norm with an affine weight and bias over a residual sum (a BERT
+/// block's `LayerNorm(x·W + b + r)`) runs as one row loop with the weight and bias as its
+/// in-place epilogue (`layer_norm+[Mul,Add]`); where `x̂` has a second reader the affine
+/// stays a kernel of its own. Rows of 384 and of 37; against the reference runtime, and
+/// the same graph with the `epilogues` pass and the `layer_norm` rule switched off.
+#[test]
+fn inference_layer_norm_takes_its_affine_as_an_epilogue() {
+    for (rows, len, second_reader) in [(40usize, 384usize, false), (9, 37, false), (9, 37, true)] {
+        let cx = Graph::new();
+        let a = cx.tensor("a", (rows, 16));
+        let w = cx.tensor("w", (16, len));
+        let bias = cx.tensor("bias", len);
+        let r = cx.tensor("r", (rows, len));
+        let (g, b) = (cx.tensor("g", len), cx.tensor("b", len));
+        let x = a.matmul(w) + bias.expand_to((rows, len)) + r;
+        let xh = x.layer_norm(-1, 1e-12);
+        let y = (xh * g.expand_to((rows, len)) + b.expand_to((rows, len))).output();
+        let extra = second_reader.then(|| (xh * 2.0).sum(1).output());
+        let inputs = [
+            (a, noise(rows * 16, 1)),
+            (w, noise(16 * len, 2)),
+            (bias, noise(len, 3)),
+            (
+                r,
+                noise(rows * len, 4).iter().map(|v| v * 4.0 + 1.0).collect(),
+            ),
+            (g, noise(len, 5)),
+            (b, noise(len, 6)),
+        ];
+        // y (and the second reader's value), and the kernel names (none for the reference).
+        fn eval<R: Runtime>(
+            mut rt: R,
+            inputs: &[(GraphTensor<'_>, Vec<f32>)],
+            outs: &[GraphTensor<'_>],
+        ) -> (Vec<f32>, R) {
+            for (t, v) in inputs {
+                rt.set(*t, v).unwrap();
+            }
+            rt.run().unwrap();
+            let got = outs
+                .iter()
+                .flat_map(|&o| rt.get::<f32>(o).unwrap())
+                .collect();
+            (got, rt)
+        }
+        let outs: Vec<GraphTensor<'_>> = std::iter::once(y).chain(extra).collect();
+        let run = |backend: Option<CpuBackend>| match backend {
+            Some(be) => {
+                let (got, rt) = eval(
+                    cx.compile(be, CompileOptions::default()).unwrap(),
+                    &inputs,
+                    &outs,
+                );
+                (got, rt.kernel_names())
+            }
+            None => {
+                let rt = cx
+                    .compile(ReferenceBackend, CompileOptions::default())
+                    .unwrap();
+                (eval(rt, &inputs, &outs).0, vec![])
+            }
+        };
+        let (want, _) = run(None);
+        let (fast, names) = run(Some(CpuBackend::with_threads(2)));
+        let fused = names.iter().any(|k| k == "layer_norm+[Mul,Add]");
+        assert_eq!(fused, !second_reader, "{names:?}");
+        assert!(
+            names.iter().any(|k| k.starts_with("layer_norm")),
+            "{names:?}"
+        );
+        let (off, off_names) = run(Some(
+            CpuBackend::with_threads(2).disable_rules(&["epilogues", "layer_norm"]),
+        ));
+        assert!(
+            !off_names.iter().any(|k| k.starts_with("layer_norm")),
+            "{off_names:?}"
+        );
+        for (label, got) in [("epilogue", &fast), ("rules off", &off)] {
+            assert_eq!(got.len(), want.len());
+            for (i, (x, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (x - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                    "{label} rows {rows} len {len} [{i}]: {x} vs {w}"
+                );
+            }
+        }
+    }
+}
+
 /// A layer norm of a training step runs as one row loop (`layer_norm`), and the gradient
 /// autograd builds for it as another (`layer_norm_grad`, also where it feeds a sum of
 /// gradients: a residual stream), with rows of 64 and of 37 (a remainder past the 16-lane

@@ -10,7 +10,7 @@
 //! takes flat identity reads), rows of `len` values back to back.
 
 use crate::kernel::{BufId, CpuKernel, RunCtx, Scratch};
-use crate::kernels::fused::{epilogue_into, epilogue_rows, EpiStep, Program};
+use crate::kernels::fused::{epilogue_chunk, epilogue_into, epilogue_rows, EpiStep, Program};
 use crate::simd::{self, Task};
 use crate::storage::Storage;
 use luminal::shape::CompiledExpression;
@@ -26,6 +26,9 @@ pub struct LayerNormKernel {
     /// (`Kernel::side`: the norm's affine weight and bias, whose input `x̂` the weight's
     /// gradient reads too), and its ops when it is an affine chain.
     side: Option<(Program, Option<Vec<EpiStep>>)>,
+    /// An elementwise function of the result evaluated in place over it (a forward's
+    /// affine weight and bias where nothing else reads `x̂`), and its ops when affine.
+    epilogue: Option<(Program, Option<Vec<EpiStep>>)>,
 }
 
 impl LayerNormKernel {
@@ -36,6 +39,7 @@ impl LayerNormKernel {
             len,
             eps,
             side: None,
+            epilogue: None,
         }
     }
     /// The gradient from `x`, the norm's output `x̂` and the output gradient `dy`.
@@ -45,6 +49,7 @@ impl LayerNormKernel {
             len,
             eps,
             side: None,
+            epilogue: None,
         }
     }
 }
@@ -176,7 +181,7 @@ impl Task for Rows<'_> {
 impl CpuKernel for LayerNormKernel {
     fn reads(&self) -> Vec<BufId> {
         let mut r = self.bufs.clone();
-        if let Some((p, _)) = &self.side {
+        for (p, _) in [&self.side, &self.epilogue].into_iter().flatten() {
             r.extend(p.reads());
         }
         r
@@ -185,22 +190,39 @@ impl CpuKernel for LayerNormKernel {
         for b in &mut self.bufs {
             *b = map(*b);
         }
-        if let Some((p, _)) = &mut self.side {
+        for (p, _) in [&mut self.side, &mut self.epilogue].into_iter().flatten() {
             p.remap(map);
         }
     }
     fn scratch(&self) -> Scratch {
         Scratch {
-            instrs: self.side.as_ref().map_or(0, |(p, _)| p.instrs.len()),
+            instrs: [&self.side, &self.epilogue]
+                .into_iter()
+                .flatten()
+                .map(|(p, _)| p.instrs.len())
+                .max()
+                .unwrap_or(0),
             ..Scratch::default()
         }
     }
     fn flops(&self, n: usize) -> usize {
-        let side = self.side.as_ref().map_or(0, |(p, _)| p.flops_per_element());
-        n * (side + if self.bufs.len() == 3 { 11 } else { 6 })
+        let extra: usize = [&self.side, &self.epilogue]
+            .into_iter()
+            .flatten()
+            .map(|(p, _)| p.flops_per_element())
+            .sum();
+        n * (extra + if self.bufs.len() == 3 { 11 } else { 6 })
     }
     fn accepts_side_output(&self) -> bool {
-        self.side.is_none()
+        self.side.is_none() && self.epilogue.is_none()
+    }
+    fn add_epilogue(&mut self, prog: Program) -> std::result::Result<(), Program> {
+        if self.side.is_some() || self.epilogue.is_some() || self.bufs.len() != 1 {
+            return Err(prog);
+        }
+        let ops = prog.affine().filter(|o| !o.is_empty());
+        self.epilogue = Some((prog, ops));
+        Ok(())
     }
     fn add_side_output(&mut self, prog: Program) -> std::result::Result<(), Program> {
         if self.side.is_some() {
@@ -245,6 +267,10 @@ impl CpuKernel for LayerNormKernel {
                 *ops = Some(p.affine().unwrap_or_default());
             }
         }
+        if let Some((p, _)) = &mut self.epilogue {
+            p.prepare(cx.dims, cx.bufs)?;
+        }
+        let epilogue = self.epilogue.as_ref();
         let side = match (&self.side, cx.side) {
             (Some((p, ops)), Some(s)) => Some((
                 p,
@@ -264,6 +290,19 @@ impl CpuKernel for LayerNormKernel {
                 eps,
                 out: &mut *chunk,
             });
+            if let Some((p, ops)) = epilogue {
+                let (z0, all) = (t * per_task * len, chunk.len());
+                // Affine steps row by row where the leaves allow it, else the interpreter.
+                // SAFETY: `chunk` holds `all / len` whole rows back to back, this task's.
+                let rows_done = ops.as_deref().is_some_and(|ops| unsafe {
+                    let at = chunk.as_mut_ptr();
+                    epilogue_rows(p, ops, bufs, z0, (1, all, all), at)
+                        || epilogue_rows(p, ops, bufs, z0, (all / len, len, len), at)
+                });
+                if !rows_done {
+                    epilogue_chunk(p, bufs, z0, chunk);
+                }
+            }
             if let Some((p, ops, s)) = &side {
                 let z0 = t * per_task * len;
                 // SAFETY: the side output has `n` elements; this task alone writes its

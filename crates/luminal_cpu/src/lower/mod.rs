@@ -34,7 +34,7 @@ use crate::view::{DimNames, ResolvedView, ViewExprs};
 use luminal::graph::{Edge, GraphData, NodeId};
 use luminal::op::{BinaryOp, ConstValue, Op, ReduceOp};
 use luminal::{DType, Expression, Result, ShapeTracker};
-use passes::{absorb_shared, order_state_writes, side_outputs};
+use passes::{absorb_shared, epilogues, order_state_writes, side_outputs};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 
@@ -185,6 +185,11 @@ struct Lowering<'a> {
     /// Layer-norm gradients (`LayerNormGrad`, every operand read one to one) that get the
     /// `layer_norm` rule's kernel: never inlined into a consumer (an accumulating sum).
     ln_grads: HashMap<NodeId, luminal::patterns::LayerNormGrad>,
+    /// Layer norms (their root) that get the `layer_norm` rule's kernel: never inlined into
+    /// a consumer, even a single one (an affine weight and bias, run as the kernel's
+    /// epilogue by the `norm_epilogue` pass), where the row fusion would compute them
+    /// stage by stage.
+    ln_roots: HashSet<NodeId>,
     /// While lowering an f32 elementwise root: whether it may absorb a matmul producer as
     /// its epilogue, and the matmul (with its reads) once it did.
     epilogue_ok: Cell<bool>,
@@ -212,6 +217,7 @@ impl Lowering<'_> {
             || self.fns.contains_key(&id))
             && !terms::is_term(id)
             && !self.ln_grads.contains_key(&id)
+            && !self.ln_roots.contains(&id)
     }
 
     /// A fusable single-use producer that is not an output.
@@ -790,20 +796,28 @@ impl Lowering<'_> {
             return Ok(None);
         }
         let len = self.names.compile(node.shape.last().unwrap())?;
-        let flat = |e: &Edge| flat_identity_edge(self.g, e);
         if let Some(h) = self.ln_grads.get(&id) {
             let [x, xh, dy] = [&h.x, &h.xhat, &h.dy].map(|e| BufId::of(e.node));
             let k = LayerNormKernel::grad(x, xh, dy, len, h.eps);
             return Ok(Some(("layer_norm_grad".into(), Box::new(k))));
         }
-        let Some(m) = luminal::patterns::LayerNormMatch::find(self.g, id) else {
+        let Some(m) = self.layer_norm_match(id) else {
             return Ok(None);
         };
-        if !flat(&m.x) || self.private_fusable(&m.x) {
-            return Ok(None);
-        }
         let k = LayerNormKernel::forward(BufId::of(m.x.node), len, m.eps);
         Ok(Some(("layer_norm".into(), Box::new(k))))
+    }
+
+    /// The layer norm whose root is `id`, where the `layer_norm` rule takes it: its input
+    /// read one to one, and not a private elementwise tree (a residual sum feeding the norm
+    /// is computed inside the row fusion's kernel instead).
+    fn layer_norm_match(&self, id: NodeId) -> Option<luminal::patterns::LayerNormMatch> {
+        let node = self.g.node(id);
+        if node.dtype != DType::F32 || node.shape.is_empty() {
+            return None;
+        }
+        let m = luminal::patterns::LayerNormMatch::find(self.g, id)?;
+        (flat_identity_edge(self.g, &m.x) && !self.private_fusable(&m.x)).then_some(m)
     }
 
     /// A private f32 matmul read through the identity: the consumer can be its epilogue.
@@ -927,7 +941,8 @@ const RULES: &[(&str, Rule)] = &[
 /// Passes, in order: shared producers computed inside their one fused root (`shared`,
 /// before lowering; see [`absorb_shared`]), then over the lowered kernel list: row fusion
 /// (`kernels/fused/rows.rs`), concatenations found inside elementwise kernels
-/// (`kernels/movement`), side outputs ([`side_outputs`]). `norm_prologue` is not a pass
+/// (`kernels/movement`), elementwise kernels as in-place epilogues of a layer norm
+/// ([`epilogues`]), side outputs ([`side_outputs`]). `norm_prologue` is not a pass
 /// but a choice of the matmul rule: an RMSNorm whose rows a weight product reads is
 /// computed by the product (`NormPrologue`).
 const PASSES: &[&str] = &[
@@ -937,6 +952,7 @@ const PASSES: &[&str] = &[
     "concat",
     "norm_prologue",
     "functions",
+    "epilogues",
     "side",
 ];
 
@@ -1057,6 +1073,7 @@ pub fn lower(
         pair_max,
         fns,
         ln_grads,
+        ln_roots: HashSet::new(),
         epilogue_ok: Cell::new(false),
         epilogue: RefCell::new(None),
         names,
@@ -1067,6 +1084,14 @@ pub fn lower(
         root: Cell::new(None),
         memo: RefCell::new(HashMap::new()),
     };
+    if !lw.disabled("layer_norm") {
+        let roots = live_order
+            .iter()
+            .copied()
+            .filter(|&id| lw.layer_norm_match(id).is_some())
+            .collect();
+        lw.ln_roots = roots;
+    }
     if !lw.disabled("shared") {
         lw.absorbed = absorb_shared(&lw, live_order);
     }
@@ -1088,6 +1113,9 @@ pub fn lower(
     }
     if !lw.disabled("concat") {
         kernels = crate::kernels::movement::replace_concats(g, kernels, &lw.uses, names)?;
+    }
+    if !lw.disabled("epilogues") {
+        kernels = epilogues(g, kernels);
     }
     let kernels = order_state_writes(kernels)?;
     Ok(if lw.disabled("side") {

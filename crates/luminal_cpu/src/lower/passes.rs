@@ -153,6 +153,79 @@ pub(super) fn side_outputs(g: &GraphData, mut kernels: Vec<Kernel>) -> Vec<Kerne
         .collect()
 }
 
+/// Elementwise kernels run as epilogues of their producer, in place over its result while
+/// it is in cache (`CpuKernel::add_epilogue`; a layer norm's affine weight and bias), where
+/// nothing else reads that result: the producer then computes the elementwise kernel's
+/// node into its buffer, and the elementwise kernel is gone. The same conditions as
+/// [`side_outputs`] on the elementwise kernel, plus: the producer's result has no other
+/// reader and is not a graph output.
+pub(super) fn epilogues(g: &GraphData, mut kernels: Vec<Kernel>) -> Vec<Kernel> {
+    let producer: HashMap<BufId, usize> = kernels
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (k.out, i))
+        .collect();
+    let mut readers: HashMap<BufId, usize> = HashMap::new();
+    for k in &kernels {
+        let mut reads = k.reads();
+        reads.sort_unstable();
+        reads.dedup();
+        for b in reads {
+            *readers.entry(b).or_default() += 1;
+        }
+    }
+    let writes: Vec<Option<BufId>> = kernels.iter().map(|k| k.kind.in_place_of()).collect();
+    let mut gone = vec![false; kernels.len()];
+    for e in 0..kernels.len() {
+        let ek = &kernels[e];
+        if ek.dtype != DType::F32 || ek.side.is_some() || writes[e].is_some() {
+            continue;
+        }
+        let Some(crate::kernel::Fused::Elementwise(prog)) = ek.kind.fused() else {
+            continue;
+        };
+        let numel: Expression = g.node(ek.node).shape.iter().product();
+        let found = prog.leaves.iter().enumerate().find_map(|(l, leaf)| {
+            let &p = producer.get(&leaf.buf)?;
+            let pk = &kernels[p];
+            let only = readers.get(&pk.out) == Some(&1) && !g.outputs.contains(&pk.node);
+            (only && pk.dtype == DType::F32 && pk.side.is_none() && !gone[p]).then_some((l, p))
+        });
+        let Some((l, p)) = found else { continue };
+        let leaf = &prog.leaves[l];
+        let p_numel: Expression = g.node(kernels[p].node).shape.iter().product();
+        let identity = leaf.exprs.view.is_contiguous()
+            && leaf.exprs.view.n_elements() == p_numel
+            && numel == p_numel;
+        // Every other leaf holds its value by the time the producer runs, and keeps it.
+        let ready = prog
+            .leaves
+            .iter()
+            .enumerate()
+            .filter(|&(j, _)| j != l)
+            .all(|(_, x)| {
+                producer.get(&x.buf).is_none_or(|&q| q < p) && !writes[p..=e].contains(&Some(x.buf))
+            });
+        if !identity || !ready || prog.leaves.iter().filter(|x| x.buf == leaf.buf).count() != 1 {
+            continue;
+        }
+        let epi = prog.over_result_of(l);
+        let (name, out, node) = (ek.name.clone(), ek.out, ek.node);
+        if kernels[p].kind.add_epilogue(epi).is_ok() {
+            let pk = &mut kernels[p];
+            let steps = name.strip_prefix("elementwise").unwrap_or(&name);
+            pk.name = format!("{}+{}", pk.name, steps);
+            (pk.out, pk.node) = (out, node);
+            gone[e] = true;
+        }
+    }
+    kernels
+        .into_iter()
+        .zip(gone)
+        .filter_map(|(k, gone)| (!gone).then_some(k))
+        .collect()
+}
+
 /// Orders every in-place state write (`WriteSlice`) after the other kernels that read its
 /// state input, which must see the value from before the run (an optimizer reads a weight,
 /// then writes its update over it). A stable topological sort of the launch list with
