@@ -363,14 +363,14 @@ unsafe fn blocked<const MR: usize, const NR: usize>(
         let (pa, pb) = &mut *pack;
         grow_packs(pa, pb, tiles, MR);
         let mut tile = [0f32; 12 * 32];
-        // A read in place (no packing) when it is row-major or column-major and the product
-        // is at most two column panels wide: a tile of A rows then meets both panels while
-        // it is in L1, and packing A (each value then feeds at most 64 columns) costs a
-        // large part of the product — 12-17% of a training step's `1024 × 64 × 256`
-        // products, one thread (`cargo bench -p luminal_cpu --bench cpu`, "train matmul"),
-        // and the attention products of a training step (64 × 16 and 64 × 64 per head; the
-        // backward pass's `Pᵀ·dO` and `dSᵀ·Q` read A column-major). No dependence on M, so a
-        // row's result does not depend on the rows computed with it.
+        // A read in place (no packing) when it is row-major, or column-major and the
+        // product is at most two column panels wide (`in_place`): a tile of A rows stays in
+        // L1 while it meets every panel. Packing A cost 12-17% of a training step's
+        // `1024 × 64 × 256` products, one thread (`cargo bench -p luminal_cpu --bench cpu`,
+        // "train matmul"), and the attention products of a training step (64 × 16 and
+        // 64 × 64 per head; the backward pass's `Pᵀ·dO` and `dSᵀ·Q` read A column-major),
+        // and 10-15% of BERT's. No dependence on M, so a row's result does not depend on the
+        // rows computed with it.
         #[cfg(target_arch = "x86_64")]
         let direct_a = is_avx512(kernel) && in_place(n, a.rs, a.cs, NR);
         for jc in (0..n).step_by(NC) {
@@ -452,10 +452,17 @@ unsafe fn blocked<const MR: usize, const NR: usize>(
 }
 
 /// Whether A (row stride `rs`, K stride `cs`) is read in place by a product of `n` columns
-/// on kernels `nr` columns wide: it is row- or column-major and the product is at most two
-/// column panels wide.
+/// on kernels `nr` columns wide: it is row-major (any width), or column-major and the
+/// product is at most two column panels wide.
+///
+/// Row-major A at any width: each `MR`-row tile of A (`MR · kc` floats, 12 KB) stays in L1
+/// while it meets every column panel of the packed B slab (in L2), so packing A only
+/// copies it. Zen 5, one thread, GFLOP/s packed → in place (`cargo bench -p luminal_cpu
+/// --bench cpu`): BERT's `4096×1536×384` 212 → 241, `4096×384×1536` 203 → 238,
+/// `4096×384×384` 216 → 236, `1024³` 232 → 231. Column-major A of a wide product (a
+/// weight gradient `dyᵀ·x`) is computed transposed instead (`MatmulKernel::split`).
 fn in_place(n: usize, rs: isize, cs: isize, nr: usize) -> bool {
-    ((cs == 1 && rs > 0) || (rs == 1 && cs > 0)) && n <= 2 * nr
+    (cs == 1 && rs > 0) || (rs == 1 && cs > 0 && n <= 2 * nr)
 }
 
 /// Whether a product of `n` columns on this CPU's kernel reads A (row stride `rs`, K
