@@ -186,9 +186,9 @@ struct Lowering<'a> {
     /// `layer_norm` rule's kernel: never inlined into a consumer (an accumulating sum).
     ln_grads: HashMap<NodeId, luminal::patterns::LayerNormGrad>,
     /// Layer norms (their root) that get the `layer_norm` rule's kernel: never inlined into
-    /// a consumer, even a single one (an affine weight and bias, run as the kernel's
-    /// epilogue by the `norm_epilogue` pass), where the row fusion would compute them
-    /// stage by stage.
+    /// a consumer, even a single one (an affine weight and bias, then run as the kernel's
+    /// epilogue by the `epilogues` pass), where the row fusion would compute them stage by
+    /// stage.
     ln_roots: HashSet<NodeId>,
     /// While lowering an f32 elementwise root: whether it may absorb a matmul producer as
     /// its epilogue, and the matmul (with its reads) once it did.

@@ -1,6 +1,6 @@
 //! The passes around the lowering rules: shared producers computed inside their fused root
-//! (before lowering), and over the lowered kernel list the order of in-place state writes
-//! and side outputs.
+//! (before lowering), and over the lowered kernel list elementwise kernels as in-place
+//! epilogues of a layer norm, the order of in-place state writes, and side outputs.
 
 use super::*;
 
@@ -156,9 +156,10 @@ pub(super) fn side_outputs(g: &GraphData, mut kernels: Vec<Kernel>) -> Vec<Kerne
 /// Elementwise kernels run as epilogues of their producer, in place over its result while
 /// it is in cache (`CpuKernel::add_epilogue`; a layer norm's affine weight and bias), where
 /// nothing else reads that result: the producer then computes the elementwise kernel's
-/// node into its buffer, and the elementwise kernel is gone. The same conditions as
-/// [`side_outputs`] on the elementwise kernel, plus: the producer's result has no other
-/// reader and is not a graph output.
+/// node into its buffer, and the elementwise kernel is gone. The conditions of
+/// [`side_outputs`] on the elementwise kernel, except that it may be a graph output (its
+/// node moves to the producer), plus: the producer's result has no other reader and is not
+/// a graph output. Each leaf that reads such a producer is tried in turn.
 pub(super) fn epilogues(g: &GraphData, mut kernels: Vec<Kernel>) -> Vec<Kernel> {
     let producer: HashMap<BufId, usize> = kernels
         .iter()
@@ -185,38 +186,51 @@ pub(super) fn epilogues(g: &GraphData, mut kernels: Vec<Kernel>) -> Vec<Kernel> 
             continue;
         };
         let numel: Expression = g.node(ek.node).shape.iter().product();
-        let found = prog.leaves.iter().enumerate().find_map(|(l, leaf)| {
-            let &p = producer.get(&leaf.buf)?;
-            let pk = &kernels[p];
-            let only = readers.get(&pk.out) == Some(&1) && !g.outputs.contains(&pk.node);
-            (only && pk.dtype == DType::F32 && pk.side.is_none() && !gone[p]).then_some((l, p))
-        });
-        let Some((l, p)) = found else { continue };
-        let leaf = &prog.leaves[l];
-        let p_numel: Expression = g.node(kernels[p].node).shape.iter().product();
-        let identity = leaf.exprs.view.is_contiguous()
-            && leaf.exprs.view.n_elements() == p_numel
-            && numel == p_numel;
-        // Every other leaf holds its value by the time the producer runs, and keeps it.
-        let ready = prog
+        // The leaves reading a producer whose result has no other reader.
+        let candidates: Vec<(usize, usize)> = prog
             .leaves
             .iter()
             .enumerate()
-            .filter(|&(j, _)| j != l)
-            .all(|(_, x)| {
-                producer.get(&x.buf).is_none_or(|&q| q < p) && !writes[p..=e].contains(&Some(x.buf))
-            });
-        if !identity || !ready || prog.leaves.iter().filter(|x| x.buf == leaf.buf).count() != 1 {
-            continue;
+            .filter_map(|(l, leaf)| {
+                let &p = producer.get(&leaf.buf)?;
+                let pk = &kernels[p];
+                let only = readers.get(&pk.out) == Some(&1) && !g.outputs.contains(&pk.node);
+                (only && pk.dtype == DType::F32 && pk.side.is_none() && !gone[p]).then_some((l, p))
+            })
+            .collect();
+        // Each candidate's epilogue program, in leaf order.
+        let mut attempts = vec![];
+        for (l, p) in candidates {
+            let leaf = &prog.leaves[l];
+            let p_numel: Expression = g.node(kernels[p].node).shape.iter().product();
+            let identity = leaf.exprs.view.is_contiguous()
+                && leaf.exprs.view.n_elements() == p_numel
+                && numel == p_numel;
+            // Every other leaf holds its value by the time the producer runs, and keeps it.
+            let ready = prog
+                .leaves
+                .iter()
+                .enumerate()
+                .filter(|&(j, _)| j != l)
+                .all(|(_, x)| {
+                    producer.get(&x.buf).is_none_or(|&q| q < p)
+                        && !writes[p..=e].contains(&Some(x.buf))
+                });
+            let once = prog.leaves.iter().filter(|x| x.buf == leaf.buf).count() == 1;
+            if identity && ready && once {
+                attempts.push((p, prog.over_result_of(l)));
+            }
         }
-        let epi = prog.over_result_of(l);
         let (name, out, node) = (ek.name.clone(), ek.out, ek.node);
-        if kernels[p].kind.add_epilogue(epi).is_ok() {
-            let pk = &mut kernels[p];
-            let steps = name.strip_prefix("elementwise").unwrap_or(&name);
-            pk.name = format!("{}+{}", pk.name, steps);
-            (pk.out, pk.node) = (out, node);
-            gone[e] = true;
+        for (p, epi) in attempts {
+            if kernels[p].kind.add_epilogue(epi).is_ok() {
+                let pk = &mut kernels[p];
+                let steps = name.strip_prefix("elementwise").unwrap_or(&name);
+                pk.name = format!("{}+{}", pk.name, steps);
+                (pk.out, pk.node) = (out, node);
+                gone[e] = true;
+                break;
+            }
         }
     }
     kernels

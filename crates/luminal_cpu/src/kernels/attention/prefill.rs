@@ -78,10 +78,6 @@ impl ScoresT<'_> {
     }
 }
 
-/// The online-softmax step of one block on key-major scores (`sc[j·rows + r]`), `LANES`
-/// query rows at a time: scores become probabilities relative to the new running maximum
-/// (in place); running sums and accumulators are rescaled to it. A row that has seen only
-/// `-inf` keeps maximum `-inf`, sum 0 and accumulator 0.
 /// A prefill block's additive bias.
 #[derive(Clone, Copy)]
 pub(super) enum BiasT<'a> {
@@ -104,9 +100,11 @@ impl BiasT<'_> {
     }
 }
 
-/// The online-softmax step of a prefill block over key-major scores (`sc[j·rows + r]`):
-/// the scores become `scale·x + bias`, then probabilities relative to each row's new
-/// running maximum; the running sums and accumulators are rescaled to it.
+/// The online-softmax step of a prefill block over key-major scores (`sc[j·rows + r]`),
+/// `LANES` query rows at a time: the scores become `scale·x + bias`, then probabilities
+/// relative to each row's new running maximum (in place); the running sums and
+/// accumulators are rescaled to it. A row that has seen only `-inf` keeps maximum `-inf`,
+/// sum 0 and accumulator 0.
 pub(super) struct SoftmaxT<'a> {
     pub(super) sc: &'a mut [f32],
     pub(super) bias: Option<BiasT<'a>>,
@@ -468,8 +466,8 @@ pub(super) mod tiles {
     }
 
     /// `dst[c·ld + r] = src[r·src_s + c]` for rows `r < nr` and columns `c < d` (a query
-    /// tile transposed for the products), in 16 × 16 (AVX-512) or 8 × 8 (AVX2) register tiles. `false` where
-    /// it does not apply (no AVX2; `nr` or `d` not a multiple of 8).
+    /// tile transposed for the products), in 16 × 16 (AVX-512) or 8 × 8 (AVX2) register
+    /// tiles. `false` where it does not apply (no AVX2; `nr` or `d` not a multiple of 8).
     pub(in crate::kernels::attention) fn transpose(
         dst: &mut [f32],
         ld: usize,
@@ -562,7 +560,10 @@ pub(super) mod tiles {
                                 _ => $fma(xi, vs, kb),
                             };
                             $store(x.add(i * $lanes), y);
-                            *mi = $max(*mi, y);
+                            // `max` returns its second operand when one is NaN: a NaN
+                            // score leaves the running maximum as it was (as the
+                            // portable loop's comparison does).
+                            *mi = $max(y, *mi);
                         }
                     }
                     // A row whose keys are all hidden so far (maximum −∞) subtracts the

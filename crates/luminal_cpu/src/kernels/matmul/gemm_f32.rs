@@ -459,18 +459,22 @@ unsafe fn blocked<const MR: usize, const NR: usize>(
 /// while it meets every column panel of the packed B slab (in L2), so packing A only
 /// copies it. Zen 5, one thread, GFLOP/s packed → in place (`cargo bench -p luminal_cpu
 /// --bench cpu`): BERT's `4096×1536×384` 212 → 241, `4096×384×1536` 203 → 238,
-/// `4096×384×384` 216 → 236, `1024³` 232 → 231. Column-major A of a wide product (a
-/// weight gradient `dyᵀ·x`) is computed transposed instead (`MatmulKernel::split`).
+/// `4096×384×384` 216 → 236, `1024³` 232 → 231. A product of few rows and many columns
+/// is computed transposed instead (`MatmulKernel::staging`), so that its large B is the
+/// operand read in place.
 fn in_place(n: usize, rs: isize, cs: isize, nr: usize) -> bool {
     (cs == 1 && rs > 0) || (rs == 1 && cs > 0 && n <= 2 * nr)
 }
 
-/// Whether a product of `n` columns on this CPU's kernel reads A (row stride `rs`, K
-/// stride `cs`) in place rather than packing it (the AVX-512 kernel only).
-pub(crate) fn reads_a_in_place(n: usize, rs: i64, cs: i64) -> bool {
+/// Whether a product of at most two column panels (`n ≤ 64`) on this CPU's kernel reads A
+/// (row stride `rs`, K stride `cs`) in place rather than packing it (the AVX-512 kernel
+/// only; A row- or column-major). `MatmulKernel::staging` computes a few-row product
+/// transposed where its B would then be read in place and its A would not: the large
+/// operand read in place, the small one packed.
+pub(crate) fn reads_narrow_a_in_place(n: usize, rs: i64, cs: i64) -> bool {
     #[cfg(target_arch = "x86_64")]
     if isa() == Isa::Avx512 {
-        return in_place(n, rs as isize, cs as isize, 32);
+        return n <= 64 && in_place(n, rs as isize, cs as isize, 32);
     }
     let _ = (n, rs, cs);
     false

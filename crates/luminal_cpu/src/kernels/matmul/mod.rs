@@ -751,8 +751,8 @@ impl MatmulKernel {
         } else {
             1
         };
-        let transposed = !gemm_f32::reads_a_in_place(n, a_m, a_k)
-            && gemm_f32::reads_a_in_place(m, b_n, b_k)
+        let transposed = !gemm_f32::reads_narrow_a_in_place(n, a_m, a_k)
+            && gemm_f32::reads_narrow_a_in_place(m, b_n, b_k)
             && m < n;
         (parts > 1 || transposed).then_some((parts, transposed))
     }
