@@ -100,7 +100,6 @@ pub(super) fn side_outputs(g: &GraphData, mut kernels: Vec<Kernel>) -> Vec<Kerne
         let Some(crate::kernel::Fused::Elementwise(prog)) = ek.kind.fused() else {
             continue;
         };
-        let numel: Expression = g.node(ek.node).shape.iter().product();
         // The one leaf that reads a product's result.
         let mut found = None;
         for (l, leaf) in prog.leaves.iter().enumerate() {
@@ -120,24 +119,15 @@ pub(super) fn side_outputs(g: &GraphData, mut kernels: Vec<Kernel>) -> Vec<Kerne
             }
         }
         let Some((l, p)) = found else { continue };
-        let leaf = &prog.leaves[l];
-        let p_numel: Expression = g.node(kernels[p].node).shape.iter().product();
-        let identity = leaf.exprs.view.is_contiguous()
-            && leaf.exprs.view.n_elements() == p_numel
-            && numel == p_numel;
-        // Every other leaf holds its value by the time the product runs, and keeps it.
-        let ready = prog
-            .leaves
-            .iter()
-            .enumerate()
-            .filter(|&(j, _)| j != l)
-            .all(|(_, x)| {
-                producer.get(&x.buf).is_none_or(|&q| q < p) && !writes[p..=e].contains(&Some(x.buf))
-            });
-        if !identity || !ready || prog.leaves.iter().filter(|x| x.buf == leaf.buf).count() != 1 {
+        let at = Site {
+            g,
+            kernels: &kernels,
+            producer: &producer,
+            writes: &writes,
+        };
+        let Some(side) = at.over_result(prog, e, l, p) else {
             continue;
-        }
-        let side = prog.over_result_of(l);
+        };
         let (name, out) = (ek.name.clone(), ek.out);
         if kernels[p].kind.add_side_output(side).is_ok() {
             let pk = &mut kernels[p];
@@ -151,6 +141,42 @@ pub(super) fn side_outputs(g: &GraphData, mut kernels: Vec<Kernel>) -> Vec<Kerne
         .zip(gone)
         .filter_map(|(k, gone)| (!gone).then_some(k))
         .collect()
+}
+
+/// What [`side_outputs`] and [`epilogues`] check before an elementwise kernel's program
+/// becomes a program of its producer's result.
+struct Site<'a> {
+    g: &'a GraphData,
+    kernels: &'a [Kernel],
+    producer: &'a HashMap<BufId, usize>,
+    writes: &'a [Option<BufId>],
+}
+
+impl Site<'_> {
+    /// Elementwise kernel `e`'s program `prog` over the result of kernel `p`, which its
+    /// leaf `l` reads: where that leaf reads the result through the identity view (and is
+    /// the only leaf reading it), and every other leaf holds its value by the time `p` runs
+    /// and keeps it until `e`.
+    fn over_result(&self, prog: &Program, e: usize, l: usize, p: usize) -> Option<Program> {
+        let numel =
+            |k: usize| -> Expression { self.g.node(self.kernels[k].node).shape.iter().product() };
+        let leaf = &prog.leaves[l];
+        let p_numel = numel(p);
+        let identity = leaf.exprs.view.is_contiguous()
+            && leaf.exprs.view.n_elements() == p_numel
+            && numel(e) == p_numel;
+        let ready = prog
+            .leaves
+            .iter()
+            .enumerate()
+            .filter(|&(j, _)| j != l)
+            .all(|(_, x)| {
+                self.producer.get(&x.buf).is_none_or(|&q| q < p)
+                    && !self.writes[p..=e].contains(&Some(x.buf))
+            });
+        let once = prog.leaves.iter().filter(|x| x.buf == leaf.buf).count() == 1;
+        (identity && ready && once).then(|| prog.over_result_of(l))
+    }
 }
 
 /// Elementwise kernels run as epilogues of their producer, in place over its result while
@@ -185,7 +211,6 @@ pub(super) fn epilogues(g: &GraphData, mut kernels: Vec<Kernel>) -> Vec<Kernel> 
         let Some(crate::kernel::Fused::Elementwise(prog)) = ek.kind.fused() else {
             continue;
         };
-        let numel: Expression = g.node(ek.node).shape.iter().product();
         // The leaves reading a producer whose result has no other reader.
         let candidates: Vec<(usize, usize)> = prog
             .leaves
@@ -199,28 +224,16 @@ pub(super) fn epilogues(g: &GraphData, mut kernels: Vec<Kernel>) -> Vec<Kernel> 
             })
             .collect();
         // Each candidate's epilogue program, in leaf order.
-        let mut attempts = vec![];
-        for (l, p) in candidates {
-            let leaf = &prog.leaves[l];
-            let p_numel: Expression = g.node(kernels[p].node).shape.iter().product();
-            let identity = leaf.exprs.view.is_contiguous()
-                && leaf.exprs.view.n_elements() == p_numel
-                && numel == p_numel;
-            // Every other leaf holds its value by the time the producer runs, and keeps it.
-            let ready = prog
-                .leaves
-                .iter()
-                .enumerate()
-                .filter(|&(j, _)| j != l)
-                .all(|(_, x)| {
-                    producer.get(&x.buf).is_none_or(|&q| q < p)
-                        && !writes[p..=e].contains(&Some(x.buf))
-                });
-            let once = prog.leaves.iter().filter(|x| x.buf == leaf.buf).count() == 1;
-            if identity && ready && once {
-                attempts.push((p, prog.over_result_of(l)));
-            }
-        }
+        let at = Site {
+            g,
+            kernels: &kernels,
+            producer: &producer,
+            writes: &writes,
+        };
+        let attempts: Vec<_> = candidates
+            .into_iter()
+            .filter_map(|(l, p)| Some((p, at.over_result(prog, e, l, p)?)))
+            .collect();
         let (name, out, node) = (ek.name.clone(), ek.out, ek.node);
         for (p, epi) in attempts {
             if kernels[p].kind.add_epilogue(epi).is_ok() {

@@ -437,18 +437,18 @@ pub(super) mod tiles {
                     // inside the slices (asserted above).
                     unsafe {
                         match (lanes, v, mode) {
-                            (16, 4, 0) => x86::softmax_avx512_4::<0>(st, r0, &mut corr),
-                            (16, 4, 1) => x86::softmax_avx512_4::<1>(st, r0, &mut corr),
-                            (16, 4, _) => x86::softmax_avx512_4::<2>(st, r0, &mut corr),
-                            (16, _, 0) => x86::softmax_avx512_1::<0>(st, r0, &mut corr),
-                            (16, _, 1) => x86::softmax_avx512_1::<1>(st, r0, &mut corr),
-                            (16, _, _) => x86::softmax_avx512_1::<2>(st, r0, &mut corr),
-                            (_, 4, 0) => x86::softmax_avx2_4::<0>(st, r0, &mut corr),
-                            (_, 4, 1) => x86::softmax_avx2_4::<1>(st, r0, &mut corr),
-                            (_, 4, _) => x86::softmax_avx2_4::<2>(st, r0, &mut corr),
-                            (_, _, 0) => x86::softmax_avx2_1::<0>(st, r0, &mut corr),
-                            (_, _, 1) => x86::softmax_avx2_1::<1>(st, r0, &mut corr),
-                            (_, _, _) => x86::softmax_avx2_1::<2>(st, r0, &mut corr),
+                            (16, 4, 0) => x86::softmax_avx512::<4, 0>(st, r0, &mut corr),
+                            (16, 4, 1) => x86::softmax_avx512::<4, 1>(st, r0, &mut corr),
+                            (16, 4, _) => x86::softmax_avx512::<4, 2>(st, r0, &mut corr),
+                            (16, _, 0) => x86::softmax_avx512::<1, 0>(st, r0, &mut corr),
+                            (16, _, 1) => x86::softmax_avx512::<1, 1>(st, r0, &mut corr),
+                            (16, _, _) => x86::softmax_avx512::<1, 2>(st, r0, &mut corr),
+                            (_, 4, 0) => x86::softmax_avx2::<4, 0>(st, r0, &mut corr),
+                            (_, 4, 1) => x86::softmax_avx2::<4, 1>(st, r0, &mut corr),
+                            (_, 4, _) => x86::softmax_avx2::<4, 2>(st, r0, &mut corr),
+                            (_, _, 0) => x86::softmax_avx2::<1, 0>(st, r0, &mut corr),
+                            (_, _, 1) => x86::softmax_avx2::<1, 1>(st, r0, &mut corr),
+                            (_, _, _) => x86::softmax_avx2::<1, 2>(st, r0, &mut corr),
                         }
                     }
                     let done = if v == 4 { 4 * lanes } else { lanes };
@@ -532,11 +532,15 @@ pub(super) mod tiles {
         /// key-major rows, 2 one value per key); each row's correction of its running
         /// maximum goes to `corr` (the caller rescales the accumulators).
         macro_rules! softmax_t {
-            ($name:ident, $feature:literal, $v:literal, $lanes:literal, $load:ident,
+            ($name:ident, $feature:literal, $lanes:literal, $load:ident,
              $store:ident, $splat:ident, $fma:ident, $mul:ident, $sub:ident, $add:ident,
              $max:ident, $exp2:path) => {
                 #[target_feature(enable = $feature)]
-                pub unsafe fn $name<const B: u8>(a: SoftmaxArgs, r0: usize, corr: &mut [f32; 64]) {
+                pub unsafe fn $name<const V: usize, const B: u8>(
+                    a: SoftmaxArgs,
+                    r0: usize,
+                    corr: &mut [f32; 64],
+                ) {
                     let SoftmaxArgs {
                         sc,
                         rows,
@@ -548,7 +552,7 @@ pub(super) mod tiles {
                         l,
                     } = a;
                     let vs = $splat(scale);
-                    let mut mx = [$splat(f32::NEG_INFINITY); $v];
+                    let mut mx = [$splat(f32::NEG_INFINITY); V];
                     for j in 0..n {
                         let x = sc.add(j * rows + r0);
                         let kb = if B == 2 { $splat(*bias.add(j)) } else { vs };
@@ -569,8 +573,8 @@ pub(super) mod tiles {
                     // A row whose keys are all hidden so far (maximum −∞) subtracts the
                     // least finite float instead: its exponentials stay 0, never NaN.
                     let (low, log2e) = ($splat(f32::MIN), $splat(std::f32::consts::LOG2_E));
-                    let mut safe = [low; $v];
-                    for i in 0..$v {
+                    let mut safe = [low; V];
+                    for i in 0..V {
                         let old = $load(m.add(r0 + i * $lanes));
                         let new = $max(mx[i], old);
                         $store(m.add(r0 + i * $lanes), new);
@@ -580,17 +584,17 @@ pub(super) mod tiles {
                             $exp2($mul($sub(old, safe[i]), log2e)),
                         );
                     }
-                    let mut sum = [$splat(0.0); $v];
+                    let mut sum = [$splat(0.0); V];
                     for j in 0..n {
                         let x = sc.add(j * rows + r0);
-                        for i in 0..$v {
+                        for i in 0..V {
                             let xi = $load(x.add(i * $lanes));
                             let e = $exp2($mul($sub(xi, safe[i]), log2e));
                             $store(x.add(i * $lanes), e);
                             sum[i] = $add(sum[i], e);
                         }
                     }
-                    for i in 0..$v {
+                    for i in 0..V {
                         let c = $load(corr.as_ptr().add(i * $lanes));
                         let li = l.add(r0 + i * $lanes);
                         $store(li, $fma($load(li), c, sum[i]));
@@ -600,9 +604,8 @@ pub(super) mod tiles {
         }
 
         softmax_t!(
-            softmax_avx512_4,
+            softmax_avx512,
             "avx512f",
-            4,
             16,
             _mm512_loadu_ps,
             _mm512_storeu_ps,
@@ -615,39 +618,8 @@ pub(super) mod tiles {
             crate::simd::exp2_softmax_avx512
         );
         softmax_t!(
-            softmax_avx512_1,
-            "avx512f",
-            1,
-            16,
-            _mm512_loadu_ps,
-            _mm512_storeu_ps,
-            _mm512_set1_ps,
-            _mm512_fmadd_ps,
-            _mm512_mul_ps,
-            _mm512_sub_ps,
-            _mm512_add_ps,
-            _mm512_max_ps,
-            crate::simd::exp2_softmax_avx512
-        );
-        softmax_t!(
-            softmax_avx2_4,
+            softmax_avx2,
             "avx2,fma",
-            4,
-            8,
-            _mm256_loadu_ps,
-            _mm256_storeu_ps,
-            _mm256_set1_ps,
-            _mm256_fmadd_ps,
-            _mm256_mul_ps,
-            _mm256_sub_ps,
-            _mm256_add_ps,
-            _mm256_max_ps,
-            crate::simd::exp2_softmax_avx2
-        );
-        softmax_t!(
-            softmax_avx2_1,
-            "avx2,fma",
-            1,
             8,
             _mm256_loadu_ps,
             _mm256_storeu_ps,
